@@ -1,0 +1,27 @@
+//! Every map of the kernel side, in one place. Names must match `monitor_common`'s
+//! `*_MAP` constants, which the agent uses to find them.
+use aya_ebpf::{
+    macros::map,
+    maps::{LruHashMap, PerCpuArray, RingBuf},
+};
+use monitor_common::{
+    EVENTS_RING_BYTES, KIND_COUNT, LAST_EMIT_ENTRIES, PressureEvent as _Record, RateKey,
+    RateState,
+};
+
+/// The one ring buffer all programs write [`monitor_common::PressureEvent`]s into.
+#[map(name = "PRESSURE_EVENTS")]
+pub static PRESSURE_EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
+
+/// Per-CPU counters: emitted and suppressed per kind, then ring-buffer-full drops.
+#[map(name = "PRESSURE_COUNTERS")]
+pub static PRESSURE_COUNTERS: PerCpuArray<u64> =
+    PerCpuArray::with_max_entries(2 * KIND_COUNT + 1, 0);
+
+/// When each (cgroup, kind) last emitted, for the in-kernel rate limit.
+#[map(name = "LAST_EMIT")]
+pub static LAST_EMIT: LruHashMap<RateKey, RateState> =
+    LruHashMap::with_max_entries(LAST_EMIT_ENTRIES, 0);
+
+// Keep the record type referenced so a layout change breaks this crate's build too.
+const _: usize = core::mem::size_of::<_Record>();

@@ -1,0 +1,5 @@
+//! One file per kernel program.
+mod direct_reclaim;
+mod kswapd_wake;
+mod memcg_reclaim;
+mod oom_victim;

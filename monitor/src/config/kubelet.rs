@@ -1,0 +1,1 @@
+//! KubeletConfiguration (in progress)

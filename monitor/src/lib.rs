@@ -1,0 +1,12 @@
+//! `monitor`: a node pressure agent with the kubelet's out-of-resource semantics, woken by
+//! the kernel (eBPF ring buffer, memcg thresholds, memory.events, PSI) instead of a poll.
+//!
+//! Data path (one direction): [`notify`] sources → one wake channel → [`manager`] takes a
+//! fresh [`observe`] snapshot → pure [`policy`] → actions.
+
+pub mod config;
+pub mod manager;
+pub mod notify;
+pub mod observe;
+pub mod policy;
+pub mod simulate;

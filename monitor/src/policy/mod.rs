@@ -1,0 +1,15 @@
+//! The eviction policy: pure functions of plain data and an explicit `now`. No I/O, no
+//! clock reads, no globals: everything the kubelet's eviction, preemption, images, qos
+//! and cm packages decide, reproduced here so it can be tested and simulated offline.
+
+pub mod admission;
+pub mod eviction;
+pub mod image_gc;
+pub mod pod;
+pub mod preemption;
+pub mod qos;
+pub mod quantity;
+pub mod rank;
+pub mod signal;
+pub mod threshold;
+pub mod types;

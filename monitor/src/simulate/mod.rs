@@ -1,0 +1,1 @@
+//! `monitor simulate`: the policy run offline (in progress).
