@@ -1,1 +1,11 @@
-//! `monitor simulate`: the policy run offline (in progress).
+//! `monitor simulate`: the policy run offline on a snapshot or a time series (in progress).
+
+/// Command-line arguments of `monitor simulate`.
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {}
+
+/// Runs the simulation; returns the process exit code.
+pub fn run(_args: &SimulateArgs) -> std::process::ExitCode {
+    eprintln!("monitor simulate: not implemented yet");
+    std::process::ExitCode::FAILURE
+}
