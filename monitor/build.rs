@@ -19,7 +19,11 @@ fn main() -> anyhow::Result<()> {
     let ebpf_dir = ebpf_dir.canonicalize()?;
     let root_dir = ebpf_dir.to_str().expect("utf-8 path");
     aya_build::build_ebpf(
-        [aya_build::Package { name: "monitor-ebpf", root_dir, ..Default::default() }],
+        [aya_build::Package {
+            name: "monitor-ebpf",
+            root_dir,
+            ..Default::default()
+        }],
         aya_build::Toolchain::default(),
     )
 }

@@ -1,8 +1,8 @@
 //! The shared tail of every program: rate-limit per (cgroup, kind), then write one record.
 use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use monitor_common::{
-    DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_MIN_INTERVAL_NS, EventKind, KIND_COUNT,
-    PressureEvent, RateKey, RateState,
+    DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_MIN_INTERVAL_NS, EventKind, KIND_COUNT, PressureEvent,
+    RateKey, RateState,
 };
 
 use crate::maps::{LAST_EMIT, PRESSURE_COUNTERS, PRESSURE_EVENTS};
@@ -39,9 +39,18 @@ fn count(index: u32) {
 #[inline(always)]
 pub fn emit(kind: EventKind, pid: Option<u32>) -> u32 {
     // SAFETY: these helpers take no pointers and are allowed in tracepoint programs.
-    let (now, cgroup_id, pid_tgid) =
-        unsafe { (bpf_ktime_get_ns(), bpf_get_current_cgroup_id(), bpf_get_current_pid_tgid()) };
-    let key = RateKey { cgroup_id, kind: kind as u32, _pad: 0 };
+    let (now, cgroup_id, pid_tgid) = unsafe {
+        (
+            bpf_ktime_get_ns(),
+            bpf_get_current_cgroup_id(),
+            bpf_get_current_pid_tgid(),
+        )
+    };
+    let key = RateKey {
+        cgroup_id,
+        kind: kind as u32,
+        _pad: 0,
+    };
     let mut suppressed = 0;
     if let Some(state) = LAST_EMIT.get_ptr_mut(&key) {
         // SAFETY: the pointer comes from a successful lookup; a racing update on another
@@ -56,7 +65,15 @@ pub fn emit(kind: EventKind, pid: Option<u32>) -> u32 {
         state.last_emit_ns = now;
         state.suppressed = 0;
     } else {
-        let _ = LAST_EMIT.insert(&key, &RateState { last_emit_ns: now, suppressed: 0, _pad: 0 }, 0);
+        let _ = LAST_EMIT.insert(
+            &key,
+            &RateState {
+                last_emit_ns: now,
+                suppressed: 0,
+                _pad: 0,
+            },
+            0,
+        );
     }
     let record = PressureEvent {
         kind: kind as u32,

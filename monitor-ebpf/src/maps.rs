@@ -5,8 +5,7 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray, RingBuf},
 };
 use monitor_common::{
-    EVENTS_RING_BYTES, KIND_COUNT, LAST_EMIT_ENTRIES, PressureEvent as _Record, RateKey,
-    RateState,
+    EVENTS_RING_BYTES, KIND_COUNT, LAST_EMIT_ENTRIES, PressureEvent as _Record, RateKey, RateState,
 };
 
 /// The one ring buffer all programs write [`monitor_common::PressureEvent`]s into.

@@ -4,6 +4,7 @@
 //! Data path (one direction): [`notify`] sources → one wake channel → [`manager`] takes a
 //! fresh [`observe`] snapshot → pure [`policy`] → actions.
 
+pub mod agent;
 pub mod config;
 pub mod manager;
 pub mod notify;

@@ -1,10 +1,16 @@
 //! The `monitor` binary: the agent (`monitor run`) and its offline and client commands.
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "monitor", version, about = "Node pressure agent: kubelet eviction semantics, woken by the kernel")]
+#[command(
+    name = "monitor",
+    version,
+    about = "Node pressure agent: kubelet eviction semantics, woken by the kernel"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -12,13 +18,64 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the agent on this host (root): event sources, manager, policy.
+    Run(RunArgs),
     /// Run the policy offline on a snapshot or a scenario and print its decisions as JSON.
     Simulate(monitor::simulate::SimulateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Configuration file (a KubeletConfiguration with an optional `monitor:` block).
+    /// Without it the embedded default is used.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Log filter (tracing EnvFilter syntax), overridden by RUST_LOG.
+    #[arg(long, default_value = "info")]
+    log: String,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Simulate(args) => monitor::simulate::run(&args),
+        Command::Run(args) => match run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("monitor: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log))
+        .context("--log")?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let config = monitor::config::load_agent_config(args.config.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let agent = monitor::agent::Agent::start(config.agent.clone(), config.synchronizer())?;
+        tracing::info!(
+            "agent running: memory controller on cgroup {:?} at {}",
+            agent.layout.version,
+            agent.layout.memory_root.display()
+        );
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("interrupted, stopping"),
+            _ = term.recv() => tracing::info!("terminated, stopping"),
+        }
+        agent.shutdown().await;
+        Ok(())
+    })
 }

@@ -1,1 +1,314 @@
-//! (in progress)
+//! The manager loop: wait for any wake, coalesce what is pending, take a FRESH observation,
+//! synchronize, re-arm the memcg thresholds, publish a report. One task runs it, so a
+//! synchronize never runs twice at once, and a burst of wakes becomes one synchronize.
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, watch};
+
+use crate::notify::memcg::ThresholdSpec;
+use crate::notify::{Wake, WakeDetail, WakeSource};
+use crate::observe::{NodeObservation, ObserveError, Observer, monotonic_ns};
+use crate::policy::quantity::QuantityOrPercent;
+use crate::policy::types::Time;
+
+/// What one synchronize decided, in a line for logs and reports.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct SyncSummary {
+    pub text: String,
+}
+
+/// The decision step the manager runs on every fresh observation.
+pub trait Synchronizer: Send + 'static {
+    fn synchronize(
+        &mut self,
+        observation: &NodeObservation,
+        wakes: &[Wake],
+        now: Time,
+    ) -> SyncSummary;
+}
+
+/// The memory thresholds to arm as memcg v1 notifiers, as eviction threshold values of the
+/// memory.available (node) and allocatableMemory.available (pods cgroup) signals.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemoryThresholds {
+    pub node: Vec<QuantityOrPercent>,
+    pub pods: Vec<QuantityOrPercent>,
+}
+
+/// The usage values at which the kernel must wake us: for each threshold T on a signal
+/// with capacity C, the signal crosses when working set = C − T, i.e. when
+/// usage = C − T + inactive_file (the kubelet's memory threshold notifier computes the
+/// same). Thresholds at or above capacity are skipped (always met: nothing to wait for).
+pub fn threshold_specs(
+    observation: &NodeObservation,
+    thresholds: &MemoryThresholds,
+    memory_root: &Path,
+    pods_cgroup: Option<&str>,
+) -> Vec<ThresholdSpec> {
+    let mut specs = Vec::new();
+    let mut add =
+        |cgroup: PathBuf, capacity: u64, inactive_file: u64, values: &[QuantityOrPercent]| {
+            for value in values {
+                let threshold = value.resolve(capacity as i64).max(0) as u64;
+                if threshold >= capacity {
+                    continue;
+                }
+                let usage_bytes = capacity - threshold + inactive_file;
+                let spec = ThresholdSpec {
+                    cgroup: cgroup.clone(),
+                    usage_bytes,
+                };
+                if !specs.contains(&spec) {
+                    specs.push(spec);
+                }
+            }
+        };
+    let memory = &observation.memory;
+    add(
+        memory_root.to_path_buf(),
+        memory.capacity_bytes,
+        memory.inactive_file_bytes,
+        &thresholds.node,
+    );
+    if let (Some(cgroup), Some(pods)) = (pods_cgroup, &observation.allocatable) {
+        add(
+            memory_root.join(cgroup.trim_start_matches('/')),
+            pods.capacity_bytes,
+            pods.stats.inactive_file_bytes.unwrap_or(0),
+            &thresholds.pods,
+        );
+    }
+    specs
+}
+
+/// One synchronize, as published to subscribers (API, metrics, tests).
+#[derive(Clone, Debug)]
+pub struct SyncReport {
+    /// 1 for the first synchronize after start.
+    pub sequence: u64,
+    /// The wakes this synchronize coalesced, in arrival order.
+    pub wakes: Vec<Wake>,
+    /// CLOCK_MONOTONIC ns when the synchronize started and ended.
+    pub started_ns: u64,
+    pub finished_ns: u64,
+    pub observation: Result<NodeObservation, String>,
+    pub summary: SyncSummary,
+}
+
+impl SyncReport {
+    /// Wake-to-synchronize-start latency of the first wake.
+    pub fn wake_latency(&self) -> Option<Duration> {
+        self.wakes
+            .first()
+            .map(|w| Duration::from_nanos(self.started_ns.saturating_sub(w.received_ns)))
+    }
+
+    pub fn sources(&self) -> Vec<WakeSource> {
+        let mut sources: Vec<WakeSource> = self.wakes.iter().map(|w| w.source).collect();
+        sources.dedup();
+        sources
+    }
+}
+
+/// How many of a batch's wakes are logged one by one at info level.
+const WAKES_LOGGED_PER_SYNC: usize = 8;
+
+pub struct Manager<S> {
+    pub observer: Observer,
+    pub synchronizer: S,
+    pub memory_thresholds: MemoryThresholds,
+    /// Publishes the memcg thresholds to arm; `None` when that source does not run.
+    pub memcg_thresholds: Option<watch::Sender<Vec<ThresholdSpec>>>,
+    pub reports: broadcast::Sender<SyncReport>,
+    /// The origin of policy time ([`Time`] is measured from it).
+    pub origin_ns: u64,
+}
+
+impl<S: Synchronizer> Manager<S> {
+    /// Runs until every wake sender is gone.
+    pub async fn run(mut self, mut wakes: mpsc::Receiver<Wake>) {
+        let mut sequence = 0;
+        while let Some(first) = wakes.recv().await {
+            let mut batch = vec![first];
+            while let Ok(more) = wakes.try_recv() {
+                batch.push(more);
+            }
+            sequence += 1;
+            let report = self.synchronize_once(sequence, batch);
+            // No subscribers is fine.
+            let _ = self.reports.send(report);
+        }
+    }
+
+    fn synchronize_once(&mut self, sequence: u64, wakes: Vec<Wake>) -> SyncReport {
+        let started_ns = monotonic_ns();
+        log_wakes(sequence, &wakes, started_ns);
+        let observation = self.observer.observe();
+        let now = Duration::from_nanos(started_ns.saturating_sub(self.origin_ns));
+        let summary = match &observation {
+            Ok(observation) => {
+                let summary = self.synchronizer.synchronize(observation, &wakes, now);
+                self.rearm(observation);
+                summary
+            }
+            Err(err) => {
+                tracing::error!(
+                    "synchronize {sequence}: observation failed, nothing decided: {err}"
+                );
+                SyncSummary {
+                    text: format!("observation failed: {err}"),
+                }
+            }
+        };
+        let finished_ns = monotonic_ns();
+        tracing::debug!(
+            sequence,
+            duration_us = (finished_ns - started_ns) / 1000,
+            "synchronize done: {}",
+            summary.text
+        );
+        SyncReport {
+            sequence,
+            wakes,
+            started_ns,
+            finished_ns,
+            observation: observation.map_err(|e: ObserveError| e.to_string()),
+            summary,
+        }
+    }
+
+    fn rearm(&self, observation: &NodeObservation) {
+        let Some(tx) = &self.memcg_thresholds else {
+            return;
+        };
+        let specs = threshold_specs(
+            observation,
+            &self.memory_thresholds,
+            self.observer.reader().root(),
+            self.observer.config().pods_cgroup.as_deref(),
+        );
+        // Only a changed set re-registers with the kernel.
+        tx.send_if_modified(|current| {
+            if *current == specs {
+                return false;
+            }
+            *current = specs;
+            true
+        });
+    }
+}
+
+fn log_wakes(sequence: u64, wakes: &[Wake], started_ns: u64) {
+    for wake in wakes.iter().take(WAKES_LOGGED_PER_SYNC) {
+        let latency_us = started_ns.saturating_sub(wake.received_ns) / 1000;
+        match &wake.detail {
+            WakeDetail::Kernel { event, memcg } => tracing::info!(
+                sequence,
+                source = %wake.source,
+                latency_us,
+                kernel_to_sync_us = started_ns.saturating_sub(event.timestamp_ns) / 1000,
+                kind = wake.detail.kernel_kind().map(|k| k.name()).unwrap_or("unknown"),
+                pid = event.pid,
+                cgroup_id = event.cgroup_id,
+                memcg = memcg.as_deref().unwrap_or("?"),
+                "wake"
+            ),
+            WakeDetail::Threshold {
+                cgroup,
+                threshold_bytes,
+            } => tracing::info!(
+                sequence, source = %wake.source, latency_us, cgroup = %cgroup.display(), threshold_bytes, "wake"
+            ),
+            WakeDetail::MemoryEvents { file } | WakeDetail::Psi { file } => {
+                tracing::info!(sequence, source = %wake.source, latency_us, file = %file.display(), "wake")
+            }
+            WakeDetail::None => tracing::info!(sequence, source = %wake.source, latency_us, "wake"),
+        }
+    }
+    if wakes.len() > WAKES_LOGGED_PER_SYNC {
+        tracing::info!(
+            sequence,
+            "… and {} more wakes coalesced",
+            wakes.len() - WAKES_LOGGED_PER_SYNC
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::{AllocatableMemory, FsStats, MemoryStats, NodeMemory, PidStats};
+    use crate::policy::quantity::Quantity;
+
+    fn observation() -> NodeObservation {
+        NodeObservation {
+            taken_at_ns: 0,
+            memory: NodeMemory {
+                capacity_bytes: 10_000,
+                usage_bytes: 5_000,
+                inactive_file_bytes: 1_000,
+                working_set_bytes: 4_000,
+                available_bytes: 6_000,
+            },
+            allocatable: Some(AllocatableMemory {
+                capacity_bytes: 2_000,
+                stats: MemoryStats {
+                    usage_bytes: 500,
+                    inactive_file_bytes: Some(100),
+                    limit_bytes: Some(2_000),
+                    working_set_bytes: 400,
+                },
+                available_bytes: 1_600,
+            }),
+            nodefs: FsStats::default(),
+            imagefs: None,
+            pids: PidStats::default(),
+            psi: None,
+        }
+    }
+
+    #[test]
+    fn thresholds_follow_capacity_and_inactive_file() {
+        let thresholds = MemoryThresholds {
+            node: vec![
+                QuantityOrPercent::Quantity(Quantity::from_units(1_000)),
+                QuantityOrPercent::Percent(0.5),
+            ],
+            pods: vec![QuantityOrPercent::Quantity(Quantity::from_units(300))],
+        };
+        let specs = threshold_specs(&observation(), &thresholds, Path::new("/cg"), Some("/pods"));
+        assert_eq!(
+            specs,
+            vec![
+                // 10000 − 1000 + 1000 inactive
+                ThresholdSpec {
+                    cgroup: "/cg".into(),
+                    usage_bytes: 10_000
+                },
+                // 10000 − 5000 + 1000
+                ThresholdSpec {
+                    cgroup: "/cg".into(),
+                    usage_bytes: 6_000
+                },
+                // 2000 − 300 + 100
+                ThresholdSpec {
+                    cgroup: "/cg/pods".into(),
+                    usage_bytes: 1_800
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn thresholds_at_or_above_capacity_are_not_armed() {
+        let thresholds = MemoryThresholds {
+            node: vec![
+                QuantityOrPercent::Quantity(Quantity::from_units(10_000)),
+                QuantityOrPercent::Percent(1.0),
+            ],
+            pods: vec![],
+        };
+        assert!(threshold_specs(&observation(), &thresholds, Path::new("/cg"), None).is_empty());
+    }
+}

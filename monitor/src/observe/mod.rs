@@ -1,1 +1,333 @@
-//! (in progress)
+//! Fresh observations of the node: memory (cgroupfs, /proc/meminfo), filesystems
+//! (statvfs), pids (sysinfo, pid_max) and PSI. Nothing here caches: every call reads the
+//! kernel's files at that moment, which is what keeps decisions off stale stats
+//! (kubernetes#51745).
+use std::path::{Path, PathBuf};
+
+pub mod cgroup;
+pub mod fs;
+pub mod parse;
+
+pub use cgroup::{CgroupLayout, CgroupReader, CgroupVersion, MemoryEvents, MemoryStats};
+pub use fs::FsStats;
+pub use parse::Psi;
+
+/// What went wrong reading a kernel file. Always names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Parse { path: PathBuf, reason: String },
+    #[error("{path}: key {key:?} is missing")]
+    Missing { path: PathBuf, key: String },
+}
+
+pub(crate) fn read_file(path: &Path) -> Result<String, ObserveError> {
+    std::fs::read_to_string(path).map_err(|source| ObserveError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock `bpf_ktime_get_ns` uses, so kernel event
+/// timestamps and observation times compare directly.
+pub fn monotonic_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available on Linux");
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+/// Where to look.
+#[derive(Clone, Debug)]
+pub struct ObserverConfig {
+    /// The cgroup holding every pod (relative to the memory root), whose usage is the
+    /// allocatableMemory.available signal. `None`: no such signal.
+    pub pods_cgroup: Option<String>,
+    /// Memory the pods may use when the pods cgroup has no limit (node allocatable).
+    pub pods_capacity_bytes: Option<u64>,
+    /// A path on the node filesystem (kubelet root dir, logs).
+    pub nodefs: PathBuf,
+    /// A path on the image filesystem, when the runtime keeps images elsewhere.
+    pub imagefs: Option<PathBuf>,
+    /// procfs mount point (injectable for tests).
+    pub proc_root: PathBuf,
+}
+
+impl Default for ObserverConfig {
+    fn default() -> Self {
+        ObserverConfig {
+            pods_cgroup: None,
+            pods_capacity_bytes: None,
+            nodefs: PathBuf::from("/"),
+            imagefs: None,
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// Node memory as the kubelet sees it: capacity from MemTotal, working set from the root
+/// cgroup (v1) or /proc/meminfo (v2, whose root cgroup has no memory.current).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct NodeMemory {
+    pub capacity_bytes: u64,
+    pub usage_bytes: u64,
+    pub inactive_file_bytes: u64,
+    pub working_set_bytes: u64,
+    /// capacity − working set: the memory.available signal.
+    pub available_bytes: u64,
+}
+
+/// The pods cgroup: the allocatableMemory.available signal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AllocatableMemory {
+    pub capacity_bytes: u64,
+    pub stats: MemoryStats,
+    pub available_bytes: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PidStats {
+    /// kernel.pid_max.
+    pub max: u64,
+    /// Tasks currently alive (sysinfo's procs, as the kubelet's rlimit stats).
+    pub current: u64,
+}
+
+/// One fresh look at the node.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct NodeObservation {
+    /// When it was taken ([`monotonic_ns`]).
+    pub taken_at_ns: u64,
+    pub memory: NodeMemory,
+    pub allocatable: Option<AllocatableMemory>,
+    pub nodefs: FsStats,
+    pub imagefs: Option<FsStats>,
+    pub pids: PidStats,
+    /// System-wide memory PSI, when the kernel has it.
+    #[serde(skip)]
+    pub psi: Option<Psi>,
+}
+
+/// Takes [`NodeObservation`]s.
+#[derive(Clone, Debug)]
+pub struct Observer {
+    reader: CgroupReader,
+    config: ObserverConfig,
+}
+
+impl Observer {
+    pub fn new(reader: CgroupReader, config: ObserverConfig) -> Self {
+        Observer { reader, config }
+    }
+
+    pub fn reader(&self) -> &CgroupReader {
+        &self.reader
+    }
+
+    pub fn config(&self) -> &ObserverConfig {
+        &self.config
+    }
+
+    /// Reads everything now. Optional parts (PSI, imagefs) that fail are left out; the
+    /// parts every signal needs fail the observation with an error naming the file.
+    pub fn observe(&self) -> Result<NodeObservation, ObserveError> {
+        let taken_at_ns = monotonic_ns();
+        let memory = self.node_memory()?;
+        let allocatable = match &self.config.pods_cgroup {
+            Some(cgroup) => Some(self.allocatable(cgroup, memory.capacity_bytes)?),
+            None => None,
+        };
+        let nodefs = fs::statvfs(&self.config.nodefs)?;
+        let imagefs = match &self.config.imagefs {
+            Some(path) => Some(fs::statvfs(path)?),
+            None => None,
+        };
+        let pids = self.pids()?;
+        let psi_path = self.config.proc_root.join("pressure/memory");
+        let psi = read_file(&psi_path).ok().and_then(|t| parse::psi(&t).ok());
+        Ok(NodeObservation {
+            taken_at_ns,
+            memory,
+            allocatable,
+            nodefs,
+            imagefs,
+            pids,
+            psi,
+        })
+    }
+
+    fn meminfo(&self) -> Result<(PathBuf, std::collections::BTreeMap<String, u64>), ObserveError> {
+        let path = self.config.proc_root.join("meminfo");
+        let map = parse::flat_keyed(&read_file(&path)?);
+        Ok((path, map))
+    }
+
+    pub fn node_memory(&self) -> Result<NodeMemory, ObserveError> {
+        let (path, meminfo) = self.meminfo()?;
+        let key = |k: &str| {
+            meminfo
+                .get(k)
+                .copied()
+                .ok_or_else(|| ObserveError::Missing {
+                    path: path.clone(),
+                    key: k.into(),
+                })
+        };
+        let capacity_bytes = key("MemTotal")?;
+        let (usage_bytes, inactive_file_bytes) = match self.reader.version() {
+            CgroupVersion::V1 => {
+                let root = self.reader.memory_stats("")?;
+                (root.usage_bytes, root.inactive_file_bytes.unwrap_or(0))
+            }
+            CgroupVersion::V2 => (
+                capacity_bytes.saturating_sub(key("MemFree")?),
+                key("Inactive(file)")?,
+            ),
+        };
+        let working_set_bytes = usage_bytes.saturating_sub(inactive_file_bytes);
+        Ok(NodeMemory {
+            capacity_bytes,
+            usage_bytes,
+            inactive_file_bytes,
+            working_set_bytes,
+            available_bytes: capacity_bytes.saturating_sub(working_set_bytes),
+        })
+    }
+
+    pub fn allocatable(
+        &self,
+        cgroup: &str,
+        node_capacity: u64,
+    ) -> Result<AllocatableMemory, ObserveError> {
+        let stats = self.reader.memory_stats(cgroup)?;
+        let capacity_bytes = stats
+            .limit_bytes
+            .or(self.config.pods_capacity_bytes)
+            .unwrap_or(node_capacity);
+        Ok(AllocatableMemory {
+            capacity_bytes,
+            stats,
+            available_bytes: capacity_bytes.saturating_sub(stats.working_set_bytes),
+        })
+    }
+
+    pub fn pids(&self) -> Result<PidStats, ObserveError> {
+        let path = self.config.proc_root.join("sys/kernel/pid_max");
+        let max = parse::single_value(&read_file(&path)?)
+            .map_err(|reason| ObserveError::Parse {
+                path: path.clone(),
+                reason,
+            })?
+            .unwrap_or(u64::MAX);
+        // /proc/loadavg's fourth field is "runnable/total" scheduling entities: the same
+        // count sysinfo(2) reports as procs, read from the injectable proc root.
+        let path = self.config.proc_root.join("loadavg");
+        let text = read_file(&path)?;
+        let current = text
+            .split_whitespace()
+            .nth(3)
+            .and_then(|f| f.split_once('/'))
+            .and_then(|(_, total)| total.parse().ok())
+            .ok_or_else(|| ObserveError::Parse {
+                path,
+                reason: format!("no runnable/total field in {text:?}"),
+            })?;
+        Ok(PidStats { max, current })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    fn write(root: &Path, name: &str, text: &str) {
+        let p = root.join(name);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, text).unwrap();
+    }
+
+    #[test]
+    fn observes_a_fake_v1_node() {
+        let cg = tempfile::tempdir().unwrap();
+        let proc = tempfile::tempdir().unwrap();
+        write(cg.path(), "memory.usage_in_bytes", "6000000\n");
+        write(cg.path(), "memory.stat", "total_inactive_file 1000000\n");
+        write(cg.path(), "memory.limit_in_bytes", "9223372036854771712\n");
+        write(cg.path(), "pods/memory.usage_in_bytes", "3000\n");
+        write(cg.path(), "pods/memory.stat", "total_inactive_file 1000\n");
+        write(cg.path(), "pods/memory.limit_in_bytes", "10000\n");
+        write(
+            proc.path(),
+            "meminfo",
+            "MemTotal: 10000 kB\nMemFree: 1 kB\n",
+        );
+        write(proc.path(), "sys/kernel/pid_max", "4194304\n");
+        write(proc.path(), "loadavg", "0.00 0.01 0.05 2/345 999\n");
+        let observer = Observer::new(
+            CgroupReader::new(CgroupVersion::V1, cg.path()),
+            ObserverConfig {
+                pods_cgroup: Some("pods".into()),
+                nodefs: cg.path().to_path_buf(),
+                proc_root: proc.path().to_path_buf(),
+                ..ObserverConfig::default()
+            },
+        );
+        let o = observer.observe().unwrap();
+        assert_eq!(o.memory.capacity_bytes, 10_240_000);
+        assert_eq!(o.memory.working_set_bytes, 5_000_000);
+        assert_eq!(o.memory.available_bytes, 5_240_000);
+        let a = o.allocatable.unwrap();
+        assert_eq!((a.capacity_bytes, a.available_bytes), (10000, 8000));
+        assert_eq!(
+            o.pids,
+            PidStats {
+                max: 4194304,
+                current: 345
+            }
+        );
+        assert!(o.nodefs.capacity_bytes > 0);
+    }
+
+    #[test]
+    fn v2_node_memory_comes_from_meminfo() {
+        let cg = tempfile::tempdir().unwrap();
+        let proc = tempfile::tempdir().unwrap();
+        write(
+            proc.path(),
+            "meminfo",
+            "MemTotal: 1000 kB\nMemFree: 400 kB\nInactive(file): 100 kB\n",
+        );
+        let observer = Observer::new(
+            CgroupReader::new(CgroupVersion::V2, cg.path()),
+            ObserverConfig {
+                proc_root: proc.path().to_path_buf(),
+                ..ObserverConfig::default()
+            },
+        );
+        let m = observer.node_memory().unwrap();
+        assert_eq!(m.working_set_bytes, 500 * 1024);
+        assert_eq!(m.available_bytes, 500 * 1024);
+    }
+
+    #[test]
+    fn missing_meminfo_key_names_file_and_key() {
+        let cg = tempfile::tempdir().unwrap();
+        let proc = tempfile::tempdir().unwrap();
+        write(proc.path(), "meminfo", "MemFree: 1 kB\n");
+        let observer = Observer::new(
+            CgroupReader::new(CgroupVersion::V2, cg.path()),
+            ObserverConfig {
+                proc_root: proc.path().to_path_buf(),
+                ..ObserverConfig::default()
+            },
+        );
+        let err = observer.node_memory().unwrap_err().to_string();
+        assert!(err.contains("meminfo") && err.contains("MemTotal"), "{err}");
+    }
+}

@@ -18,7 +18,9 @@ pub struct Quantity {
 pub enum QuantityError {
     #[error("empty quantity")]
     Empty,
-    #[error("{0:?} is not a quantity (expected a number with an optional suffix such as Ki, Mi, Gi, k, M, G or m)")]
+    #[error(
+        "{0:?} is not a quantity (expected a number with an optional suffix such as Ki, Mi, Gi, k, M, G or m)"
+    )]
     Malformed(String),
     #[error("{0:?} has an unknown suffix {1:?}")]
     UnknownSuffix(String, String),
@@ -30,11 +32,15 @@ impl Quantity {
     pub const ZERO: Quantity = Quantity { milli: 0 };
 
     pub fn from_units(units: i64) -> Self {
-        Quantity { milli: units as i128 * 1000 }
+        Quantity {
+            milli: units as i128 * 1000,
+        }
     }
 
     pub fn from_milli(milli: i64) -> Self {
-        Quantity { milli: milli as i128 }
+        Quantity {
+            milli: milli as i128,
+        }
     }
 
     /// The value in base units, rounded up (the kubelet's `Value()`: 1.5 bytes is 2).
@@ -60,14 +66,18 @@ impl Quantity {
 impl std::ops::Add for Quantity {
     type Output = Quantity;
     fn add(self, rhs: Quantity) -> Quantity {
-        Quantity { milli: self.milli + rhs.milli }
+        Quantity {
+            milli: self.milli + rhs.milli,
+        }
     }
 }
 
 impl std::ops::Sub for Quantity {
     type Output = Quantity;
     fn sub(self, rhs: Quantity) -> Quantity {
-        Quantity { milli: self.milli - rhs.milli }
+        Quantity {
+            milli: self.milli - rhs.milli,
+        }
     }
 }
 
@@ -122,7 +132,9 @@ pub fn parse_quantity(text: &str) -> Result<Quantity, QuantityError> {
     let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
     // value = digits × 10^(exp10) × 2^(exp2), digits an integer.
     let digits: String = format!("{int_part}{frac_part}");
-    let digits: i128 = digits.parse().map_err(|_| QuantityError::OutOfRange(text.to_string()))?;
+    let digits: i128 = digits
+        .parse()
+        .map_err(|_| QuantityError::OutOfRange(text.to_string()))?;
     let mut exp10: i32 = -(frac_part.len() as i32);
     let mut exp2: u32 = 0;
     match suffix {
@@ -146,7 +158,12 @@ pub fn parse_quantity(text: &str) -> Result<Quantity, QuantityError> {
             let e: i32 = other[1..].parse().map_err(|_| malformed())?;
             exp10 += e;
         }
-        other => return Err(QuantityError::UnknownSuffix(text.to_string(), other.to_string())),
+        other => {
+            return Err(QuantityError::UnknownSuffix(
+                text.to_string(),
+                other.to_string(),
+            ));
+        }
     }
     // Milli-units: one more factor of 10^3. Round up any fraction below a milli-unit, as
     // the apimachinery does when it scales a quantity to milli.
@@ -157,13 +174,17 @@ pub fn parse_quantity(text: &str) -> Result<Quantity, QuantityError> {
         let scale = 10i128.checked_pow(exp10 as u32).ok_or_else(out_of_range)?;
         value = value.checked_mul(scale).ok_or_else(out_of_range)?;
     } else {
-        let scale = 10i128.checked_pow((-exp10) as u32).ok_or_else(out_of_range)?;
+        let scale = 10i128
+            .checked_pow((-exp10) as u32)
+            .ok_or_else(out_of_range)?;
         value = value / scale + i128::from(value % scale != 0);
     }
     if value > i64::MAX as i128 * 1000 {
         return Err(out_of_range());
     }
-    Ok(Quantity { milli: if negative { -value } else { value } })
+    Ok(Quantity {
+        milli: if negative { -value } else { value },
+    })
 }
 
 /// A threshold or reservation value: an absolute quantity or a percentage of a capacity.
@@ -189,7 +210,10 @@ impl QuantityOrPercent {
 pub fn parse_quantity_or_percent(text: &str) -> Result<QuantityOrPercent, QuantityError> {
     let s = text.trim();
     if let Some(p) = s.strip_suffix('%') {
-        let value: f64 = p.trim().parse().map_err(|_| QuantityError::Malformed(text.to_string()))?;
+        let value: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| QuantityError::Malformed(text.to_string()))?;
         if !(0.0..=100.0).contains(&value) {
             return Err(QuantityError::OutOfRange(text.to_string()));
         }
@@ -289,7 +313,10 @@ mod tests {
 
     #[test]
     fn percent_resolves_against_capacity() {
-        assert_eq!(QuantityOrPercent::Percent(0.1).resolve(10 << 30), 1073741824);
+        assert_eq!(
+            QuantityOrPercent::Percent(0.1).resolve(10 << 30),
+            1073741824
+        );
     }
 
     #[test]

@@ -1,0 +1,314 @@
+//! Wires the agent together: detect the cgroup layout, start every configured event source
+//! (each reports whether it started), and run the manager on the one wake channel.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::agent::AgentSettings;
+use crate::manager::{Manager, MemoryThresholds, SyncReport, Synchronizer};
+use crate::notify::ebpf::{EbpfSettings, EbpfSource, KernelCounters};
+use crate::notify::{self, SourceStatus, WakeDetail, WakeSender, WakeSource};
+use crate::observe::{
+    CgroupLayout, CgroupReader, CgroupVersion, Observer, ObserverConfig, monotonic_ns,
+};
+
+/// Everything the agent needs to start.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub settings: AgentSettings,
+    /// The housekeeping interval (the fallback timer).
+    pub housekeeping: Duration,
+    /// Memory eviction thresholds, armed as memcg notifiers.
+    pub memory_thresholds: MemoryThresholds,
+    /// The cgroup layout; `None` detects the host's.
+    pub layout: Option<CgroupLayout>,
+}
+
+/// A running agent.
+pub struct Agent {
+    pub layout: CgroupLayout,
+    /// One entry per source, in start order.
+    pub statuses: Vec<SourceStatus>,
+    reports: broadcast::Sender<SyncReport>,
+    wakes: WakeSender,
+    ebpf: Option<EbpfSource>,
+    watched: watch::Sender<Vec<PathBuf>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Reports kept for slow subscribers before they start missing some.
+const REPORT_BUFFER: usize = 256;
+
+impl Agent {
+    /// Starts the sources and the manager. Must run inside a tokio runtime.
+    pub fn start<S: Synchronizer>(config: AgentConfig, synchronizer: S) -> anyhow::Result<Agent> {
+        let layout = match config.layout.clone() {
+            Some(layout) => layout,
+            None => CgroupLayout::detect()?,
+        };
+        let settings = &config.settings;
+        let reader = CgroupReader::new(layout.version, layout.memory_root.clone());
+        let observer = Observer::new(
+            reader.clone(),
+            ObserverConfig {
+                pods_cgroup: settings.pods_cgroup.clone(),
+                pods_capacity_bytes: settings.pods_memory_limit.map(|q| q.value().max(0) as u64),
+                nodefs: settings.nodefs_path.clone(),
+                imagefs: settings.imagefs_path.clone(),
+                proc_root: PathBuf::from("/proc"),
+            },
+        );
+        let (wakes, wake_rx) = notify::wake_channel();
+        let (reports, _) = broadcast::channel(REPORT_BUFFER);
+        let mut statuses = Vec::new();
+        let mut tasks = Vec::new();
+
+        // eBPF ring buffer.
+        let mut ebpf = None;
+        if !settings.sources.ebpf {
+            statuses.push(SourceStatus::disabled(WakeSource::Ebpf));
+        } else {
+            let ebpf_settings = EbpfSettings {
+                min_interval_ns: settings.sources.ebpf_min_interval.as_nanos() as u64,
+            };
+            match notify::ebpf::start(&ebpf_settings, wakes.clone()) {
+                Ok(source) => {
+                    statuses.push(source.status.clone());
+                    ebpf = Some(source);
+                }
+                Err(err) => statuses.push(SourceStatus::failed(WakeSource::Ebpf, err)),
+            }
+        }
+
+        // cgroup v1 memory thresholds.
+        let mut memcg_tx = None;
+        if !settings.sources.memcg_thresholds {
+            statuses.push(SourceStatus::disabled(WakeSource::MemcgThreshold));
+        } else if layout.version != CgroupVersion::V1 {
+            statuses.push(SourceStatus::unsupported(
+                WakeSource::MemcgThreshold,
+                "cgroup v2 has no memory usage thresholds (memory.events and PSI cover it)",
+            ));
+        } else {
+            let (tx, rx) = watch::channel(Vec::new());
+            tasks.push(notify::memcg::spawn(rx, wakes.clone()));
+            memcg_tx = Some(tx);
+            statuses.push(SourceStatus::running(
+                WakeSource::MemcgThreshold,
+                format!(
+                    "eventfd thresholds on memory.usage_in_bytes under {} ({} node and {} pods thresholds, re-armed after every synchronize)",
+                    layout.memory_root.display(),
+                    config.memory_thresholds.node.len(),
+                    config.memory_thresholds.pods.len()
+                ),
+            ));
+        }
+
+        // cgroup v2 memory.events.
+        let watched_cgroups: Vec<String> = settings
+            .pods_cgroup
+            .iter()
+            .chain(settings.watch_cgroups.iter())
+            .cloned()
+            .collect();
+        let (watched, watched_rx) = watch::channel(Vec::new());
+        if !settings.sources.memory_events {
+            statuses.push(SourceStatus::disabled(WakeSource::MemoryEvents));
+        } else if layout.version != CgroupVersion::V2 {
+            statuses.push(SourceStatus::unsupported(
+                WakeSource::MemoryEvents,
+                "memory.events needs the memory controller on cgroup v2 (this host has it on v1)",
+            ));
+        } else {
+            match notify::memory_events::spawn(watched_rx, wakes.clone()) {
+                Ok(task) => {
+                    let dirs: Vec<PathBuf> =
+                        watched_cgroups.iter().map(|c| reader.dir(c)).collect();
+                    statuses.push(SourceStatus::running(
+                        WakeSource::MemoryEvents,
+                        format!(
+                            "inotify IN_MODIFY on memory.events of {} cgroup(s)",
+                            dirs.len()
+                        ),
+                    ));
+                    watched.send_replace(dirs);
+                    tasks.push(task);
+                }
+                Err(err) => statuses.push(SourceStatus::failed(WakeSource::MemoryEvents, err)),
+            }
+        }
+
+        // PSI triggers: system-wide, plus per-cgroup files in the cgroup2 hierarchy (which
+        // tracks stalls per cgroup even on hybrid hosts whose memory controller is on v1).
+        if !settings.sources.psi {
+            statuses.push(SourceStatus::disabled(WakeSource::Psi));
+        } else {
+            let mut files = vec![PathBuf::from("/proc/pressure/memory")];
+            if let Some(unified) = &layout.unified_root {
+                for cgroup in &watched_cgroups {
+                    let file = unified
+                        .join(cgroup.trim_start_matches('/'))
+                        .join("memory.pressure");
+                    if file.exists() {
+                        files.push(file);
+                    }
+                }
+            }
+            let (task, report) =
+                notify::psi::spawn(&files, config.settings.psi_trigger(), wakes.clone());
+            let armed: Vec<String> = report
+                .iter()
+                .filter_map(|(f, r)| {
+                    r.as_ref()
+                        .ok()
+                        .map(|t| format!("{} (some {:?} per {:?})", f.display(), t.stall, t.window))
+                })
+                .collect();
+            let failed: Vec<String> = report
+                .iter()
+                .filter_map(|(f, r)| r.as_ref().err().map(|e| format!("{} ({e})", f.display())))
+                .collect();
+            match task {
+                Some(task) => {
+                    tasks.push(task);
+                    let mut detail = format!("triggers on {}", armed.join(", "));
+                    if !failed.is_empty() {
+                        detail.push_str(&format!("; not armed: {}", failed.join(", ")));
+                    }
+                    statuses.push(SourceStatus::running(WakeSource::Psi, detail));
+                }
+                None => statuses.push(SourceStatus::unsupported(
+                    WakeSource::Psi,
+                    failed.join(", "),
+                )),
+            }
+        }
+
+        // The fallback timer always runs.
+        tasks.push(notify::timer::spawn(config.housekeeping, wakes.clone()));
+        statuses.push(SourceStatus::running(
+            WakeSource::Timer,
+            format!("housekeeping every {:?}", config.housekeeping),
+        ));
+
+        for status in &statuses {
+            status.log();
+        }
+
+        let manager = Manager {
+            observer,
+            synchronizer,
+            memory_thresholds: config.memory_thresholds.clone(),
+            memcg_thresholds: memcg_tx,
+            reports: reports.clone(),
+            origin_ns: monotonic_ns(),
+        };
+        tasks.push(tokio::spawn(manager.run(wake_rx)));
+        // The first synchronize: observe and arm thresholds right away.
+        wakes.wake(WakeSource::Request, WakeDetail::None);
+        Ok(Agent {
+            layout,
+            statuses,
+            reports,
+            wakes,
+            ebpf,
+            watched,
+            tasks,
+        })
+    }
+
+    /// Reports of every synchronize from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<SyncReport> {
+        self.reports.subscribe()
+    }
+
+    /// Asks for a synchronize now.
+    pub fn request_sync(&self) {
+        self.wakes.wake(WakeSource::Request, WakeDetail::None);
+    }
+
+    pub fn status_of(&self, source: WakeSource) -> Option<&SourceStatus> {
+        self.statuses.iter().find(|s| s.source == source)
+    }
+
+    /// The eBPF programs' counters, when that source runs.
+    pub fn kernel_counters(&self) -> Option<KernelCounters> {
+        self.ebpf.as_ref().map(EbpfSource::counters)
+    }
+
+    /// Replaces the set of cgroup directories whose memory.events are watched (v2).
+    pub fn watch_memory_events(&self, dirs: Vec<PathBuf>) {
+        self.watched.send_replace(dirs);
+    }
+
+    /// Stops every task and detaches the eBPF programs.
+    pub async fn shutdown(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        if let Some(ebpf) = &self.ebpf {
+            ebpf.task.abort();
+        }
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// A synchronizer that evaluates the memory signals against their thresholds and logs
+/// them, without acting: the pipeline without the eviction policy.
+pub struct EvaluateOnly {
+    pub thresholds: MemoryThresholds,
+}
+
+impl Synchronizer for EvaluateOnly {
+    fn synchronize(
+        &mut self,
+        observation: &crate::observe::NodeObservation,
+        _wakes: &[crate::notify::Wake],
+        _now: crate::policy::types::Time,
+    ) -> crate::manager::SyncSummary {
+        let mib = |b: u64| b / (1 << 20);
+        let mut parts = Vec::new();
+        let mut check =
+            |signal: &str,
+             available: u64,
+             capacity: u64,
+             values: &[crate::policy::quantity::QuantityOrPercent]| {
+                let met: Vec<String> = values
+                    .iter()
+                    .map(|v| v.resolve(capacity as i64).max(0) as u64)
+                    .filter(|t| available < *t)
+                    .map(|t| format!("<{}Mi", mib(t)))
+                    .collect();
+                parts.push(format!(
+                    "{signal}={}Mi{}",
+                    mib(available),
+                    if met.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (threshold met: {})", met.join(", "))
+                    }
+                ));
+            };
+        check(
+            "memory.available",
+            observation.memory.available_bytes,
+            observation.memory.capacity_bytes,
+            &self.thresholds.node,
+        );
+        if let Some(pods) = &observation.allocatable {
+            check(
+                "allocatableMemory.available",
+                pods.available_bytes,
+                pods.capacity_bytes,
+                &self.thresholds.pods,
+            );
+        }
+        let text = parts.join(", ");
+        tracing::info!("synchronize: {text}");
+        crate::manager::SyncSummary { text }
+    }
+}

@@ -1,0 +1,144 @@
+//! The agent's own settings: the `monitor:` block of the configuration file (the rest of
+//! the file is a KubeletConfiguration). Every key is optional; unknown keys are errors
+//! here, since they can only be typos of ours.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::duration::go_duration;
+use crate::notify::psi::PsiTrigger;
+use crate::policy::quantity::Quantity;
+
+/// Which event sources run, and how.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct SourcesSettings {
+    pub ebpf: bool,
+    pub memcg_thresholds: bool,
+    pub memory_events: bool,
+    pub psi: bool,
+    /// PSI trigger: stall time within the window that fires it.
+    #[serde(deserialize_with = "go_duration")]
+    pub psi_stall: Duration,
+    #[serde(deserialize_with = "go_duration")]
+    pub psi_window: Duration,
+    /// In-kernel rate limit of the eBPF programs, per cgroup and event kind.
+    #[serde(deserialize_with = "go_duration")]
+    pub ebpf_min_interval: Duration,
+}
+
+impl Default for SourcesSettings {
+    fn default() -> Self {
+        let psi = PsiTrigger::default();
+        SourcesSettings {
+            ebpf: true,
+            memcg_thresholds: true,
+            memory_events: true,
+            psi: true,
+            psi_stall: psi.stall,
+            psi_window: psi.window,
+            ebpf_min_interval: Duration::from_nanos(monitor_common::DEFAULT_MIN_INTERVAL_NS),
+        }
+    }
+}
+
+/// The `monitor:` block.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentSettings {
+    pub sources: SourcesSettings,
+    /// The cgroup (relative to the memory hierarchy's root) under which pods run: the
+    /// allocatableMemory.available signal reads it.
+    pub pods_cgroup: Option<String>,
+    /// Memory limit of the pods cgroup: a bounded node (node allocatable).
+    pub pods_memory_limit: Option<Quantity>,
+    /// A path on the node filesystem (nodefs signals).
+    pub nodefs_path: PathBuf,
+    /// A path on a dedicated image filesystem, if any.
+    pub imagefs_path: Option<PathBuf>,
+    /// Where the agent keeps its state.
+    pub state_dir: PathBuf,
+    /// The API's unix socket.
+    pub socket: PathBuf,
+    /// Extra cgroups (relative to the memory root) to watch with memory.events and PSI.
+    pub watch_cgroups: Vec<String>,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        AgentSettings {
+            sources: SourcesSettings::default(),
+            pods_cgroup: None,
+            pods_memory_limit: None,
+            nodefs_path: PathBuf::from("/"),
+            imagefs_path: None,
+            state_dir: PathBuf::from("/var/lib/monitor"),
+            socket: PathBuf::from("/run/monitor/monitor.sock"),
+            watch_cgroups: Vec::new(),
+        }
+    }
+}
+
+impl AgentSettings {
+    pub fn psi_trigger(&self) -> PsiTrigger {
+        PsiTrigger {
+            stall: self.sources.psi_stall,
+            window: self.sources.psi_window,
+        }
+    }
+
+    /// Parses the raw `monitor:` value; `origin` names the file in errors.
+    pub fn from_value(value: Option<serde_yaml_ng::Value>, origin: &str) -> Result<Self, String> {
+        let Some(value) = value else {
+            return Ok(AgentSettings::default());
+        };
+        let settings: AgentSettings =
+            serde_yaml_ng::from_value(value).map_err(|e| format!("{origin}: monitor: {e}"))?;
+        settings
+            .psi_trigger()
+            .validate()
+            .map_err(|e| format!("{origin}: monitor.sources.psiWindow/psiStall: {e}"))?;
+        Ok(settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<AgentSettings, String> {
+        AgentSettings::from_value(Some(serde_yaml_ng::from_str(yaml).unwrap()), "agent.yaml")
+    }
+
+    #[test]
+    fn defaults_when_absent() {
+        assert_eq!(
+            AgentSettings::from_value(None, "x").unwrap(),
+            AgentSettings::default()
+        );
+        assert!(AgentSettings::default().sources.ebpf);
+    }
+
+    #[test]
+    fn reads_sources_and_limits() {
+        let s = parse("sources: {ebpf: false, psiStall: 50ms, psiWindow: 2s}\npodsCgroup: monitor/pods\npodsMemoryLimit: 1Gi\n").unwrap();
+        assert!(!s.sources.ebpf && s.sources.psi);
+        assert_eq!(s.sources.psi_stall, Duration::from_millis(50));
+        assert_eq!(s.pods_memory_limit.unwrap().value(), 1 << 30);
+        assert_eq!(s.pods_cgroup.as_deref(), Some("monitor/pods"));
+    }
+
+    #[test]
+    fn errors_name_the_file_and_key() {
+        let err = parse("sources: {ebfp: false}\n").unwrap_err();
+        assert!(err.contains("agent.yaml") && err.contains("ebfp"), "{err}");
+        let err = parse("sources: {psiWindow: 20s}\n").unwrap_err();
+        assert!(err.contains("psiWindow") && err.contains("10s"), "{err}");
+        let err = parse("podsMemoryLimit: lots\n").unwrap_err();
+        assert!(
+            err.contains("podsMemoryLimit") || err.contains("lots"),
+            "{err}"
+        );
+    }
+}

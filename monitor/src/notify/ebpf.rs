@@ -1,0 +1,295 @@
+//! The eBPF source: loads the embedded kernel-side object, attaches its tracepoints and
+//! turns ring-buffer records into wakes.
+//!
+//! Needs CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN), a kernel ≥ 5.8 (BPF ring buffer) and
+//! tracefs for the tracepoint ids: when tracefs is not mounted we mount it at
+//! /sys/kernel/tracing. Each tracepoint attaches on its own: a kernel that lacks one still
+//! gets the others, and the status says which attached.
+use std::path::{Path, PathBuf};
+
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::programs::TracePoint;
+use aya::{Ebpf, EbpfLoader};
+use monitor_common::{
+    COUNTERS_MAP, DEFAULT_MARK_VICTIM_PID_OFFSET, EVENTS_MAP, EventKind,
+    GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MIN_INTERVAL_NS, KIND_COUNT, PRESSURE_EVENT_SIZE,
+    PressureEvent,
+};
+use tokio::io::unix::AsyncFd;
+use tokio::task::JoinHandle;
+
+use super::{SourceStatus, WakeDetail, WakeSender, WakeSource};
+
+/// The kernel-side object, built by build.rs. Empty when built with AYA_BUILD_SKIP=1.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor-ebpf"));
+
+/// (program name in the object, tracepoint category, tracepoint name, kind).
+pub const PROGRAMS: [(&str, &str, &str, EventKind); 4] = [
+    (
+        "memcg_reclaim",
+        "vmscan",
+        "mm_vmscan_memcg_reclaim_begin",
+        EventKind::MemcgReclaim,
+    ),
+    (
+        "direct_reclaim",
+        "vmscan",
+        "mm_vmscan_direct_reclaim_begin",
+        EventKind::DirectReclaim,
+    ),
+    (
+        "kswapd_wake",
+        "vmscan",
+        "mm_vmscan_wakeup_kswapd",
+        EventKind::KswapdWake,
+    ),
+    ("oom_victim", "oom", "mark_victim", EventKind::OomVictim),
+];
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+#[derive(Debug, thiserror::Error)]
+pub enum EbpfError {
+    #[error(
+        "this binary was built without its eBPF object (AYA_BUILD_SKIP); rebuild with `cargo xtask setup` done"
+    )]
+    NotBuilt,
+    #[error("tracefs: {0}")]
+    Tracefs(String),
+    #[error("loading the eBPF object: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("no tracepoint attached: {0}")]
+    NoneAttached(String),
+    #[error("ring buffer {EVENTS_MAP}: {0}")]
+    RingBuf(String),
+}
+
+/// Settings of the eBPF source.
+#[derive(Clone, Debug)]
+pub struct EbpfSettings {
+    /// In-kernel rate limit per (cgroup, kind).
+    pub min_interval_ns: u64,
+}
+
+impl Default for EbpfSettings {
+    fn default() -> Self {
+        EbpfSettings {
+            min_interval_ns: monitor_common::DEFAULT_MIN_INTERVAL_NS,
+        }
+    }
+}
+
+/// Counters the programs keep (summed over CPUs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCounters {
+    pub emitted: [u64; KIND_COUNT as usize],
+    pub suppressed: [u64; KIND_COUNT as usize],
+    pub ring_full: u64,
+}
+
+/// A running eBPF source. Dropping it detaches the programs.
+pub struct EbpfSource {
+    pub status: SourceStatus,
+    pub task: JoinHandle<()>,
+    counters: PerCpuArray<MapData, u64>,
+    /// Kept alive: dropping the `Ebpf` detaches every program.
+    _ebpf: Ebpf,
+}
+
+impl EbpfSource {
+    pub fn counters(&self) -> KernelCounters {
+        let mut out = KernelCounters::default();
+        let read = |index: u32| -> u64 {
+            self.counters
+                .get(&index, 0)
+                .map(|per_cpu| per_cpu.iter().sum())
+                .unwrap_or(0)
+        };
+        for kind in 0..KIND_COUNT {
+            out.emitted[kind as usize] = read(2 * kind);
+            out.suppressed[kind as usize] = read(2 * kind + 1);
+        }
+        out.ring_full = read(2 * KIND_COUNT);
+        out
+    }
+}
+
+/// Loads, attaches and starts consuming. Must run inside a tokio runtime.
+pub fn start(settings: &EbpfSettings, wakes: WakeSender) -> Result<EbpfSource, EbpfError> {
+    if EBPF_OBJECT.is_empty() {
+        return Err(EbpfError::NotBuilt);
+    }
+    let tracefs = ensure_tracefs()?;
+    let pid_offset = mark_victim_pid_offset(&tracefs);
+    let mut ebpf = EbpfLoader::new()
+        .override_global(GLOBAL_MIN_INTERVAL_NS, &settings.min_interval_ns, true)
+        .override_global(GLOBAL_MARK_VICTIM_PID_OFFSET, &pid_offset, true)
+        .load(EBPF_OBJECT)?;
+
+    let mut attached = Vec::new();
+    let mut failed = Vec::new();
+    for (program, category, tracepoint, _) in PROGRAMS {
+        match attach(&mut ebpf, program, category, tracepoint) {
+            Ok(()) => attached.push(format!("{category}:{tracepoint}")),
+            Err(err) => failed.push(format!("{category}:{tracepoint} ({err})")),
+        }
+    }
+    if attached.is_empty() {
+        return Err(EbpfError::NoneAttached(failed.join("; ")));
+    }
+    let ring = ebpf
+        .take_map(EVENTS_MAP)
+        .ok_or_else(|| EbpfError::RingBuf("not in the object".into()))?;
+    let ring = RingBuf::try_from(ring).map_err(|e| EbpfError::RingBuf(e.to_string()))?;
+    let counters = ebpf
+        .take_map(monitor_common::COUNTERS_MAP)
+        .ok_or_else(|| EbpfError::RingBuf(format!("{COUNTERS_MAP} not in the object")))?;
+    let counters =
+        PerCpuArray::try_from(counters).map_err(|e| EbpfError::RingBuf(e.to_string()))?;
+    let ring = super::async_fd(ring, tokio::io::Interest::READABLE)
+        .map_err(|e| EbpfError::RingBuf(e.to_string()))?;
+    let task = tokio::spawn(consume(ring, wakes));
+
+    let mut detail = format!(
+        "attached {} (ring buffer {} KiB, rate limit {} µs per cgroup and kind)",
+        attached.join(", "),
+        monitor_common::EVENTS_RING_BYTES / 1024,
+        settings.min_interval_ns / 1000
+    );
+    if !failed.is_empty() {
+        detail.push_str(&format!("; not attached: {}", failed.join("; ")));
+    }
+    Ok(EbpfSource {
+        status: SourceStatus::running(WakeSource::Ebpf, detail),
+        task,
+        counters,
+        _ebpf: ebpf,
+    })
+}
+
+fn attach(ebpf: &mut Ebpf, program: &str, category: &str, tracepoint: &str) -> Result<(), String> {
+    let program: &mut TracePoint = ebpf
+        .program_mut(program)
+        .ok_or_else(|| format!("program {program} missing from the object"))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+    program.load().map_err(|e| e.to_string())?;
+    program
+        .attach(category, tracepoint)
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+async fn consume(mut ring: AsyncFd<RingBuf<MapData>>, wakes: WakeSender) {
+    loop {
+        let mut guard = match ring.readable_mut().await {
+            Ok(guard) => guard,
+            Err(err) => {
+                tracing::error!("eBPF ring buffer poll failed, source stops: {err}");
+                return;
+            }
+        };
+        let ring = guard.get_inner_mut();
+        while let Some(item) = ring.next() {
+            if let Some(event) = decode(&item) {
+                // On a v1 memory controller the record's cgroup id (unified hierarchy) does
+                // not name the memcg; the task's /proc entry does, while it lives.
+                let memcg = std::fs::read_to_string(format!("/proc/{}/cgroup", event.pid))
+                    .ok()
+                    .and_then(|text| crate::observe::parse::memory_cgroup_of(&text));
+                wakes.wake(WakeSource::Ebpf, WakeDetail::Kernel { event, memcg });
+            }
+        }
+        guard.clear_ready();
+    }
+}
+
+/// Copies a record out of the ring; a short record (a layout mismatch) is skipped.
+pub fn decode(bytes: &[u8]) -> Option<PressureEvent> {
+    if bytes.len() < PRESSURE_EVENT_SIZE {
+        return None;
+    }
+    // SAFETY: the length is checked, PressureEvent is plain old data valid for any bit
+    // pattern, and read_unaligned makes no alignment assumption about the ring's bytes.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<PressureEvent>()) })
+}
+
+/// Makes sure tracefs is mounted (aya looks up tracepoint ids there) and returns its path.
+fn ensure_tracefs() -> Result<PathBuf, EbpfError> {
+    for candidate in [TRACEFS, "/sys/kernel/debug/tracing"] {
+        if Path::new(candidate).join("events").is_dir() {
+            return Ok(PathBuf::from(candidate));
+        }
+    }
+    nix::mount::mount(
+        Some("tracefs"),
+        TRACEFS,
+        Some("tracefs"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .map_err(|e| {
+        EbpfError::Tracefs(format!(
+            "not mounted, and mounting it at {TRACEFS} failed: {e}"
+        ))
+    })?;
+    tracing::info!("mounted tracefs at {TRACEFS} to attach tracepoints");
+    Ok(PathBuf::from(TRACEFS))
+}
+
+/// Reads the offset of `pid` in oom:mark_victim records from its tracefs format.
+fn mark_victim_pid_offset(tracefs: &Path) -> u32 {
+    let path = tracefs.join("events/oom/mark_victim/format");
+    std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| parse_field_offset(&text, "pid"))
+        .unwrap_or(DEFAULT_MARK_VICTIM_PID_OFFSET)
+}
+
+/// Finds `offset:N` of a field in a tracefs event format ("field:int pid;\toffset:8;...").
+pub fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
+    format.lines().find_map(|line| {
+        let decl = line.trim().strip_prefix("field:")?.split(';').next()?;
+        if decl.split_whitespace().last()? != field {
+            return None;
+        }
+        line.split(';')
+            .find_map(|part| part.trim().strip_prefix("offset:")?.parse().ok())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_pid_offset_in_a_tracefs_format() {
+        let format = "name: mark_victim\nID: 400\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+                      \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:int pid;\toffset:8;\tsize:4;\tsigned:1;\n\
+                      \tfield:__data_loc char[] comm;\toffset:12;\tsize:4;\tsigned:0;\n";
+        assert_eq!(parse_field_offset(format, "pid"), Some(8));
+        assert_eq!(parse_field_offset(format, "comm"), Some(12));
+        assert_eq!(parse_field_offset(format, "uid"), None);
+    }
+
+    #[test]
+    fn decodes_records_and_skips_short_ones() {
+        let event = PressureEvent {
+            kind: 3,
+            pid: 42,
+            timestamp_ns: 7,
+            cgroup_id: 9,
+            suppressed: 1,
+            _pad: 0,
+        };
+        // SAFETY: viewing a POD value as its bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&event as *const PressureEvent).cast::<u8>(),
+                PRESSURE_EVENT_SIZE,
+            )
+        };
+        assert_eq!(decode(bytes), Some(event));
+        assert_eq!(decode(&bytes[..8]), None);
+    }
+}

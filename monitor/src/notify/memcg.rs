@@ -1,0 +1,134 @@
+//! cgroup v1 memory thresholds: the kernel signals an eventfd when a cgroup's
+//! `memory.usage_in_bytes` crosses a registered value (either way). Documented in
+//! Documentation/admin-guide/cgroup-v1/memory.rst, "Memory thresholds"; since 2.6.34.
+//!
+//! As the kubelet's memory threshold notifier does, the value is
+//! `capacity − eviction threshold + inactive_file`: usage counts reclaimable page cache,
+//! the signal does not. Because inactive_file moves, the manager re-arms every threshold
+//! after each synchronize through the `watch` channel given to [`spawn`].
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::{WakeDetail, WakeSender, WakeSource};
+
+/// One threshold to arm.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThresholdSpec {
+    /// The cgroup directory (in the v1 memory hierarchy).
+    pub cgroup: PathBuf,
+    /// Value of memory.usage_in_bytes at which to wake.
+    pub usage_bytes: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ThresholdError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("eventfd: {0}")]
+    EventFd(nix::Error),
+}
+
+/// A registered threshold: the eventfd the kernel signals, and the usage file it watches
+/// (the registration lives as long as the eventfd is open).
+pub struct Registration {
+    eventfd: AsyncFd<EventFd>,
+    _usage: OwnedFd,
+    spec: ThresholdSpec,
+}
+
+/// Registers one threshold with the kernel.
+pub fn register(spec: &ThresholdSpec) -> Result<Registration, ThresholdError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ThresholdError::Io { path, source }
+    };
+    let usage_path = spec.cgroup.join("memory.usage_in_bytes");
+    let usage: OwnedFd = std::fs::File::open(&usage_path)
+        .map_err(io(&usage_path))?
+        .into();
+    let eventfd = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+        .map_err(ThresholdError::EventFd)?;
+    let control_path = spec.cgroup.join("cgroup.event_control");
+    let line = format!(
+        "{} {} {}",
+        eventfd.as_fd().as_raw_fd(),
+        usage.as_raw_fd(),
+        spec.usage_bytes
+    );
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&control_path)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .map_err(io(&control_path))?;
+    let eventfd =
+        super::async_fd(eventfd, tokio::io::Interest::READABLE).map_err(io(&control_path))?;
+    Ok(Registration {
+        eventfd,
+        _usage: usage,
+        spec: spec.clone(),
+    })
+}
+
+impl Registration {
+    /// Waits until the kernel signals this threshold.
+    pub async fn fired(&self) -> std::io::Result<()> {
+        loop {
+            let mut guard = self.eventfd.readable().await?;
+            match guard.try_io(|fd| fd.get_ref().read().map_err(std::io::Error::from)) {
+                Ok(Ok(_count)) => return Ok(()),
+                Ok(Err(err)) if err.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Ok(Err(err)) => return Err(err),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    pub fn spec(&self) -> &ThresholdSpec {
+        &self.spec
+    }
+}
+
+/// Runs the source: keeps exactly the thresholds in `specs` armed, re-arming whenever the
+/// manager publishes a new set. Registration failures are logged once per change.
+pub fn spawn(mut specs: watch::Receiver<Vec<ThresholdSpec>>, wakes: WakeSender) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let current = specs.borrow_and_update().clone();
+            let mut waiting = JoinSet::new();
+            for spec in &current {
+                match register(spec) {
+                    Ok(registration) => {
+                        let wakes = wakes.clone();
+                        waiting.spawn(async move {
+                            while registration.fired().await.is_ok() {
+                                wakes.wake(
+                                    WakeSource::MemcgThreshold,
+                                    WakeDetail::Threshold {
+                                        cgroup: registration.spec.cgroup.clone(),
+                                        threshold_bytes: registration.spec.usage_bytes,
+                                    },
+                                );
+                            }
+                        });
+                    }
+                    Err(err) => tracing::warn!("memcg threshold not armed: {err}"),
+                }
+            }
+            tracing::debug!(count = current.len(), "memcg thresholds armed");
+            // Dropping the JoinSet aborts the waiters and closes their eventfds, which
+            // unregisters them in the kernel.
+            if specs.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+}

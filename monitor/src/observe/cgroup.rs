@@ -1,0 +1,317 @@
+//! cgroup v1 and v2 memory readers. The layout (which version, where it is mounted) is
+//! detected once from /proc/self/mountinfo; every read afterwards goes to the files at that
+//! moment. Roots are injectable so tests can point a reader at a fake tree.
+use std::path::{Path, PathBuf};
+
+use super::{ObserveError, parse, read_file};
+
+/// Which hierarchy carries the memory controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// Where the cgroup hierarchies are mounted on this host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupLayout {
+    /// The version of the hierarchy with the memory controller.
+    pub version: CgroupVersion,
+    /// Mount point of the hierarchy with the memory controller
+    /// (`/sys/fs/cgroup/memory` on v1, `/sys/fs/cgroup` on v2).
+    pub memory_root: PathBuf,
+    /// Mount point of the cgroup2 hierarchy, when one is mounted (on hybrid v1 hosts
+    /// `/sys/fs/cgroup/unified`, which has no controllers but still groups tasks: the
+    /// eBPF programs see a task's cgroup id in it).
+    pub unified_root: Option<PathBuf>,
+}
+
+impl CgroupLayout {
+    /// Detects the layout of the running host.
+    pub fn detect() -> Result<Self, ObserveError> {
+        let path = Path::new("/proc/self/mountinfo");
+        let text = read_file(path)?;
+        Self::from_mountinfo(&text, |root| {
+            std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default()
+        })
+        .ok_or_else(|| ObserveError::Parse {
+            path: path.to_path_buf(),
+            reason: "no cgroup hierarchy with the memory controller is mounted".into(),
+        })
+    }
+
+    /// Detects the layout from mountinfo text; `controllers_of` reads a cgroup2 mount's
+    /// `cgroup.controllers` (injected for tests).
+    pub fn from_mountinfo(
+        mountinfo: &str,
+        controllers_of: impl Fn(&Path) -> String,
+    ) -> Option<Self> {
+        let mut v1_memory = None;
+        let mut unified = None;
+        for line in mountinfo.lines() {
+            // "36 35 0:30 / /sys/fs/cgroup/memory rw,relatime shared:1 - cgroup cgroup rw,memory"
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let mount_point = left.split_whitespace().nth(4);
+            let mut right = right.split_whitespace();
+            let fstype = right.next();
+            let super_options = right.nth(1).unwrap_or("");
+            match (fstype, mount_point) {
+                (Some("cgroup"), Some(mp)) if super_options.split(',').any(|o| o == "memory") => {
+                    v1_memory = Some(PathBuf::from(mp));
+                }
+                (Some("cgroup2"), Some(mp)) => unified = Some(PathBuf::from(mp)),
+                _ => {}
+            }
+        }
+        if let Some(memory_root) = v1_memory {
+            return Some(CgroupLayout {
+                version: CgroupVersion::V1,
+                memory_root,
+                unified_root: unified,
+            });
+        }
+        let root = unified?;
+        let has_memory = controllers_of(&root)
+            .split_whitespace()
+            .any(|c| c == "memory");
+        has_memory.then(|| CgroupLayout {
+            version: CgroupVersion::V2,
+            memory_root: root.clone(),
+            unified_root: Some(root),
+        })
+    }
+}
+
+/// Memory statistics of one cgroup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryStats {
+    pub usage_bytes: u64,
+    /// Hierarchical inactive file pages (v1 `total_inactive_file`, v2 `inactive_file`).
+    pub inactive_file_bytes: Option<u64>,
+    /// The hard limit (v1 memory.limit_in_bytes, v2 memory.max); `None` when unlimited.
+    pub limit_bytes: Option<u64>,
+    /// usage − inactive_file, as the kubelet (cAdvisor) computes the working set.
+    pub working_set_bytes: u64,
+}
+
+/// Event counters of one cgroup (v2 memory.events; v1 memory.oom_control and failcnt).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryEvents {
+    /// v2: times usage went over memory.high.
+    pub high: Option<u64>,
+    /// v2: times usage hit memory.max; v1: memory.failcnt.
+    pub max: Option<u64>,
+    /// v2: OOM situations; v1: `under_oom` flag.
+    pub oom: Option<u64>,
+    /// Processes the OOM killer killed in this cgroup (v2 `oom_kill`, v1 oom_control
+    /// `oom_kill`, since 4.13).
+    pub oom_kill: Option<u64>,
+}
+
+/// Reads memory files of cgroups under one hierarchy.
+#[derive(Clone, Debug)]
+pub struct CgroupReader {
+    version: CgroupVersion,
+    root: PathBuf,
+}
+
+impl CgroupReader {
+    pub fn new(version: CgroupVersion, root: impl Into<PathBuf>) -> Self {
+        CgroupReader {
+            version,
+            root: root.into(),
+        }
+    }
+
+    pub fn version(&self) -> CgroupVersion {
+        self.version
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Absolute directory of a cgroup given relative to the root ("" is the root).
+    pub fn dir(&self, cgroup: &str) -> PathBuf {
+        self.root.join(cgroup.trim_start_matches('/'))
+    }
+
+    fn file(&self, cgroup: &str, v1: &str, v2: &str) -> PathBuf {
+        self.dir(cgroup).join(match self.version {
+            CgroupVersion::V1 => v1,
+            CgroupVersion::V2 => v2,
+        })
+    }
+
+    /// The file whose value crosses memory thresholds (v1 memory.usage_in_bytes, v2
+    /// memory.current).
+    pub fn usage_file(&self, cgroup: &str) -> PathBuf {
+        self.file(cgroup, "memory.usage_in_bytes", "memory.current")
+    }
+
+    pub fn memory_stats(&self, cgroup: &str) -> Result<MemoryStats, ObserveError> {
+        let usage_path = self.usage_file(cgroup);
+        let usage_bytes = read_single(&usage_path)?.unwrap_or(0);
+        let stat_path = self.file(cgroup, "memory.stat", "memory.stat");
+        let stat = parse::flat_keyed(&read_file(&stat_path)?);
+        let inactive_key = match self.version {
+            CgroupVersion::V1 => "total_inactive_file",
+            CgroupVersion::V2 => "inactive_file",
+        };
+        let inactive_file_bytes = stat.get(inactive_key).copied();
+        let limit_path = self.file(cgroup, "memory.limit_in_bytes", "memory.max");
+        // The v2 root has no memory.max: unlimited.
+        let limit_bytes = if limit_path.exists() {
+            read_single(&limit_path)?
+        } else {
+            None
+        };
+        Ok(MemoryStats {
+            usage_bytes,
+            inactive_file_bytes,
+            limit_bytes,
+            working_set_bytes: usage_bytes.saturating_sub(inactive_file_bytes.unwrap_or(0)),
+        })
+    }
+
+    pub fn memory_events(&self, cgroup: &str) -> Result<MemoryEvents, ObserveError> {
+        match self.version {
+            CgroupVersion::V2 => {
+                let events =
+                    parse::flat_keyed(&read_file(&self.file(cgroup, "", "memory.events"))?);
+                Ok(MemoryEvents {
+                    high: events.get("high").copied(),
+                    max: events.get("max").copied(),
+                    oom: events.get("oom").copied(),
+                    oom_kill: events.get("oom_kill").copied(),
+                })
+            }
+            CgroupVersion::V1 => {
+                let oom =
+                    parse::flat_keyed(&read_file(&self.dir(cgroup).join("memory.oom_control"))?);
+                let failcnt = read_single(&self.dir(cgroup).join("memory.failcnt"))?;
+                Ok(MemoryEvents {
+                    high: None,
+                    max: failcnt,
+                    oom: oom.get("under_oom").copied(),
+                    oom_kill: oom.get("oom_kill").copied(),
+                })
+            }
+        }
+    }
+
+    /// The cgroup's memory.pressure file (PSI per cgroup: v2 only).
+    pub fn pressure_file(&self, cgroup: &str) -> PathBuf {
+        self.dir(cgroup).join("memory.pressure")
+    }
+}
+
+fn read_single(path: &Path) -> Result<Option<u64>, ObserveError> {
+    parse::single_value(&read_file(path)?).map_err(|reason| ObserveError::Parse {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    const HYBRID: &str = "\
+25 30 0:22 / /sys/fs/cgroup rw - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw,relatime shared:5 - cgroup2 cgroup2 rw
+31 25 0:28 / /sys/fs/cgroup/memory rw,relatime shared:10 - cgroup cgroup rw,memory
+32 25 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+";
+
+    #[test]
+    fn detects_hybrid_v1_memory() {
+        let l = CgroupLayout::from_mountinfo(HYBRID, |_| String::new()).unwrap();
+        assert_eq!(l.version, CgroupVersion::V1);
+        assert_eq!(l.memory_root, Path::new("/sys/fs/cgroup/memory"));
+        assert_eq!(
+            l.unified_root.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/unified"))
+        );
+    }
+
+    #[test]
+    fn detects_pure_v2_only_with_memory_controller() {
+        let text = "26 1 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
+        let l = CgroupLayout::from_mountinfo(text, |_| "cpuset cpu io memory pids".into()).unwrap();
+        assert_eq!(l.version, CgroupVersion::V2);
+        assert!(CgroupLayout::from_mountinfo(text, |_| "cpu io".into()).is_none());
+    }
+
+    fn fake_tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            let path = dir.path().join(name);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn v1_memory_stats_and_events() {
+        let t = fake_tree(&[
+            ("pods/memory.usage_in_bytes", "1000\n"),
+            ("pods/memory.stat", "cache 1\ntotal_inactive_file 300\n"),
+            ("pods/memory.limit_in_bytes", "9223372036854771712\n"),
+            (
+                "pods/memory.oom_control",
+                "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+            ),
+            ("pods/memory.failcnt", "5\n"),
+        ]);
+        let r = CgroupReader::new(CgroupVersion::V1, t.path());
+        let m = r.memory_stats("/pods").unwrap();
+        assert_eq!(
+            m,
+            MemoryStats {
+                usage_bytes: 1000,
+                inactive_file_bytes: Some(300),
+                limit_bytes: None,
+                working_set_bytes: 700
+            }
+        );
+        let e = r.memory_events("pods").unwrap();
+        assert_eq!((e.max, e.oom_kill), (Some(5), Some(2)));
+    }
+
+    #[test]
+    fn v2_memory_stats_and_events() {
+        let t = fake_tree(&[
+            ("p/memory.current", "4096\n"),
+            ("p/memory.stat", "anon 1\ninactive_file 5000\n"),
+            ("p/memory.max", "max\n"),
+            (
+                "p/memory.events",
+                "low 0\nhigh 3\nmax 1\noom 0\noom_kill 0\noom_group_kill 0\n",
+            ),
+        ]);
+        let r = CgroupReader::new(CgroupVersion::V2, t.path());
+        let m = r.memory_stats("p").unwrap();
+        // inactive_file above usage (racy reads) must not underflow.
+        assert_eq!(m.working_set_bytes, 0);
+        assert_eq!(r.memory_events("p").unwrap().high, Some(3));
+    }
+
+    #[test]
+    fn missing_and_odd_files_are_errors_naming_the_path() {
+        let t = fake_tree(&[("q/memory.current", "lots\n"), ("q/memory.stat", "")]);
+        let r = CgroupReader::new(CgroupVersion::V2, t.path());
+        let err = r.memory_stats("q").unwrap_err().to_string();
+        assert!(
+            err.contains("q/memory.current") && err.contains("lots"),
+            "{err}"
+        );
+        let err = r.memory_stats("absent").unwrap_err().to_string();
+        assert!(err.contains("absent/memory.current"), "{err}");
+    }
+}

@@ -1,0 +1,172 @@
+//! Parsers for the kernel's text files. They take `&str`, never a path, and never slice by
+//! fixed index: kernels add and reorder keys, so every lookup is by name.
+use std::collections::BTreeMap;
+
+/// A "key value" per line file: memory.stat, memory.events, /proc/meminfo ("Key: N kB").
+/// Lines that do not parse are skipped (a newer kernel may add non-numeric keys).
+pub fn flat_keyed(text: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(key), Some(value)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let key = key.trim_end_matches(':');
+        let Ok(mut value) = value.parse::<u64>() else {
+            continue;
+        };
+        if words.next() == Some("kB") {
+            value = value.saturating_mul(1024);
+        }
+        out.insert(key.to_string(), value);
+    }
+    out
+}
+
+/// A single-value file such as memory.usage_in_bytes or memory.max. `max` (v2's "no
+/// limit") is `None`; so is v1's "no limit" value, which is a page-rounded i64::MAX.
+pub fn single_value(text: &str) -> Result<Option<u64>, String> {
+    let t = text.trim();
+    if t == "max" {
+        return Ok(None);
+    }
+    let v: u64 = t
+        .parse()
+        .map_err(|_| format!("expected a number or \"max\", found {t:?}"))?;
+    Ok(if v >= 0x7FFF_FFFF_FFFF_F000 {
+        None
+    } else {
+        Some(v)
+    })
+}
+
+/// One line of a PSI file ("some avg10=0.00 avg60=0.00 avg300=0.00 total=0").
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PsiLine {
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+    /// Total stall time in microseconds.
+    pub total_us: u64,
+}
+
+/// /proc/pressure/memory or a cgroup's memory.pressure.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Psi {
+    pub some: PsiLine,
+    /// Absent for the cpu resource on older kernels.
+    pub full: Option<PsiLine>,
+}
+
+pub fn psi(text: &str) -> Result<Psi, String> {
+    let mut some = None;
+    let mut full = None;
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let Some(kind) = words.next() else { continue };
+        let mut parsed = PsiLine::default();
+        for word in words {
+            let Some((key, value)) = word.split_once('=') else {
+                continue;
+            };
+            let bad = || format!("{kind}: bad value {word:?}");
+            match key {
+                "avg10" => parsed.avg10 = value.parse().map_err(|_| bad())?,
+                "avg60" => parsed.avg60 = value.parse().map_err(|_| bad())?,
+                "avg300" => parsed.avg300 = value.parse().map_err(|_| bad())?,
+                "total" => parsed.total_us = value.parse().map_err(|_| bad())?,
+                _ => {}
+            }
+        }
+        match kind {
+            "some" => some = Some(parsed),
+            "full" => full = Some(parsed),
+            _ => {}
+        }
+    }
+    Ok(Psi {
+        some: some.ok_or("no \"some\" line")?,
+        full,
+    })
+}
+
+/// The memory line of /proc/PID/cgroup: the v1 memory controller's path, or the v2 path
+/// ("0::/path") when no v1 memory hierarchy is listed.
+pub fn memory_cgroup_of(proc_cgroup: &str) -> Option<String> {
+    let mut unified = None;
+    for line in proc_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if controllers.split(',').any(|c| c == "memory") {
+            return Some(path.to_string());
+        }
+        if controllers.is_empty() {
+            unified = Some(path.to_string());
+        }
+    }
+    unified
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+
+    #[test]
+    fn memory_stat_v1() {
+        let m = flat_keyed(
+            "cache 4096\nrss 8192\ntotal_inactive_file 1234\nhierarchical_memory_limit 9223372036854771712\n",
+        );
+        assert_eq!(m["total_inactive_file"], 1234);
+        assert_eq!(m["rss"], 8192);
+    }
+
+    #[test]
+    fn meminfo_units() {
+        let m = flat_keyed(
+            "MemTotal:       24576000 kB\nMemAvailable:   100 kB\nHugePages_Total:       0\n",
+        );
+        assert_eq!(m["MemTotal"], 24576000 * 1024);
+        assert_eq!(m["HugePages_Total"], 0);
+    }
+
+    #[test]
+    fn odd_lines_are_skipped_not_fatal() {
+        let m = flat_keyed("\nweird\nkey notanumber\nlow 3\n");
+        assert_eq!(m.len(), 1);
+        assert_eq!(m["low"], 3);
+    }
+
+    #[rstest]
+    #[case("max\n", Some(None))]
+    #[case("1048576\n", Some(Some(1048576)))]
+    #[case("9223372036854771712\n", Some(None))]
+    #[case("12abc", None)]
+    #[case("", None)]
+    fn single_values(#[case] text: &str, #[case] expected: Option<Option<u64>>) {
+        assert_eq!(single_value(text).ok(), expected, "{text:?}");
+    }
+
+    #[test]
+    fn psi_lines() {
+        let p = psi("some avg10=1.50 avg60=0.20 avg300=0.00 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=7\n").unwrap();
+        assert_eq!(p.some.avg10, 1.5);
+        assert_eq!(p.some.total_us, 12345);
+        assert_eq!(p.full.unwrap().total_us, 7);
+        assert!(psi("full avg10=0.00 total=1\n").is_err());
+        assert!(psi("some avg10=x total=1\n").is_err());
+    }
+
+    #[rstest]
+    #[case("12:memory:/a/b\n0::/x\n", Some("/a/b"))]
+    #[case("4:cpu,memory:/k\n", Some("/k"))]
+    #[case("0::/only/v2\n", Some("/only/v2"))]
+    #[case("3:cpu:/c\n", None)]
+    fn memory_cgroup_lines(#[case] text: &str, #[case] expected: Option<&str>) {
+        assert_eq!(memory_cgroup_of(text).as_deref(), expected);
+    }
+}
