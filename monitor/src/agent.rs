@@ -24,6 +24,8 @@ pub struct AgentConfig {
     pub memory_thresholds: MemoryThresholds,
     /// The cgroup layout; `None` detects the host's.
     pub layout: Option<CgroupLayout>,
+    /// Load this eBPF object instead of the embedded one (tests make loading fail with it).
+    pub ebpf_object_override: Option<Vec<u8>>,
 }
 
 /// A running agent.
@@ -72,6 +74,7 @@ impl Agent {
         } else {
             let ebpf_settings = EbpfSettings {
                 min_interval_ns: settings.sources.ebpf_min_interval.as_nanos() as u64,
+                object_override: config.ebpf_object_override.clone(),
             };
             match notify::ebpf::start(&ebpf_settings, wakes.clone()) {
                 Ok(source) => {

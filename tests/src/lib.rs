@@ -1,1 +1,375 @@
-//! Helpers for the privileged integration tests.
+//! Helpers for the privileged integration tests: cgroups of our own (created under a
+//! dedicated `monitor-test-<pid>` parent, removed on drop even when a test fails), a
+//! memory hog confined to them, and SKIP reporting.
+//!
+//! Safety on a shared machine: every cgroup made here lives under `monitor-test-<pid>`;
+//! every process killed here was spawned here; every hog runs under a memory limit.
+use std::ffi::CString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use monitor::observe::{CgroupLayout, CgroupVersion};
+
+/// Kernel features a test may need. `MONITOR_TEST_REQUIRE` (comma-separated names, set
+/// by `cargo xtask test` from what the machine offers) turns a skip of a listed feature
+/// into a failure: a path this machine supports must not be skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Feature {
+    Root,
+    Ebpf,
+    CgroupV1Memory,
+    CgroupV2Memory,
+    Psi,
+}
+
+impl Feature {
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::Root => "root",
+            Feature::Ebpf => "ebpf",
+            Feature::CgroupV1Memory => "cgroup-v1-memory",
+            Feature::CgroupV2Memory => "cgroup-v2-memory",
+            Feature::Psi => "psi",
+        }
+    }
+
+    /// Why this machine lacks the feature, or `None` when it has it.
+    pub fn missing(self) -> Option<String> {
+        match self {
+            Feature::Root => {
+                (!nix::unistd::geteuid().is_root()).then(|| "not running as root".into())
+            }
+            Feature::Ebpf => (!Path::new("/sys/kernel/btf/vmlinux").exists()
+                && !Path::new("/sys/fs/bpf").exists())
+            .then(|| "no BPF support visible (/sys/fs/bpf)".into()),
+            Feature::CgroupV1Memory => match layout() {
+                Some(l) if l.version == CgroupVersion::V1 => None,
+                _ => Some("the memory controller is not on cgroup v1 here".into()),
+            },
+            Feature::CgroupV2Memory => match layout() {
+                Some(l) if l.version == CgroupVersion::V2 => None,
+                _ => Some(
+                    "the memory controller is not on cgroup v2 here (the VM suite covers it)"
+                        .into(),
+                ),
+            },
+            Feature::Psi => std::fs::read_to_string("/proc/pressure/memory")
+                .err()
+                .map(|e| format!("no PSI (/proc/pressure/memory: {e})")),
+        }
+    }
+}
+
+fn layout() -> Option<CgroupLayout> {
+    CgroupLayout::detect().ok()
+}
+
+/// Returns `true` when every feature is present. Otherwise prints `SKIP: <test>: <reason>`
+/// and returns `false` — or panics when the feature is required on this machine.
+pub fn require(test: &str, features: &[Feature]) -> bool {
+    let required: Vec<String> = std::env::var("MONITOR_TEST_REQUIRE")
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for feature in features {
+        if let Some(reason) = feature.missing() {
+            if required.iter().any(|r| r == feature.name()) {
+                panic!(
+                    "{test}: feature {} is required on this machine but missing: {reason}",
+                    feature.name()
+                );
+            }
+            // Straight to the process's stdout: the test harness captures `println!` of
+            // passing tests, and `cargo xtask test` counts these lines.
+            use std::io::Write;
+            let _ = writeln!(std::io::stdout(), "SKIP: {test}: {reason}");
+            return false;
+        }
+    }
+    true
+}
+
+/// Initialises test logging once (RUST_LOG controls it).
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// The name of this test process's parent cgroup.
+pub fn parent_name() -> String {
+    format!("monitor-test-{}", std::process::id())
+}
+
+/// Removes `monitor-test-<pid>` parents left by test processes that are gone (a killed
+/// run cannot clean up after itself). Only our own naming pattern is touched.
+pub fn cleanup_stale() {
+    let Some(layout) = layout() else { return };
+    let roots = [
+        Some(layout.memory_root.clone()),
+        layout.unified_root.clone(),
+    ];
+    for root in roots.into_iter().flatten() {
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            let Some(pid) = name
+                .strip_prefix("monitor-test-")
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            remove_tree(&entry.path());
+        }
+    }
+}
+
+/// Kills every process in a cgroup tree we created, then removes it bottom-up.
+fn remove_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                remove_tree(&entry.path());
+            }
+        }
+    }
+    for _ in 0..50 {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        let pids: Vec<i32> = procs
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut last = None;
+    for _ in 0..50 {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "warning: could not remove test cgroup {}: {last:?}",
+        dir.display()
+    );
+}
+
+/// A cgroup of our own in the memory hierarchy, mirrored in the cgroup2 hierarchy when one
+/// is mounted beside v1 (so eBPF cgroup ids and per-cgroup PSI name it too). Removed on
+/// drop, with every process in it killed first.
+pub struct TestCgroup {
+    /// Path relative to the memory root, e.g. `monitor-test-123/hog`.
+    pub relative: String,
+    /// Directory in the memory hierarchy.
+    pub memory_dir: PathBuf,
+    /// Directory in the cgroup2 hierarchy (v2 hosts: the same as `memory_dir`).
+    pub unified_dir: Option<PathBuf>,
+    pub version: CgroupVersion,
+    parents: Vec<PathBuf>,
+}
+
+impl TestCgroup {
+    /// Creates `<root>/monitor-test-<pid>/<name>` with a memory limit.
+    pub fn new(name: &str, memory_limit: u64) -> TestCgroup {
+        cleanup_stale();
+        let layout = layout().expect("a cgroup hierarchy with the memory controller");
+        let parent = parent_name();
+        let relative = format!("{parent}/{name}");
+        let mut parents = Vec::new();
+        let mut create = |root: &Path| -> PathBuf {
+            let p = root.join(&parent);
+            if !p.exists() {
+                std::fs::create_dir(&p).unwrap_or_else(|e| panic!("creating {}: {e}", p.display()));
+            }
+            if layout.version == CgroupVersion::V2 && root == layout.memory_root {
+                // Let children use the memory (and pids) controllers.
+                let _ = std::fs::write(root.join("cgroup.subtree_control"), "+memory +pids");
+                let _ = std::fs::write(p.join("cgroup.subtree_control"), "+memory +pids");
+            }
+            parents.push(p.clone());
+            let dir = p.join(name);
+            if dir.exists() {
+                remove_tree(&dir);
+            }
+            std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+            dir
+        };
+        let memory_dir = create(&layout.memory_root);
+        let unified_dir = match (&layout.unified_root, layout.version) {
+            (Some(_), CgroupVersion::V2) => Some(memory_dir.clone()),
+            (Some(root), CgroupVersion::V1) => Some(create(root)),
+            (None, _) => None,
+        };
+        let limit_file = match layout.version {
+            CgroupVersion::V1 => "memory.limit_in_bytes",
+            CgroupVersion::V2 => "memory.max",
+        };
+        let cg = TestCgroup {
+            relative,
+            memory_dir,
+            unified_dir,
+            version: layout.version,
+            parents,
+        };
+        cg.write(limit_file, &memory_limit.to_string());
+        cg
+    }
+
+    /// Writes a file in the memory directory.
+    pub fn write(&self, file: &str, value: &str) {
+        let path = self.memory_dir.join(file);
+        std::fs::write(&path, value)
+            .unwrap_or_else(|e| panic!("writing {value:?} to {}: {e}", path.display()));
+    }
+
+    pub fn read(&self, file: &str) -> String {
+        let path = self.memory_dir.join(file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+    }
+
+    /// The cgroup2 id (inode number of the unified directory), as eBPF reports it.
+    pub fn unified_id(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        self.unified_dir
+            .as_ref()
+            .and_then(|d| std::fs::metadata(d).ok())
+            .map(|m| m.ino())
+    }
+
+    /// Files a process must write "0" to, to join this cgroup in every hierarchy.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        let mut files = vec![self.memory_dir.join("cgroup.procs")];
+        if let Some(u) = &self.unified_dir {
+            if *u != self.memory_dir {
+                files.push(u.join("cgroup.procs"));
+            }
+        }
+        files
+    }
+
+    /// Spawns `command` inside this cgroup: the child joins it before exec, so not one
+    /// page it touches is charged elsewhere.
+    pub fn spawn(&self, mut command: Command) -> Child {
+        let files: Vec<CString> = self
+            .procs_files()
+            .iter()
+            .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).expect("path without NUL"))
+            .collect();
+        // SAFETY: the closure runs in the forked child before exec and only calls
+        // async-signal-safe functions (open, write, close) on buffers prepared before fork.
+        unsafe {
+            command.pre_exec(move || {
+                for file in &files {
+                    let fd = libc::open(file.as_ptr(), libc::O_WRONLY);
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+                    libc::close(fd);
+                    if !ok {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        command
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {command:?} in {}: {e}", self.relative))
+    }
+
+    /// The OOM kills this cgroup saw (v1 memory.oom_control / v2 memory.events).
+    pub fn oom_kills(&self) -> u64 {
+        let text = match self.version {
+            CgroupVersion::V1 => self.read("memory.oom_control"),
+            CgroupVersion::V2 => self.read("memory.events"),
+        };
+        monitor::observe::parse::flat_keyed(&text)
+            .get("oom_kill")
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        remove_tree(&self.memory_dir);
+        if let Some(u) = &self.unified_dir {
+            remove_tree(u);
+        }
+        // The parent goes when its last child does.
+        for parent in &self.parents {
+            let empty = std::fs::read_dir(parent)
+                .map(|d| {
+                    !d.flatten()
+                        .any(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+                })
+                .unwrap_or(false);
+            if empty {
+                remove_tree(parent);
+            }
+        }
+    }
+}
+
+/// Path of a binary built beside the test executables (target/<profile>/NAME).
+pub fn sibling_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: run the tests with `cargo xtask test`",
+        path.display()
+    );
+    path
+}
+
+/// The memory hog (tests/src/bin/hog.rs) as a command.
+pub fn hog(args: &[&str]) -> Command {
+    let path = std::env::var("CARGO_BIN_EXE_hog")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| sibling_binary("hog"));
+    let mut command = Command::new(path);
+    command.args(args).stdin(Stdio::null());
+    command
+}
+
+/// Waits until `check` returns true, or panics with `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

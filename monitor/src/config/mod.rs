@@ -81,6 +81,7 @@ pub fn parse_agent_config(text: &str, origin: &str) -> Result<LoadedConfig, Stri
             housekeeping,
             memory_thresholds,
             layout: None,
+            ebpf_object_override: None,
         },
     })
 }

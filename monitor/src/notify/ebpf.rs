@@ -69,12 +69,15 @@ pub enum EbpfError {
 pub struct EbpfSettings {
     /// In-kernel rate limit per (cgroup, kind).
     pub min_interval_ns: u64,
+    /// Load this object instead of the embedded one (tests use it to make loading fail).
+    pub object_override: Option<Vec<u8>>,
 }
 
 impl Default for EbpfSettings {
     fn default() -> Self {
         EbpfSettings {
             min_interval_ns: monitor_common::DEFAULT_MIN_INTERVAL_NS,
+            object_override: None,
         }
     }
 }
@@ -116,7 +119,8 @@ impl EbpfSource {
 
 /// Loads, attaches and starts consuming. Must run inside a tokio runtime.
 pub fn start(settings: &EbpfSettings, wakes: WakeSender) -> Result<EbpfSource, EbpfError> {
-    if EBPF_OBJECT.is_empty() {
+    let object = settings.object_override.as_deref().unwrap_or(EBPF_OBJECT);
+    if object.is_empty() {
         return Err(EbpfError::NotBuilt);
     }
     let tracefs = ensure_tracefs()?;
@@ -124,7 +128,7 @@ pub fn start(settings: &EbpfSettings, wakes: WakeSender) -> Result<EbpfSource, E
     let mut ebpf = EbpfLoader::new()
         .override_global(GLOBAL_MIN_INTERVAL_NS, &settings.min_interval_ns, true)
         .override_global(GLOBAL_MARK_VICTIM_PID_OFFSET, &pid_offset, true)
-        .load(EBPF_OBJECT)?;
+        .load(object)?;
 
     let mut attached = Vec::new();
     let mut failed = Vec::new();

@@ -1,0 +1,93 @@
+//! A memory hog for the integration tests and the demo. Run it only inside a cgroup with
+//! a memory limit.
+//!
+//!   hog anon TOTAL_MIB [STEP_MIB] [PAUSE_MS] [HOLD_S]
+//!       allocate and touch TOTAL_MIB in STEP_MIB steps, pausing PAUSE_MS after each,
+//!       printing "allocated <MiB> <monotonic ns>" per step; then hold the memory HOLD_S s.
+//!   hog file PATH SIZE_MIB SECONDS
+//!       write a SIZE_MIB file, then re-read it for SECONDS: page-cache churn that makes
+//!       a small cgroup reclaim (and stall) continuously without any OOM kill.
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::time::{Duration, Instant};
+
+const MIB: usize = 1 << 20;
+
+fn monotonic_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("clock");
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], index: usize, default: Option<T>, name: &str) -> T {
+    match args.get(index) {
+        Some(text) => text
+            .parse()
+            .unwrap_or_else(|_| usage(&format!("{name}: not a number: {text}"))),
+        None => default.unwrap_or_else(|| usage(&format!("{name} is required"))),
+    }
+}
+
+fn usage(problem: &str) -> ! {
+    eprintln!(
+        "hog: {problem}\nusage: hog anon TOTAL_MIB [STEP_MIB] [PAUSE_MS] [HOLD_S] | hog file PATH SIZE_MIB SECONDS"
+    );
+    std::process::exit(2);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("anon") => anon(&args),
+        Some("file") => file(&args),
+        _ => usage("unknown mode"),
+    }
+}
+
+fn anon(args: &[String]) {
+    let total: usize = arg(args, 1, None, "TOTAL_MIB");
+    let step: usize = arg(args, 2, Some(1), "STEP_MIB").max(1);
+    let pause: u64 = arg(args, 3, Some(0), "PAUSE_MS");
+    let hold: u64 = arg(args, 4, Some(0), "HOLD_S");
+    let mut blocks: Vec<Vec<u8>> = Vec::new();
+    let stdout = std::io::stdout();
+    let mut allocated = 0;
+    while allocated < total {
+        let n = step.min(total - allocated);
+        // vec![1; n] writes every byte: the pages are really touched and charged.
+        blocks.push(vec![1u8; n * MIB]);
+        allocated += n;
+        let _ = writeln!(stdout.lock(), "allocated {allocated} {}", monotonic_ns());
+        if pause > 0 {
+            std::thread::sleep(Duration::from_millis(pause));
+        }
+    }
+    let _ = writeln!(stdout.lock(), "done {allocated} {}", monotonic_ns());
+    std::thread::sleep(Duration::from_secs(hold));
+    std::hint::black_box(&blocks);
+}
+
+fn file(args: &[String]) {
+    let path: String = arg(args, 1, None, "PATH");
+    let size: usize = arg(args, 2, None, "SIZE_MIB");
+    let seconds: u64 = arg(args, 3, None, "SECONDS");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap_or_else(|e| usage(&format!("{path}: {e}")));
+    let block = vec![7u8; MIB];
+    for _ in 0..size {
+        f.write_all(&block)
+            .unwrap_or_else(|e| usage(&format!("{path}: {e}")));
+    }
+    let _ = f.sync_all();
+    println!("written {size} {}", monotonic_ns());
+    let mut buf = vec![0u8; MIB];
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < deadline {
+        let _ = f.seek(SeekFrom::Start(0));
+        while matches!(f.read(&mut buf), Ok(n) if n > 0) {}
+    }
+    let _ = std::fs::remove_file(&path);
+}

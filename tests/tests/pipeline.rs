@@ -1,0 +1,549 @@
+//! The kernel-to-userspace wake pipeline, end to end on this kernel: real cgroups, a real
+//! memory hog, real kernel events. Run as root, one test at a time (`cargo xtask test`).
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::Duration;
+
+use monitor::agent::{Agent, AgentConfig, EvaluateOnly};
+use monitor::config::agent::{AgentSettings, SourcesSettings};
+use monitor::manager::{MemoryThresholds, SyncReport};
+use monitor::notify::{SourceState, WakeDetail, WakeSource};
+use monitor::policy::quantity::{Quantity, QuantityOrPercent};
+use monitor_common::EventKind;
+use monitor_tests::{Feature, TestCgroup, hog, init_tracing, require};
+use tokio::sync::broadcast;
+
+const MIB: u64 = 1 << 20;
+
+fn only(sources: &[WakeSource]) -> SourcesSettings {
+    SourcesSettings {
+        ebpf: sources.contains(&WakeSource::Ebpf),
+        memcg_thresholds: sources.contains(&WakeSource::MemcgThreshold),
+        memory_events: sources.contains(&WakeSource::MemoryEvents),
+        psi: sources.contains(&WakeSource::Psi),
+        ..SourcesSettings::default()
+    }
+}
+
+fn config(
+    sources: SourcesSettings,
+    pods_cgroup: Option<&str>,
+    pods_thresholds: Vec<QuantityOrPercent>,
+) -> AgentConfig {
+    AgentConfig {
+        settings: AgentSettings {
+            sources,
+            pods_cgroup: pods_cgroup.map(str::to_string),
+            ..AgentSettings::default()
+        },
+        // Long: these tests must see kernel wakes, not the fallback.
+        housekeeping: Duration::from_secs(3600),
+        memory_thresholds: MemoryThresholds {
+            node: vec![],
+            pods: pods_thresholds,
+        },
+        layout: None,
+        ebpf_object_override: None,
+    }
+}
+
+fn start(config: AgentConfig) -> (Agent, broadcast::Receiver<SyncReport>) {
+    let thresholds = config.memory_thresholds.clone();
+    let agent = Agent::start(config, EvaluateOnly { thresholds }).expect("agent starts");
+    let reports = agent.subscribe();
+    (agent, reports)
+}
+
+/// Collects reports until `done` says so or the timeout passes.
+async fn collect(
+    reports: &mut broadcast::Receiver<SyncReport>,
+    timeout: Duration,
+    mut done: impl FnMut(&SyncReport) -> bool,
+) -> Vec<SyncReport> {
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(timeout, async {
+        loop {
+            match reports.recv().await {
+                Ok(report) => {
+                    let stop = done(&report);
+                    out.push(report);
+                    if stop {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    panic!("test fell {n} reports behind")
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    })
+    .await;
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ebpf_records_reach_the_manager_attributed_to_the_hog() {
+    if !require(
+        "ebpf_records_reach_the_manager",
+        &[Feature::Root, Feature::Ebpf],
+    ) {
+        return;
+    }
+    init_tracing();
+    let cgroup = TestCgroup::new("ebpf", 32 * MIB);
+    let (agent, mut reports) = start(config(only(&[WakeSource::Ebpf]), None, vec![]));
+    let status = agent.status_of(WakeSource::Ebpf).unwrap();
+    assert_eq!(
+        status.state,
+        SourceState::Running,
+        "eBPF source: {}",
+        status.detail
+    );
+
+    // 64 MiB of anonymous memory in a 32 MiB cgroup without swap: the kernel reclaims in
+    // the cgroup, fails, and OOM-kills the hog (only the hog: the limit confines it).
+    let mut child = cgroup.spawn({
+        let mut c = hog(&["anon", "64", "1", "1"]);
+        c.stdout(Stdio::null());
+        c
+    });
+    let hog_pid = child.id();
+    let got = collect(&mut reports, Duration::from_secs(20), |r| {
+        r.wakes
+            .iter()
+            .any(|w| w.detail.kernel_kind() == Some(EventKind::OomVictim))
+    })
+    .await;
+    let status = child.wait().expect("hog exits");
+    let kernel: Vec<_> = got
+        .iter()
+        .flat_map(|r| &r.wakes)
+        .filter_map(|w| match &w.detail {
+            WakeDetail::Kernel { event, memcg } => Some((*event, memcg.clone())),
+            _ => None,
+        })
+        .filter(|(event, _)| event.pid == hog_pid)
+        .collect();
+    let reclaim = kernel
+        .iter()
+        .find(|(e, _)| EventKind::from_u32(e.kind) == Some(EventKind::MemcgReclaim))
+        .unwrap_or_else(|| panic!("no memcg reclaim record for the hog (pid {hog_pid}); hog: {status:?}; got {kernel:?}"));
+    // Attribution: the pid is the hog's, and so is the memory cgroup resolved from it.
+    assert_eq!(
+        reclaim.1.as_deref(),
+        Some(format!("/{}", cgroup.relative).as_str()),
+        "memcg of {reclaim:?}"
+    );
+    // The record's own cgroup id is the hog's cgroup in the unified hierarchy (on hybrid
+    // hosts the hog joined a mirror there; on v2 it is the memory cgroup itself).
+    if let Some(id) = cgroup.unified_id() {
+        assert_eq!(reclaim.0.cgroup_id, id, "cgroup id of {reclaim:?}");
+    }
+    let victim = kernel
+        .iter()
+        .find(|(e, _)| EventKind::from_u32(e.kind) == Some(EventKind::OomVictim))
+        .unwrap_or_else(|| {
+            panic!("no oom_victim record naming the hog (pid {hog_pid}); got {kernel:?}")
+        });
+    assert_eq!(victim.0.pid, hog_pid);
+    assert!(
+        cgroup.oom_kills() >= 1,
+        "the kernel's own counter agrees the hog was OOM-killed"
+    );
+    // Kernel timestamps are CLOCK_MONOTONIC and precede the synchronize they woke.
+    for report in &got {
+        for wake in &report.wakes {
+            if let WakeDetail::Kernel { event, .. } = &wake.detail {
+                assert!(
+                    event.timestamp_ns <= wake.received_ns && wake.received_ns <= report.started_ns
+                );
+            }
+        }
+    }
+    let counters = agent.kernel_counters().expect("counters");
+    assert!(
+        counters.emitted[EventKind::MemcgReclaim as usize] >= 1,
+        "{counters:?}"
+    );
+    agent.shutdown().await;
+}
+
+/// Reads the hog's "allocated <MiB> <ns>" lines in the background.
+fn progress(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<(u64, u64)> {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let mut words = line.split_whitespace();
+            if words.next() == Some("allocated") {
+                let mib = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+                let ns = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+                let _ = tx.send((mib, ns));
+            }
+        }
+    });
+    rx
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memcg_threshold_wakes_at_the_crossing_and_not_before() {
+    if !require(
+        "memcg_threshold_wakes_at_the_crossing",
+        &[Feature::Root, Feature::CgroupV1Memory],
+    ) {
+        return;
+    }
+    init_tracing();
+    // A 256 MiB "pods" cgroup with allocatableMemory.available<100Mi: the kernel must
+    // wake us when usage reaches 256 − 100 (+ inactive file ≈ 0) = 156 MiB.
+    let cgroup = TestCgroup::new("pods", 256 * MIB);
+    let threshold = QuantityOrPercent::Quantity(Quantity::from_units(100 * MIB as i64));
+    let (agent, mut reports) = start(config(
+        only(&[WakeSource::MemcgThreshold]),
+        Some(&cgroup.relative),
+        vec![threshold],
+    ));
+    assert_eq!(
+        agent.status_of(WakeSource::MemcgThreshold).unwrap().state,
+        SourceState::Running
+    );
+    // The first synchronize arms the thresholds.
+    collect(&mut reports, Duration::from_secs(5), |r| r.sequence >= 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // 4 MiB steps, 30 ms apart, up to 200 MiB: the crossing happens mid-way.
+    let mut child = cgroup.spawn({
+        let mut c = hog(&["anon", "200", "4", "30", "30"]);
+        c.stdout(Stdio::piped());
+        c
+    });
+    let steps = progress(&mut child);
+    let got = collect(&mut reports, Duration::from_secs(20), |r| {
+        r.sources().contains(&WakeSource::MemcgThreshold)
+    })
+    .await;
+    // Let the hog report the step that crossed (it prints after touching it).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let woke = got
+        .iter()
+        .find(|r| r.sources().contains(&WakeSource::MemcgThreshold))
+        .unwrap_or_else(|| {
+            panic!(
+                "no memcg threshold wake; reports: {:?}",
+                got.iter().map(|r| r.sources()).collect::<Vec<_>>()
+            )
+        });
+    let observation = woke.observation.as_ref().expect("fresh observation");
+    let pods = observation.allocatable.expect("pods cgroup observed");
+    let threshold_usage = woke
+        .wakes
+        .iter()
+        .find_map(|w| match &w.detail {
+            WakeDetail::Threshold {
+                threshold_bytes, ..
+            } => Some(*threshold_bytes),
+            _ => None,
+        })
+        .expect("threshold detail");
+    // Not before: usage at the wake had reached the armed value …
+    assert!(
+        pods.stats.usage_bytes >= threshold_usage,
+        "woke at usage {} below the threshold {threshold_usage}",
+        pods.stats.usage_bytes
+    );
+    // … and promptly: within two allocation steps of it (the observation is taken after
+    // the wake, while the hog keeps allocating).
+    assert!(
+        pods.stats.usage_bytes <= threshold_usage + 8 * MIB + MIB,
+        "woke late: usage {} vs threshold {threshold_usage}",
+        pods.stats.usage_bytes
+    );
+    assert!(
+        (150 * MIB..=165 * MIB).contains(&threshold_usage),
+        "threshold usage {threshold_usage}"
+    );
+    // The hog's own timeline agrees: the step that crossed was reported before the wake.
+    let steps: Vec<(u64, u64)> = steps.try_iter().collect();
+    let crossing = steps
+        .iter()
+        .find(|(mib, _)| mib * MIB >= threshold_usage)
+        .expect("hog crossed");
+    let wake_ns = woke
+        .wakes
+        .iter()
+        .find(|w| w.source == WakeSource::MemcgThreshold)
+        .unwrap()
+        .received_ns;
+    let before: Vec<_> = steps.iter().filter(|(_, ns)| *ns < wake_ns).collect();
+    assert!(
+        before
+            .iter()
+            .all(|(mib, _)| mib * MIB <= threshold_usage + 4 * MIB),
+        "hog was already far past the threshold before the wake: {before:?}"
+    );
+    tracing::info!(
+        "crossing step at {} MiB, wake {} µs after the hog reported it",
+        crossing.0,
+        wake_ns.saturating_sub(crossing.1) / 1000
+    );
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memcg_threshold_stays_quiet_below_the_threshold() {
+    if !require(
+        "memcg_threshold_stays_quiet",
+        &[Feature::Root, Feature::CgroupV1Memory],
+    ) {
+        return;
+    }
+    init_tracing();
+    let cgroup = TestCgroup::new("quiet", 256 * MIB);
+    let threshold = QuantityOrPercent::Quantity(Quantity::from_units(100 * MIB as i64));
+    let (agent, mut reports) = start(config(
+        only(&[WakeSource::MemcgThreshold]),
+        Some(&cgroup.relative),
+        vec![threshold],
+    ));
+    collect(&mut reports, Duration::from_secs(5), |r| r.sequence >= 1).await;
+    // 120 MiB stays below the 156 MiB crossing.
+    let mut child = cgroup.spawn({
+        let mut c = hog(&["anon", "120", "4", "10", "2"]);
+        c.stdout(Stdio::null());
+        c
+    });
+    let got = collect(&mut reports, Duration::from_secs(2), |_| false).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        got.iter()
+            .all(|r| !r.sources().contains(&WakeSource::MemcgThreshold)),
+        "a threshold fired below its value: {:?}",
+        got.iter()
+            .map(|r| (
+                r.sources(),
+                r.observation.as_ref().ok().and_then(|o| o.allocatable)
+            ))
+            .collect::<Vec<_>>()
+    );
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psi_trigger_fires_on_a_real_memory_stall() {
+    if !require("psi_trigger_fires", &[Feature::Root, Feature::Psi]) {
+        return;
+    }
+    init_tracing();
+    // Page-cache churn in a 32 MiB cgroup: re-reading a 96 MiB file makes the cgroup
+    // reclaim and refault continuously: memory stall without any OOM kill.
+    let cgroup = TestCgroup::new("psi", 32 * MIB);
+    let unified = cgroup.unified_dir.clone();
+    let pressure_file = unified
+        .as_ref()
+        .map(|d| d.join("memory.pressure"))
+        .filter(|f| f.exists());
+    let Some(pressure_file) = pressure_file else {
+        assert!(
+            require("psi_trigger_fires (per-cgroup)", &[Feature::CgroupV2Memory]),
+            "unreachable"
+        );
+        return;
+    };
+    let mut sources = only(&[WakeSource::Psi]);
+    sources.psi_stall = Duration::from_millis(10);
+    sources.psi_window = Duration::from_secs(2);
+    let (agent, mut reports) = start(config(sources, Some(&cgroup.relative), vec![]));
+    let status = agent.status_of(WakeSource::Psi).unwrap();
+    assert_eq!(status.state, SourceState::Running, "{}", status.detail);
+    assert!(
+        status.detail.contains(&*pressure_file.to_string_lossy()),
+        "per-cgroup trigger armed: {}",
+        status.detail
+    );
+
+    let scratch = std::env::temp_dir().join(format!("monitor-test-{}-psi.dat", std::process::id()));
+    let mut child = cgroup.spawn({
+        let mut c = hog(&["file", &scratch.to_string_lossy(), "96", "15"]);
+        c.stdout(Stdio::null());
+        c
+    });
+    let got = collect(&mut reports, Duration::from_secs(20), |r| {
+        r.wakes
+            .iter()
+            .any(|w| matches!(&w.detail, WakeDetail::Psi { file } if *file == pressure_file))
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&scratch);
+    assert!(
+        got.iter()
+            .flat_map(|r| &r.wakes)
+            .any(|w| matches!(&w.detail, WakeDetail::Psi { file } if *file == pressure_file)),
+        "no PSI wake from {}; pressure now: {}",
+        pressure_file.display(),
+        std::fs::read_to_string(&pressure_file).unwrap_or_default()
+    );
+    assert_eq!(cgroup.oom_kills(), 0, "page-cache churn must not OOM-kill");
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_events_wake_on_cgroup_v2() {
+    if !require(
+        "memory_events_wake_on_cgroup_v2",
+        &[Feature::Root, Feature::CgroupV2Memory],
+    ) {
+        return;
+    }
+    init_tracing();
+    let cgroup = TestCgroup::new("events", 128 * MIB);
+    cgroup.write("memory.high", &(32 * MIB).to_string());
+    let (agent, mut reports) = start(config(
+        only(&[WakeSource::MemoryEvents]),
+        Some(&cgroup.relative),
+        vec![],
+    ));
+    assert_eq!(
+        agent.status_of(WakeSource::MemoryEvents).unwrap().state,
+        SourceState::Running
+    );
+    collect(&mut reports, Duration::from_secs(5), |r| r.sequence >= 1).await;
+    // 48 MiB against memory.high = 32 MiB: the "high" counter rises, memory.events changes.
+    let mut child = cgroup.spawn({
+        let mut c = hog(&["anon", "48", "1", "5", "3"]);
+        c.stdout(Stdio::null());
+        c
+    });
+    let events_file = cgroup.memory_dir.join("memory.events");
+    let got = collect(&mut reports, Duration::from_secs(30), |r| {
+        r.sources().contains(&WakeSource::MemoryEvents)
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let wake = got
+        .iter()
+        .flat_map(|r| &r.wakes)
+        .find(|w| w.source == WakeSource::MemoryEvents)
+        .unwrap_or_else(|| {
+            panic!(
+                "no memory.events wake; sources seen: {:?}",
+                got.iter().map(|r| r.sources()).collect::<Vec<_>>()
+            )
+        });
+    assert_eq!(wake.detail, WakeDetail::MemoryEvents { file: events_file });
+    assert!(
+        got.iter()
+            .all(|r| !r.sources().contains(&WakeSource::Timer)),
+        "the timer must not be what woke us"
+    );
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_runs_on_the_other_sources_without_ebpf() {
+    if !require("agent_runs_without_ebpf", &[Feature::Root]) {
+        return;
+    }
+    init_tracing();
+    for (label, ebpf_on, object) in [
+        ("switched off", false, None),
+        ("failing to load", true, Some(b"not an ELF object".to_vec())),
+    ] {
+        let mut config = config(
+            SourcesSettings {
+                ebpf: ebpf_on,
+                ..SourcesSettings::default()
+            },
+            None,
+            vec![],
+        );
+        config.ebpf_object_override = object;
+        config.housekeeping = Duration::from_millis(300);
+        let (agent, mut reports) = start(config);
+        let ebpf = agent.status_of(WakeSource::Ebpf).unwrap();
+        let expected = if ebpf_on {
+            SourceState::Failed
+        } else {
+            SourceState::Disabled
+        };
+        assert_eq!(ebpf.state, expected, "{label}: {}", ebpf.detail);
+        assert_eq!(
+            agent.status_of(WakeSource::Timer).unwrap().state,
+            SourceState::Running
+        );
+        let got = collect(&mut reports, Duration::from_secs(5), |r| {
+            r.sources().contains(&WakeSource::Timer)
+        })
+        .await;
+        let timer = got
+            .iter()
+            .find(|r| r.sources().contains(&WakeSource::Timer))
+            .expect("timer still drives synchronize");
+        assert!(
+            timer.observation.is_ok(),
+            "{label}: {:?}",
+            timer.observation
+        );
+        agent.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_agent_wakes_only_for_the_timer() {
+    if !require("idle_agent_wakes_only_for_the_timer", &[Feature::Root]) {
+        return;
+    }
+    init_tracing();
+    let mut config = config(SourcesSettings::default(), None, vec![]);
+    config.housekeeping = Duration::from_millis(500);
+    let (agent, mut reports) = start(config);
+    collect(&mut reports, Duration::from_secs(5), |r| r.sequence >= 1).await;
+    let cpu_before = process_cpu();
+    let got = collect(&mut reports, Duration::from_millis(3_100), |_| false).await;
+    let cpu = process_cpu() - cpu_before;
+    let timer_wakes = got
+        .iter()
+        .filter(|r| r.sources() == [WakeSource::Timer])
+        .count();
+    assert!(
+        (5..=7).contains(&timer_wakes),
+        "expected ~6 timer synchronizes in 3.1 s, got {timer_wakes}"
+    );
+    // Other wakes may only come from the kernel (a real event somewhere on the node),
+    // never from a source polling on its own.
+    for report in &got {
+        for wake in &report.wakes {
+            assert!(
+                matches!(
+                    wake.source,
+                    WakeSource::Timer
+                        | WakeSource::Ebpf
+                        | WakeSource::Psi
+                        | WakeSource::MemcgThreshold
+                ),
+                "unexpected wake {wake:?}"
+            );
+        }
+    }
+    // No busy polling: ~6 synchronizes cost milliseconds, a spinning source would cost
+    // seconds of CPU.
+    assert!(
+        cpu < Duration::from_millis(300),
+        "idle agent used {cpu:?} of CPU in 3.1 s"
+    );
+    agent.shutdown().await;
+}
+
+fn process_cpu() -> Duration {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+        .expect("getrusage");
+    let tv =
+        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    tv(usage.user_time()) + tv(usage.system_time())
+}
