@@ -2,6 +2,10 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod cmd;
+mod run;
+mod setup;
+mod test;
 mod vm;
 
 #[derive(Debug, Parser)]
@@ -13,6 +17,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Install what the build needs (nightly rust-src, LLVM 22, bpf-linker); idempotent.
+    Setup,
+    /// Build and run the agent on this host (root) with the embedded default config.
+    Run(run::RunArgs),
+    /// Run every test: unit, privileged integration (root), and the cgroup v2 VM suite.
+    Test(test::TestArgs),
     /// Boot a throw-away VM (Debian kernel, busybox initramfs, cgroup v2) and run the
     /// privileged integration tests inside it.
     Vm(vm::VmArgs),
@@ -20,6 +30,9 @@ enum Command {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
+        Command::Setup => setup::ensure(),
+        Command::Run(args) => run::run(args),
+        Command::Test(args) => test::run(args),
         Command::Vm(args) => vm::run(args),
     }
 }

@@ -1,0 +1,72 @@
+//! `cargo xtask setup`: installs, idempotently, what building the eBPF object needs on a
+//! fresh machine of this kind: nightly's rust-src (for `-Z build-std=core`), LLVM 22
+//! (Debian's llvm-22-dev) and bpf-linker 0.13 built against it. Each step checks first
+//! and does nothing when its tool is already there.
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::cmd::{run, succeeds};
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const LLVM_PACKAGE: &str = "llvm-22-dev";
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+
+/// Installs whatever is missing. Prints one line per step.
+pub fn ensure() -> Result<()> {
+    ensure_rust_src()?;
+    ensure_llvm()?;
+    ensure_bpf_linker()?;
+    Ok(())
+}
+
+fn ensure_rust_src() -> Result<()> {
+    let installed = Command::new("rustup")
+        .args(["component", "list", "--toolchain", "nightly", "--installed"])
+        .output()
+        .context("running rustup (is the Rust toolchain installed with rustup?)")?;
+    if !installed.status.success() {
+        bail!(
+            "the nightly toolchain is missing; it builds the eBPF programs ({})",
+            String::from_utf8_lossy(&installed.stderr).trim()
+        );
+    }
+    if String::from_utf8_lossy(&installed.stdout).lines().any(|l| l.starts_with("rust-src")) {
+        println!("setup: nightly rust-src: present");
+        return Ok(());
+    }
+    println!("setup: nightly rust-src: installing");
+    run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+fn ensure_llvm() -> Result<()> {
+    if std::path::Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
+        println!("setup: {LLVM_PACKAGE}: present");
+        return Ok(());
+    }
+    println!("setup: {LLVM_PACKAGE}: installing with apt-get");
+    run(Command::new("apt-get").args(["update", "-q"]))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends", "--no-remove", LLVM_PACKAGE])
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+fn ensure_bpf_linker() -> Result<()> {
+    let version = Command::new("bpf-linker").arg("--version").output();
+    if let Ok(out) = &version {
+        let text = String::from_utf8_lossy(&out.stdout);
+        if out.status.success() && text.contains(BPF_LINKER_VERSION) {
+            println!("setup: bpf-linker {BPF_LINKER_VERSION}: present");
+            return Ok(());
+        }
+    }
+    // Its default features ask for LLVM 23; rustc 1.97 nightly needs at least 22.
+    println!("setup: bpf-linker {BPF_LINKER_VERSION}: building against LLVM 22 (about a minute)");
+    run(Command::new("cargo")
+        .args(["install", &format!("bpf-linker@{BPF_LINKER_VERSION}"), "--no-default-features", "--features", "llvm-22"])
+        .env("LLVM_PREFIX", LLVM_PREFIX))?;
+    if !succeeds(Command::new("bpf-linker").arg("--version")) {
+        bail!("bpf-linker was installed but does not run; is ~/.cargo/bin on PATH?");
+    }
+    Ok(())
+}

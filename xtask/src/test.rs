@@ -1,0 +1,167 @@
+//! `cargo xtask test`: every test. Unit tests of the pure parts, then the privileged
+//! integration tests (root, real cgroups and kernel events, one at a time), then the
+//! cgroup v2 suite in a VM. Prints one closing line with the totals, skips included.
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+use crate::cmd::{cargo, workspace_root};
+
+#[derive(Debug, clap::Args)]
+pub struct TestArgs {
+    /// Do not run the cgroup v2 VM suite (`cargo xtask vm`).
+    #[arg(long)]
+    pub no_vm: bool,
+    /// Only the unit tests (no root needed).
+    #[arg(long)]
+    pub unit_only: bool,
+}
+
+/// Totals over every test binary run.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    pub passed: u64,
+    pub failed: u64,
+    pub skipped: u64,
+}
+
+impl Totals {
+    /// Adds one line of test output: cargo's "test result:" lines and our "SKIP:" lines.
+    pub fn add_line(&mut self, line: &str) {
+        if line.starts_with("SKIP: ") {
+            self.skipped += 1;
+        } else if let Some(rest) = line.strip_prefix("test result: ") {
+            for part in rest.split(';') {
+                let mut words = part.split_whitespace().rev();
+                let (Some(what), Some(n)) = (words.next(), words.next()) else { continue };
+                let Ok(n) = n.parse::<u64>() else { continue };
+                match what {
+                    "passed" => self.passed += n,
+                    "failed" => self.failed += n,
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    pub fn merge(&mut self, other: Totals) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.skipped += other.skipped;
+    }
+}
+
+/// Runs a test command, streaming its stdout while counting results.
+pub fn run_counted(command: &mut Command) -> Result<(bool, Totals)> {
+    let mut child = command.stdout(Stdio::piped()).spawn().with_context(|| format!("starting {command:?}"))?;
+    let mut totals = Totals::default();
+    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
+        let line = line?;
+        println!("{line}");
+        totals.add_line(&line);
+    }
+    let status = child.wait()?;
+    Ok((status.success(), totals))
+}
+
+/// Kernel features this machine offers, in the names the integration tests use
+/// (`MONITOR_TEST_REQUIRE`): a test that skips one of these fails instead.
+pub fn machine_features() -> Vec<&'static str> {
+    let mut features = Vec::new();
+    if nix_is_root() {
+        features.push("root");
+    }
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let v1_memory = mounts.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[2] == "cgroup" && f[3].split(',').any(|o| o == "memory")
+    });
+    if v1_memory {
+        features.push("cgroup-v1-memory");
+    } else if let Some(mp) = mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 2 && f[2] == "cgroup2").then(|| f[1].to_string())
+    }) {
+        let controllers = std::fs::read_to_string(format!("{mp}/cgroup.controllers")).unwrap_or_default();
+        if controllers.split_whitespace().any(|c| c == "memory") {
+            features.push("cgroup-v2-memory");
+        }
+    }
+    if std::fs::read_to_string("/proc/pressure/memory").is_ok() {
+        features.push("psi");
+    }
+    if std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        features.push("ebpf");
+    }
+    features
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn run(args: TestArgs) -> Result<()> {
+    crate::setup::ensure()?;
+    let root = workspace_root();
+    let mut totals = Totals::default();
+    let mut failures = Vec::new();
+
+    println!("== unit tests (pure policy, parsers, readers)");
+    let (ok, t) = run_counted(
+        cargo()
+            .current_dir(&root)
+            .args(["test", "--workspace", "--exclude", "monitor-ebpf", "--exclude", "monitor-tests"]),
+    )?;
+    totals.merge(t);
+    if !ok {
+        failures.push("unit tests");
+    }
+
+    if !args.unit_only {
+        if !nix_is_root() {
+            bail!("the integration tests need root (real cgroups and eBPF); run as root or pass --unit-only");
+        }
+        let features = machine_features();
+        println!("== privileged integration tests on this host (features: {})", features.join(", "));
+        // The agent binary and the hog are run by the tests: build them first.
+        crate::cmd::run(cargo().current_dir(&root).args(["build", "-p", "monitor", "-p", "monitor-tests", "--bins"]))?;
+        let (ok, t) = run_counted(
+            cargo()
+                .current_dir(&root)
+                .args(["test", "-p", "monitor-tests", "--", "--test-threads=1"])
+                .env("MONITOR_TEST_REQUIRE", features.join(",")),
+        )?;
+        totals.merge(t);
+        if !ok {
+            failures.push("integration tests");
+        }
+        if !args.no_vm {
+            println!("== cgroup v2 suite in a VM (cargo xtask vm)");
+            println!("SKIP: VM suite: not wired into `cargo xtask test` yet");
+            totals.skipped += 1;
+        }
+    }
+
+    println!("{} passed, {} failed, {} skipped", totals.passed, totals.failed, totals.skipped);
+    if !failures.is_empty() {
+        bail!("failed: {}", failures.join(", "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_results_and_skips() {
+        let mut t = Totals::default();
+        t.add_line("test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s");
+        t.add_line("test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out");
+        t.add_line("SKIP: memory_events: no v2 here");
+        t.add_line("running 3 tests");
+        assert_eq!(t, Totals { passed: 15, failed: 2, skipped: 1 });
+    }
+}
