@@ -27,7 +27,7 @@ const BACKPORTS: &str = "bookworm-backports";
 pub fn ensure(vm_dir: &Path) -> Result<()> {
     let mut apt_packages = Vec::new();
     if which("qemu-system-x86_64").is_none() {
-        apt_packages.push(format!("qemu-system-x86/{BACKPORTS}"));
+        apt_packages.push("qemu-system-x86".to_string());
     }
     if !dpkg_installed("busybox-static") || !Path::new(BUSYBOX).exists() {
         apt_packages.push("busybox-static".to_string());
@@ -130,6 +130,10 @@ impl PrivateApt {
             Command::new("apt-get")
                 .env("DEBIAN_FRONTEND", "noninteractive")
                 .args(&self.options)
+                // Backports as the target release, so qemu's own dependencies
+                // (qemu-system-common, -data, seabios) come from there too; packages that
+                // backports lacks still come from bookworm.
+                .args(["-t", BACKPORTS])
                 .args([
                     "install",
                     "-y",

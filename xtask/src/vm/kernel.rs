@@ -212,8 +212,10 @@ fn download(package: &str, kernels_dir: &Path, dest: &Path) -> Result<()> {
         .context("running dpkg-deb")?;
     let tar_input = dpkg.stdout.take().context("dpkg-deb stdout")?;
     let tar = Command::new("tar")
-        .args(["-x", "--wildcards", "./boot/*", "-C"])
+        // GNU tar applies -C only to the member names after it.
+        .arg("-C")
         .arg(&unpacked)
+        .args(["-x", "--wildcards", "./boot/*"])
         .stdin(tar_input)
         .status()
         .context("running tar")?;
