@@ -1,4 +1,4 @@
-//! The VM's own precondition, checked from inside the guest: cgroup v2 is mounted at
+//! The VM's own preconditions, checked from inside the guest: cgroup v2 is mounted at
 //! /sys/fs/cgroup and the memory controller is available and enabled for children.
 //!
 //! `cargo xtask vm` exports `MONITOR_TEST_VM` (the guest's kernel release); there a missing
@@ -34,4 +34,21 @@ fn cgroup_v2_memory_controller_is_available_to_children() {
             );
         }
     }
+}
+
+/// The helper programs `cargo xtask vm` copies into the guest's /bin are static and run
+/// there; the agent is the first of them.
+#[test]
+fn guest_helper_binaries_run() {
+    if std::env::var_os("MONITOR_TEST_VM").is_none() {
+        println!("SKIP: not inside the cargo xtask vm guest, which puts the agent on PATH");
+        return;
+    }
+    let out = std::process::Command::new("monitor")
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("running `monitor --version` from PATH: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "monitor --version: {} {stdout}", out.status);
+    assert!(stdout.starts_with("monitor "), "monitor --version printed {stdout:?}");
 }

@@ -42,15 +42,17 @@ fi
 for t in /tests/*; do
     [ -x "$t" ] || continue
     name=${t##*/}
+    kernel_lines=$(dmesg | wc -l)
     echo "$M TEST-BEGIN $name"
     # Each binary starts in a fresh scratch directory; --test-threads=1 because the tests
-    # share one kernel (cgroups, eBPF programs, memory).
-    mkdir -p "/tmp/$name" && cd "/tmp/$name" && "$t" --test-threads=1 "$@"
+    # share one kernel (cgroups, eBPF programs, memory); --nocapture so output streams
+    # live and the host can count "SKIP:" lines.
+    mkdir -p "/tmp/$name" && cd "/tmp/$name" && "$t" --test-threads=1 --nocapture "$@"
     status=$?
     cd /
     if [ "$status" -ne 0 ]; then
-        echo "$M INFO last kernel messages after $name failed:"
-        dmesg | tail -n 40
+        echo "$M INFO kernel messages while $name ran (last 60):"
+        dmesg | tail -n +$((kernel_lines + 1)) | tail -n 60
     fi
     echo "$M TEST-END $name status=$status"
 done
