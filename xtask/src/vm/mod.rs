@@ -95,8 +95,10 @@ pub fn run(args: VmArgs) -> Result<()> {
         test_targets: args.tests.clone(),
     };
     let payload = payload::build(&workspace, &options)?;
-    let initramfs = vm_dir.join("initramfs.cpio");
-    initramfs::write(&initramfs, &payload, &args.test_args)?;
+    // One archive per run, so runs sharing a target directory do not overwrite each
+    // other's; removed when the run ends.
+    let initramfs = RemoveOnDrop(vm_dir.join(format!("initramfs-{}.cpio", std::process::id())));
+    initramfs::write(&initramfs.0, &payload, &args.test_args)?;
     let expected: Vec<String> = payload.tests.iter().map(|t| t.name.clone()).collect();
 
     let accel = qemu::choose_accel(args.accel, qemu::KvmProbe::of_this_host());
@@ -112,7 +114,7 @@ pub fn run(args: VmArgs) -> Result<()> {
         );
         let boot = qemu::Boot {
             kernel,
-            initramfs: &initramfs,
+            initramfs: &initramfs.0,
             accel,
             mem: &args.mem,
             cpus: args.cpus,
@@ -179,6 +181,16 @@ fn summary_lines(
         lines.extend(problems.iter().map(|p| format!("vm:   {p}")));
     }
     lines
+}
+
+/// A file deleted when the run ends, whichever way it ends.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        // Already gone (or never written) is fine.
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// The workspace root: xtask lives one directory below it.
