@@ -35,7 +35,7 @@ impl GuestReport {
     pub fn observe(&mut self, line: &str) {
         let line = line.trim_end_matches('\r');
         if let Some(reason) = skip_reason(line) {
-            self.skips.push(reason.to_string());
+            self.skips.push(reason);
             return;
         }
         let Some(rest) = line.strip_prefix(MARKER) else {
@@ -105,9 +105,17 @@ impl GuestReport {
     }
 }
 
-/// The reason of a `SKIP: <reason>` line, also when a test harness indents it.
-fn skip_reason(line: &str) -> Option<&str> {
-    line.trim_start().strip_prefix("SKIP:").map(str::trim)
+/// The reason of a `SKIP: <reason>` line. Under `--test-threads=1 --nocapture` libtest
+/// prints `test <name> ... ` before the test runs, so the test's own first line lands
+/// behind it; the skip is then reported as `<name>: <reason>`.
+fn skip_reason(line: &str) -> Option<String> {
+    let line = line.trim_start();
+    if let Some(reason) = line.strip_prefix("SKIP:") {
+        return Some(reason.trim().to_string());
+    }
+    let (name, rest) = line.strip_prefix("test ")?.split_once(" ... ")?;
+    let reason = rest.strip_prefix("SKIP:")?;
+    Some(format!("{}: {}", name.trim(), reason.trim()))
 }
 
 #[cfg(test)]
@@ -184,7 +192,12 @@ mod tests {
     #[rstest]
     #[case::plain("SKIP: no kprobes", Some("no kprobes"))]
     #[case::indented("    SKIP:  cgroup v1 only ", Some("cgroup v1 only"))]
-    #[case::mid_line("test x ... SKIP: y", None)]
+    #[case::behind_the_libtest_name(
+        "test memory_events ... SKIP: no cgroup v2",
+        Some("memory_events: no cgroup v2")
+    )]
+    #[case::mid_line_elsewhere("note: SKIP: y", None)]
+    #[case::test_passed("test x ... ok", None)]
     fn skips_are_counted(#[case] line: &str, #[case] reason: Option<&str>) {
         let report = feed(&[line]);
         assert_eq!(
