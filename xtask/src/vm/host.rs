@@ -1,0 +1,219 @@
+//! Installs, idempotently, what the VM run needs on the host: qemu, a static busybox and
+//! the musl Rust target. Each item is checked first; nothing is installed twice.
+//!
+//! qemu-system-x86 comes from bookworm-backports through a private apt configuration under
+//! `target/vm/apt/`: the build machines carry qemu-utils 10.x from backports, and
+//! bookworm's qemu-system-x86 7.2 would remove it (a version clash via
+//! qemu-system-common), so the system's sources are never modified and `--no-remove` is
+//! always passed.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result};
+
+use super::run_checked;
+
+/// The Rust target of the guest's binaries: static, so the initramfs needs no libc.
+pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
+/// Where busybox-static puts its binary.
+pub const BUSYBOX: &str = "/bin/busybox";
+/// Debian suite that carries a qemu matching the preinstalled backports qemu-utils.
+const BACKPORTS: &str = "bookworm-backports";
+
+/// Makes sure qemu, busybox-static and the musl target are present.
+pub fn ensure(vm_dir: &Path) -> Result<()> {
+    let mut apt_packages = Vec::new();
+    if which("qemu-system-x86_64").is_none() {
+        apt_packages.push("qemu-system-x86".to_string());
+    }
+    if !dpkg_installed("busybox-static") || !Path::new(BUSYBOX).exists() {
+        apt_packages.push("busybox-static".to_string());
+    }
+    if !apt_packages.is_empty() {
+        eprintln!("vm: installing {}", apt_packages.join(" "));
+        let apt = PrivateApt::prepare(&vm_dir.join("apt"))?;
+        apt.install(&apt_packages)?;
+    }
+    ensure_rust_target(MUSL_TARGET)
+}
+
+fn ensure_rust_target(target: &str) -> Result<()> {
+    let out = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .context("running `rustup target list --installed` (is rustup installed?)")?;
+    if String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == target)
+    {
+        return Ok(());
+    }
+    eprintln!("vm: adding Rust target {target}");
+    run_checked(Command::new("rustup").args(["target", "add", target]))
+}
+
+/// An apt configuration of our own: bookworm, -updates, -backports and -security from the
+/// mirrors the machine already uses, with lists and archives kept under `target/vm/apt/`.
+struct PrivateApt {
+    options: Vec<String>,
+    lists: PathBuf,
+}
+
+impl PrivateApt {
+    fn prepare(dir: &Path) -> Result<Self> {
+        let lists = dir.join("lists");
+        for sub in [
+            lists.join("partial"),
+            dir.join("archives/partial"),
+            dir.join("cache"),
+        ] {
+            fs::create_dir_all(&sub).with_context(|| format!("creating {}", sub.display()))?;
+        }
+        let (mirror, security) = system_mirrors();
+        let keyring = "/usr/share/keyrings/debian-archive-keyring.gpg";
+        let mut sources = String::new();
+        for suite in ["bookworm", "bookworm-updates", BACKPORTS] {
+            sources.push_str(&format!(
+                "deb [signed-by={keyring}] {mirror} {suite} main\n"
+            ));
+        }
+        sources.push_str(&format!(
+            "deb [signed-by={keyring}] {security} bookworm-security main\n"
+        ));
+        let list = dir.join("sources.list");
+        fs::write(&list, sources).with_context(|| format!("writing {}", list.display()))?;
+        let options = [
+            format!("Dir::Etc::sourcelist={}", list.display()),
+            "Dir::Etc::sourceparts=-".to_string(),
+            format!("Dir::State::lists={}", lists.display()),
+            format!("Dir::Cache::archives={}", dir.join("archives").display()),
+            format!("Dir::Cache={}", dir.join("cache").display()),
+        ]
+        .into_iter()
+        .flat_map(|o| ["-o".to_string(), o])
+        .collect();
+        Ok(Self { options, lists })
+    }
+
+    fn install(&self, packages: &[String]) -> Result<()> {
+        let has_lists = fs::read_dir(&self.lists)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .any(|e| e.file_name().to_string_lossy().ends_with("InRelease"))
+            })
+            .unwrap_or(false);
+        if !has_lists {
+            self.update()?;
+        }
+        if self.apt_install(packages).is_err() {
+            // Stale lists point at files the mirror no longer has: refresh once and retry.
+            self.update()?;
+            self.apt_install(packages)?;
+        }
+        Ok(())
+    }
+
+    fn update(&self) -> Result<()> {
+        run_checked(
+            Command::new("apt-get")
+                .args(&self.options)
+                .args(["update", "-q"]),
+        )
+    }
+
+    fn apt_install(&self, packages: &[String]) -> Result<()> {
+        run_checked(
+            Command::new("apt-get")
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .args(&self.options)
+                // Backports as the target release, so qemu's own dependencies
+                // (qemu-system-common, -data, seabios) come from there too; packages that
+                // backports lacks still come from bookworm.
+                .args(["-t", BACKPORTS])
+                .args([
+                    "install",
+                    "-y",
+                    "-q",
+                    "--no-install-recommends",
+                    "--no-remove",
+                ])
+                .args(packages),
+        )
+    }
+}
+
+/// The main and security mirror URIs of the system's deb822 sources, falling back to
+/// deb.debian.org.
+fn system_mirrors() -> (String, String) {
+    let text = fs::read_to_string("/etc/apt/sources.list.d/debian.sources").unwrap_or_default();
+    mirrors_from_deb822(&text)
+}
+
+fn mirrors_from_deb822(text: &str) -> (String, String) {
+    let uris: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("URIs:"))
+        .flat_map(|v| v.split_whitespace())
+        .collect();
+    let security = uris.iter().find(|u| u.contains("security")).copied();
+    let main = uris.iter().find(|u| !u.contains("security")).copied();
+    (
+        main.unwrap_or("http://deb.debian.org/debian").to_string(),
+        security
+            .unwrap_or("http://deb.debian.org/debian-security")
+            .to_string(),
+    )
+}
+
+fn dpkg_installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("ok installed"))
+}
+
+/// The first executable called `name` on PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::machine_sources(
+        "Types: deb\nURIs: http://m.example/debian\nSuites: bookworm\n\nTypes: deb\nURIs: http://m.example/debian-security\n",
+        "http://m.example/debian",
+        "http://m.example/debian-security"
+    )]
+    #[case::no_file(
+        "",
+        "http://deb.debian.org/debian",
+        "http://deb.debian.org/debian-security"
+    )]
+    #[case::security_first(
+        "URIs: http://s.example/debian-security\nURIs: http://m.example/debian\n",
+        "http://m.example/debian",
+        "http://s.example/debian-security"
+    )]
+    fn mirrors_come_from_the_system_sources(
+        #[case] text: &str,
+        #[case] main: &str,
+        #[case] security: &str,
+    ) {
+        assert_eq!(
+            mirrors_from_deb822(text),
+            (main.to_string(), security.to_string())
+        );
+    }
+}

@@ -1,0 +1,118 @@
+//! Assembles the guest's root filesystem as an initramfs: busybox, the init script, the
+//! test binaries in `/tests`, helper programs in `/bin`, and the test filter.
+use std::{
+    fs::File,
+    io::{BufWriter, Write},
+    path::Path,
+};
+
+use anyhow::{Context, Result};
+
+use super::{cpio, host::BUSYBOX, payload::Payload};
+
+/// PID 1 of the guest; see the script for what it prepares.
+const INIT: &str = include_str!("../../vm/init.sh");
+/// Directories the init script mounts on or writes to; `/sys/fs/cgroup`, `/sys/fs/bpf` and
+/// `/sys/kernel/tracing` are provided by sysfs itself.
+const DIRS: &[&str] = &[
+    "bin",
+    "dev",
+    "etc",
+    "etc/xtask-vm",
+    "proc",
+    "sys",
+    "tmp",
+    "tests",
+];
+
+/// Writes the archive to `out` (atomically: a `.tmp` file renamed into place).
+pub fn write(out: &Path, payload: &Payload, test_args: &[String]) -> Result<()> {
+    let tmp = out.with_extension("tmp");
+    let file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut archive = cpio::Writer::new(BufWriter::new(file));
+    let context = || format!("writing {}", tmp.display());
+
+    for dir in DIRS {
+        archive.dir(dir, 0o755).with_context(context)?;
+    }
+    // The kernel opens /dev/console for init's stdio before devtmpfs is mounted.
+    archive
+        .char_device("dev/console", 0o600, 5, 1)
+        .with_context(context)?;
+    archive
+        .file("init", 0o755, INIT.len() as u64, INIT.as_bytes())
+        .with_context(context)?;
+    add_host_file(&mut archive, "bin/busybox", Path::new(BUSYBOX))?;
+    for bin in &payload.bins {
+        add_host_file(&mut archive, &format!("bin/{}", bin.name), &bin.path)?;
+    }
+    for test in &payload.tests {
+        add_host_file(&mut archive, &format!("tests/{}", test.name), &test.path)?;
+    }
+    let args = test_args_file(test_args);
+    archive
+        .file(
+            "etc/xtask-vm/test-args",
+            0o644,
+            args.len() as u64,
+            args.as_bytes(),
+        )
+        .with_context(context)?;
+
+    let mut writer = archive.finish().with_context(context)?;
+    writer.flush().with_context(context)?;
+    drop(writer);
+    std::fs::rename(&tmp, out)
+        .with_context(|| format!("moving {} to {}", tmp.display(), out.display()))
+}
+
+fn add_host_file(archive: &mut cpio::Writer<impl Write>, name: &str, source: &Path) -> Result<()> {
+    let file = File::open(source).with_context(|| format!("opening {}", source.display()))?;
+    let len = file
+        .metadata()
+        .with_context(|| format!("stat {}", source.display()))?
+        .len();
+    archive
+        .file(name, 0o755, len, file)
+        .with_context(|| format!("adding {} as /{name}", source.display()))
+}
+
+/// One argument per line, read back by the init script with `read -r`; arguments holding
+/// a newline cannot be passed this way and are refused by the caller.
+fn test_args_file(args: &[String]) -> String {
+    args.iter().map(|a| format!("{a}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::none(&[], "")]
+    #[case::filter_with_space(&["memory controller", "--exact"], "memory controller\n--exact\n")]
+    fn test_args_are_one_per_line(#[case] args: &[&str], #[case] expected: &str) {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        assert_eq!(test_args_file(&args), expected);
+    }
+
+    #[test]
+    fn init_script_speaks_the_markers_the_host_parses() {
+        let marker_definition = format!("M={}", super::super::report::MARKER);
+        assert!(
+            INIT.contains(&marker_definition),
+            "init.sh must define {marker_definition}"
+        );
+        for word in [
+            "KERNEL",
+            "TEST-BEGIN",
+            "TEST-END",
+            "DONE",
+            "SETUP-FAILED",
+            "poweroff -f",
+            "--test-threads=1",
+        ] {
+            assert!(INIT.contains(word), "init.sh must contain {word}");
+        }
+    }
+}

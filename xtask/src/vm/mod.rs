@@ -1,0 +1,234 @@
+//! `cargo xtask vm`: runs the privileged integration tests inside a throw-away QEMU VM
+//! booted from a Debian kernel and a busybox initramfs, with cgroup v2 and the memory
+//! controller, so cgroup v2, PSI and eBPF paths are tested on kernels other than the
+//! host's (the build machines only have the cgroup v1 memory controller).
+//!
+//! Steps: install host tools ([`host`]), fetch and cache the kernels ([`kernel`]), build
+//! static guest programs ([`payload`]), pack them ([`initramfs`]), boot each kernel
+//! ([`qemu`]) and judge its console output ([`report`]).
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use anyhow::{Context, Result, bail};
+
+mod cpio;
+mod host;
+mod initramfs;
+mod kernel;
+mod payload;
+mod qemu;
+mod report;
+
+use report::Verdict;
+
+#[derive(Debug, clap::Args)]
+pub struct VmArgs {
+    /// Kernels to boot: `6.12` (default), `6.1`, `all` (the matrix), or a Debian image
+    /// package such as `linux-image-6.1.0-56-cloud-amd64`. Repeat or separate with commas.
+    #[arg(long, value_delimiter = ',')]
+    pub kernel: Vec<String>,
+    /// Boot every kernel of the matrix (same as `--kernel all`).
+    #[arg(long)]
+    pub matrix: bool,
+    /// Guest RAM, as qemu's -m takes it.
+    #[arg(long, default_value = "1G")]
+    pub mem: String,
+    /// Guest CPUs.
+    #[arg(long, default_value_t = 2)]
+    pub cpus: u32,
+    /// Seconds one boot may take, tests included, before qemu is killed and the run fails.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// How qemu executes the guest: KVM only where it really works, TCG otherwise.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub accel: qemu::Accel,
+    /// Build the guest programs in the dev profile instead of release (slower under TCG).
+    #[arg(long)]
+    pub debug: bool,
+    /// Only this integration test target of monitor-tests (repeatable); all by default.
+    #[arg(long = "test", value_name = "TARGET")]
+    pub tests: Vec<String>,
+    /// Do not install missing host packages or Rust targets; fail instead.
+    #[arg(long)]
+    pub no_install: bool,
+    /// Passed to every test binary after `--test-threads=1`, e.g. a test name filter.
+    #[arg(last = true, value_name = "TEST FILTER")]
+    pub test_args: Vec<String>,
+}
+
+pub fn run(args: VmArgs) -> Result<()> {
+    if let Some(bad) = args.test_args.iter().find(|a| a.contains('\n')) {
+        bail!("test argument {bad:?}: newlines cannot be passed to the guest");
+    }
+    let mut kernel_values = args.kernel.clone();
+    if args.matrix {
+        kernel_values.push("all".to_string());
+    }
+    let wanted = kernel::parse_selection(&kernel_values)?;
+
+    let workspace = workspace_root();
+    let vm_dir = target_dir(&workspace)?.join("vm");
+    let kernels_dir = vm_dir.join("kernels");
+    std::fs::create_dir_all(&kernels_dir)
+        .with_context(|| format!("creating {}", kernels_dir.display()))?;
+
+    if args.no_install {
+        for tool in ["qemu-system-x86_64", host::BUSYBOX] {
+            if host::which(tool).is_none() && !Path::new(tool).exists() {
+                bail!("{tool} is missing (run without --no-install to install it)");
+            }
+        }
+    } else {
+        host::ensure(&vm_dir)?;
+    }
+
+    let kernels = wanted
+        .iter()
+        .map(|w| kernel::fetch(w, &kernels_dir))
+        .collect::<Result<Vec<_>>>()?;
+
+    let options = payload::BuildOptions {
+        release: !args.debug,
+        test_targets: args.tests.clone(),
+    };
+    let payload = payload::build(&workspace, &options)?;
+    // One archive per run, so runs sharing a target directory do not overwrite each
+    // other's; removed when the run ends.
+    let initramfs = RemoveOnDrop(vm_dir.join(format!("initramfs-{}.cpio", std::process::id())));
+    initramfs::write(&initramfs.0, &payload, &args.test_args)?;
+    let expected: Vec<String> = payload.tests.iter().map(|t| t.name.clone()).collect();
+
+    let accel = qemu::choose_accel(args.accel, qemu::KvmProbe::of_this_host());
+    let mut summaries = Vec::new();
+    for kernel in &kernels {
+        println!(
+            "vm: ===== kernel {} ({}), accel {accel:?}, {} RAM, {} CPUs, tests: {} =====",
+            kernel.release,
+            kernel.package,
+            args.mem,
+            args.cpus,
+            expected.join(" ")
+        );
+        let boot = qemu::Boot {
+            kernel,
+            initramfs: &initramfs.0,
+            accel,
+            mem: &args.mem,
+            cpus: args.cpus,
+            timeout: Duration::from_secs(args.timeout),
+        };
+        let outcome = qemu::boot(&boot)?;
+        let mut verdict = outcome.report.verdict(&expected);
+        if let Some(seen) = &outcome.report.kernel_release
+            && seen != &kernel.release
+        {
+            let problem = format!("booted {} but the guest runs {seen}", kernel.release);
+            verdict = match verdict {
+                Verdict::Passed => Verdict::Failed(vec![problem]),
+                Verdict::Failed(mut problems) => {
+                    problems.push(problem);
+                    Verdict::Failed(problems)
+                }
+            };
+        }
+        if outcome.timed_out
+            && let Verdict::Failed(problems) = &mut verdict
+        {
+            problems.push(format!("timed out after {} s", args.timeout));
+        }
+        let lines = summary_lines(kernel, &outcome, &verdict);
+        for line in &lines {
+            println!("{line}");
+        }
+        summaries.push((verdict == Verdict::Passed, lines));
+    }
+
+    println!("vm: ===== summary =====");
+    for (_, lines) in &summaries {
+        println!("{}", lines.first().map(String::as_str).unwrap_or_default());
+    }
+    let failed = summaries.iter().filter(|(passed, _)| !passed).count();
+    if failed > 0 {
+        bail!("{failed} of {} kernel(s) failed", summaries.len());
+    }
+    Ok(())
+}
+
+/// The per-kernel result: a headline, then one line per problem.
+fn summary_lines(
+    kernel: &kernel::Kernel,
+    outcome: &qemu::BootOutcome,
+    verdict: &Verdict,
+) -> Vec<String> {
+    let report = &outcome.report;
+    let passed = report.tests.iter().filter(|(_, s)| *s == Some(0)).count();
+    let state = match verdict {
+        Verdict::Passed => "PASSED",
+        Verdict::Failed(_) => "FAILED",
+    };
+    let mut lines = vec![format!(
+        "vm: kernel {} {state} in {:.1} s: {passed}/{} test binaries passed, {} skip(s)",
+        report.kernel_release.as_deref().unwrap_or(&kernel.release),
+        outcome.elapsed.as_secs_f64(),
+        report.tests.len(),
+        report.skips.len(),
+    )];
+    lines.extend(report.skips.iter().map(|s| format!("vm:   skipped: {s}")));
+    if let Verdict::Failed(problems) = verdict {
+        lines.extend(problems.iter().map(|p| format!("vm:   {p}")));
+    }
+    lines
+}
+
+/// A file deleted when the run ends, whichever way it ends.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        // Already gone (or never written) is fine.
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The workspace root: xtask lives one directory below it.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Cargo's target directory (honours `CARGO_TARGET_DIR` and config), from `cargo metadata`.
+fn target_dir(workspace: &Path) -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(workspace)
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("parsing cargo metadata")?;
+    let dir = metadata
+        .get("target_directory")
+        .and_then(|d| d.as_str())
+        .context("cargo metadata has no target_directory")?;
+    Ok(PathBuf::from(dir))
+}
+
+/// Runs a command with inherited stdio and fails with the command line if it fails.
+fn run_checked(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
