@@ -69,8 +69,10 @@ fn layout() -> Option<CgroupLayout> {
 /// Returns `true` when every feature is present. Otherwise prints `SKIP: <test>: <reason>`
 /// and returns `false` — or panics when the feature is required on this machine.
 pub fn require(test: &str, features: &[Feature]) -> bool {
+    // Inside `cargo xtask vm` (MONITOR_TEST_VM is set) the VM offers all of these.
+    let in_vm = std::env::var_os("MONITOR_TEST_VM").is_some();
     let required: Vec<String> = std::env::var("MONITOR_TEST_REQUIRE")
-        .unwrap_or_default()
+        .unwrap_or_else(|_| if in_vm { "root,cgroup-v2-memory,psi,ebpf".into() } else { String::new() })
         .split(',')
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
@@ -336,27 +338,26 @@ impl Drop for TestCgroup {
     }
 }
 
-/// Path of a binary built beside the test executables (target/<profile>/NAME).
-pub fn sibling_binary(name: &str) -> PathBuf {
+/// Finds a helper binary: beside the test executables (cargo's target directory), else on
+/// PATH (the VM puts helpers in /bin).
+pub fn helper_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps");
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is not built: run the tests with `cargo xtask test`",
-        path.display()
-    );
-    path
+    let beside = exe.parent().and_then(Path::parent).map(|dir| dir.join(name));
+    if let Some(path) = beside.filter(|p| p.exists()) {
+        return path;
+    }
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|dir| dir.join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} is not built: run the tests with `cargo xtask test`"))
 }
 
 /// The memory hog (tests/src/bin/hog.rs) as a command.
 pub fn hog(args: &[&str]) -> Command {
-    let path = std::env::var("CARGO_BIN_EXE_hog")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| sibling_binary("hog"));
+    let path = helper_binary("hog");
     let mut command = Command::new(path);
     command.args(args).stdin(Stdio::null());
     command

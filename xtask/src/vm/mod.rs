@@ -68,6 +68,8 @@ pub fn run(args: VmArgs) -> Result<()> {
         kernel_values.push("all".to_string());
     }
     let wanted = kernel::parse_selection(&kernel_values)?;
+    // The guest agent embeds the real eBPF object: its toolchain must be there.
+    crate::setup::ensure()?;
 
     let workspace = workspace_root();
     let vm_dir = target_dir(&workspace)?.join("vm");

@@ -18,7 +18,7 @@ use super::host::MUSL_TARGET;
 
 /// Helper programs the tests run, copied into the guest's `/bin` (on PATH): (package, bin).
 /// The agent itself is the first; add the hog here once it exists as its own binary.
-pub const GUEST_BINS: &[(&str, &str)] = &[("monitor", "monitor")];
+pub const GUEST_BINS: &[(&str, &str)] = &[("monitor", "monitor"), ("monitor-tests", "hog")];
 
 /// Package holding the privileged integration tests.
 const TESTS_PACKAGE: &str = "monitor-tests";
