@@ -95,10 +95,10 @@ mod tests {
 
     #[rstest]
     #[case::json_type_error(r#"{"items": [{"size": 1}, {"size": "big"}]}"#, "x.json: items[1].size: malformed JSON")]
-    #[case::json_syntax_error(r#"{"items": [{"size": 1},"#, "x.json: malformed JSON")]
+    #[case::json_syntax_error(r#"{"items": [{"size": 1},"#, "x.json: items: malformed JSON")]
     #[case::json_trailing_garbage(r#"{"items": []} }"#, "x.json: malformed JSON")]
     #[case::yaml_type_error("items:\n  - size: -3\n", "x.json: items[0].size: malformed YAML")]
-    #[case::yaml_syntax_error("items: [\n", "x.json: malformed YAML")]
+    #[case::yaml_syntax_error("items: [\n", "x.json: items: malformed YAML")]
     fn document_errors_name_file_and_field(#[case] text: &str, #[case] expected_prefix: &str) {
         let err = deserialize_document::<Doc>(text, "x.json", "").expect_err("must be rejected");
         let message = err.to_string();

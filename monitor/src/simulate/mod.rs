@@ -1,5 +1,12 @@
 //! `monitor simulate`: the policy run offline on a snapshot or a time series (in progress).
 
+pub mod error;
+pub mod node;
+pub mod observe;
+pub mod output;
+pub mod summary;
+pub mod timestamp;
+
 /// Command-line arguments of `monitor simulate`.
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {}

@@ -78,12 +78,12 @@ mod tests {
 
     #[test]
     fn seed_example_ten_gi_node_leaves_eight_gi_allocatable() {
-        // The seeds' example: 10Gi of memory, system-reserved 1.5Gi, memory.available<500Mi:
-        // pods may use 8Gi before the node is in trouble.
+        // The seeds' example: 10Gi of memory, system-reserved 1.5Gi (10% for the system plus
+        // the eviction threshold), memory.available<500Mi: 10240 − 1536 − 500 = 8204Mi.
         let capacity = BTreeMap::from([("memory".to_string(), q("10Gi")), ("cpu".to_string(), q("4"))]);
         let system = BTreeMap::from([("memory".to_string(), q("1.5Gi"))]);
         let alloc = allocatable_from_capacity(&capacity, &system, &BTreeMap::new(), &BTreeMap::from([("memory".to_string(), 500 * 1024 * 1024)]));
-        assert_eq!(alloc.get("memory"), Some(&q("8Gi")));
+        assert_eq!(alloc.get("memory"), Some(&q("8204Mi")));
         assert_eq!(alloc.get("cpu"), Some(&q("4")), "cpu has no reservation here");
     }
 
