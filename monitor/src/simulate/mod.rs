@@ -4,6 +4,7 @@ pub mod error;
 pub mod node;
 pub mod observe;
 pub mod output;
+pub mod scenario;
 pub mod summary;
 pub mod timestamp;
 
