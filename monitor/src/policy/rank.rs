@@ -29,7 +29,11 @@ pub enum FsStatsType {
     LocalVolumeSource,
 }
 
-const ALL_FS_STATS: &[FsStatsType] = &[FsStatsType::Root, FsStatsType::Logs, FsStatsType::LocalVolumeSource];
+const ALL_FS_STATS: &[FsStatsType] = &[
+    FsStatsType::Root,
+    FsStatsType::Logs,
+    FsStatsType::LocalVolumeSource,
+];
 const NODEFS_WITH_IMAGEFS: &[FsStatsType] = &[FsStatsType::Logs, FsStatsType::LocalVolumeSource];
 const IMAGEFS_WITH_IMAGEFS: &[FsStatsType] = &[FsStatsType::Root];
 
@@ -38,7 +42,10 @@ const IMAGEFS_WITH_IMAGEFS: &[FsStatsType] = &[FsStatsType::Root];
 pub enum RankFunc {
     Memory,
     Pids,
-    Disk { fs_stats: &'static [FsStatsType], resource: Resource },
+    Disk {
+        fs_stats: &'static [FsStatsType],
+        resource: Resource,
+    },
 }
 
 /// The ranking for `signal` (kubelet: buildSignalToRankFunc, without a split containerfs).
@@ -51,13 +58,19 @@ pub fn rank_func(signal: Signal, dedicated_imagefs: bool) -> RankFunc {
         Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => RankFunc::Memory,
         Signal::PidAvailable => RankFunc::Pids,
         _ if !dedicated_imagefs => disk(ALL_FS_STATS, signal.resource()),
-        Signal::NodeFsAvailable | Signal::NodeFsInodesFree => disk(NODEFS_WITH_IMAGEFS, signal.resource()),
+        Signal::NodeFsAvailable | Signal::NodeFsInodesFree => {
+            disk(NODEFS_WITH_IMAGEFS, signal.resource())
+        }
         _ => disk(IMAGEFS_WITH_IMAGEFS, signal.resource()),
     }
 }
 
 /// `pods` most evictable first for `signal`.
-pub fn rank_pods<'p>(signal: Signal, dedicated_imagefs: bool, pods: &'p [PodWithStats]) -> Vec<&'p PodWithStats> {
+pub fn rank_pods<'p>(
+    signal: Signal,
+    dedicated_imagefs: bool,
+    pods: &'p [PodWithStats],
+) -> Vec<&'p PodWithStats> {
     let mut ranked: Vec<&PodWithStats> = pods.iter().collect();
     let comparators = match rank_func(signal, dedicated_imagefs) {
         RankFunc::Memory => memory_pressure_comparators(),
@@ -71,7 +84,11 @@ pub fn rank_pods<'p>(signal: Signal, dedicated_imagefs: bool, pods: &'p [PodWith
 /// Memory: usage above requests first, then lower priority, then larger usage above
 /// request (kubelet: rankMemoryPressure).
 pub fn memory_pressure_comparators() -> Vec<Comparator<'static>> {
-    vec![Box::new(exceed_memory_requests), Box::new(priority), Box::new(memory)]
+    vec![
+        Box::new(exceed_memory_requests),
+        Box::new(priority),
+        Box::new(memory),
+    ]
 }
 
 /// PIDs: lower priority, then more processes (kubelet: rankPIDPressure).
@@ -81,7 +98,10 @@ pub fn pid_pressure_comparators() -> Vec<Comparator<'static>> {
 
 /// Disk bytes or inodes: usage above requests, then priority, then usage above request
 /// (kubelet: rankDiskPressureFunc).
-pub fn disk_pressure_comparators(fs_stats: &'static [FsStatsType], resource: Resource) -> Vec<Comparator<'static>> {
+pub fn disk_pressure_comparators(
+    fs_stats: &'static [FsStatsType],
+    resource: Resource,
+) -> Vec<Comparator<'static>> {
     vec![
         Box::new(move |a, b| exceed_disk_requests(fs_stats, resource, a, b)),
         Box::new(priority),
@@ -166,7 +186,9 @@ pub fn local_volume_names(pod: &Pod) -> Vec<&str> {
 /// (kubelet: podDiskUsage). Missing fields count as zero.
 pub fn pod_disk_usage(p: &PodWithStats, fs_stats: &[FsStatsType], resource: Resource) -> u128 {
     let inodes = resource == Resource::Inodes;
-    let pick = |bytes: Option<u64>, inode_count: Option<u64>| u128::from(if inodes { inode_count } else { bytes }.unwrap_or(0));
+    let pick = |bytes: Option<u64>, inode_count: Option<u64>| {
+        u128::from(if inodes { inode_count } else { bytes }.unwrap_or(0))
+    };
     let mut total = 0u128;
     for container in &p.stats.containers {
         if fs_stats.contains(&FsStatsType::Root) {
@@ -200,11 +222,18 @@ fn disk_usage_milli(p: &PodWithStats, fs_stats: &[FsStatsType], resource: Resour
 }
 
 /// Pods using more disk than they request first (kubelet: exceedDiskRequests).
-pub fn exceed_disk_requests(fs_stats: &[FsStatsType], resource: Resource, a: &PodWithStats, b: &PodWithStats) -> Ordering {
+pub fn exceed_disk_requests(
+    fs_stats: &[FsStatsType],
+    resource: Resource,
+    a: &PodWithStats,
+    b: &PodWithStats,
+) -> Ordering {
     if let Some(ordering) = missing_stats_first(a, b) {
         return ordering;
     }
-    let exceeds = |p: &PodWithStats| disk_usage_milli(p, fs_stats, resource) > disk_request_milli(&p.pod, resource);
+    let exceeds = |p: &PodWithStats| {
+        disk_usage_milli(p, fs_stats, resource) > disk_request_milli(&p.pod, resource)
+    };
     cmp_bool(exceeds(a), exceeds(b))
 }
 
@@ -213,11 +242,18 @@ pub fn exceed_disk_requests(fs_stats: &[FsStatsType], resource: Resource, a: &Po
 /// Differs from the kubelet for inodes: the kubelet subtracts the ephemeral-storage
 /// request (bytes) from the inode count; we subtract the inode request (none), so inode
 /// ranking is by inodes used.
-pub fn disk(fs_stats: &[FsStatsType], resource: Resource, a: &PodWithStats, b: &PodWithStats) -> Ordering {
+pub fn disk(
+    fs_stats: &[FsStatsType],
+    resource: Resource,
+    a: &PodWithStats,
+    b: &PodWithStats,
+) -> Ordering {
     if let Some(ordering) = missing_stats_first(a, b) {
         return ordering;
     }
-    let above = |p: &PodWithStats| disk_usage_milli(p, fs_stats, resource) - disk_request_milli(&p.pod, resource);
+    let above = |p: &PodWithStats| {
+        disk_usage_milli(p, fs_stats, resource) - disk_request_milli(&p.pod, resource)
+    };
     above(b).cmp(&above(a))
 }
 

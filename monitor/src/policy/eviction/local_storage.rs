@@ -1,7 +1,9 @@
 //! Evictions for local storage limits, independent of node pressure (kubelet:
 //! eviction_manager.go localStorageEviction, emptyDirLimitEviction,
 //! podEphemeralStorageLimitEviction, containerEphemeralStorageLimitEviction).
-use super::{EvictionDecision, EvictionReason, IMMEDIATE_GRACE_PERIOD_SECONDS, PodWithStats, kill_timeout};
+use super::{
+    EvictionDecision, EvictionReason, IMMEDIATE_GRACE_PERIOD_SECONDS, PodWithStats, kill_timeout,
+};
 use crate::policy::pod::Pod;
 use crate::policy::quantity::Quantity;
 use crate::policy::types::Resource;
@@ -11,7 +13,10 @@ const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 /// Every pod over one of its local storage limits, each once, checked in the kubelet's
 /// order: emptyDir sizeLimit, then the pod's total, then each container. Pods without
 /// stats and critical pods are never evicted here.
-pub fn local_storage_evictions(pods: &[PodWithStats], dedicated_imagefs: bool) -> Vec<EvictionDecision> {
+pub fn local_storage_evictions(
+    pods: &[PodWithStats],
+    dedicated_imagefs: bool,
+) -> Vec<EvictionDecision> {
     pods.iter()
         .filter(|p| !p.stats.is_missing() && !p.pod.is_critical())
         .filter_map(|p| {
@@ -39,11 +44,20 @@ fn bytes(value: u64) -> Quantity {
 fn empty_dir_limit_exceeded(p: &PodWithStats) -> Option<(EvictionReason, String)> {
     p.pod.spec.volumes.iter().find_map(|volume| {
         let limit = volume.empty_dir.as_ref()?.size_limit?;
-        let used = p.stats.volumes.iter().find(|v| v.name == volume.name)?.used_bytes?;
+        let used = p
+            .stats
+            .volumes
+            .iter()
+            .find(|v| v.name == volume.name)?
+            .used_bytes?;
         (limit > Quantity::ZERO && bytes(used) > limit).then(|| {
             (
                 EvictionReason::EmptyDirSizeLimit,
-                format!("Usage of EmptyDir volume {:?} exceeds the limit {:?}.", volume.name, limit.to_string()),
+                format!(
+                    "Usage of EmptyDir volume {:?} exceeds the limit {:?}.",
+                    volume.name,
+                    limit.to_string()
+                ),
             )
         })
     })
@@ -54,7 +68,8 @@ fn empty_dir_limit_exceeded(p: &PodWithStats) -> Option<(EvictionReason, String)
 /// is larger; `None` when no container sets one. Unlike the cgroup limit, containers
 /// without a limit do not make the pod unlimited.
 pub fn pod_ephemeral_storage_limit(pod: &Pod) -> Option<Quantity> {
-    let limit = |c: &crate::policy::pod::Container| c.resources.limits.get(EPHEMERAL_STORAGE).copied();
+    let limit =
+        |c: &crate::policy::pod::Container| c.resources.limits.get(EPHEMERAL_STORAGE).copied();
     let containers: Vec<Quantity> = pod.spec.containers.iter().filter_map(limit).collect();
     let init: Vec<Quantity> = pod.spec.init_containers.iter().filter_map(limit).collect();
     if containers.is_empty() && init.is_empty() {
@@ -71,17 +86,32 @@ fn pod_ephemeral_storage_limit_exceeded(p: &PodWithStats) -> Option<(EvictionRea
     (used > limit).then(|| {
         (
             EvictionReason::PodEphemeralStorageLimit,
-            format!("Pod ephemeral local storage usage exceeds the total limit of containers {limit}."),
+            format!(
+                "Pod ephemeral local storage usage exceeds the total limit of containers {limit}."
+            ),
         )
     })
 }
 
 /// A container whose logs (plus writable layer, when that shares nodefs) exceed its
 /// non-zero ephemeral-storage limit.
-fn container_ephemeral_storage_limit_exceeded(p: &PodWithStats, dedicated_imagefs: bool) -> Option<(EvictionReason, String)> {
+fn container_ephemeral_storage_limit_exceeded(
+    p: &PodWithStats,
+    dedicated_imagefs: bool,
+) -> Option<(EvictionReason, String)> {
     p.stats.containers.iter().find_map(|stats| {
-        let container = p.pod.spec.containers.iter().find(|c| c.name == stats.name)?;
-        let limit = container.resources.limits.get(EPHEMERAL_STORAGE).copied().filter(|q| q.value() != 0)?;
+        let container = p
+            .pod
+            .spec
+            .containers
+            .iter()
+            .find(|c| c.name == stats.name)?;
+        let limit = container
+            .resources
+            .limits
+            .get(EPHEMERAL_STORAGE)
+            .copied()
+            .filter(|q| q.value() != 0)?;
         let mut used = stats.logs_used_bytes.unwrap_or(0);
         if !dedicated_imagefs {
             used = used.saturating_add(stats.rootfs_used_bytes.unwrap_or(0));
@@ -89,7 +119,11 @@ fn container_ephemeral_storage_limit_exceeded(p: &PodWithStats, dedicated_imagef
         (bytes(used) > limit).then(|| {
             (
                 EvictionReason::ContainerEphemeralStorageLimit,
-                format!("Container {} exceeded its local ephemeral storage limit {:?}.", stats.name, limit.to_string()),
+                format!(
+                    "Container {} exceeded its local ephemeral storage limit {:?}.",
+                    stats.name,
+                    limit.to_string()
+                ),
             )
         })
     })

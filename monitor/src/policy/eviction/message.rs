@@ -19,7 +19,9 @@ pub fn eviction_message(
 ) -> String {
     let mut message = format!("The node was low on resource: {}. ", resource.as_str());
     if let Some((quantity, available)) = threshold_met_info(resource, thresholds, observations) {
-        message.push_str(&format!("Threshold quantity: {quantity}, available: {available}. "));
+        message.push_str(&format!(
+            "Threshold quantity: {quantity}, available: {available}. "
+        ));
     }
     if victim.stats.is_missing() {
         return message.trim_end().to_string();
@@ -39,14 +41,21 @@ pub fn eviction_message(
         }
         Resource::EphemeralStorage => {
             for stats in &victim.stats.containers {
-                let Some(container) = victim.pod.all_containers().find(|c| c.name == stats.name) else {
+                let Some(container) = victim.pod.all_containers().find(|c| c.name == stats.name)
+                else {
                     continue;
                 };
-                let (Some(rootfs), Some(logs)) = (stats.rootfs_used_bytes, stats.logs_used_bytes) else {
+                let (Some(rootfs), Some(logs)) = (stats.rootfs_used_bytes, stats.logs_used_bytes)
+                else {
                     continue;
                 };
                 let usage = bytes(rootfs.saturating_add(logs));
-                let request = container.resources.requests.get("ephemeral-storage").copied().unwrap_or_default();
+                let request = container
+                    .resources
+                    .requests
+                    .get("ephemeral-storage")
+                    .copied()
+                    .unwrap_or_default();
                 if usage > request {
                     message.push_str(&format!(
                         "Container {} was using {usage}, request is {request}, has larger consumption of ephemeral-storage. ",
@@ -66,13 +75,22 @@ fn bytes(value: u64) -> Quantity {
 
 /// The threshold quantity and available amount of the first threshold of `resource` that
 /// has an observation (kubelet: getThresholdMetInfo).
-fn threshold_met_info(resource: Resource, thresholds: &[Threshold], observations: &Observations) -> Option<(String, String)> {
-    thresholds.iter().filter(|t| t.signal.resource() == resource).find_map(|t| {
-        let observed = observations.get(&t.signal)?;
-        let quantity = match t.value {
-            QuantityOrPercent::Quantity(q) => q.to_string(),
-            QuantityOrPercent::Percent(_) => format_amount(t.signal, t.quantity(observed.capacity)),
-        };
-        Some((quantity, format_amount(t.signal, observed.available)))
-    })
+fn threshold_met_info(
+    resource: Resource,
+    thresholds: &[Threshold],
+    observations: &Observations,
+) -> Option<(String, String)> {
+    thresholds
+        .iter()
+        .filter(|t| t.signal.resource() == resource)
+        .find_map(|t| {
+            let observed = observations.get(&t.signal)?;
+            let quantity = match t.value {
+                QuantityOrPercent::Quantity(q) => q.to_string(),
+                QuantityOrPercent::Percent(_) => {
+                    format_amount(t.signal, t.quantity(observed.capacity))
+                }
+            };
+            Some((quantity, format_amount(t.signal, observed.available)))
+        })
 }

@@ -259,9 +259,17 @@ impl EvictionManager {
     }
 
     /// One pass of the eviction loop at `now`.
-    pub fn synchronize(&mut self, input: &SyncInput, reclaimer: &mut dyn NodeReclaimer, now: Time) -> SyncOutcome {
+    pub fn synchronize(
+        &mut self,
+        input: &SyncInput,
+        reclaimer: &mut dyn NodeReclaimer,
+        now: Time,
+    ) -> SyncOutcome {
         let observations = &input.observations;
-        let configured = threshold::update_container_fs_thresholds(&self.config.thresholds, input.dedicated_imagefs);
+        let configured = threshold::update_container_fs_thresholds(
+            &self.config.thresholds,
+            input.dedicated_imagefs,
+        );
 
         // 1. Met now, plus met before and not yet past their minimum reclaim.
         let mut met = threshold::thresholds_met(&configured, observations, false);
@@ -271,7 +279,8 @@ impl EvictionManager {
         }
 
         // 2. First-observed times and node conditions with the transition period.
-        let first_observed = threshold::thresholds_first_observed(&met, &self.thresholds_first_observed_at, now);
+        let first_observed =
+            threshold::thresholds_first_observed(&met, &self.thresholds_first_observed_at, now);
         let observed_conditions = threshold::node_conditions(&met);
         let conditions_last_observed_at = threshold::node_conditions_last_observed_at(
             &observed_conditions,
@@ -288,7 +297,8 @@ impl EvictionManager {
         let grace_met = threshold::thresholds_met_grace_period(&first_observed, now);
 
         // 4. Only thresholds with fresh stats act.
-        let updated = threshold::thresholds_updated_stats(&grace_met, observations, &self.last_observations);
+        let updated =
+            threshold::thresholds_updated_stats(&grace_met, observations, &self.last_observations);
 
         self.node_conditions = conditions.clone();
         self.thresholds_first_observed_at = first_observed;
@@ -314,7 +324,8 @@ impl EvictionManager {
 
         // 5. Local storage limits.
         if self.config.local_storage_capacity_isolation {
-            outcome.evictions = local_storage::local_storage_evictions(&input.pods, input.dedicated_imagefs);
+            outcome.evictions =
+                local_storage::local_storage_evictions(&input.pods, input.dedicated_imagefs);
             if !outcome.evictions.is_empty() {
                 return outcome;
             }
@@ -326,9 +337,17 @@ impl EvictionManager {
         };
         if !node_reclaim_funcs(to_reclaim.signal, input.dedicated_imagefs).is_empty() {
             let freed = reclaimer.reclaim(resource, to_reclaim.signal);
-            let credited = credit_reclaim(observations, to_reclaim.signal, input.dedicated_imagefs, freed);
-            let of_resource: Vec<Threshold> =
-                configured.iter().filter(|t| t.signal.resource() == resource).copied().collect();
+            let credited = credit_reclaim(
+                observations,
+                to_reclaim.signal,
+                input.dedicated_imagefs,
+                freed,
+            );
+            let of_resource: Vec<Threshold> = configured
+                .iter()
+                .filter(|t| t.signal.resource() == resource)
+                .copied()
+                .collect();
             let sufficient = threshold::thresholds_met(&of_resource, &credited, true).is_empty();
             outcome.node_reclaim = NodeReclaimOutcome {
                 attempted: true,
@@ -343,7 +362,8 @@ impl EvictionManager {
         }
 
         // 7. Rank and evict at most one pod, never a critical one.
-        let ranked = super::rank::rank_pods(to_reclaim.signal, input.dedicated_imagefs, &input.pods);
+        let ranked =
+            super::rank::rank_pods(to_reclaim.signal, input.dedicated_imagefs, &input.pods);
         outcome.ranking = ranked.iter().map(|p| p.pod.key()).collect();
         if let Some(victim) = ranked.iter().find(|p| !p.pod.is_critical()) {
             let grace_period_seconds = self.grace_period_seconds(&to_reclaim, &victim.pod);
@@ -378,6 +398,8 @@ impl EvictionManager {
 /// How long to wait for a pod given `grace_period_seconds` before killing it outright:
 /// max(2 s, 1.5 × grace).
 pub fn kill_timeout(grace_period_seconds: i64) -> Duration {
-    let grace_ms = u64::try_from(grace_period_seconds).unwrap_or(0).saturating_mul(1500);
+    let grace_ms = u64::try_from(grace_period_seconds)
+        .unwrap_or(0)
+        .saturating_mul(1500);
     Duration::from_millis(grace_ms).max(MIN_KILL_TIMEOUT)
 }

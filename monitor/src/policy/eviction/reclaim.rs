@@ -12,8 +12,10 @@ pub enum NodeReclaimFunc {
     DeleteUnusedImages,
 }
 
-const CONTAINERS_THEN_IMAGES: &[NodeReclaimFunc] =
-    &[NodeReclaimFunc::DeleteAllUnusedContainers, NodeReclaimFunc::DeleteUnusedImages];
+const CONTAINERS_THEN_IMAGES: &[NodeReclaimFunc] = &[
+    NodeReclaimFunc::DeleteAllUnusedContainers,
+    NodeReclaimFunc::DeleteUnusedImages,
+];
 
 /// The reclaim steps for `signal`, in order (kubelet: buildSignalToNodeReclaimFuncs for an
 /// imagefs that also holds the containers, i.e. no split containerfs):
@@ -62,13 +64,25 @@ pub fn same_filesystem_signals(signal: Signal, dedicated_imagefs: bool) -> &'sta
 /// The kubelet re-reads its stats after reclaim; we credit what the reclaimer reports
 /// instead (the same optimistic update, without a second, possibly stale, read). A signal's
 /// available amount never exceeds its capacity.
-pub fn credit_reclaim(observations: &Observations, signal: Signal, dedicated_imagefs: bool, freed: ReclaimResult) -> Observations {
+pub fn credit_reclaim(
+    observations: &Observations,
+    signal: Signal,
+    dedicated_imagefs: bool,
+    freed: ReclaimResult,
+) -> Observations {
     let mut credited = observations.clone();
     for affected in same_filesystem_signals(signal, dedicated_imagefs) {
         if let Some(observation) = credited.get_mut(affected) {
-            let amount = if affected.is_bytes() { freed.freed_bytes } else { freed.freed_inodes };
+            let amount = if affected.is_bytes() {
+                freed.freed_bytes
+            } else {
+                freed.freed_inodes
+            };
             let amount = i64::try_from(amount).unwrap_or(i64::MAX);
-            observation.available = observation.available.saturating_add(amount).min(observation.capacity.max(observation.available));
+            observation.available = observation
+                .available
+                .saturating_add(amount)
+                .min(observation.capacity.max(observation.available));
         }
     }
     credited
