@@ -283,10 +283,9 @@ pub fn oom_score_adj(pod: &Pod, container: &Container, memory_capacity: i64) -> 
             .init_containers
             .iter()
             .any(|init| init.name == container.name);
-    if is_sidecar {
-        if let Some(smallest) = pod.spec.containers.iter().map(memory_request).min() {
-            score = score.min(score_for(smallest));
-        }
+    let smallest_regular = pod.spec.containers.iter().map(memory_request).min();
+    if let Some(smallest) = smallest_regular.filter(|_| is_sidecar) {
+        score = score.min(score_for(smallest));
     }
     let floor = i64::from(1000 + GUARANTEED_OOM_SCORE_ADJ);
     if score < floor {
