@@ -29,6 +29,9 @@ pub const SYSTEM_NODE_CRITICAL: &str = "system-node-critical";
 /// The API's default `terminationGracePeriodSeconds` (v1.DefaultTerminationGracePeriodSeconds).
 pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
 
+/// Resource name → quantity (the API's `v1.ResourceList`), e.g. requests or node allocatable.
+pub type ResourceList = BTreeMap<String, Quantity>;
+
 /// Reads an explicit `null` as the type's default, as Go's JSON decoder leaves a field at its
 /// zero value for `null` (manifests commonly carry `creationTimestamp: null`, `resources: {}`).
 fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -157,9 +160,9 @@ pub struct EnvVar {
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRequirements {
     #[serde(default, deserialize_with = "nullable")]
-    pub requests: BTreeMap<String, Quantity>,
+    pub requests: ResourceList,
     #[serde(default, deserialize_with = "nullable")]
-    pub limits: BTreeMap<String, Quantity>,
+    pub limits: ResourceList,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
