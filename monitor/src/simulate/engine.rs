@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::admit::{AdmissionDecision, admit_pods};
-use super::config::SimConfig;
+use crate::config::kubelet::KubeletConfig;
 use super::images::ImageModel;
-use super::node::{Node, allocatable_from_capacity};
+use super::node::Node;
 use super::observe::{PodsCgroupLimit, has_dedicated_image_fs, make_signal_observations, summary_memory_capacity};
 use super::output::{AdmissionOutput, EvictedOutput, NodeReclaimOutput, StepOutput, ThresholdMetOutput};
 use super::reclaim::StepReclaimer;
@@ -21,7 +21,7 @@ use crate::policy::signal::{Signal, format_value};
 
 /// The state carried from step to step.
 pub struct Simulation {
-    config: SimConfig,
+    config: KubeletConfig,
     manager: EvictionManager,
     dedicated_image_fs: Option<bool>,
     node: Option<Node>,
@@ -31,7 +31,7 @@ pub struct Simulation {
 }
 
 impl Simulation {
-    pub fn new(config: SimConfig, dedicated_image_fs: Option<bool>) -> Self {
+    pub fn new(config: KubeletConfig, dedicated_image_fs: Option<bool>) -> Self {
         let manager = EvictionManager::new(config.eviction.clone());
         Simulation {
             config,
@@ -45,7 +45,7 @@ impl Simulation {
     }
 
     /// Runs every step of a scenario, returning one output per step.
-    pub fn run(config: SimConfig, scenario: &Scenario) -> Vec<StepOutput> {
+    pub fn run(config: KubeletConfig, scenario: &Scenario) -> Vec<StepOutput> {
         let mut simulation = Simulation::new(config, scenario.dedicated_image_fs);
         scenario.steps.iter().map(|step| simulation.step(step)).collect()
     }
@@ -126,7 +126,8 @@ impl Simulation {
     }
 
     /// Node allocatable for admission: the Node object's `status.allocatable` when given,
-    /// else computed from its capacity (or the summary's memory capacity) like the kubelet.
+    /// else computed from its capacity (or the summary's memory capacity) like the kubelet:
+    /// capacity − system-reserved − kube-reserved − hard eviction threshold.
     fn node_allocatable(&self) -> BTreeMap<String, Quantity> {
         if let Some(node) = &self.node
             && !node.status.allocatable.is_empty()
@@ -142,24 +143,23 @@ impl Simulation {
         if !capacity.contains_key("pods") {
             capacity.insert("pods".into(), Quantity::from_units(self.config.max_pods));
         }
-        allocatable_from_capacity(&capacity, &self.config.system_reserved, &self.config.kube_reserved, &self.hard_eviction_reservation(&capacity))
-    }
-
-    /// Hard eviction thresholds as reservations (kubelet: hardEvictionReservation):
-    /// memory.available reserves memory, nodefs.available reserves ephemeral-storage;
-    /// percentages resolve against the resource's capacity.
-    fn hard_eviction_reservation(&self, capacity: &BTreeMap<String, Quantity>) -> BTreeMap<String, i64> {
-        let mut reservation = BTreeMap::new();
-        for threshold in self.config.eviction.thresholds.iter().filter(|t| t.is_hard()) {
-            let resource = match threshold.signal {
-                Signal::MemoryAvailable => "memory",
-                Signal::NodeFsAvailable => "ephemeral-storage",
-                _ => continue,
-            };
-            let cap = capacity.get(resource).map_or(0, |q| q.value());
-            reservation.insert(resource.to_string(), threshold.value.resolve(cap));
-        }
-        reservation
+        capacity
+            .iter()
+            .map(|(resource, cap)| {
+                let value = if resource == "cpu" {
+                    // CPU is reserved in millicores ("500m"); nothing else is evicted on.
+                    let reserved: i64 = [&self.config.system_reserved, &self.config.kube_reserved]
+                        .iter()
+                        .filter_map(|m| m.get("cpu"))
+                        .map(|q| q.milli_value())
+                        .sum();
+                    Quantity::from_milli(cap.milli_value().saturating_sub(reserved).max(0))
+                } else {
+                    Quantity::from_units(self.config.allocatable(resource, cap.value()))
+                };
+                (resource.clone(), value)
+            })
+            .collect()
     }
 }
 

@@ -36,37 +36,6 @@ impl Node {
     }
 }
 
-/// Node allocatable as the kubelet computes it (pkg/kubelet/cm node_container_manager_linux.go
-/// GetNodeAllocatableReservation + hardEvictionReservation): capacity − kube-reserved −
-/// system-reserved − the hard eviction thresholds (memory.available reserves memory,
-/// nodefs.available reserves ephemeral-storage), so that pods alone cannot push the node
-/// past its own eviction threshold. `hard_eviction` maps a resource name to the resolved
-/// threshold in base units. Never negative.
-pub fn allocatable_from_capacity(
-    capacity: &BTreeMap<String, Quantity>,
-    system_reserved: &BTreeMap<String, Quantity>,
-    kube_reserved: &BTreeMap<String, Quantity>,
-    hard_eviction: &BTreeMap<String, i64>,
-) -> BTreeMap<String, Quantity> {
-    let mut allocatable = BTreeMap::new();
-    for (resource, cap) in capacity {
-        let mut value = *cap;
-        for reserved in [system_reserved, kube_reserved] {
-            if let Some(r) = reserved.get(resource) {
-                value = value - *r;
-            }
-        }
-        if let Some(bytes) = hard_eviction.get(resource) {
-            value = value - Quantity::from_units(*bytes);
-        }
-        if value.is_negative() {
-            value = Quantity::ZERO;
-        }
-        allocatable.insert(resource.clone(), value);
-    }
-    allocatable
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,25 +43,6 @@ mod tests {
 
     fn q(text: &str) -> Quantity {
         parse_quantity(text).unwrap_or_else(|e| panic!("{text}: {e}"))
-    }
-
-    #[test]
-    fn seed_example_ten_gi_node_leaves_eight_gi_allocatable() {
-        // The seeds' example: 10Gi of memory, system-reserved 1.5Gi (10% for the system plus
-        // the eviction threshold), memory.available<500Mi: 10240 − 1536 − 500 = 8204Mi.
-        let capacity = BTreeMap::from([("memory".to_string(), q("10Gi")), ("cpu".to_string(), q("4"))]);
-        let system = BTreeMap::from([("memory".to_string(), q("1.5Gi"))]);
-        let alloc = allocatable_from_capacity(&capacity, &system, &BTreeMap::new(), &BTreeMap::from([("memory".to_string(), 500 * 1024 * 1024)]));
-        assert_eq!(alloc.get("memory"), Some(&q("8204Mi")));
-        assert_eq!(alloc.get("cpu"), Some(&q("4")), "cpu has no reservation here");
-    }
-
-    #[test]
-    fn reservations_larger_than_capacity_clamp_to_zero() {
-        let capacity = BTreeMap::from([("memory".to_string(), q("1Gi"))]);
-        let system = BTreeMap::from([("memory".to_string(), q("2Gi"))]);
-        let alloc = allocatable_from_capacity(&capacity, &system, &system, &BTreeMap::new());
-        assert_eq!(alloc.get("memory"), Some(&Quantity::ZERO));
     }
 
     #[test]
