@@ -28,8 +28,17 @@ fn example_args(dir: &Path) -> Vec<String> {
         return vec!["--scenario".into(), scenario.display().to_string()];
     }
     let mut args = Vec::new();
-    for (flag, stem) in [("--config", "kubelet-config"), ("--pods", "pods"), ("--summary", "summary"), ("--node", "node"), ("--admit", "admit")] {
-        let found = ["yaml", "json"].iter().map(|ext| dir.join(format!("{stem}.{ext}"))).find(|p| p.exists());
+    for (flag, stem) in [
+        ("--config", "kubelet-config"),
+        ("--pods", "pods"),
+        ("--summary", "summary"),
+        ("--node", "node"),
+        ("--admit", "admit"),
+    ] {
+        let found = ["yaml", "json"]
+            .iter()
+            .map(|ext| dir.join(format!("{stem}.{ext}")))
+            .find(|p| p.exists());
         if let Some(path) = found {
             args.push(flag.to_string());
             args.push(path.display().to_string());
@@ -42,7 +51,9 @@ fn parse_lines(text: &str, what: &str) -> Vec<Value> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .enumerate()
-        .map(|(i, l)| serde_json::from_str(l).unwrap_or_else(|e| panic!("{what} line {}: {e}: {l}", i + 1)))
+        .map(|(i, l)| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("{what} line {}: {e}: {l}", i + 1))
+        })
         .collect()
 }
 
@@ -53,12 +64,18 @@ fn assert_matches(actual: &Value, expected: &Value, path: &str) {
     match (actual, expected) {
         (Value::Object(a), Value::Object(e)) => {
             for (key, e_value) in e {
-                let a_value = a.get(key).unwrap_or_else(|| panic!("{path}.{key}: missing from the output {actual}"));
+                let a_value = a
+                    .get(key)
+                    .unwrap_or_else(|| panic!("{path}.{key}: missing from the output {actual}"));
                 assert_matches(a_value, e_value, &format!("{path}.{key}"));
             }
         }
         (Value::Array(a), Value::Array(e)) => {
-            assert_eq!(a.len(), e.len(), "{path}: got {actual}, expected {expected}");
+            assert_eq!(
+                a.len(),
+                e.len(),
+                "{path}: got {actual}, expected {expected}"
+            );
             for (i, (a_item, e_item)) in a.iter().zip(e).enumerate() {
                 assert_matches(a_item, e_item, &format!("{path}[{i}]"));
             }
@@ -96,16 +113,32 @@ fn documented_example_prints_the_expected_decisions(#[case] name: &str) {
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = monitor(&arg_refs);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{name}: exit {:?}, stderr: {stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "{name}: exit {:?}, stderr: {stderr}",
+        out.status
+    );
     let actual = parse_lines(&String::from_utf8_lossy(&out.stdout), "stdout");
     let expected_text = std::fs::read_to_string(dir.join("expected.jsonl"))
         .unwrap_or_else(|e| panic!("{name}/expected.jsonl: {e}"));
     let expected = parse_lines(&expected_text, "expected.jsonl");
-    assert_eq!(actual.len(), expected.len(), "{name}: one output line per step");
+    assert_eq!(
+        actual.len(),
+        expected.len(),
+        "{name}: one output line per step"
+    );
     for (i, (a, e)) in actual.iter().zip(&expected).enumerate() {
-        let mut keys: Vec<&str> = a.as_object().expect("a step is an object").keys().map(String::as_str).collect();
+        let mut keys: Vec<&str> = a
+            .as_object()
+            .expect("a step is an object")
+            .keys()
+            .map(String::as_str)
+            .collect();
         keys.sort_unstable();
-        assert_eq!(keys, STEP_KEYS, "{name} step {i}: exactly the documented keys");
+        assert_eq!(
+            keys, STEP_KEYS,
+            "{name} step {i}: exactly the documented keys"
+        );
         assert_matches(a, e, &format!("{name}[{i}]"));
     }
 }
@@ -129,7 +162,10 @@ fn every_documented_example_is_tested() {
         "soft-grace",
         "stale-stats",
     ];
-    assert_eq!(found, tested, "add new examples to documented_example_prints_the_expected_decisions");
+    assert_eq!(
+        found, tested,
+        "add new examples to documented_example_prints_the_expected_decisions"
+    );
 }
 
 /// Writes `files` into a fresh temp dir and returns it.
@@ -143,7 +179,8 @@ fn temp_files(files: &[(&str, &str)]) -> tempfile::TempDir {
 
 const GOOD_CONFIG: &str = "evictionHard:\n  memory.available: 500Mi\n";
 const GOOD_PODS: &str = r#"{"items": [{"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}]}"#;
-const GOOD_SUMMARY: &str = r#"{"node": {"memory": {"availableBytes": 100, "workingSetBytes": 900}}}"#;
+const GOOD_SUMMARY: &str =
+    r#"{"node": {"memory": {"availableBytes": 100, "workingSetBytes": 900}}}"#;
 
 /// A scenario text from its config and steps (literals, so cases stay `&'static str`).
 macro_rules! scenario_with {
@@ -242,15 +279,31 @@ fn bad_input_exits_non_zero_naming_file_and_field(
     let dir = temp_files(files);
     let args: Vec<String> = args
         .iter()
-        .map(|a| if a.ends_with(".json") || a.ends_with(".yaml") { dir.path().join(a).display().to_string() } else { a.to_string() })
+        .map(|a| {
+            if a.ends_with(".json") || a.ends_with(".yaml") {
+                dir.path().join(a).display().to_string()
+            } else {
+                a.to_string()
+            }
+        })
         .collect();
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = monitor(&arg_refs);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "must fail cleanly (exit 1, not a panic's 101); stderr: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "must fail cleanly (exit 1, not a panic's 101); stderr: {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "no panic: {stderr}");
     for needle in must_mention {
-        assert!(stderr.contains(needle), "stderr should mention {needle:?}: {stderr}");
+        assert!(
+            stderr.contains(needle),
+            "stderr should mention {needle:?}: {stderr}"
+        );
     }
-    assert!(out.stdout.is_empty(), "nothing printed on stdout for rejected input");
+    assert!(
+        out.stdout.is_empty(),
+        "nothing printed on stdout for rejected input"
+    );
 }

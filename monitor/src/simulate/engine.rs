@@ -4,16 +4,20 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::admit::{AdmissionDecision, admit_pods};
-use crate::config::kubelet::KubeletConfig;
 use super::images::ImageModel;
 use super::node::Node;
-use super::observe::{PodsCgroupLimit, has_dedicated_image_fs, make_signal_observations, summary_memory_capacity};
-use super::output::{AdmissionOutput, EvictedOutput, NodeReclaimOutput, StepOutput, ThresholdMetOutput};
+use super::observe::{
+    PodsCgroupLimit, has_dedicated_image_fs, make_signal_observations, summary_memory_capacity,
+};
+use super::output::{
+    AdmissionOutput, EvictedOutput, NodeReclaimOutput, StepOutput, ThresholdMetOutput,
+};
 use super::reclaim::StepReclaimer;
 use super::scenario::{Scenario, Step};
 use super::stats::pods_with_stats;
 use super::summary::Summary;
 use super::timestamp::GoDuration;
+use crate::config::kubelet::KubeletConfig;
 use crate::policy::eviction::{EvictionDecision, EvictionManager, SyncInput, SyncOutcome};
 use crate::policy::pod::Pod;
 use crate::policy::quantity::Quantity;
@@ -47,7 +51,11 @@ impl Simulation {
     /// Runs every step of a scenario, returning one output per step.
     pub fn run(config: KubeletConfig, scenario: &Scenario) -> Vec<StepOutput> {
         let mut simulation = Simulation::new(config, scenario.dedicated_image_fs);
-        scenario.steps.iter().map(|step| simulation.step(step)).collect()
+        scenario
+            .steps
+            .iter()
+            .map(|step| simulation.step(step))
+            .collect()
     }
 
     /// One step: carry-over, synchronize, evictions, admission, image GC.
@@ -63,22 +71,37 @@ impl Simulation {
             self.summary = summary.clone();
         }
         if let Some(images) = &step.images {
-            let model = self.images.get_or_insert_with(|| ImageModel::new(&self.config.image_gc));
+            let model = self
+                .images
+                .get_or_insert_with(|| ImageModel::new(&self.config.image_gc));
             model.set_images(images.clone());
         }
-        let dedicated = has_dedicated_image_fs(&self.summary, step.dedicated_image_fs.or(self.dedicated_image_fs));
-        let observations = make_signal_observations(&self.summary, self.pods_cgroup_limit(), dedicated, now);
+        let dedicated = has_dedicated_image_fs(
+            &self.summary,
+            step.dedicated_image_fs.or(self.dedicated_image_fs),
+        );
+        let observations =
+            make_signal_observations(&self.summary, self.pods_cgroup_limit(), dedicated, now);
         if let Some(images) = self.images.as_mut() {
             images.detect(&self.pods, now);
         }
 
         // 1. The eviction pass.
-        let input = SyncInput { observations: observations.clone(), pods: pods_with_stats(&self.pods, &self.summary), dedicated_imagefs: dedicated };
+        let input = SyncInput {
+            observations: observations.clone(),
+            pods: pods_with_stats(&self.pods, &self.summary),
+            dedicated_imagefs: dedicated,
+        };
         let mut reclaimer = StepReclaimer::new(self.images.as_mut(), &step.reclaim, dedicated, now);
         let outcome = self.manager.synchronize(&input, &mut reclaimer, now);
         let mut images_removed = std::mem::take(&mut reclaimer.removed);
-        let freed_on_image_fs = if images_removed.is_empty() { 0 } else { outcome.node_reclaim.freed_bytes };
-        self.pods.retain(|pod| !outcome.evictions.iter().any(|e| e.pod_key == pod.key()));
+        let freed_on_image_fs = if images_removed.is_empty() {
+            0
+        } else {
+            outcome.node_reclaim.freed_bytes
+        };
+        self.pods
+            .retain(|pod| !outcome.evictions.iter().any(|e| e.pod_key == pod.key()));
 
         // 2. Admission against the conditions that pass produced.
         let allocatable = self.node_allocatable();
@@ -87,10 +110,17 @@ impl Simulation {
 
         // 3. Periodic image GC, on the image filesystem as node-level reclaim left it.
         if let Some(images) = self.images.as_mut() {
-            let image_fs = if dedicated { Signal::ImageFsAvailable } else { Signal::NodeFsAvailable };
+            let image_fs = if dedicated {
+                Signal::ImageFsAvailable
+            } else {
+                Signal::NodeFsAvailable
+            };
             if let Some(obs) = observations.get(&image_fs) {
-                let available = obs.available.saturating_add(i64::try_from(freed_on_image_fs).unwrap_or(i64::MAX));
-                let (ids, _) = images.garbage_collect(obs.capacity, available.min(obs.capacity), now);
+                let available = obs
+                    .available
+                    .saturating_add(i64::try_from(freed_on_image_fs).unwrap_or(i64::MAX));
+                let (ids, _) =
+                    images.garbage_collect(obs.capacity, available.min(obs.capacity), now);
                 images_removed.extend(ids);
             }
         }
@@ -115,14 +145,21 @@ impl Simulation {
             return PodsCgroupLimit::default();
         };
         let mut limit = capacity;
-        if self.config.enforce_node_allocatable.iter().any(|e| e == "pods") {
+        if self
+            .config
+            .enforce_node_allocatable
+            .iter()
+            .any(|e| e == "pods")
+        {
             for reserved in [&self.config.system_reserved, &self.config.kube_reserved] {
                 if let Some(q) = reserved.get("memory") {
                     limit = limit.saturating_sub(q.value());
                 }
             }
         }
-        PodsCgroupLimit { memory_bytes: Some(limit.max(0)) }
+        PodsCgroupLimit {
+            memory_bytes: Some(limit.max(0)),
+        }
     }
 
     /// Node allocatable for admission: the Node object's `status.allocatable` when given,
@@ -134,7 +171,11 @@ impl Simulation {
         {
             return node.status.allocatable.clone();
         }
-        let mut capacity = self.node.as_ref().map(|n| n.status.capacity.clone()).unwrap_or_default();
+        let mut capacity = self
+            .node
+            .as_ref()
+            .map(|n| n.status.capacity.clone())
+            .unwrap_or_default();
         if !capacity.contains_key("memory")
             && let Some(bytes) = summary_memory_capacity(&self.summary)
         {
@@ -184,11 +225,16 @@ fn output(
         .collect();
     // Deterministic order: by signal, hard before soft.
     thresholds_met.sort_by(|a, b| {
-        (signal_rank(&a.signal), a.grace_period != "0s", &a.grace_period).cmp(&(
-            signal_rank(&b.signal),
-            b.grace_period != "0s",
-            &b.grace_period,
-        ))
+        (
+            signal_rank(&a.signal),
+            a.grace_period != "0s",
+            &a.grace_period,
+        )
+            .cmp(&(
+                signal_rank(&b.signal),
+                b.grace_period != "0s",
+                &b.grace_period,
+            ))
     });
     let mut conditions = outcome.conditions.clone();
     conditions.sort();
@@ -197,7 +243,11 @@ fn output(
         at: GoDuration(at).to_string(),
         thresholds_met,
         conditions: conditions.iter().map(|c| c.as_str().to_string()).collect(),
-        starved_resources: outcome.starved_resources.iter().map(|r| r.as_str().to_string()).collect(),
+        starved_resources: outcome
+            .starved_resources
+            .iter()
+            .map(|r| r.as_str().to_string())
+            .collect(),
         node_reclaim: NodeReclaimOutput {
             attempted: outcome.node_reclaim.attempted,
             freed_bytes: outcome.node_reclaim.freed_bytes,
@@ -223,7 +273,10 @@ fn output(
 
 /// Signals in the kubelet's documentation order, so output is stable and readable.
 fn signal_rank(name: &str) -> usize {
-    Signal::ALL.iter().position(|s| s.as_str() == name).unwrap_or(usize::MAX)
+    Signal::ALL
+        .iter()
+        .position(|s| s.as_str() == name)
+        .unwrap_or(usize::MAX)
 }
 
 fn evicted(decision: &EvictionDecision) -> EvictedOutput {

@@ -13,7 +13,11 @@ pub enum SimulateError {
     /// Malformed JSON/YAML or a field with a bad value. `field` is the path inside the
     /// document (`steps[2].summary.node.memory.availableBytes`), empty for the document.
     #[error("{file}: {}{message}", field_prefix(field))]
-    Input { file: String, field: String, message: String },
+    Input {
+        file: String,
+        field: String,
+        message: String,
+    },
     /// The kubelet configuration was rejected (its message names origin, key and value).
     #[error("{0}")]
     Config(String),
@@ -26,12 +30,20 @@ pub enum SimulateError {
 }
 
 fn field_prefix(field: &str) -> String {
-    if field.is_empty() { String::new() } else { format!("{field}: ") }
+    if field.is_empty() {
+        String::new()
+    } else {
+        format!("{field}: ")
+    }
 }
 
 impl SimulateError {
     pub fn input(file: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
-        SimulateError::Input { file: file.to_string(), field: field.into(), message: message.into() }
+        SimulateError::Input {
+            file: file.to_string(),
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -48,30 +60,55 @@ pub fn join_field(prefix: &str, inner: &str) -> String {
 /// Whether a document is JSON (so serde_json, with its line/column messages, parses it);
 /// anything else is read as YAML.
 fn looks_like_json(text: &str) -> bool {
-    matches!(text.trim_start().as_bytes().first(), Some(b'{') | Some(b'['))
+    matches!(
+        text.trim_start().as_bytes().first(),
+        Some(b'{') | Some(b'[')
+    )
 }
 
 /// Deserializes a JSON or YAML document, naming the field path of the first error.
-pub fn deserialize_document<T: DeserializeOwned>(text: &str, file: &str, prefix: &str) -> Result<T, SimulateError> {
+pub fn deserialize_document<T: DeserializeOwned>(
+    text: &str,
+    file: &str,
+    prefix: &str,
+) -> Result<T, SimulateError> {
     if looks_like_json(text) {
         let mut de = serde_json::Deserializer::from_str(text);
         let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            SimulateError::input(file, join_field(prefix, &e.path().to_string()), format!("malformed JSON: {}", e.inner()))
+            SimulateError::input(
+                file,
+                join_field(prefix, &e.path().to_string()),
+                format!("malformed JSON: {}", e.inner()),
+            )
         })?;
-        de.end().map_err(|e| SimulateError::input(file, prefix, format!("malformed JSON: {e}")))?;
+        de.end()
+            .map_err(|e| SimulateError::input(file, prefix, format!("malformed JSON: {e}")))?;
         Ok(value)
     } else {
         let de = serde_yaml_ng::Deserializer::from_str(text);
         serde_path_to_error::deserialize(de).map_err(|e| {
-            SimulateError::input(file, join_field(prefix, &e.path().to_string()), format!("malformed YAML: {}", e.inner()))
+            SimulateError::input(
+                file,
+                join_field(prefix, &e.path().to_string()),
+                format!("malformed YAML: {}", e.inner()),
+            )
         })
     }
 }
 
 /// Deserializes a value already parsed from a scenario file (an inline document).
-pub fn deserialize_value<T: DeserializeOwned>(value: serde_yaml_ng::Value, file: &str, prefix: &str) -> Result<T, SimulateError> {
-    serde_path_to_error::deserialize(value)
-        .map_err(|e| SimulateError::input(file, join_field(prefix, &e.path().to_string()), e.inner().to_string()))
+pub fn deserialize_value<T: DeserializeOwned>(
+    value: serde_yaml_ng::Value,
+    file: &str,
+    prefix: &str,
+) -> Result<T, SimulateError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        SimulateError::input(
+            file,
+            join_field(prefix, &e.path().to_string()),
+            e.inner().to_string(),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -94,7 +131,10 @@ mod tests {
     }
 
     #[rstest]
-    #[case::json_type_error(r#"{"items": [{"size": 1}, {"size": "big"}]}"#, "x.json: items[1].size: malformed JSON")]
+    #[case::json_type_error(
+        r#"{"items": [{"size": 1}, {"size": "big"}]}"#,
+        "x.json: items[1].size: malformed JSON"
+    )]
     #[case::json_syntax_error(r#"{"items": [{"size": 1},"#, "x.json: items: malformed JSON")]
     #[case::json_trailing_garbage(r#"{"items": []} }"#, "x.json: malformed JSON")]
     #[case::yaml_type_error("items:\n  - size: -3\n", "x.json: items[0].size: malformed YAML")]
@@ -102,7 +142,10 @@ mod tests {
     fn document_errors_name_file_and_field(#[case] text: &str, #[case] expected_prefix: &str) {
         let err = deserialize_document::<Doc>(text, "x.json", "").expect_err("must be rejected");
         let message = err.to_string();
-        assert!(message.starts_with(expected_prefix), "{message:?} should start with {expected_prefix:?}");
+        assert!(
+            message.starts_with(expected_prefix),
+            "{message:?} should start with {expected_prefix:?}"
+        );
     }
 
     #[rstest]

@@ -24,7 +24,12 @@ impl ImageModel {
         (Vec::new(), 0)
     }
 
-    pub fn garbage_collect(&mut self, _capacity: i64, _available: i64, _now: Time) -> (Vec<String>, u64) {
+    pub fn garbage_collect(
+        &mut self,
+        _capacity: i64,
+        _available: i64,
+        _now: Time,
+    ) -> (Vec<String>, u64) {
         (Vec::new(), 0)
     }
 }

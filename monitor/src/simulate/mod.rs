@@ -86,7 +86,10 @@ pub fn run(args: &SimulateArgs) -> ExitCode {
 }
 
 /// Loads the inputs the arguments name and runs every step.
-pub fn simulate(args: &SimulateArgs, warnings: &mut Vec<String>) -> Result<Vec<StepOutput>, SimulateError> {
+pub fn simulate(
+    args: &SimulateArgs,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<StepOutput>, SimulateError> {
     let scenario = match (&args.scenario, &args.config, &args.pods, &args.summary) {
         (Some(path), _, _, _) => load_scenario(path)?,
         (None, Some(config), Some(pods), Some(summary)) => load_snapshot(&SnapshotFiles {

@@ -22,10 +22,15 @@ pub fn has_dedicated_image_fs(summary: &Summary, explicit: Option<bool>) -> bool
     if let Some(dedicated) = explicit {
         return dedicated;
     }
-    let image_fs = summary.node.runtime.as_ref().and_then(|r| r.image_fs.as_ref());
+    let image_fs = summary
+        .node
+        .runtime
+        .as_ref()
+        .and_then(|r| r.image_fs.as_ref());
     match (image_fs, summary.node.fs.as_ref()) {
         (Some(image), Some(node)) => {
-            image.capacity_bytes != node.capacity_bytes || image.available_bytes != node.available_bytes
+            image.capacity_bytes != node.capacity_bytes
+                || image.available_bytes != node.available_bytes
         }
         (Some(_), None) => true,
         (None, _) => false,
@@ -63,7 +68,8 @@ pub fn make_signal_observations(
     let mut result = Observations::new();
     let node = &summary.node;
     if let Some(memory) = &node.memory
-        && let (Some(available), Some(working_set)) = (memory.available_bytes, memory.working_set_bytes)
+        && let (Some(available), Some(working_set)) =
+            (memory.available_bytes, memory.working_set_bytes)
     {
         result.insert(
             Signal::MemoryAvailable,
@@ -74,9 +80,12 @@ pub fn make_signal_observations(
             },
         );
     }
-    let pods_container = node.system_container("pods").and_then(|c| c.memory.as_ref());
+    let pods_container = node
+        .system_container("pods")
+        .and_then(|c| c.memory.as_ref());
     if let Some(memory) = pods_container
-        && let (Some(available), Some(working_set)) = (memory.available_bytes, memory.working_set_bytes)
+        && let (Some(available), Some(working_set)) =
+            (memory.available_bytes, memory.working_set_bytes)
     {
         result.insert(
             Signal::AllocatableMemoryAvailable,
@@ -104,11 +113,27 @@ pub fn make_signal_observations(
     }
     let image_fs = node.runtime.as_ref().and_then(|r| r.image_fs.as_ref());
     let container_fs = node.runtime.as_ref().and_then(|r| r.container_fs.as_ref());
-    let container_fs = container_fs.or(if dedicated_image_fs { image_fs } else { node.fs.as_ref() });
+    let container_fs = container_fs.or(if dedicated_image_fs {
+        image_fs
+    } else {
+        node.fs.as_ref()
+    });
     for (fs, bytes_signal, inodes_signal) in [
-        (node.fs.as_ref(), Signal::NodeFsAvailable, Signal::NodeFsInodesFree),
-        (image_fs, Signal::ImageFsAvailable, Signal::ImageFsInodesFree),
-        (container_fs, Signal::ContainerFsAvailable, Signal::ContainerFsInodesFree),
+        (
+            node.fs.as_ref(),
+            Signal::NodeFsAvailable,
+            Signal::NodeFsInodesFree,
+        ),
+        (
+            image_fs,
+            Signal::ImageFsAvailable,
+            Signal::ImageFsInodesFree,
+        ),
+        (
+            container_fs,
+            Signal::ContainerFsAvailable,
+            Signal::ContainerFsInodesFree,
+        ),
     ] {
         if let Some(fs) = fs {
             insert_fs(&mut result, fs, bytes_signal, inodes_signal, step_time);
@@ -129,13 +154,33 @@ pub fn make_signal_observations(
     result
 }
 
-fn insert_fs(result: &mut Observations, fs: &FsStats, bytes: Signal, inodes: Signal, step_time: Time) {
+fn insert_fs(
+    result: &mut Observations,
+    fs: &FsStats,
+    bytes: Signal,
+    inodes: Signal,
+    step_time: Time,
+) {
     let time = stat_time(fs.time, step_time);
     if let (Some(available), Some(capacity)) = (fs.available_bytes, fs.capacity_bytes) {
-        result.insert(bytes, SignalObservation { available: to_i64(available), capacity: to_i64(capacity), time });
+        result.insert(
+            bytes,
+            SignalObservation {
+                available: to_i64(available),
+                capacity: to_i64(capacity),
+                time,
+            },
+        );
     }
     if let (Some(free), Some(total)) = (fs.inodes_free, fs.inodes) {
-        result.insert(inodes, SignalObservation { available: to_i64(free), capacity: to_i64(total), time });
+        result.insert(
+            inodes,
+            SignalObservation {
+                available: to_i64(free),
+                capacity: to_i64(total),
+                time,
+            },
+        );
     }
 }
 
@@ -145,16 +190,27 @@ pub fn pod_working_set(pod: &super::summary::PodStats) -> Option<u64> {
     if let Some(ws) = pod.memory.as_ref().and_then(|m| m.working_set_bytes) {
         return Some(ws);
     }
-    let per_container: Vec<u64> =
-        pod.containers.iter().filter_map(|c| c.memory.as_ref().and_then(|m| m.working_set_bytes)).collect();
-    if per_container.is_empty() { None } else { Some(per_container.into_iter().fold(0u64, u64::saturating_add)) }
+    let per_container: Vec<u64> = pod
+        .containers
+        .iter()
+        .filter_map(|c| c.memory.as_ref().and_then(|m| m.working_set_bytes))
+        .collect();
+    if per_container.is_empty() {
+        None
+    } else {
+        Some(per_container.into_iter().fold(0u64, u64::saturating_add))
+    }
 }
 
 /// The memory capacity the summary implies (available + working set), the kubelet's
 /// definition of node memory capacity for eviction.
 pub fn summary_memory_capacity(summary: &Summary) -> Option<i64> {
     let memory = summary.node.memory.as_ref()?;
-    Some(to_i64(memory.available_bytes?.saturating_add(memory.working_set_bytes?)))
+    Some(to_i64(
+        memory
+            .available_bytes?
+            .saturating_add(memory.working_set_bytes?),
+    ))
 }
 
 #[cfg(test)]
@@ -179,11 +235,28 @@ mod tests {
             300 * MI,
             10 * GI - 300 * MI
         ));
-        let obs = make_signal_observations(&s, PodsCgroupLimit::default(), false, Duration::from_secs(7));
-        let m = obs.get(&Signal::MemoryAvailable).expect("memory.available observed");
-        assert_eq!((m.available, m.capacity), ((300 * MI) as i64, (10 * GI) as i64));
-        assert_eq!(m.time, Duration::from_secs(1_714_557_600), "the summary's own time, not the step's");
-        assert!(!obs.contains_key(&Signal::AllocatableMemoryAvailable), "no pods container, no limit: no signal");
+        let obs = make_signal_observations(
+            &s,
+            PodsCgroupLimit::default(),
+            false,
+            Duration::from_secs(7),
+        );
+        let m = obs
+            .get(&Signal::MemoryAvailable)
+            .expect("memory.available observed");
+        assert_eq!(
+            (m.available, m.capacity),
+            ((300 * MI) as i64, (10 * GI) as i64)
+        );
+        assert_eq!(
+            m.time,
+            Duration::from_secs(1_714_557_600),
+            "the summary's own time, not the step's"
+        );
+        assert!(
+            !obs.contains_key(&Signal::AllocatableMemoryAvailable),
+            "no pods container, no limit: no signal"
+        );
     }
 
     #[test]
@@ -192,10 +265,17 @@ mod tests {
             r#"{"node": {"systemContainers": [{"name": "pods", "memory": {"availableBytes": 100, "workingSetBytes": 900}}]},
                 "pods": [{"podRef": {"name": "a"}, "memory": {"workingSetBytes": 5}}]}"#,
         );
-        let limit = PodsCgroupLimit { memory_bytes: Some(10_000) };
+        let limit = PodsCgroupLimit {
+            memory_bytes: Some(10_000),
+        };
         let obs = make_signal_observations(&s, limit, false, Duration::from_secs(3));
-        let a = obs.get(&Signal::AllocatableMemoryAvailable).expect("allocatable observed");
-        assert_eq!((a.available, a.capacity, a.time), (100, 1000, Duration::from_secs(3)));
+        let a = obs
+            .get(&Signal::AllocatableMemoryAvailable)
+            .expect("allocatable observed");
+        assert_eq!(
+            (a.available, a.capacity, a.time),
+            (100, 1000, Duration::from_secs(3))
+        );
     }
 
     #[test]
@@ -206,37 +286,64 @@ mod tests {
                          {"podRef": {"name": "b"}, "containers": [{"name": "c1", "memory": {"workingSetBytes": 1000}},
                                                                    {"name": "c2", "memory": {"workingSetBytes": 500}}]}]}"#,
         );
-        let limit = PodsCgroupLimit { memory_bytes: Some(10_000) };
+        let limit = PodsCgroupLimit {
+            memory_bytes: Some(10_000),
+        };
         let obs = make_signal_observations(&s, limit, false, Duration::ZERO);
-        let a = obs.get(&Signal::AllocatableMemoryAvailable).expect("allocatable observed");
+        let a = obs
+            .get(&Signal::AllocatableMemoryAvailable)
+            .expect("allocatable observed");
         assert_eq!((a.available, a.capacity), (5500, 10_000));
     }
 
     #[rstest]
     #[case::shared_fs_mirrors_nodefs(false, 40)]
     #[case::dedicated_imagefs_holds_layers(true, 70)]
-    fn container_fs_defaults_to_the_filesystem_holding_writable_layers(#[case] dedicated: bool, #[case] available: i64) {
+    fn container_fs_defaults_to_the_filesystem_holding_writable_layers(
+        #[case] dedicated: bool,
+        #[case] available: i64,
+    ) {
         let s = summary(
             r#"{"node": {"fs": {"availableBytes": 40, "capacityBytes": 100, "inodesFree": 4, "inodes": 10},
                          "runtime": {"imageFs": {"availableBytes": 70, "capacityBytes": 200}}}}"#,
         );
-        let obs = make_signal_observations(&s, PodsCgroupLimit::default(), dedicated, Duration::ZERO);
-        assert_eq!(obs.get(&Signal::ContainerFsAvailable).map(|o| o.available), Some(available));
-        assert_eq!(obs.get(&Signal::NodeFsInodesFree).map(|o| (o.available, o.capacity)), Some((4, 10)));
-        assert_eq!(obs.get(&Signal::ImageFsAvailable).map(|o| o.capacity), Some(200));
-        assert!(!obs.contains_key(&Signal::ImageFsInodesFree), "imageFs gave no inode counts");
+        let obs =
+            make_signal_observations(&s, PodsCgroupLimit::default(), dedicated, Duration::ZERO);
+        assert_eq!(
+            obs.get(&Signal::ContainerFsAvailable).map(|o| o.available),
+            Some(available)
+        );
+        assert_eq!(
+            obs.get(&Signal::NodeFsInodesFree)
+                .map(|o| (o.available, o.capacity)),
+            Some((4, 10))
+        );
+        assert_eq!(
+            obs.get(&Signal::ImageFsAvailable).map(|o| o.capacity),
+            Some(200)
+        );
+        assert!(
+            !obs.contains_key(&Signal::ImageFsInodesFree),
+            "imageFs gave no inode counts"
+        );
     }
 
     #[test]
     fn pid_available_is_maxpid_minus_curproc() {
         let s = summary(r#"{"node": {"rlimit": {"maxpid": 1000, "curproc": 990}}}"#);
         let obs = make_signal_observations(&s, PodsCgroupLimit::default(), false, Duration::ZERO);
-        let p = obs.get(&Signal::PidAvailable).expect("pid.available observed");
+        let p = obs
+            .get(&Signal::PidAvailable)
+            .expect("pid.available observed");
         assert_eq!((p.available, p.capacity), (10, 1000));
     }
 
     #[rstest]
-    #[case::no_image_fs(r#"{"node": {"fs": {"availableBytes": 1, "capacityBytes": 2}}}"#, None, false)]
+    #[case::no_image_fs(
+        r#"{"node": {"fs": {"availableBytes": 1, "capacityBytes": 2}}}"#,
+        None,
+        false
+    )]
     #[case::same_as_nodefs(
         r#"{"node": {"fs": {"availableBytes": 1, "capacityBytes": 2}, "runtime": {"imageFs": {"availableBytes": 1, "capacityBytes": 2}}}}"#,
         None,
@@ -248,7 +355,11 @@ mod tests {
         true
     )]
     #[case::explicit_wins(r#"{"node": {}}"#, Some(true), true)]
-    fn dedicated_image_fs_detection(#[case] json: &str, #[case] explicit: Option<bool>, #[case] dedicated: bool) {
+    fn dedicated_image_fs_detection(
+        #[case] json: &str,
+        #[case] explicit: Option<bool>,
+        #[case] dedicated: bool,
+    ) {
         assert_eq!(has_dedicated_image_fs(&summary(json), explicit), dedicated);
     }
 }

@@ -107,7 +107,12 @@ mod tests {
             images_removed: vec![],
         };
         let value = serde_json::to_value(&out).unwrap_or_else(|e| panic!("serialize: {e}"));
-        let keys: Vec<&str> = value.as_object().expect("object").keys().map(String::as_str).collect();
+        let keys: Vec<&str> = value
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
         let mut expected = vec![
             "at",
             "thresholdsMet",
@@ -130,9 +135,20 @@ mod tests {
         entry_keys.sort_unstable();
         assert_eq!(
             entry_keys,
-            ["gracePeriod", "gracePeriodMet", "minReclaim", "observed", "operator", "signal", "value"]
+            [
+                "gracePeriod",
+                "gracePeriodMet",
+                "minReclaim",
+                "observed",
+                "operator",
+                "signal",
+                "value"
+            ]
         );
         assert!(value["evicted"].is_null());
-        assert_eq!(value["nodeReclaim"], serde_json::json!({"attempted": false, "freedBytes": 0, "sufficient": false}));
+        assert_eq!(
+            value["nodeReclaim"],
+            serde_json::json!({"attempted": false, "freedBytes": 0, "sufficient": false})
+        );
     }
 }

@@ -30,19 +30,34 @@ impl<'a> StepReclaimer<'a> {
         dedicated_image_fs: bool,
         now: Time,
     ) -> Self {
-        StepReclaimer { images, bytes, dedicated_image_fs, now, removed: Vec::new(), spent: false }
+        StepReclaimer {
+            images,
+            bytes,
+            dedicated_image_fs,
+            now,
+            removed: Vec::new(),
+            spent: false,
+        }
     }
 
     /// The `reclaim:` bytes for the filesystem a signal is measured on. Without a dedicated
     /// imagefs there is one filesystem, so any key names it (nodefs first).
     fn bytes_for(&self, signal: Signal) -> u64 {
         let keys: &[Filesystem] = match signal {
-            _ if !self.dedicated_image_fs => &[Filesystem::NodeFs, Filesystem::ImageFs, Filesystem::ContainerFs],
+            _ if !self.dedicated_image_fs => &[
+                Filesystem::NodeFs,
+                Filesystem::ImageFs,
+                Filesystem::ContainerFs,
+            ],
             Signal::NodeFsAvailable | Signal::NodeFsInodesFree => &[Filesystem::NodeFs],
-            Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree => &[Filesystem::ContainerFs, Filesystem::ImageFs],
+            Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree => {
+                &[Filesystem::ContainerFs, Filesystem::ImageFs]
+            }
             _ => &[Filesystem::ImageFs, Filesystem::ContainerFs],
         };
-        keys.iter().find_map(|k| self.bytes.get(k).copied()).unwrap_or(0)
+        keys.iter()
+            .find_map(|k| self.bytes.get(k).copied())
+            .unwrap_or(0)
     }
 }
 
@@ -58,8 +73,14 @@ impl NodeReclaimer for StepReclaimer<'_> {
         if let Some(images) = self.images.as_deref_mut() {
             let (ids, freed_bytes) = images.delete_unused(self.now);
             self.removed.extend(ids);
-            return ReclaimResult { freed_bytes, freed_inodes: 0 };
+            return ReclaimResult {
+                freed_bytes,
+                freed_inodes: 0,
+            };
         }
-        ReclaimResult { freed_bytes: self.bytes_for(signal), freed_inodes: 0 }
+        ReclaimResult {
+            freed_bytes: self.bytes_for(signal),
+            freed_inodes: 0,
+        }
     }
 }

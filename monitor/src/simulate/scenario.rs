@@ -98,7 +98,10 @@ struct RawStep {
 
 /// Reads a file, naming it on failure.
 pub fn read_file(path: &Path) -> Result<String, SimulateError> {
-    std::fs::read_to_string(path).map_err(|source| SimulateError::Read { file: path.display().to_string(), source })
+    std::fs::read_to_string(path).map_err(|source| SimulateError::Read {
+        file: path.display().to_string(),
+        source,
+    })
 }
 
 /// Loads a scenario file.
@@ -114,19 +117,39 @@ pub fn parse_scenario(text: &str, file: &str, base: &Path) -> Result<Scenario, S
     let raw: RawScenario = deserialize_document(text, file, "")?;
     let ctx = Ctx { file, base };
     let config = match raw.config {
-        None => return Err(SimulateError::input(file, "config", "missing (a KubeletConfiguration, inline or a file name)")),
+        None => {
+            return Err(SimulateError::input(
+                file,
+                "config",
+                "missing (a KubeletConfiguration, inline or a file name)",
+            ));
+        }
         Some(Value::String(name)) => {
             let path = ctx.resolve(&name);
-            ConfigSource { text: read_file(&path)?, origin: path.display().to_string() }
+            ConfigSource {
+                text: read_file(&path)?,
+                origin: path.display().to_string(),
+            }
         }
         Some(value @ Value::Mapping(_)) => ConfigSource {
-            text: serde_yaml_ng::to_string(&value).map_err(|e| SimulateError::input(file, "config", e.to_string()))?,
+            text: serde_yaml_ng::to_string(&value)
+                .map_err(|e| SimulateError::input(file, "config", e.to_string()))?,
             origin: format!("{file}: config"),
         },
-        Some(_) => return Err(SimulateError::input(file, "config", "expected a KubeletConfiguration mapping or a file name")),
+        Some(_) => {
+            return Err(SimulateError::input(
+                file,
+                "config",
+                "expected a KubeletConfiguration mapping or a file name",
+            ));
+        }
     };
     if raw.steps.is_empty() {
-        return Err(SimulateError::input(file, "steps", "missing or empty (a scenario needs at least one step)"));
+        return Err(SimulateError::input(
+            file,
+            "steps",
+            "missing or empty (a scenario needs at least one step)",
+        ));
     }
     let mut steps = Vec::with_capacity(raw.steps.len());
     let mut previous_at = Duration::ZERO;
@@ -134,15 +157,27 @@ pub fn parse_scenario(text: &str, file: &str, base: &Path) -> Result<Scenario, S
         let field = format!("steps[{i}]");
         let step = ctx.step(raw_step, &field)?;
         if step.at < previous_at {
-            return Err(SimulateError::input(file, format!("{field}.at"), "steps must be in time order"));
+            return Err(SimulateError::input(
+                file,
+                format!("{field}.at"),
+                "steps must be in time order",
+            ));
         }
         previous_at = step.at;
         steps.push(step);
     }
     if steps[0].summary.is_none() {
-        return Err(SimulateError::input(file, "steps[0].summary", "missing (the first step needs a Summary API document)"));
+        return Err(SimulateError::input(
+            file,
+            "steps[0].summary",
+            "missing (the first step needs a Summary API document)",
+        ));
     }
-    Ok(Scenario { config, dedicated_image_fs: raw.dedicated_image_fs, steps })
+    Ok(Scenario {
+        config,
+        dedicated_image_fs: raw.dedicated_image_fs,
+        steps,
+    })
 }
 
 /// Files named on the command line for a snapshot simulation.
@@ -156,25 +191,44 @@ pub struct SnapshotFiles<'a> {
 
 /// A snapshot: one step at 0s.
 pub fn load_snapshot(files: &SnapshotFiles<'_>) -> Result<Scenario, SimulateError> {
-    let config = ConfigSource { text: read_file(files.config)?, origin: files.config.display().to_string() };
+    let config = ConfigSource {
+        text: read_file(files.config)?,
+        origin: files.config.display().to_string(),
+    };
     let pods = load_pods_file(files.pods)?;
     let summary_file = files.summary.display().to_string();
     let summary: Summary = deserialize_document(&read_file(files.summary)?, &summary_file, "")?;
     let node = match files.node {
-        Some(path) => Some(deserialize_document::<Node>(&read_file(path)?, &path.display().to_string(), "")?),
+        Some(path) => Some(deserialize_document::<Node>(
+            &read_file(path)?,
+            &path.display().to_string(),
+            "",
+        )?),
         None => None,
     };
     let admit = match files.admit {
         Some(path) => load_pods_file(path)?,
         None => Vec::new(),
     };
-    let step = Step { at: Duration::ZERO, node, pods: Some(pods), summary: Some(summary), admit, ..Step::default() };
-    Ok(Scenario { config, dedicated_image_fs: None, steps: vec![step] })
+    let step = Step {
+        at: Duration::ZERO,
+        node,
+        pods: Some(pods),
+        summary: Some(summary),
+        admit,
+        ..Step::default()
+    };
+    Ok(Scenario {
+        config,
+        dedicated_image_fs: None,
+        steps: vec![step],
+    })
 }
 
 fn load_pods_file(path: &Path) -> Result<Vec<Pod>, SimulateError> {
     let text = read_file(path)?;
-    parse_pod_list(&text, &path.display().to_string()).map_err(|e| SimulateError::Pods(e.to_string()))
+    parse_pod_list(&text, &path.display().to_string())
+        .map_err(|e| SimulateError::Pods(e.to_string()))
 }
 
 struct Ctx<'a> {
@@ -185,18 +239,34 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn resolve(&self, name: &str) -> PathBuf {
         let path = Path::new(name);
-        if path.is_absolute() { path.to_path_buf() } else { self.base.join(path) }
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.base.join(path)
+        }
     }
 
     fn step(&self, raw: RawStep, field: &str) -> Result<Step, SimulateError> {
         let at_field = format!("{field}.at");
         let at = match raw.at {
-            None => return Err(SimulateError::input(self.file, at_field, "missing (a duration since the start, e.g. 30s)")),
-            Some(Value::String(s)) => parse_go_duration(&s).map_err(|e| SimulateError::input(self.file, &at_field, e))?,
+            None => {
+                return Err(SimulateError::input(
+                    self.file,
+                    at_field,
+                    "missing (a duration since the start, e.g. 30s)",
+                ));
+            }
+            Some(Value::String(s)) => {
+                parse_go_duration(&s).map_err(|e| SimulateError::input(self.file, &at_field, e))?
+            }
             // A bare 0 is the only unit-less duration Go accepts.
             Some(Value::Number(n)) if n.as_u64() == Some(0) => Duration::ZERO,
             Some(other) => {
-                return Err(SimulateError::input(self.file, at_field, format!("{other:?} is not a duration (e.g. 30s, 1m30s)")));
+                return Err(SimulateError::input(
+                    self.file,
+                    at_field,
+                    format!("{other:?} is not a duration (e.g. 30s, 1m30s)"),
+                ));
             }
         };
         let node = match raw.node {
@@ -218,25 +288,50 @@ impl Ctx<'_> {
         let mut reclaim = BTreeMap::new();
         for (fs, q) in raw.reclaim {
             if q.is_negative() {
-                return Err(SimulateError::input(self.file, format!("{field}.reclaim"), format!("{q} is negative")));
+                return Err(SimulateError::input(
+                    self.file,
+                    format!("{field}.reclaim"),
+                    format!("{q} is negative"),
+                ));
             }
             reclaim.insert(fs, q.value() as u64);
         }
         if let Some(images) = &raw.images {
             for (j, image) in images.iter().enumerate() {
                 if image.id.is_empty() {
-                    return Err(SimulateError::input(self.file, format!("{field}.images[{j}].id"), "missing or empty"));
+                    return Err(SimulateError::input(
+                        self.file,
+                        format!("{field}.images[{j}].id"),
+                        "missing or empty",
+                    ));
                 }
                 if image.size_bytes.is_negative() {
-                    return Err(SimulateError::input(self.file, format!("{field}.images[{j}].sizeBytes"), "negative"));
+                    return Err(SimulateError::input(
+                        self.file,
+                        format!("{field}.images[{j}].sizeBytes"),
+                        "negative",
+                    ));
                 }
             }
         }
-        Ok(Step { at, node, pods, summary, images: raw.images, reclaim, admit, dedicated_image_fs: raw.dedicated_image_fs })
+        Ok(Step {
+            at,
+            node,
+            pods,
+            summary,
+            images: raw.images,
+            reclaim,
+            admit,
+            dedicated_image_fs: raw.dedicated_image_fs,
+        })
     }
 
     /// An inline document, or a file name (relative to the scenario) holding one.
-    fn document<T: serde::de::DeserializeOwned>(&self, value: Value, field: &str) -> Result<T, SimulateError> {
+    fn document<T: serde::de::DeserializeOwned>(
+        &self,
+        value: Value,
+        field: &str,
+    ) -> Result<T, SimulateError> {
         match value {
             Value::String(name) => {
                 let path = self.resolve(&name);
@@ -260,8 +355,13 @@ impl Ctx<'_> {
                     }
                     other => other,
                 };
-                let text = serde_json::to_string(&value)
-                    .map_err(|e| SimulateError::input(self.file, field, format!("cannot read as a pod list: {e}")))?;
+                let text = serde_json::to_string(&value).map_err(|e| {
+                    SimulateError::input(
+                        self.file,
+                        field,
+                        format!("cannot read as a pod list: {e}"),
+                    )
+                })?;
                 parse_pod_list(&text, &format!("{}: {}", self.file, join_field(field, "")))
                     .map_err(|e| SimulateError::Pods(e.to_string()))
             }

@@ -18,7 +18,11 @@ pub fn pods_with_stats(pods: &[Pod], summary: &Summary) -> Vec<PodWithStats> {
         if !stats.pod_ref.uid.is_empty() {
             by_uid.insert(stats.pod_ref.uid.as_str(), stats);
         }
-        let namespace = if stats.pod_ref.namespace.is_empty() { "default" } else { stats.pod_ref.namespace.as_str() };
+        let namespace = if stats.pod_ref.namespace.is_empty() {
+            "default"
+        } else {
+            stats.pod_ref.namespace.as_str()
+        };
         by_key.insert(format!("{namespace}/{}", stats.pod_ref.name), stats);
     }
     pods.iter()
@@ -27,7 +31,10 @@ pub fn pods_with_stats(pods: &[Pod], summary: &Summary) -> Vec<PodWithStats> {
                 .then(|| by_uid.get(pod.metadata.uid.as_str()))
                 .flatten()
                 .or_else(|| by_key.get(&pod.key()));
-            PodWithStats { pod: pod.clone(), stats: found.map(|s| convert(s)).unwrap_or_default() }
+            PodWithStats {
+                pod: pod.clone(),
+                stats: found.map(|s| convert(s)).unwrap_or_default(),
+            }
         })
         .collect()
 }
@@ -50,7 +57,11 @@ fn convert(stats: &summary::PodStats) -> PodStats {
         volumes: stats
             .volume
             .iter()
-            .map(|v| VolumeStats { name: v.name.clone(), used_bytes: v.fs.used_bytes, inodes_used: v.fs.inodes_used })
+            .map(|v| VolumeStats {
+                name: v.name.clone(),
+                used_bytes: v.fs.used_bytes,
+                inodes_used: v.fs.inodes_used,
+            })
             .collect(),
         ephemeral_storage_used_bytes: stats.ephemeral_storage.as_ref().and_then(|e| e.used_bytes),
         process_count: stats.process_stats.as_ref().and_then(|p| p.process_count),
@@ -89,9 +100,17 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         let with = pods_with_stats(&pods, &summary);
-        assert_eq!(with[0].stats.memory_working_set_bytes, Some(1), "matched by uid despite the name");
+        assert_eq!(
+            with[0].stats.memory_working_set_bytes,
+            Some(1),
+            "matched by uid despite the name"
+        );
         let b = &with[1].stats;
-        assert_eq!(b.memory_working_set_bytes, Some(2), "no uid: matched by default/b");
+        assert_eq!(
+            b.memory_working_set_bytes,
+            Some(2),
+            "no uid: matched by default/b"
+        );
         assert_eq!(b.containers[0].rootfs_used_bytes, Some(5));
         assert_eq!(b.containers[0].rootfs_inodes_used, Some(6));
         assert_eq!(b.containers[0].logs_used_bytes, Some(7));

@@ -168,23 +168,48 @@ mod tests {
 
     #[test]
     fn real_shaped_summary_loads_every_field_the_eviction_manager_reads() {
-        let s: Summary = serde_json::from_str(REAL_SHAPED).unwrap_or_else(|e| panic!("summary: {e}"));
+        let s: Summary =
+            serde_json::from_str(REAL_SHAPED).unwrap_or_else(|e| panic!("summary: {e}"));
         let mem = s.node.memory.as_ref().expect("node.memory");
         assert_eq!(mem.available_bytes, Some(524_288_000));
         assert_eq!(mem.working_set_bytes, Some(10_213_228_544));
         assert_eq!(s.node.fs.as_ref().and_then(|f| f.inodes_free), Some(7));
-        let image_fs = s.node.runtime.as_ref().and_then(|r| r.image_fs.as_ref()).expect("imageFs");
+        let image_fs = s
+            .node
+            .runtime
+            .as_ref()
+            .and_then(|r| r.image_fs.as_ref())
+            .expect("imageFs");
         assert_eq!(image_fs.capacity_bytes, Some(10));
         let rlimit = s.node.rlimit.as_ref().expect("rlimit");
-        assert_eq!((rlimit.maxpid, rlimit.curproc), (Some(4_194_304), Some(1234)));
-        let pods = s.node.system_container("pods").and_then(|c| c.memory.as_ref()).expect("pods container");
+        assert_eq!(
+            (rlimit.maxpid, rlimit.curproc),
+            (Some(4_194_304), Some(1234))
+        );
+        let pods = s
+            .node
+            .system_container("pods")
+            .and_then(|c| c.memory.as_ref())
+            .expect("pods container");
         assert_eq!(pods.available_bytes, Some(1000));
         let pod = &s.pods[0];
-        assert_eq!((pod.pod_ref.namespace.as_str(), pod.pod_ref.name.as_str()), ("shop", "web-0"));
+        assert_eq!(
+            (pod.pod_ref.namespace.as_str(), pod.pod_ref.name.as_str()),
+            ("shop", "web-0")
+        );
         assert_eq!(pod.volume[0].name, "cache");
         assert_eq!(pod.volume[0].fs.used_bytes, Some(30));
-        assert_eq!(pod.ephemeral_storage.as_ref().and_then(|e| e.used_bytes), Some(60));
-        assert_eq!(pod.process_stats.as_ref().and_then(|p| p.process_count), Some(4));
-        assert_eq!(pod.containers[0].logs.as_ref().and_then(|l| l.used_bytes), Some(20));
+        assert_eq!(
+            pod.ephemeral_storage.as_ref().and_then(|e| e.used_bytes),
+            Some(60)
+        );
+        assert_eq!(
+            pod.process_stats.as_ref().and_then(|p| p.process_count),
+            Some(4)
+        );
+        assert_eq!(
+            pod.containers[0].logs.as_ref().and_then(|l| l.used_bytes),
+            Some(20)
+        );
     }
 }

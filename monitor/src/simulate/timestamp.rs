@@ -17,7 +17,10 @@ impl Timestamp {
     /// is a non-negative offset from an arbitrary origin; pre-1970 stats do not occur).
     pub fn since_epoch(self) -> Duration {
         let nanos = self.nanos.clamp(0, u64::MAX as i128 * 1_000_000_000);
-        Duration::new((nanos / 1_000_000_000) as u64, (nanos % 1_000_000_000) as u32)
+        Duration::new(
+            (nanos / 1_000_000_000) as u64,
+            (nanos % 1_000_000_000) as u32,
+        )
     }
 }
 
@@ -31,9 +34,16 @@ impl<'de> Deserialize<'de> for Timestamp {
 /// Parses `2024-05-01T10:00:00Z`, `2024-05-01T10:00:00.123456789+02:00` and the lower-case
 /// `t`/`z` forms RFC 3339 allows.
 pub fn parse_rfc3339(text: &str) -> Result<Timestamp, String> {
-    let bad = || format!("{text:?} is not an RFC 3339 timestamp (expected e.g. 2024-05-01T10:00:00Z)");
+    let bad =
+        || format!("{text:?} is not an RFC 3339 timestamp (expected e.g. 2024-05-01T10:00:00Z)");
     let b = text.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' || b[16] != b':' {
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return Err(bad());
     }
     let num = |range: std::ops::Range<usize>| -> Result<i64, String> {
@@ -45,7 +55,13 @@ pub fn parse_rfc3339(text: &str) -> Result<Timestamp, String> {
     };
     let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) || hour > 23 || minute > 59 || second > 60 {
+    if !(1..=12).contains(&month)
+        || day < 1
+        || day > days_in_month(year, month)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
         return Err(bad());
     }
     let mut rest = &text[19..];
@@ -88,7 +104,9 @@ pub fn parse_rfc3339(text: &str) -> Result<Timestamp, String> {
     };
     let days = days_from_civil(year, month, day);
     let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
-    Ok(Timestamp { nanos: i128::from(seconds) * 1_000_000_000 + nanos })
+    Ok(Timestamp {
+        nanos: i128::from(seconds) * 1_000_000_000 + nanos,
+    })
 }
 
 fn num_in(text: &str, range: std::ops::Range<usize>) -> Option<i64> {
@@ -126,7 +144,9 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 /// Parses a Go duration (`time.ParseDuration`): "90s", "1m30s", "1.5h", "300ms", "0".
 /// Negative durations are rejected: a step cannot happen before the start.
 pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration (expected Go syntax such as 30s, 1m30s, 5m, 1h, 300ms)");
+    let bad = || {
+        format!("{text:?} is not a duration (expected Go syntax such as 30s, 1m30s, 5m, 1h, 300ms)")
+    };
     let s = text.trim();
     if s == "0" {
         return Ok(Duration::ZERO);
@@ -138,13 +158,19 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
     let mut total: f64 = 0.0;
     let mut rest = s;
     while !rest.is_empty() {
-        let number_len = rest.bytes().take_while(|c| c.is_ascii_digit() || *c == b'.').count();
+        let number_len = rest
+            .bytes()
+            .take_while(|c| c.is_ascii_digit() || *c == b'.')
+            .count();
         if number_len == 0 {
             return Err(bad());
         }
         let value: f64 = rest[..number_len].parse().map_err(|_| bad())?;
         rest = &rest[number_len..];
-        let unit_len = rest.bytes().take_while(|c| !c.is_ascii_digit() && *c != b'.').count();
+        let unit_len = rest
+            .bytes()
+            .take_while(|c| !c.is_ascii_digit() && *c != b'.')
+            .count();
         let unit_nanos: f64 = match &rest[..unit_len] {
             "ns" => 1.0,
             "us" | "µs" | "μs" => 1e3,
@@ -242,7 +268,11 @@ mod tests {
     #[case("300ms", 300)]
     #[case("2h45m", 9_900_000)]
     fn go_durations_parse(#[case] text: &str, #[case] millis: u64) {
-        assert_eq!(parse_go_duration(text), Ok(Duration::from_millis(millis)), "{text}");
+        assert_eq!(
+            parse_go_duration(text),
+            Ok(Duration::from_millis(millis)),
+            "{text}"
+        );
     }
 
     #[rstest]
@@ -253,7 +283,10 @@ mod tests {
     #[case("1d")]
     #[case("s")]
     fn go_durations_reject_malformed(#[case] text: &str) {
-        assert!(parse_go_duration(text).is_err(), "{text} should be rejected");
+        assert!(
+            parse_go_duration(text).is_err(),
+            "{text} should be rejected"
+        );
     }
 
     #[rstest]
