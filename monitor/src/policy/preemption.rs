@@ -109,10 +109,10 @@ fn smaller_resource_request(a: &Pod, b: &Pod) -> bool {
 /// tends to minimise the number of pods (getPodsToPreemptByDistance). The candidate list
 /// shrinks by swapping the chosen pod with the last one, as the kubelet's does, so tie
 /// breaks follow the same order.
-fn pods_to_preempt_by_distance<'a>(
-    mut pods: Vec<&'a Pod>,
+fn pods_to_preempt_by_distance(
+    mut pods: Vec<&Pod>,
     mut requirements: Vec<AdmissionRequirement>,
-) -> Result<Vec<&'a Pod>, PreemptionError> {
+) -> Result<Vec<&Pod>, PreemptionError> {
     let mut chosen = Vec::new();
     while !requirements.is_empty() {
         if pods.is_empty() {
