@@ -5,8 +5,6 @@
 //! pkg/kubelet/lifecycle/predicate.go (predicateAdmitHandler.Admit) and the scheduler's
 //! noderesources fitsRequest it calls. A failed fit of a critical pod is what
 //! [`super::preemption`] resolves.
-use std::fmt::Write as _;
-
 use super::pod::{Pod, ResourceList};
 use super::types::{NodeConditionType, QosClass};
 
@@ -238,18 +236,6 @@ pub fn admit_pod(
     admit_resource_fit(pod, running_pods, node_allocatable)
 }
 
-/// A one-line summary of shortages, e.g. "cpu: 500, memory: 1024" (for messages).
-pub fn describe_requirements(requirements: &[(String, i64)]) -> String {
-    let mut out = String::new();
-    for (i, (resource, amount)) in requirements.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        let _ = write!(out, "{resource}: {amount}");
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use rstest::rstest;
@@ -456,13 +442,5 @@ mod tests {
         );
         assert_eq!(result.reason, "OutOfmemory");
         assert!(admit_pod(&burstable(), &[], &running(), &list(NODE)).admitted);
-    }
-
-    #[test]
-    fn describes_requirements() {
-        assert_eq!(
-            describe_requirements(&[("cpu".into(), 500), ("memory".into(), 1024)]),
-            "cpu: 500, memory: 1024"
-        );
     }
 }
