@@ -1,8 +1,8 @@
 //! Admission of a step's `admit:` pods, after that step's eviction pass: the eviction
 //! manager's pressure check, the resource fit, and for a critical pod that does not fit,
 //! preemption of running pods (kubelet: pkg/kubelet/preemption, HandleAdmissionFailure).
-use crate::policy::admission::admit_pod;
 use crate::policy::pod::{Pod, ResourceList};
+use crate::policy::preemption::{AdmissionOutcome, admit_with_preemption};
 use crate::policy::types::NodeConditionType;
 
 /// One pod's admission, as printed.
@@ -32,16 +32,34 @@ pub fn admit_pods(
 ) -> AdmissionDecision {
     let mut decision = AdmissionDecision::default();
     for pod in candidates {
-        let result = admit_pod(pod, conditions, running, allocatable);
-        if result.admitted {
-            running.push(pod.clone());
-        }
-        decision.results.push(AdmissionRow {
+        let row = |admitted: bool, reason: String, message: String| AdmissionRow {
             pod: pod.key(),
-            admitted: result.admitted,
-            reason: result.reason,
-            message: result.message,
-        });
+            admitted,
+            reason,
+            message,
+        };
+        match admit_with_preemption(pod, conditions, running, allocatable) {
+            AdmissionOutcome::Admitted => {
+                decision
+                    .results
+                    .push(row(true, String::new(), String::new()));
+                running.push(pod.clone());
+            }
+            AdmissionOutcome::AdmittedAfterPreempting(keys) => {
+                // The kubelet evicts the chosen pods, then admits the critical pod.
+                running.retain(|p| !keys.contains(&p.key()));
+                decision.preempted.extend(keys);
+                decision
+                    .results
+                    .push(row(true, String::new(), String::new()));
+                running.push(pod.clone());
+            }
+            AdmissionOutcome::Rejected(result) => {
+                decision
+                    .results
+                    .push(row(false, result.reason, result.message));
+            }
+        }
     }
     decision
 }
