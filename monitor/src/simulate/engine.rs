@@ -16,8 +16,7 @@ use super::reclaim::StepReclaimer;
 use super::scenario::{Scenario, Step};
 use super::stats::pods_with_stats;
 use super::summary::Summary;
-use super::timestamp::GoDuration;
-use crate::config::kubelet::KubeletConfig;
+use crate::config::kubelet::{KubeletConfig, format_go_duration};
 use crate::policy::eviction::{EvictionDecision, EvictionManager, SyncInput, SyncOutcome};
 use crate::policy::pod::Pod;
 use crate::policy::quantity::Quantity;
@@ -217,7 +216,7 @@ fn output(
             signal: met.threshold.signal.as_str().to_string(),
             operator: "LessThan".to_string(),
             value: format_value(met.threshold.value),
-            grace_period: GoDuration(met.threshold.grace_period).to_string(),
+            grace_period: format_go_duration(met.threshold.grace_period),
             observed: met.observed.available,
             min_reclaim: met.threshold.min_reclaim.map(format_value),
             grace_period_met: met.grace_period_met,
@@ -240,7 +239,7 @@ fn output(
     conditions.sort();
     let evicted_all: Vec<EvictedOutput> = outcome.evictions.iter().map(evicted).collect();
     StepOutput {
-        at: GoDuration(at).to_string(),
+        at: format_go_duration(at),
         thresholds_met,
         conditions: conditions.iter().map(|c| c.as_str().to_string()).collect(),
         starved_resources: outcome

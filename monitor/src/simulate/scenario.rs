@@ -14,7 +14,7 @@ use serde_yaml_ng::Value;
 use super::error::{SimulateError, deserialize_document, deserialize_value, join_field};
 use super::node::Node;
 use super::summary::Summary;
-use super::timestamp::parse_go_duration;
+use crate::config::kubelet::parse_go_duration;
 use crate::policy::pod::{Pod, parse_pod_list};
 use crate::policy::quantity::Quantity;
 
@@ -256,9 +256,8 @@ impl Ctx<'_> {
                     "missing (a duration since the start, e.g. 30s)",
                 ));
             }
-            Some(Value::String(s)) => {
-                parse_go_duration(&s).map_err(|e| SimulateError::input(self.file, &at_field, e))?
-            }
+            Some(Value::String(s)) => parse_go_duration(&s)
+                .map_err(|e| SimulateError::input(self.file, &at_field, e.to_string()))?,
             // A bare 0 is the only unit-less duration Go accepts.
             Some(Value::Number(n)) if n.as_u64() == Some(0) => Duration::ZERO,
             Some(other) => {

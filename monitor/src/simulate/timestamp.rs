@@ -1,7 +1,5 @@
-//! RFC 3339 timestamps (the Summary API's `time` fields, Go's `metav1.Time`) and Go-style
-//! durations (the scenario's `at:`), parsed without a date-time crate: the simulation only
-//! needs to order timestamps and to print durations the way Go does.
-use std::fmt;
+//! RFC 3339 timestamps (the Summary API's `time` fields, Go's `metav1.Time`), parsed
+//! without a date-time crate: the simulation only needs to order them.
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, de};
@@ -141,92 +139,6 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Parses a Go duration (`time.ParseDuration`): "90s", "1m30s", "1.5h", "300ms", "0".
-/// Negative durations are rejected: a step cannot happen before the start.
-pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
-    let bad = || {
-        format!("{text:?} is not a duration (expected Go syntax such as 30s, 1m30s, 5m, 1h, 300ms)")
-    };
-    let s = text.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() || s.starts_with('-') {
-        return Err(bad());
-    }
-    let s = s.strip_prefix('+').unwrap_or(s);
-    let mut total: f64 = 0.0;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let number_len = rest
-            .bytes()
-            .take_while(|c| c.is_ascii_digit() || *c == b'.')
-            .count();
-        if number_len == 0 {
-            return Err(bad());
-        }
-        let value: f64 = rest[..number_len].parse().map_err(|_| bad())?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .bytes()
-            .take_while(|c| !c.is_ascii_digit() && *c != b'.')
-            .count();
-        let unit_nanos: f64 = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit_len..];
-        total += value * unit_nanos;
-    }
-    if !total.is_finite() || total > u64::MAX as f64 {
-        return Err(bad());
-    }
-    Ok(Duration::from_nanos(total.round() as u64))
-}
-
-/// Formats a duration as Go's `time.Duration.String` does ("0s", "300ms", "1m30s", "1h0m0s").
-pub struct GoDuration(pub Duration);
-
-impl fmt::Display for GoDuration {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let d = self.0;
-        if d.is_zero() {
-            return write!(f, "0s");
-        }
-        if d < Duration::from_secs(1) {
-            let nanos = d.subsec_nanos();
-            return if nanos % 1_000_000 == 0 {
-                write!(f, "{}ms", nanos / 1_000_000)
-            } else if nanos % 1_000 == 0 {
-                write!(f, "{}µs", nanos / 1_000)
-            } else {
-                write!(f, "{nanos}ns")
-            };
-        }
-        let secs = d.as_secs();
-        let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
-        let frac = d.subsec_nanos();
-        let seconds = if frac == 0 {
-            format!("{s}s")
-        } else {
-            let digits = format!("{frac:09}");
-            format!("{s}.{}s", digits.trim_end_matches('0'))
-        };
-        if h > 0 {
-            write!(f, "{h}h{m}m{seconds}")
-        } else if m > 0 {
-            write!(f, "{m}m{seconds}")
-        } else {
-            write!(f, "{seconds}")
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use rstest::rstest;
@@ -257,46 +169,5 @@ mod tests {
     fn rfc3339_rejects_malformed(#[case] text: &str) {
         let err = parse_rfc3339(text).expect_err(text);
         assert!(err.contains("RFC 3339"), "{err}");
-    }
-
-    #[rstest]
-    #[case("0", 0)]
-    #[case("0s", 0)]
-    #[case("30s", 30_000)]
-    #[case("1m30s", 90_000)]
-    #[case("1.5h", 5_400_000)]
-    #[case("300ms", 300)]
-    #[case("2h45m", 9_900_000)]
-    fn go_durations_parse(#[case] text: &str, #[case] millis: u64) {
-        assert_eq!(
-            parse_go_duration(text),
-            Ok(Duration::from_millis(millis)),
-            "{text}"
-        );
-    }
-
-    #[rstest]
-    #[case("")]
-    #[case("-1s")]
-    #[case("10")]
-    #[case("5 minutes")]
-    #[case("1d")]
-    #[case("s")]
-    fn go_durations_reject_malformed(#[case] text: &str) {
-        assert!(
-            parse_go_duration(text).is_err(),
-            "{text} should be rejected"
-        );
-    }
-
-    #[rstest]
-    #[case(0, "0s")]
-    #[case(300, "300ms")]
-    #[case(30_000, "30s")]
-    #[case(90_000, "1m30s")]
-    #[case(3_600_000, "1h0m0s")]
-    #[case(1_500, "1.5s")]
-    fn go_durations_format_like_go(#[case] millis: u64, #[case] text: &str) {
-        assert_eq!(GoDuration(Duration::from_millis(millis)).to_string(), text);
     }
 }
