@@ -286,3 +286,7 @@ fn evicted(decision: &EvictionDecision) -> EvictedOutput {
         message: decision.message.clone(),
     }
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;
