@@ -193,7 +193,7 @@ macro_rules! scenario_with {
 #[case::malformed_summary_json(
     &[("config.yaml", GOOD_CONFIG), ("pods.json", GOOD_PODS), ("summary.json", r#"{"node": {"memory": {"availableBytes": "lots"}}}"#)],
     &["--config", "config.yaml", "--pods", "pods.json", "--summary", "summary.json"],
-    &["summary.json", "node.memory.availableBytes"]
+    &["summary.json", "node.memory.availableBytes", "invalid value"]
 )]
 #[case::truncated_summary_json(
     &[("config.yaml", GOOD_CONFIG), ("pods.json", GOOD_PODS), ("summary.json", r#"{"node": {"#)],
@@ -228,7 +228,7 @@ macro_rules! scenario_with {
 #[case::malformed_scenario_yaml(
     &[("s.yaml", "config: {evictionHard: {memory.available: 500Mi}\nsteps: [\n")],
     &["--scenario", "s.yaml"],
-    &["s.yaml", "malformed YAML"]
+    &["s.yaml", "YAML"]
 )]
 #[case::scenario_step_bad_duration(
     &[("s.yaml", scenario_with!("  evictionHard: {memory.available: 500Mi}\n", "  - at: 10 seconds\n    summary: {}\n"))],

@@ -75,10 +75,15 @@ pub fn deserialize_document<T: DeserializeOwned>(
     if looks_like_json(text) {
         let mut de = serde_json::Deserializer::from_str(text);
         let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            // A syntax error is malformed JSON; a data error is a bad value in good JSON.
+            let kind = match e.inner().classify() {
+                serde_json::error::Category::Data => "invalid value",
+                _ => "malformed JSON",
+            };
             SimulateError::input(
                 file,
                 join_field(prefix, &e.path().to_string()),
-                format!("malformed JSON: {}", e.inner()),
+                format!("{kind}: {}", e.inner()),
             )
         })?;
         de.end()
@@ -90,7 +95,7 @@ pub fn deserialize_document<T: DeserializeOwned>(
             SimulateError::input(
                 file,
                 join_field(prefix, &e.path().to_string()),
-                format!("malformed YAML: {}", e.inner()),
+                format!("YAML: {}", e.inner()),
             )
         })
     }
@@ -133,12 +138,12 @@ mod tests {
     #[rstest]
     #[case::json_type_error(
         r#"{"items": [{"size": 1}, {"size": "big"}]}"#,
-        "x.json: items[1].size: malformed JSON"
+        "x.json: items[1].size: invalid value"
     )]
     #[case::json_syntax_error(r#"{"items": [{"size": 1},"#, "x.json: items: malformed JSON")]
     #[case::json_trailing_garbage(r#"{"items": []} }"#, "x.json: malformed JSON")]
-    #[case::yaml_type_error("items:\n  - size: -3\n", "x.json: items[0].size: malformed YAML")]
-    #[case::yaml_syntax_error("items: [\n", "x.json: items: malformed YAML")]
+    #[case::yaml_type_error("items:\n  - size: -3\n", "x.json: items[0].size: YAML")]
+    #[case::yaml_syntax_error("items: [\n", "x.json: items: YAML")]
     fn document_errors_name_file_and_field(#[case] text: &str, #[case] expected_prefix: &str) {
         let err = deserialize_document::<Doc>(text, "x.json", "").expect_err("must be rejected");
         let message = err.to_string();
