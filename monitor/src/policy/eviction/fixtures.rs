@@ -16,8 +16,17 @@ pub fn pod(name: &str) -> PodBuilder {
     pod.metadata.name = name.to_string();
     pod.metadata.namespace = "default".to_string();
     pod.metadata.uid = format!("uid-{name}");
-    pod.spec.containers.push(Container { name: "main".to_string(), ..Container::default() });
-    PodBuilder { pod, stats: PodStats { process_count: Some(0), ..PodStats::default() } }
+    pod.spec.containers.push(Container {
+        name: "main".to_string(),
+        ..Container::default()
+    });
+    PodBuilder {
+        pod,
+        stats: PodStats {
+            process_count: Some(0),
+            ..PodStats::default()
+        },
+    }
 }
 
 pub struct PodBuilder {
@@ -38,17 +47,26 @@ impl PodBuilder {
 
     /// A static pod (from a file): critical, never evicted.
     pub fn static_pod(mut self) -> Self {
-        self.pod.metadata.annotations.insert("kubernetes.io/config.source".to_string(), "file".to_string());
+        self.pod.metadata.annotations.insert(
+            "kubernetes.io/config.source".to_string(),
+            "file".to_string(),
+        );
         self
     }
 
     pub fn request(mut self, resource: &str, quantity: &str) -> Self {
-        self.pod.spec.containers[0].resources.requests.insert(resource.to_string(), qty(quantity));
+        self.pod.spec.containers[0]
+            .resources
+            .requests
+            .insert(resource.to_string(), qty(quantity));
         self
     }
 
     pub fn limit(mut self, resource: &str, quantity: &str) -> Self {
-        self.pod.spec.containers[0].resources.limits.insert(resource.to_string(), qty(quantity));
+        self.pod.spec.containers[0]
+            .resources
+            .limits
+            .insert(resource.to_string(), qty(quantity));
         self
     }
 
@@ -63,7 +81,13 @@ impl PodBuilder {
     }
 
     /// Stats of container "main": writable layer and logs, bytes and inodes.
-    pub fn container_fs(mut self, rootfs: u64, logs: u64, rootfs_inodes: u64, logs_inodes: u64) -> Self {
+    pub fn container_fs(
+        mut self,
+        rootfs: u64,
+        logs: u64,
+        rootfs_inodes: u64,
+        logs_inodes: u64,
+    ) -> Self {
         self.stats.containers.push(ContainerStats {
             name: "main".to_string(),
             rootfs_used_bytes: Some(rootfs),
@@ -75,12 +99,30 @@ impl PodBuilder {
     }
 
     /// An emptyDir on disk with an optional size limit and its usage.
-    pub fn empty_dir(mut self, name: &str, size_limit: Option<&str>, used: u64, inodes: u64) -> Self {
-        let mut volume = Volume::default();
-        volume.name = name.to_string();
-        volume.empty_dir = Some(EmptyDirVolumeSource { size_limit: size_limit.map(qty), ..Default::default() });
+    pub fn empty_dir(
+        mut self,
+        name: &str,
+        size_limit: Option<&str>,
+        used: u64,
+        inodes: u64,
+    ) -> Self {
+        let empty_dir = EmptyDirVolumeSource {
+            size_limit: size_limit.map(qty),
+            ..Default::default()
+        };
+        // `..Default::default()` keeps this building if the pod model grows volume sources.
+        #[allow(clippy::needless_update)]
+        let volume = Volume {
+            name: name.to_string(),
+            empty_dir: Some(empty_dir),
+            ..Default::default()
+        };
         self.pod.spec.volumes.push(volume);
-        self.stats.volumes.push(VolumeStats { name: name.to_string(), used_bytes: Some(used), inodes_used: Some(inodes) });
+        self.stats.volumes.push(VolumeStats {
+            name: name.to_string(),
+            used_bytes: Some(used),
+            inodes_used: Some(inodes),
+        });
         self
     }
 
@@ -96,6 +138,9 @@ impl PodBuilder {
     }
 
     pub fn build(self) -> PodWithStats {
-        PodWithStats { pod: self.pod, stats: self.stats }
+        PodWithStats {
+            pod: self.pod,
+            stats: self.stats,
+        }
     }
 }

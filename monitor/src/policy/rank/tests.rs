@@ -23,7 +23,10 @@ fn true_ranks_first(#[case] a: bool, #[case] b: bool, #[case] expected: Ordering
 #[case(1000, 0, Ordering::Greater)]
 #[case(-5, -5, Ordering::Equal)]
 fn lower_priority_first(#[case] a: i32, #[case] b: i32, #[case] expected: Ordering) {
-    assert_eq!(priority(&pod("a").priority(a).build(), &pod("b").priority(b).build()), expected);
+    assert_eq!(
+        priority(&pod("a").priority(a).build(), &pod("b").priority(b).build()),
+        expected
+    );
 }
 
 #[rstest]
@@ -39,8 +42,14 @@ fn exceeding_memory_request_first(
     #[case] request_b: &str,
     #[case] expected: Ordering,
 ) {
-    let a = pod("a").request("memory", request_a).working_set(usage_a).build();
-    let b = pod("b").request("memory", request_b).working_set(usage_b).build();
+    let a = pod("a")
+        .request("memory", request_a)
+        .working_set(usage_a)
+        .build();
+    let b = pod("b")
+        .request("memory", request_b)
+        .working_set(usage_b)
+        .build();
     assert_eq!(exceed_memory_requests(&a, &b), expected);
 }
 
@@ -56,8 +65,14 @@ fn larger_memory_above_request_first(
     #[case] request_b: &str,
     #[case] expected: Ordering,
 ) {
-    let a = pod("a").request("memory", request_a).working_set(usage_a).build();
-    let b = pod("b").request("memory", request_b).working_set(usage_b).build();
+    let a = pod("a")
+        .request("memory", request_a)
+        .working_set(usage_a)
+        .build();
+    let b = pod("b")
+        .request("memory", request_b)
+        .working_set(usage_b)
+        .build();
     assert_eq!(memory(&a, &b), expected);
 }
 
@@ -72,13 +87,23 @@ fn more_processes_first() {
 #[test]
 fn missing_stats_rank_first_in_every_stats_comparator() {
     let missing = pod("missing").no_stats().build();
-    let heavy = pod("heavy").working_set(10 * GI).processes(1000).container_fs(GI, GI, 1000, 1000).build();
+    let heavy = pod("heavy")
+        .working_set(10 * GI)
+        .processes(1000)
+        .container_fs(GI, GI, 1000, 1000)
+        .build();
     let comparators: Vec<(&str, Comparator<'static>)> = vec![
         ("exceed_memory_requests", Box::new(exceed_memory_requests)),
         ("memory", Box::new(memory)),
         ("process", Box::new(process)),
-        ("exceed_disk_requests", Box::new(|a, b| exceed_disk_requests(ALL_FS_STATS, Resource::EphemeralStorage, a, b))),
-        ("disk", Box::new(|a, b| disk(ALL_FS_STATS, Resource::Inodes, a, b))),
+        (
+            "exceed_disk_requests",
+            Box::new(|a, b| exceed_disk_requests(ALL_FS_STATS, Resource::EphemeralStorage, a, b)),
+        ),
+        (
+            "disk",
+            Box::new(|a, b| disk(ALL_FS_STATS, Resource::Inodes, a, b)),
+        ),
     ];
     for (name, cmp) in comparators {
         assert_eq!(cmp(&missing, &heavy), Ordering::Less, "{name}");
@@ -90,14 +115,31 @@ fn missing_stats_rank_first_in_every_stats_comparator() {
 fn memory_ranking_composes_request_priority_usage() {
     let pods = vec![
         // within its request, lowest priority: still after every pod above its request
-        pod("guaranteed-low").priority(-10).request("memory", "1Gi").working_set(512 * MI).build(),
-        pod("burstable-high").priority(1000).request("memory", "100Mi").working_set(300 * MI).build(),
+        pod("guaranteed-low")
+            .priority(-10)
+            .request("memory", "1Gi")
+            .working_set(512 * MI)
+            .build(),
+        pod("burstable-high")
+            .priority(1000)
+            .request("memory", "100Mi")
+            .working_set(300 * MI)
+            .build(),
         pod("besteffort-big").working_set(2 * GI).build(),
         pod("besteffort-small").working_set(100 * MI).build(),
         pod("no-stats").no_stats().build(),
     ];
     let ranked = rank_pods(Signal::MemoryAvailable, false, &pods);
-    assert_eq!(keys(&ranked), vec!["no-stats", "besteffort-big", "besteffort-small", "burstable-high", "guaranteed-low"]);
+    assert_eq!(
+        keys(&ranked),
+        vec![
+            "no-stats",
+            "besteffort-big",
+            "besteffort-small",
+            "burstable-high",
+            "guaranteed-low"
+        ]
+    );
 }
 
 #[test]
@@ -107,7 +149,10 @@ fn pid_ranking_is_priority_then_processes() {
         pod("few-low").processes(3).build(),
         pod("many-low").processes(900).build(),
     ];
-    assert_eq!(keys(&rank_pods(Signal::PidAvailable, false, &pods)), vec!["many-low", "few-low", "many-high"]);
+    assert_eq!(
+        keys(&rank_pods(Signal::PidAvailable, false, &pods)),
+        vec!["many-low", "few-low", "many-high"]
+    );
 }
 
 #[rstest]
@@ -119,8 +164,19 @@ fn pid_ranking_is_priority_then_processes() {
 #[case(Signal::NodeFsInodesFree, true, vec![FsStatsType::Logs, FsStatsType::LocalVolumeSource], Resource::Inodes)]
 #[case(Signal::ImageFsAvailable, true, vec![FsStatsType::Root], Resource::EphemeralStorage)]
 #[case(Signal::ContainerFsInodesFree, true, vec![FsStatsType::Root], Resource::Inodes)]
-fn disk_rank_funcs(#[case] signal: Signal, #[case] dedicated: bool, #[case] fs: Vec<FsStatsType>, #[case] resource: Resource) {
-    assert_eq!(rank_func(signal, dedicated), RankFunc::Disk { fs_stats: rank_fs(signal, dedicated), resource });
+fn disk_rank_funcs(
+    #[case] signal: Signal,
+    #[case] dedicated: bool,
+    #[case] fs: Vec<FsStatsType>,
+    #[case] resource: Resource,
+) {
+    assert_eq!(
+        rank_func(signal, dedicated),
+        RankFunc::Disk {
+            fs_stats: rank_fs(signal, dedicated),
+            resource
+        }
+    );
     assert_eq!(rank_fs(signal, dedicated), fs.as_slice());
 }
 
@@ -142,20 +198,40 @@ fn other_rank_funcs(#[case] signal: Signal, #[case] expected: RankFunc) {
 
 #[test]
 fn disk_usage_sums_the_measured_stats() {
-    let p = pod("p").container_fs(100, 10, 7, 3).empty_dir("scratch", None, 1000, 50).build();
-    assert_eq!(pod_disk_usage(&p, ALL_FS_STATS, Resource::EphemeralStorage), 1110);
+    let p = pod("p")
+        .container_fs(100, 10, 7, 3)
+        .empty_dir("scratch", None, 1000, 50)
+        .build();
+    assert_eq!(
+        pod_disk_usage(&p, ALL_FS_STATS, Resource::EphemeralStorage),
+        1110
+    );
     assert_eq!(pod_disk_usage(&p, ALL_FS_STATS, Resource::Inodes), 60);
-    assert_eq!(pod_disk_usage(&p, NODEFS_WITH_IMAGEFS, Resource::EphemeralStorage), 1010);
-    assert_eq!(pod_disk_usage(&p, IMAGEFS_WITH_IMAGEFS, Resource::EphemeralStorage), 100);
-    assert_eq!(pod_disk_usage(&p, IMAGEFS_WITH_IMAGEFS, Resource::Inodes), 7);
+    assert_eq!(
+        pod_disk_usage(&p, NODEFS_WITH_IMAGEFS, Resource::EphemeralStorage),
+        1010
+    );
+    assert_eq!(
+        pod_disk_usage(&p, IMAGEFS_WITH_IMAGEFS, Resource::EphemeralStorage),
+        100
+    );
+    assert_eq!(
+        pod_disk_usage(&p, IMAGEFS_WITH_IMAGEFS, Resource::Inodes),
+        7
+    );
 }
 
 #[test]
 fn memory_backed_and_unknown_volumes_are_not_local_disk() {
     let mut p = pod("p").empty_dir("tmpfs", None, 5000, 5).build();
-    p.pod.spec.volumes[0].empty_dir.as_mut().map(|e| e.medium = "Memory".to_string());
+    if let Some(empty_dir) = p.pod.spec.volumes[0].empty_dir.as_mut() {
+        empty_dir.medium = "Memory".to_string();
+    }
     assert_eq!(local_volume_names(&p.pod), Vec::<&str>::new());
-    assert_eq!(pod_disk_usage(&p, ALL_FS_STATS, Resource::EphemeralStorage), 0);
+    assert_eq!(
+        pod_disk_usage(&p, ALL_FS_STATS, Resource::EphemeralStorage),
+        0
+    );
 }
 
 #[test]
@@ -164,28 +240,59 @@ fn disk_ranking_with_and_without_imagefs() {
         // big writable layer, small logs
         pod("layers").container_fs(5 * GI, MI, 10, 1).build(),
         // small writable layer, big emptyDir
-        pod("scratch").container_fs(MI, MI, 1, 1).empty_dir("data", None, 3 * GI, 5000).build(),
+        pod("scratch")
+            .container_fs(MI, MI, 1, 1)
+            .empty_dir("data", None, 3 * GI, 5000)
+            .build(),
         // within its ephemeral-storage request
-        pod("requested").request("ephemeral-storage", "20Gi").container_fs(8 * GI, GI, 1, 1).build(),
+        pod("requested")
+            .request("ephemeral-storage", "20Gi")
+            .container_fs(8 * GI, GI, 1, 1)
+            .build(),
     ];
-    assert_eq!(keys(&rank_pods(Signal::NodeFsAvailable, false, &pods)), vec!["layers", "scratch", "requested"]);
-    assert_eq!(keys(&rank_pods(Signal::NodeFsAvailable, true, &pods)), vec!["scratch", "layers", "requested"]);
-    assert_eq!(keys(&rank_pods(Signal::ImageFsAvailable, true, &pods)), vec!["layers", "scratch", "requested"]);
+    assert_eq!(
+        keys(&rank_pods(Signal::NodeFsAvailable, false, &pods)),
+        vec!["layers", "scratch", "requested"]
+    );
+    assert_eq!(
+        keys(&rank_pods(Signal::NodeFsAvailable, true, &pods)),
+        vec!["scratch", "layers", "requested"]
+    );
+    assert_eq!(
+        keys(&rank_pods(Signal::ImageFsAvailable, true, &pods)),
+        vec!["layers", "scratch", "requested"]
+    );
     // inodes: no request for inodes, so "requested" exceeds too; most inodes first
-    assert_eq!(keys(&rank_pods(Signal::NodeFsInodesFree, false, &pods)), vec!["scratch", "layers", "requested"]);
+    assert_eq!(
+        keys(&rank_pods(Signal::NodeFsInodesFree, false, &pods)),
+        vec!["scratch", "layers", "requested"]
+    );
 }
 
 #[test]
 fn disk_ranking_priority_breaks_exceeding_ties() {
     let pods = vec![
-        pod("high").priority(10).container_fs(9 * GI, 0, 0, 0).build(),
+        pod("high")
+            .priority(10)
+            .container_fs(9 * GI, 0, 0, 0)
+            .build(),
         pod("low").priority(1).container_fs(GI, 0, 0, 0).build(),
     ];
-    assert_eq!(keys(&rank_pods(Signal::NodeFsAvailable, false, &pods)), vec!["low", "high"]);
+    assert_eq!(
+        keys(&rank_pods(Signal::NodeFsAvailable, false, &pods)),
+        vec!["low", "high"]
+    );
 }
 
 #[test]
 fn ties_keep_input_order() {
-    let pods = vec![pod("first").build(), pod("second").build(), pod("third").build()];
-    assert_eq!(keys(&rank_pods(Signal::MemoryAvailable, false, &pods)), vec!["first", "second", "third"]);
+    let pods = vec![
+        pod("first").build(),
+        pod("second").build(),
+        pod("third").build(),
+    ];
+    assert_eq!(
+        keys(&rank_pods(Signal::MemoryAvailable, false, &pods)),
+        vec!["first", "second", "third"]
+    );
 }
