@@ -29,6 +29,9 @@ pub const SYSTEM_NODE_CRITICAL: &str = "system-node-critical";
 /// The API's default `terminationGracePeriodSeconds` (v1.DefaultTerminationGracePeriodSeconds).
 pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
 
+/// Resource name → quantity (the API's `v1.ResourceList`), e.g. requests or node allocatable.
+pub type ResourceList = BTreeMap<String, Quantity>;
+
 /// Reads an explicit `null` as the type's default, as Go's JSON decoder leaves a field at its
 /// zero value for `null` (manifests commonly carry `creationTimestamp: null`, `resources: {}`).
 fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -157,9 +160,9 @@ pub struct EnvVar {
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRequirements {
     #[serde(default, deserialize_with = "nullable")]
-    pub requests: BTreeMap<String, Quantity>,
+    pub requests: ResourceList,
     #[serde(default, deserialize_with = "nullable")]
-    pub limits: BTreeMap<String, Quantity>,
+    pub limits: ResourceList,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -319,6 +322,14 @@ impl Pod {
     /// A critical pod of priority class system-node-critical (kubelet IsNodeCriticalPod).
     pub fn is_node_critical(&self) -> bool {
         self.is_critical() && self.spec.priority_class_name.as_deref() == Some(SYSTEM_NODE_CRITICAL)
+    }
+
+    /// The pod has finished (phase Succeeded or Failed) and holds no resources.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self.status.phase.as_deref(),
+            Some("Succeeded") | Some("Failed")
+        )
     }
 
     /// Regular containers then init containers.
