@@ -133,14 +133,6 @@ pub fn admit_under_pressure(pod: &Pod, node_conditions: &[NodeConditionType]) ->
     )
 }
 
-/// Whether a pod still holds its resources on the node (not Succeeded or Failed).
-fn is_active(pod: &Pod) -> bool {
-    !matches!(
-        pod.status.phase.as_deref(),
-        Some("Succeeded") | Some("Failed")
-    )
-}
-
 /// The resource-fit check (predicateAdmitHandler with noderesources fitsRequest): the
 /// pod's requests against the node's allocatable minus what the running pods request.
 /// The first shortage becomes the reason ("OutOf<resource>"); all are listed for
@@ -160,7 +152,7 @@ pub fn admit_resource_fit(
     let own_key = pod.key();
     let running: Vec<&Pod> = running_pods
         .iter()
-        .filter(|p| is_active(p) && p.key() != own_key)
+        .filter(|p| !p.is_terminal() && p.key() != own_key)
         .collect();
     let used = |resource: &str| {
         running.iter().fold(0i64, |sum, p| {

@@ -66,11 +66,11 @@ pub fn rank_func(signal: Signal, dedicated_imagefs: bool) -> RankFunc {
 }
 
 /// `pods` most evictable first for `signal`.
-pub fn rank_pods<'p>(
+pub fn rank_pods(
     signal: Signal,
     dedicated_imagefs: bool,
-    pods: &'p [PodWithStats],
-) -> Vec<&'p PodWithStats> {
+    pods: &[PodWithStats],
+) -> Vec<&PodWithStats> {
     let mut ranked: Vec<&PodWithStats> = pods.iter().collect();
     let comparators = match rank_func(signal, dedicated_imagefs) {
         RankFunc::Memory => memory_pressure_comparators(),

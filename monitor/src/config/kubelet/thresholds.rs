@@ -45,7 +45,7 @@ impl At<'_> {
 }
 
 /// Parses one map into signal → value, rejecting unknown and repeated signals.
-fn signal_map<'m>(raw: &'m RawMap) -> Result<BTreeMap<Signal, &'m str>, ConfigError> {
+fn signal_map(raw: &RawMap) -> Result<BTreeMap<Signal, &str>, ConfigError> {
     let at = At {
         origin: &raw.origin,
         key: &raw.key,

@@ -33,6 +33,8 @@ use super::signal::{Observations, Signal, SignalObservation, Threshold};
 use super::threshold::{self, NodeConditionsObservedAt, ThresholdsObservedAt};
 use super::types::{NodeConditionType, Resource, Time};
 
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod local_storage;
 mod message;
 mod reclaim;

@@ -324,6 +324,14 @@ impl Pod {
         self.is_critical() && self.spec.priority_class_name.as_deref() == Some(SYSTEM_NODE_CRITICAL)
     }
 
+    /// The pod has finished (phase Succeeded or Failed) and holds no resources.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self.status.phase.as_deref(),
+            Some("Succeeded") | Some("Failed")
+        )
+    }
+
     /// Regular containers then init containers.
     pub fn all_containers(&self) -> impl Iterator<Item = &Container> {
         self.spec
