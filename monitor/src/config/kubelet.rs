@@ -1,1 +1,0 @@
-//! KubeletConfiguration (in progress)

@@ -1,0 +1,407 @@
+//! The eviction manager's synchronize as a state machine over explicit time
+//! (kubelet: pkg/kubelet/eviction/eviction_manager.go synchronize).
+//!
+//! One call to [`EvictionManager::synchronize`] is one pass of the kubelet's loop, minus
+//! its I/O: the caller brings fresh observations and pod stats, a [`NodeReclaimer`] for
+//! node-level reclaim, and `now`; it gets back what the kubelet would have decided. The
+//! steps, in the kubelet's order:
+//!
+//! 1. thresholds met by the observations, plus those met earlier and not yet resolved by
+//!    their minimum reclaim;
+//! 2. when each was first met; node conditions, held for the pressure transition period;
+//! 3. thresholds whose grace period has passed (this set is remembered for step 1);
+//! 4. of those, only thresholds whose stats are newer than at the previous pass (stale
+//!    stats never evict twice);
+//! 5. local storage limits (emptyDir sizeLimit, pod and container ephemeral-storage
+//!    limits): every offending pod is evicted and the pass ends;
+//! 6. the resource to reclaim (memory first); node-level reclaim (dead containers, unused
+//!    images), whose freed bytes are credited to the observations: if every threshold of
+//!    that resource is then resolved past its minimum reclaim, nobody is evicted;
+//! 7. otherwise pods are ranked and the first one that is not critical is evicted: at
+//!    most one pod per pass.
+//!
+//! Grace periods reported in [`EvictionDecision`]: a hard threshold or a local storage
+//! limit evicts immediately, reported as `grace_period_seconds: 0` (the kubelet since 1.31
+//! passes 1 s, because 0 means "the pod's own" in its API; here 0 always means "now"). A
+//! soft threshold gives the pod its `terminationGracePeriodSeconds`, capped by
+//! `evictionMaxPodGracePeriod` when that is positive. The kill timeout, after which the
+//! runtime stops waiting and kills, is max(2 s, 1.5 × grace).
+use std::time::Duration;
+
+use super::pod::Pod;
+use super::signal::{Observations, Signal, SignalObservation, Threshold};
+use super::threshold::{self, NodeConditionsObservedAt, ThresholdsObservedAt};
+use super::types::{NodeConditionType, Resource, Time};
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+mod local_storage;
+mod message;
+mod reclaim;
+#[cfg(test)]
+mod tests;
+
+pub use reclaim::{NodeReclaimFunc, credit_reclaim, node_reclaim_funcs, same_filesystem_signals};
+
+/// Grace period, in seconds, for evictions that must happen now (hard thresholds and
+/// local storage limits). See the module docs for why this is 0 and not the kubelet's 1.
+pub const IMMEDIATE_GRACE_PERIOD_SECONDS: i64 = 0;
+
+/// The shortest kill timeout given to any eviction.
+pub const MIN_KILL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The eviction settings of a KubeletConfiguration, as the policy uses them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvictionConfig {
+    /// Hard and soft thresholds, with their minimum reclaims (and, when node allocatable is
+    /// enforced on pods, the derived `allocatableMemory.available` thresholds).
+    pub thresholds: Vec<Threshold>,
+    /// How long a node condition stays reported after its last threshold stopped being met.
+    pub pressure_transition_period: Duration,
+    /// Cap on a pod's grace period for soft evictions; 0 means no cap.
+    pub max_pod_grace_period_seconds: i64,
+    /// Evict pods that exceed emptyDir size limits or ephemeral-storage limits
+    /// (KubeletConfiguration localStorageCapacityIsolation, default true).
+    pub local_storage_capacity_isolation: bool,
+}
+
+impl Default for EvictionConfig {
+    /// No thresholds, the kubelet's 5 minute transition period, no grace cap.
+    fn default() -> Self {
+        EvictionConfig {
+            thresholds: Vec::new(),
+            pressure_transition_period: Duration::from_secs(5 * 60),
+            max_pod_grace_period_seconds: 0,
+            local_storage_capacity_isolation: true,
+        }
+    }
+}
+
+/// A container's filesystem stats (Summary API `containers[].rootfs/logs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerStats {
+    pub name: String,
+    pub rootfs_used_bytes: Option<u64>,
+    pub rootfs_inodes_used: Option<u64>,
+    pub logs_used_bytes: Option<u64>,
+    pub logs_inodes_used: Option<u64>,
+}
+
+/// A pod volume's usage (Summary API `volume[]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VolumeStats {
+    pub name: String,
+    pub used_bytes: Option<u64>,
+    pub inodes_used: Option<u64>,
+}
+
+/// A pod's usage (Summary API `pods[]`). `PodStats::default()` stands for "no stats were
+/// found for this pod", which the rankings treat as the kubelet does (such pods first).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodStats {
+    pub memory_working_set_bytes: Option<u64>,
+    pub containers: Vec<ContainerStats>,
+    pub volumes: Vec<VolumeStats>,
+    /// Total local ephemeral storage the pod uses (rootfs, logs, emptyDirs, etc-hosts).
+    pub ephemeral_storage_used_bytes: Option<u64>,
+    pub process_count: Option<u64>,
+}
+
+impl PodStats {
+    /// True when nothing at all is known about the pod's usage.
+    pub fn is_missing(&self) -> bool {
+        *self == PodStats::default()
+    }
+}
+
+/// An active pod and its current usage.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodWithStats {
+    pub pod: Pod,
+    pub stats: PodStats,
+}
+
+/// Everything one synchronize looks at.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncInput {
+    pub observations: Observations,
+    /// The active pods, the candidates for eviction.
+    pub pods: Vec<PodWithStats>,
+    /// The runtime's image filesystem is a separate device from nodefs (kubelet:
+    /// HasDedicatedImageFs, "withImageFs").
+    pub dedicated_imagefs: bool,
+}
+
+/// What node-level reclaim freed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReclaimResult {
+    pub freed_bytes: u64,
+    pub freed_inodes: u64,
+}
+
+/// Node-level reclaim: the kubelet's container GC and image GC, behind a trait so tests
+/// and the simulator can stand in for the runtime.
+pub trait NodeReclaimer {
+    /// Reclaims `resource` on the filesystem of `signal`, running the steps
+    /// [`node_reclaim_funcs`] lists for that signal in order (dead containers, then unused
+    /// images), and reports what was freed. Called only when that list is not empty.
+    fn reclaim(&mut self, resource: Resource, signal: Signal) -> ReclaimResult;
+}
+
+/// A reclaimer that frees nothing (no runtime to garbage-collect).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoNodeReclaim;
+
+impl NodeReclaimer for NoNodeReclaim {
+    fn reclaim(&mut self, _resource: Resource, _signal: Signal) -> ReclaimResult {
+        ReclaimResult::default()
+    }
+}
+
+/// A threshold found met at this pass (or still unresolved by its minimum reclaim).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ThresholdMet {
+    pub threshold: Threshold,
+    pub observed: SignalObservation,
+    pub grace_period_met: bool,
+}
+
+/// What node-level reclaim did at this pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeReclaimOutcome {
+    pub attempted: bool,
+    /// The signal whose filesystem was reclaimed.
+    pub signal: Option<Signal>,
+    pub freed_bytes: u64,
+    pub freed_inodes: u64,
+    /// Reclaim resolved every threshold of the starved resource: no pod is evicted.
+    pub sufficient: bool,
+}
+
+/// Why a pod was evicted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvictionReason {
+    /// An eviction threshold (hard or soft) drove the eviction.
+    Threshold,
+    /// An emptyDir volume used more than its sizeLimit.
+    EmptyDirSizeLimit,
+    /// The pod used more ephemeral storage than its containers' limits add up to.
+    PodEphemeralStorageLimit,
+    /// A container used more ephemeral storage than its limit.
+    ContainerEphemeralStorageLimit,
+}
+
+/// A pod to evict and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvictionDecision {
+    pub pod_key: String,
+    /// The signal whose threshold drove the eviction; `None` for local storage limits.
+    pub signal: Option<Signal>,
+    pub resource: Resource,
+    pub reason: EvictionReason,
+    /// Seconds between SIGTERM and SIGKILL; 0 is immediate.
+    pub grace_period_seconds: i64,
+    /// How long to wait for the pod to stop before killing it outright.
+    pub kill_timeout: Duration,
+    /// The kubelet's eviction message, for the pod's status and the event.
+    pub message: String,
+}
+
+/// The decisions of one synchronize.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncOutcome {
+    /// Every threshold met at this observation or still unresolved by its minimum
+    /// reclaim, whether or not its grace period has passed.
+    pub thresholds_met: Vec<ThresholdMet>,
+    /// The node conditions now reported (transition period included).
+    pub conditions: Vec<NodeConditionType>,
+    /// Resources whose thresholds (grace period passed, fresh stats) call for reclaim,
+    /// most urgent first.
+    pub starved_resources: Vec<Resource>,
+    pub node_reclaim: NodeReclaimOutcome,
+    /// Pod keys, most evictable first; empty when no threshold eviction is due.
+    pub ranking: Vec<String>,
+    /// At most one for thresholds; one per offending pod for local storage limits.
+    pub evictions: Vec<EvictionDecision>,
+}
+
+/// The kubelet's eviction manager state, driven by explicit time.
+#[derive(Clone, Debug)]
+pub struct EvictionManager {
+    config: EvictionConfig,
+    /// Conditions reported after the last pass (what admission looks at).
+    node_conditions: Vec<NodeConditionType>,
+    thresholds_first_observed_at: ThresholdsObservedAt,
+    node_conditions_last_observed_at: NodeConditionsObservedAt,
+    /// Thresholds met with their grace period at the last pass, carried so pressure
+    /// counts as resolved only past their minimum reclaim.
+    thresholds_met: Vec<Threshold>,
+    last_observations: Observations,
+}
+
+impl EvictionManager {
+    pub fn new(config: EvictionConfig) -> Self {
+        EvictionManager {
+            config,
+            node_conditions: Vec::new(),
+            thresholds_first_observed_at: Vec::new(),
+            node_conditions_last_observed_at: NodeConditionsObservedAt::new(),
+            thresholds_met: Vec::new(),
+            last_observations: Observations::new(),
+        }
+    }
+
+    pub fn config(&self) -> &EvictionConfig {
+        &self.config
+    }
+
+    /// The node conditions currently reported, for admission.
+    pub fn conditions(&self) -> Vec<NodeConditionType> {
+        self.node_conditions.clone()
+    }
+
+    /// One pass of the eviction loop at `now`.
+    pub fn synchronize(
+        &mut self,
+        input: &SyncInput,
+        reclaimer: &mut dyn NodeReclaimer,
+        now: Time,
+    ) -> SyncOutcome {
+        let observations = &input.observations;
+        let configured = threshold::update_container_fs_thresholds(
+            &self.config.thresholds,
+            input.dedicated_imagefs,
+        );
+
+        // 1. Met now, plus met before and not yet past their minimum reclaim.
+        let mut met = threshold::thresholds_met(&configured, observations, false);
+        if !self.thresholds_met.is_empty() {
+            let unresolved = threshold::thresholds_met(&self.thresholds_met, observations, true);
+            met = threshold::merge_thresholds(&met, &unresolved);
+        }
+
+        // 2. First-observed times and node conditions with the transition period.
+        let first_observed =
+            threshold::thresholds_first_observed(&met, &self.thresholds_first_observed_at, now);
+        let observed_conditions = threshold::node_conditions(&met);
+        let conditions_last_observed_at = threshold::node_conditions_last_observed_at(
+            &observed_conditions,
+            &self.node_conditions_last_observed_at,
+            now,
+        );
+        let conditions = threshold::node_conditions_observed_since(
+            &conditions_last_observed_at,
+            self.config.pressure_transition_period,
+            now,
+        );
+
+        // 3. Grace periods.
+        let grace_met = threshold::thresholds_met_grace_period(&first_observed, now);
+
+        // 4. Only thresholds with fresh stats act.
+        let updated =
+            threshold::thresholds_updated_stats(&grace_met, observations, &self.last_observations);
+
+        self.node_conditions = conditions.clone();
+        self.thresholds_first_observed_at = first_observed;
+        self.node_conditions_last_observed_at = conditions_last_observed_at;
+        self.thresholds_met = grace_met.clone();
+        self.last_observations = observations.clone();
+
+        let mut outcome = SyncOutcome {
+            thresholds_met: met
+                .iter()
+                .filter_map(|t| {
+                    observations.get(&t.signal).map(|observed| ThresholdMet {
+                        threshold: *t,
+                        observed: *observed,
+                        grace_period_met: grace_met.contains(t),
+                    })
+                })
+                .collect(),
+            conditions,
+            starved_resources: threshold::starved_resources(&updated),
+            ..SyncOutcome::default()
+        };
+
+        // 5. Local storage limits.
+        if self.config.local_storage_capacity_isolation {
+            outcome.evictions =
+                local_storage::local_storage_evictions(&input.pods, input.dedicated_imagefs);
+            if !outcome.evictions.is_empty() {
+                return outcome;
+            }
+        }
+
+        // 6. The resource to reclaim, and node-level reclaim first.
+        let Some((to_reclaim, resource)) = threshold::reclaimable_threshold(&updated) else {
+            return outcome;
+        };
+        if !node_reclaim_funcs(to_reclaim.signal, input.dedicated_imagefs).is_empty() {
+            let freed = reclaimer.reclaim(resource, to_reclaim.signal);
+            let credited = credit_reclaim(
+                observations,
+                to_reclaim.signal,
+                input.dedicated_imagefs,
+                freed,
+            );
+            let of_resource: Vec<Threshold> = configured
+                .iter()
+                .filter(|t| t.signal.resource() == resource)
+                .copied()
+                .collect();
+            let sufficient = threshold::thresholds_met(&of_resource, &credited, true).is_empty();
+            outcome.node_reclaim = NodeReclaimOutcome {
+                attempted: true,
+                signal: Some(to_reclaim.signal),
+                freed_bytes: freed.freed_bytes,
+                freed_inodes: freed.freed_inodes,
+                sufficient,
+            };
+            if sufficient {
+                return outcome;
+            }
+        }
+
+        // 7. Rank and evict at most one pod, never a critical one.
+        let ranked =
+            super::rank::rank_pods(to_reclaim.signal, input.dedicated_imagefs, &input.pods);
+        outcome.ranking = ranked.iter().map(|p| p.pod.key()).collect();
+        if let Some(victim) = ranked.iter().find(|p| !p.pod.is_critical()) {
+            let grace_period_seconds = self.grace_period_seconds(&to_reclaim, &victim.pod);
+            outcome.evictions.push(EvictionDecision {
+                pod_key: victim.pod.key(),
+                signal: Some(to_reclaim.signal),
+                resource,
+                reason: EvictionReason::Threshold,
+                grace_period_seconds,
+                kill_timeout: kill_timeout(grace_period_seconds),
+                message: message::eviction_message(resource, victim, &updated, observations),
+            });
+        }
+        outcome
+    }
+
+    /// The grace period for evicting `pod` because of `threshold`: immediate for a hard
+    /// threshold; for a soft one the pod's own, capped by evictionMaxPodGracePeriod when
+    /// that is positive.
+    pub fn grace_period_seconds(&self, threshold: &Threshold, pod: &Pod) -> i64 {
+        if threshold.is_hard() {
+            return IMMEDIATE_GRACE_PERIOD_SECONDS;
+        }
+        let own = pod.termination_grace_period_seconds().max(0);
+        match self.config.max_pod_grace_period_seconds {
+            max if max > 0 => own.min(max),
+            _ => own,
+        }
+    }
+}
+
+/// How long to wait for a pod given `grace_period_seconds` before killing it outright:
+/// max(2 s, 1.5 × grace).
+pub fn kill_timeout(grace_period_seconds: i64) -> Duration {
+    let grace_ms = u64::try_from(grace_period_seconds)
+        .unwrap_or(0)
+        .saturating_mul(1500);
+    Duration::from_millis(grace_ms).max(MIN_KILL_TIMEOUT)
+}

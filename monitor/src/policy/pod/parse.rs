@@ -1,0 +1,458 @@
+//! Reading pods from text: `kubectl get pods -o json|yaml` output (kind PodList or List),
+//! single Pod manifests, and multi-document YAML streams of either.
+//!
+//! Parsing runs in three passes so each kind of mistake gets the most useful location:
+//! 1. the text into a generic tree (syntax errors carry serde's line and column);
+//! 2. the quantities checked on that tree (errors carry the field path, e.g.
+//!    `items[0].spec.containers[1].resources.limits.memory`, which serde alone cannot give);
+//! 3. the text into the typed [`Pod`]s (type errors carry line and column), then the API
+//!    server's defaulting and the validation rules the policy depends on (errors carry the
+//!    field path).
+use std::collections::BTreeSet;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{Pod, PodList};
+use crate::policy::quantity::{Quantity, parse_quantity};
+
+/// Why pods could not be read. Every variant names the file (`origin`) it came from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodError {
+    /// The text is not well-formed JSON/YAML, or a field has the wrong type.
+    #[error("{origin}:{line}:{column}: {message}")]
+    Syntax {
+        origin: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// The text is unreadable as a whole (empty, or the wrong number of documents).
+    #[error("{origin}: {message}")]
+    Malformed { origin: String, message: String },
+    /// A field holds a value Kubernetes would reject; `path` locates it in the document.
+    #[error("{origin}: {path}: {message}")]
+    Invalid {
+        origin: String,
+        path: String,
+        message: String,
+    },
+}
+
+/// Parses pods from a PodList, a `kind: List`, a single Pod, or (YAML) several documents
+/// of those. Requests are defaulted from limits and the pods validated (see module docs).
+pub fn parse_pod_list(text: &str, origin: &str) -> Result<Vec<Pod>, PodError> {
+    Ok(parse_documents(text, origin)?
+        .into_iter()
+        .flat_map(|doc| doc.pods)
+        .collect())
+}
+
+/// Parses exactly one Pod manifest (JSON or YAML).
+pub fn parse_pod(text: &str, origin: &str) -> Result<Pod, PodError> {
+    let mut docs = parse_documents(text, origin)?;
+    if docs.len() != 1 {
+        return Err(PodError::Malformed {
+            origin: origin.to_string(),
+            message: format!("expected one Pod, found {} documents", docs.len()),
+        });
+    }
+    let doc = docs.remove(0);
+    match (doc.shape, <[Pod; 1]>::try_from(doc.pods)) {
+        (Shape::Pod, Ok([pod])) => Ok(pod),
+        _ => Err(PodError::Invalid {
+            origin: origin.to_string(),
+            path: "kind".to_string(),
+            message: "expected a single Pod, found a list of pods".to_string(),
+        }),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Json,
+    Yaml,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    Pod,
+    List,
+}
+
+struct Document {
+    shape: Shape,
+    pods: Vec<Pod>,
+}
+
+fn detect_format(text: &str) -> Format {
+    match text
+        .trim_start_matches('\u{feff}')
+        .trim_start()
+        .chars()
+        .next()
+    {
+        Some('{') | Some('[') => Format::Json,
+        _ => Format::Yaml,
+    }
+}
+
+/// serde's messages end with " at line L column C"; the location is reported separately.
+fn strip_location(message: String) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_string(),
+        None => message,
+    }
+}
+
+fn json_error(origin: &str, err: serde_json::Error) -> PodError {
+    PodError::Syntax {
+        origin: origin.to_string(),
+        line: err.line(),
+        column: err.column(),
+        message: strip_location(err.to_string()),
+    }
+}
+
+fn yaml_error(origin: &str, err: serde_yaml_ng::Error) -> PodError {
+    match err.location() {
+        Some(at) => PodError::Syntax {
+            origin: origin.to_string(),
+            line: at.line(),
+            column: at.column(),
+            message: strip_location(err.to_string()),
+        },
+        None => PodError::Malformed {
+            origin: origin.to_string(),
+            message: err.to_string(),
+        },
+    }
+}
+
+fn parse_documents(text: &str, origin: &str) -> Result<Vec<Document>, PodError> {
+    let format = detect_format(text);
+    // Pass 1: generic trees, one per document (JSON has exactly one).
+    let values: Vec<Value> = match format {
+        Format::Json => vec![serde_json::from_str(text).map_err(|e| json_error(origin, e))?],
+        Format::Yaml => {
+            let mut values = Vec::new();
+            // A stream that fails to load yields failing documents forever, so stop at the
+            // first error (the `?`) rather than draining the iterator.
+            for doc in serde_yaml_ng::Deserializer::from_str(text) {
+                values.push(Value::deserialize(doc).map_err(|e| yaml_error(origin, e))?);
+            }
+            values
+        }
+    };
+    let present = values.iter().filter(|v| !v.is_null()).count();
+    if present == 0 {
+        return Err(PodError::Malformed {
+            origin: origin.to_string(),
+            message: "no pod found (the document is empty)".to_string(),
+        });
+    }
+
+    // Pass 2: shapes and quantities, on the trees.
+    let mut shapes = Vec::with_capacity(values.len());
+    for (index, value) in values.iter().enumerate() {
+        if value.is_null() {
+            shapes.push(None);
+            continue;
+        }
+        let prefix = if present > 1 {
+            format!("documents[{index}].")
+        } else {
+            String::new()
+        };
+        let shape = classify(value, &prefix).map_err(|e| e.at(origin))?;
+        match shape {
+            Shape::Pod => check_quantities(value, &prefix),
+            Shape::List => list_items(value)
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, item)| check_quantities(item, &format!("{prefix}items[{i}]."))),
+        }
+        .map_err(|e| e.at(origin))?;
+        shapes.push(Some((shape, prefix)));
+    }
+
+    // Pass 3: the typed pods, from the text again so type errors keep their line/column.
+    let mut typed: Vec<(Shape, String, Vec<Pod>)> = Vec::new();
+    match format {
+        Format::Json => {
+            if let Some(Some((shape, prefix))) = shapes.first() {
+                let pods = match shape {
+                    Shape::Pod => {
+                        vec![serde_json::from_str::<Pod>(text).map_err(|e| json_error(origin, e))?]
+                    }
+                    Shape::List => {
+                        serde_json::from_str::<PodList>(text)
+                            .map_err(|e| json_error(origin, e))?
+                            .items
+                    }
+                };
+                typed.push((*shape, prefix.clone(), pods));
+            }
+        }
+        Format::Yaml => {
+            let docs = serde_yaml_ng::Deserializer::from_str(text).take(shapes.len());
+            for (doc, shape) in docs.zip(&shapes) {
+                let Some((shape, prefix)) = shape else {
+                    continue;
+                };
+                let pods = match shape {
+                    Shape::Pod => vec![Pod::deserialize(doc).map_err(|e| yaml_error(origin, e))?],
+                    Shape::List => {
+                        PodList::deserialize(doc)
+                            .map_err(|e| yaml_error(origin, e))?
+                            .items
+                    }
+                };
+                typed.push((*shape, prefix.clone(), pods));
+            }
+        }
+    }
+
+    let mut documents = Vec::with_capacity(typed.len());
+    for (shape, prefix, mut pods) in typed {
+        for (i, pod) in pods.iter_mut().enumerate() {
+            apply_defaults(pod);
+            let prefix = match shape {
+                Shape::Pod => prefix.clone(),
+                Shape::List => format!("{prefix}items[{i}]."),
+            };
+            validate(pod, &prefix).map_err(|e| e.at(origin))?;
+        }
+        documents.push(Document { shape, pods });
+    }
+    Ok(documents)
+}
+
+/// A validation failure before the origin is attached.
+struct Problem {
+    path: String,
+    message: String,
+}
+
+impl Problem {
+    fn new(path: String, message: impl Into<String>) -> Self {
+        Problem {
+            path,
+            message: message.into(),
+        }
+    }
+
+    fn at(self, origin: &str) -> PodError {
+        PodError::Invalid {
+            origin: origin.to_string(),
+            path: self.path,
+            message: self.message,
+        }
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Decides whether a document is one pod or a list of them, from `kind` (or, when
+/// absent, from the presence of `items`), and rejects other kinds.
+fn classify(value: &Value, prefix: &str) -> Result<Shape, Problem> {
+    let Some(object) = value.as_object() else {
+        let path = if prefix.is_empty() {
+            "(document)".to_string()
+        } else {
+            prefix.trim_end_matches('.').to_string()
+        };
+        return Err(Problem::new(
+            path,
+            format!(
+                "expected a Pod, PodList or List object, found {}",
+                type_name(value)
+            ),
+        ));
+    };
+    let shape = match object.get("kind") {
+        None | Some(Value::Null) if object.contains_key("items") => Shape::List,
+        None | Some(Value::Null) => Shape::Pod,
+        Some(Value::String(kind)) if kind == "Pod" => Shape::Pod,
+        Some(Value::String(kind)) if kind == "PodList" || kind == "List" => Shape::List,
+        Some(other) => {
+            return Err(Problem::new(
+                format!("{prefix}kind"),
+                format!("{other} is not Pod, PodList or List"),
+            ));
+        }
+    };
+    if shape == Shape::List {
+        match object.get("items") {
+            None | Some(Value::Null) | Some(Value::Array(_)) => {}
+            Some(other) => {
+                return Err(Problem::new(
+                    format!("{prefix}items"),
+                    format!("expected a list of pods, found {}", type_name(other)),
+                ));
+            }
+        }
+        for (i, item) in list_items(value).iter().enumerate() {
+            match item.get("kind") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(kind)) if kind == "Pod" => {}
+                Some(other) => {
+                    return Err(Problem::new(
+                        format!("{prefix}items[{i}].kind"),
+                        format!("{other} is not a Pod (only pods can be read from a list)"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(shape)
+}
+
+fn list_items(value: &Value) -> &[Value] {
+    value
+        .get("items")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// Reads a quantity the way [`Quantity`]'s deserializer does: a string, or a bare number.
+fn quantity_of(value: &Value) -> Result<Quantity, String> {
+    match value {
+        Value::String(text) => parse_quantity(text).map_err(|e| e.to_string()),
+        Value::Number(n) => match n.as_i64() {
+            Some(units) => Ok(Quantity::from_units(units)),
+            None => parse_quantity(&n.to_string()).map_err(|e| e.to_string()),
+        },
+        other => Err(format!("expected a quantity, found {}", type_name(other))),
+    }
+}
+
+/// Checks every quantity of one pod tree: well-formed, not negative, and a request not
+/// above its limit (the API server's ValidateResourceRequirements / ValidateResourceQuantityValue).
+fn check_quantities(pod: &Value, prefix: &str) -> Result<(), Problem> {
+    let spec = pod.get("spec");
+    for field in ["containers", "initContainers"] {
+        let containers = spec.and_then(|s| s.get(field)).and_then(Value::as_array);
+        for (i, container) in containers.into_iter().flatten().enumerate() {
+            let resources = container.get("resources");
+            let base = format!("{prefix}spec.{field}[{i}].resources");
+            let requests = checked_list(
+                resources.and_then(|r| r.get("requests")),
+                &format!("{base}.requests"),
+            )?;
+            let limits = checked_list(
+                resources.and_then(|r| r.get("limits")),
+                &format!("{base}.limits"),
+            )?;
+            for (name, request) in &requests {
+                let limit = limits.iter().find(|(n, _)| n == name).map(|(_, q)| q);
+                if let Some(limit) = limit.filter(|limit| request > *limit) {
+                    return Err(Problem::new(
+                        format!("{base}.requests.{name}"),
+                        format!(
+                            "{request} must be less than or equal to the {name} limit of {limit}"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    let volumes = spec
+        .and_then(|s| s.get("volumes"))
+        .and_then(Value::as_array);
+    for (i, volume) in volumes.into_iter().flatten().enumerate() {
+        let size_limit = volume.get("emptyDir").and_then(|e| e.get("sizeLimit"));
+        if let Some(raw) = size_limit.filter(|v| !v.is_null()) {
+            checked_quantity(raw, format!("{prefix}spec.volumes[{i}].emptyDir.sizeLimit"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a `requests` or `limits` map, returning its quantities by name.
+fn checked_list(list: Option<&Value>, path: &str) -> Result<Vec<(String, Quantity)>, Problem> {
+    let Some(object) = list.and_then(Value::as_object) else {
+        return Ok(Vec::new());
+    };
+    object
+        .iter()
+        .map(|(name, raw)| {
+            Ok((
+                name.clone(),
+                checked_quantity(raw, format!("{path}.{name}"))?,
+            ))
+        })
+        .collect()
+}
+
+fn checked_quantity(raw: &Value, path: String) -> Result<Quantity, Problem> {
+    let quantity = quantity_of(raw).map_err(|message| Problem::new(path.clone(), message))?;
+    if quantity.is_negative() {
+        return Err(Problem::new(
+            path,
+            format!("{raw} must be greater than or equal to 0"),
+        ));
+    }
+    Ok(quantity)
+}
+
+/// The API server's defaulting the kubelet always sees (pkg/apis/core/v1 defaults.go
+/// SetDefaults_Pod): a container that sets a limit but no request for a resource requests
+/// its limit. Pods from `kubectl get` already carry this; manifests may not.
+fn apply_defaults(pod: &mut Pod) {
+    let containers = pod
+        .spec
+        .containers
+        .iter_mut()
+        .chain(pod.spec.init_containers.iter_mut());
+    for container in containers {
+        let resources = &mut container.resources;
+        for (name, limit) in &resources.limits {
+            resources.requests.entry(name.clone()).or_insert(*limit);
+        }
+    }
+}
+
+/// The API validation rules the policy relies on: a named pod with at least one
+/// container, and container names non-empty and unique across init and regular containers.
+fn validate(pod: &Pod, prefix: &str) -> Result<(), Problem> {
+    if pod.metadata.name.is_empty() {
+        return Err(Problem::new(format!("{prefix}metadata.name"), "missing"));
+    }
+    if pod.spec.containers.is_empty() {
+        return Err(Problem::new(
+            format!("{prefix}spec.containers"),
+            "at least one container is required",
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    let all = [
+        ("containers", &pod.spec.containers),
+        ("initContainers", &pod.spec.init_containers),
+    ];
+    for (field, containers) in all {
+        for (i, container) in containers.iter().enumerate() {
+            let path = format!("{prefix}spec.{field}[{i}].name");
+            if container.name.is_empty() {
+                return Err(Problem::new(path, "missing"));
+            }
+            if !seen.insert(container.name.as_str()) {
+                return Err(Problem::new(
+                    path,
+                    format!("duplicate name {:?}", container.name),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! The step loop's own rules (SIMULATE.md "Steps and state"), on small inline scenarios.
+use std::path::Path;
+
+use super::*;
+use crate::simulate::config::load_config;
+use crate::simulate::scenario::parse_scenario;
+
+const MI: i64 = 1 << 20;
+
+fn run(text: &str) -> Vec<StepOutput> {
+    let scenario =
+        parse_scenario(text, "s.yaml", Path::new(".")).unwrap_or_else(|e| panic!("scenario: {e}"));
+    let config =
+        load_config(&scenario.config, &mut Vec::new()).unwrap_or_else(|e| panic!("config: {e}"));
+    Simulation::run(config, &scenario)
+}
+
+const DISK_CONFIG: &str = "config:
+  evictionHard: {nodefs.available: 1Gi}
+";
+
+const TWO_PODS: &str = "    pods:
+      - metadata: {name: a}
+        spec: {containers: [{name: c, image: i}]}
+      - metadata: {name: b}
+        spec: {containers: [{name: c, image: i}]}
+";
+
+#[test]
+fn reclaim_bytes_are_credited_and_one_shot() {
+    let text = format!(
+        "{DISK_CONFIG}steps:
+  - at: 0s
+{TWO_PODS}    summary:
+      node: {{fs: {{availableBytes: {free}, capacityBytes: {cap}}}}}
+      pods:
+        - podRef: {{name: a}}
+          containers: [{{name: c, rootfs: {{usedBytes: 100}}, logs: {{usedBytes: 100}}}}]
+    reclaim: {{nodefs: 500Mi}}
+  - at: 10s
+",
+        free = 900 * MI,
+        cap = 20 * 1024 * MI
+    );
+    let out = run(&text);
+    // 900Mi + 500Mi reclaimed = 1400Mi ≥ 1Gi: no eviction.
+    assert_eq!(
+        out[0].node_reclaim,
+        NodeReclaimOutput {
+            attempted: true,
+            freed_bytes: 500 * MI as u64,
+            sufficient: true
+        }
+    );
+    assert!(
+        out[0].evicted.is_none(),
+        "reclaim was sufficient: {:?}",
+        out[0].evicted
+    );
+    assert!(out[0].ranking.is_empty());
+    // The next step has no reclaim bytes: the same pressure now evicts. `b` has no
+    // stats at all and ranks first, as the kubelet ranks pods without stats.
+    assert_eq!(
+        out[1].node_reclaim,
+        NodeReclaimOutput {
+            attempted: true,
+            freed_bytes: 0,
+            sufficient: false
+        }
+    );
+    assert_eq!(out[1].ranking, ["default/b", "default/a"]);
+    assert_eq!(
+        out[1].evicted.as_ref().map(|e| e.pod.as_str()),
+        Some("default/b")
+    );
+}
+
+#[test]
+fn pods_carry_over_lose_evicted_ones_and_are_replaced_by_a_later_list() {
+    let text = format!(
+        "config:
+  evictionHard: {{memory.available: 500Mi}}
+steps:
+  - at: 0s
+{TWO_PODS}    summary:
+      node: {{memory: {{availableBytes: {low}, workingSetBytes: {ws}}}}}
+      pods:
+        - podRef: {{name: a}}
+          memory: {{workingSetBytes: 2000}}
+        - podRef: {{name: b}}
+          memory: {{workingSetBytes: 1000}}
+  - at: 10s
+  - at: 20s
+    pods:
+      - metadata: {{name: c}}
+        spec: {{containers: [{{name: c, image: i}}]}}
+",
+        low = 100 * MI,
+        ws = 8000 * MI
+    );
+    let out = run(&text);
+    assert_eq!(
+        out[0].evicted.as_ref().map(|e| e.pod.as_str()),
+        Some("default/a")
+    );
+    assert_eq!(
+        out[1].ranking,
+        ["default/b"],
+        "a was evicted at 0s and is gone"
+    );
+    assert_eq!(
+        out[1].evicted.as_ref().map(|e| e.pod.as_str()),
+        Some("default/b")
+    );
+    assert_eq!(
+        out[2].ranking,
+        ["default/c"],
+        "a later pods list replaces the set"
+    );
+}
+
+#[test]
+fn admitted_pods_join_the_running_set() {
+    let text = format!(
+        "config:
+  evictionHard: {{memory.available: 500Mi}}
+steps:
+  - at: 0s
+    pods: []
+    summary:
+      node: {{memory: {{availableBytes: {high}, workingSetBytes: {ws}}}}}
+    admit:
+      - metadata: {{name: newcomer, namespace: x}}
+        spec: {{containers: [{{name: c, image: i}}]}}
+  - at: 10s
+    summary:
+      node: {{memory: {{availableBytes: {low}, workingSetBytes: {ws}}}}}
+",
+        high = 4000 * MI,
+        low = 100 * MI,
+        ws = 4000 * MI
+    );
+    let out = run(&text);
+    assert!(out[0].admission[0].admitted, "{:?}", out[0].admission);
+    assert_eq!(out[1].ranking, ["x/newcomer"]);
+    assert_eq!(out[1].admission, [], "admit is one-shot");
+}
+
+#[test]
+fn periodic_image_gc_frees_least_recently_used_images_down_to_the_low_threshold() {
+    // 10Gi filesystem shared by images, 1Gi free: 90% used ≥ 85%, free down to 80%:
+    // 1Gi to free. Unused images, least recently used first: the never-used ones (by
+    // detection time, then id) before `old`, last used at 10s.
+    let text = format!(
+        "config:
+  evictionHard: {{memory.available: 100Mi}}
+steps:
+  - at: 10s
+    pods:
+      - metadata: {{name: p}}
+        spec: {{containers: [{{name: c, image: reg/old:1}}]}}
+    images:
+      - {{id: sha256:old, repoTags: [reg/old:1], sizeBytes: 256Mi}}
+      - {{id: sha256:b, sizeBytes: 512Mi}}
+      - {{id: sha256:a, sizeBytes: 512Mi}}
+      - {{id: sha256:c, sizeBytes: 2Gi}}
+    summary:
+      node: {{fs: {{availableBytes: {free}, capacityBytes: {cap}}}}}
+  - at: 1m
+    pods: []
+  - at: 5m
+",
+        free = 1024 * MI,
+        cap = 10 * 1024 * MI
+    );
+    let out = run(&text);
+    assert_eq!(
+        out[0].images_removed,
+        Vec::<String>::new(),
+        "images younger than imageMinimumGCAge (2m) stay"
+    );
+    assert_eq!(
+        out[1].images_removed,
+        Vec::<String>::new(),
+        "still younger than 2m"
+    );
+    // Never-used images (a, b, c) sort before `old`: a + b = 1Gi.
+    assert_eq!(out[2].images_removed, ["sha256:a", "sha256:b"]);
+    assert!(
+        out[2].thresholds_met.is_empty(),
+        "no eviction threshold is involved"
+    );
+}

@@ -1,0 +1,154 @@
+//! The JSON object printed for each step (one per line). Keys are exactly those of the
+//! policy issue plus SIMULATE.md's `evictedAll`, and `minReclaim` + `gracePeriodMet` in
+//! `thresholdsMet` entries.
+use serde::Serialize;
+
+/// The decisions of one step.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepOutput {
+    /// The step's time since the start, as a Go duration ("1m30s").
+    pub at: String,
+    pub thresholds_met: Vec<ThresholdMetOutput>,
+    /// Node condition types in effect after this step ("MemoryPressure", ...), including
+    /// those held by the pressure transition period.
+    pub conditions: Vec<String>,
+    /// Resources the node is starved of ("memory", "ephemeral-storage", "inodes", "pids").
+    pub starved_resources: Vec<String>,
+    pub node_reclaim: NodeReclaimOutput,
+    /// Pod keys ("namespace/name"), most evictable first; empty when no eviction is due.
+    pub ranking: Vec<String>,
+    /// The first pod evicted at this step, if any.
+    pub evicted: Option<EvictedOutput>,
+    /// Every pod evicted at this step (more than one only for local-storage limits).
+    pub evicted_all: Vec<EvictedOutput>,
+    pub admission: Vec<AdmissionOutput>,
+    /// Pods preempted to admit critical pods ("namespace/name").
+    pub preempted: Vec<String>,
+    /// Image ids removed by node-level reclaim and image GC at this step.
+    pub images_removed: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThresholdMetOutput {
+    /// "memory.available", ...
+    pub signal: String,
+    /// "LessThan" (the only operator the kubelet has).
+    pub operator: String,
+    /// The threshold as configured: "500Mi" or "10%".
+    pub value: String,
+    /// The grace period as a Go duration; "0s" for a hard threshold.
+    pub grace_period: String,
+    /// The signal's available amount at this observation, in bytes (or inodes, pids).
+    pub observed: i64,
+    /// The minimum reclaim as configured, or null.
+    pub min_reclaim: Option<String>,
+    /// Whether the grace period has passed (always true for a hard threshold).
+    pub grace_period_met: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeReclaimOutput {
+    pub attempted: bool,
+    pub freed_bytes: u64,
+    /// Whether node-level reclaim alone resolved the pressure (no pod eviction needed).
+    pub sufficient: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictedOutput {
+    pub pod: String,
+    /// The signal whose threshold drove the eviction; null for local-storage limit
+    /// evictions, which no signal drives.
+    pub signal: Option<String>,
+    /// The grace period the pod is killed with: 0 for hard thresholds and local-storage
+    /// limits (docs/simulate.md says why), min(pod's, evictionMaxPodGracePeriod) for soft.
+    pub grace_period_seconds: i64,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionOutput {
+    pub pod: String,
+    pub admitted: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_output_has_exactly_the_documented_keys() {
+        let out = StepOutput {
+            at: "0s".into(),
+            thresholds_met: vec![ThresholdMetOutput {
+                signal: "memory.available".into(),
+                operator: "LessThan".into(),
+                value: "500Mi".into(),
+                grace_period: "0s".into(),
+                observed: 1,
+                min_reclaim: None,
+                grace_period_met: true,
+            }],
+            conditions: vec![],
+            starved_resources: vec![],
+            node_reclaim: NodeReclaimOutput::default(),
+            ranking: vec![],
+            evicted: None,
+            evicted_all: vec![],
+            admission: vec![],
+            preempted: vec![],
+            images_removed: vec![],
+        };
+        let value = serde_json::to_value(&out).unwrap_or_else(|e| panic!("serialize: {e}"));
+        let keys: Vec<&str> = value
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut expected = vec![
+            "at",
+            "thresholdsMet",
+            "conditions",
+            "starvedResources",
+            "nodeReclaim",
+            "ranking",
+            "evicted",
+            "evictedAll",
+            "admission",
+            "preempted",
+            "imagesRemoved",
+        ];
+        let mut keys_sorted = keys.clone();
+        keys_sorted.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(keys_sorted, expected);
+        let entry = value["thresholdsMet"][0].as_object().expect("entry");
+        let mut entry_keys: Vec<&str> = entry.keys().map(String::as_str).collect();
+        entry_keys.sort_unstable();
+        assert_eq!(
+            entry_keys,
+            [
+                "gracePeriod",
+                "gracePeriodMet",
+                "minReclaim",
+                "observed",
+                "operator",
+                "signal",
+                "value"
+            ]
+        );
+        assert!(value["evicted"].is_null());
+        assert_eq!(
+            value["nodeReclaim"],
+            serde_json::json!({"attempted": false, "freedBytes": 0, "sufficient": false})
+        );
+    }
+}
