@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod decide;
 pub mod manager;
 pub mod notify;
 pub mod observe;

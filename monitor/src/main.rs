@@ -33,6 +33,13 @@ struct RunArgs {
     /// Log filter (tracing EnvFilter syntax), overridden by RUST_LOG.
     #[arg(long, default_value = "info")]
     log: String,
+    /// Kubelet flags applied over the file, e.g. `--eviction-hard=memory.available<500Mi`.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "KUBELET_FLAGS"
+    )]
+    kubelet_flags: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -57,14 +64,18 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let config = monitor::config::load_agent_config(args.config.as_deref())?;
+    let config = monitor::config::load_agent_config(args.config.as_deref(), &args.kubelet_flags)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let agent = monitor::agent::Agent::start(config.agent.clone(), config.synchronizer())?;
+        let synchronizer = monitor::decide::PolicySynchronizer::new(
+            config.kubelet.clone(),
+            monitor::decide::NoPods::default(),
+        );
+        let agent = monitor::agent::Agent::start(config.agent.clone(), synchronizer)?;
         tracing::info!(
             "agent running: memory controller on cgroup {:?} at {}",
             agent.layout.version,

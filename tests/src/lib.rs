@@ -72,7 +72,13 @@ pub fn require(test: &str, features: &[Feature]) -> bool {
     // Inside `cargo xtask vm` (MONITOR_TEST_VM is set) the VM offers all of these.
     let in_vm = std::env::var_os("MONITOR_TEST_VM").is_some();
     let required: Vec<String> = std::env::var("MONITOR_TEST_REQUIRE")
-        .unwrap_or_else(|_| if in_vm { "root,cgroup-v2-memory,psi,ebpf".into() } else { String::new() })
+        .unwrap_or_else(|_| {
+            if in_vm {
+                "root,cgroup-v2-memory,psi,ebpf".into()
+            } else {
+                String::new()
+            }
+        })
         .split(',')
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
@@ -342,7 +348,10 @@ impl Drop for TestCgroup {
 /// PATH (the VM puts helpers in /bin).
 pub fn helper_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    let beside = exe.parent().and_then(Path::parent).map(|dir| dir.join(name));
+    let beside = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join(name));
     if let Some(path) = beside.filter(|p| p.exists()) {
         return path;
     }

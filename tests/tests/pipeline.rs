@@ -4,8 +4,10 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::Duration;
 
-use monitor::agent::{Agent, AgentConfig, EvaluateOnly};
+use monitor::agent::{Agent, AgentConfig};
 use monitor::config::agent::{AgentSettings, SourcesSettings};
+use monitor::config::kubelet::default_kubelet_config;
+use monitor::decide::{NoPods, PolicySynchronizer};
 use monitor::manager::{MemoryThresholds, SyncReport};
 use monitor::notify::{SourceState, WakeDetail, WakeSource};
 use monitor::policy::quantity::{Quantity, QuantityOrPercent};
@@ -48,8 +50,8 @@ fn config(
 }
 
 fn start(config: AgentConfig) -> (Agent, broadcast::Receiver<SyncReport>) {
-    let thresholds = config.memory_thresholds.clone();
-    let agent = Agent::start(config, EvaluateOnly { thresholds }).expect("agent starts");
+    let synchronizer = PolicySynchronizer::new(default_kubelet_config(), NoPods::default());
+    let agent = Agent::start(config, synchronizer).expect("agent starts");
     let reports = agent.subscribe();
     (agent, reports)
 }

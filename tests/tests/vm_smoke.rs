@@ -17,7 +17,10 @@ fn controllers(file: &str) -> Option<Vec<String>> {
 fn cgroup_v2_memory_controller_is_available_to_children() {
     let in_vm = std::env::var("MONITOR_TEST_VM").ok();
     let Some(available) = controllers("cgroup.controllers") else {
-        assert!(in_vm.is_none(), "kernel {in_vm:?}: no {ROOT}/cgroup.controllers: cgroup2 is not mounted");
+        assert!(
+            in_vm.is_none(),
+            "kernel {in_vm:?}: no {ROOT}/cgroup.controllers: cgroup2 is not mounted"
+        );
         println!("SKIP: {ROOT} is not a cgroup v2 mount on this host");
         return;
     };
@@ -49,6 +52,13 @@ fn guest_helper_binaries_run() {
         .output()
         .unwrap_or_else(|e| panic!("running `monitor --version` from PATH: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "monitor --version: {} {stdout}", out.status);
-    assert!(stdout.starts_with("monitor "), "monitor --version printed {stdout:?}");
+    assert!(
+        out.status.success(),
+        "monitor --version: {} {stdout}",
+        out.status
+    );
+    assert!(
+        stdout.starts_with("monitor "),
+        "monitor --version printed {stdout:?}"
+    );
 }

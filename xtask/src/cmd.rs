@@ -5,7 +5,9 @@ use anyhow::{Context, Result, bail};
 
 /// Runs a command, streaming its output; fails naming the command.
 pub fn run(command: &mut Command) -> Result<()> {
-    let status = command.status().with_context(|| format!("starting {command:?}"))?;
+    let status = command
+        .status()
+        .with_context(|| format!("starting {command:?}"))?;
     if !status.success() {
         bail!("{command:?} failed: {status}");
     }
@@ -29,5 +31,8 @@ pub fn cargo() -> Command {
 
 /// The workspace root (xtask lives one level below it).
 pub fn workspace_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }

@@ -23,6 +23,13 @@ pub fn run(args: RunArgs) -> Result<()> {
         build.arg("--release");
     }
     run_command(&mut build)?;
-    let binary = root.join("target").join(if args.release { "release" } else { "debug" }).join("monitor");
-    run_command(std::process::Command::new(binary).arg("run").args(&args.args))
+    let binary = root
+        .join("target")
+        .join(if args.release { "release" } else { "debug" })
+        .join("monitor");
+    run_command(
+        std::process::Command::new(binary)
+            .arg("run")
+            .args(&args.args),
+    )
 }

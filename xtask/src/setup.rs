@@ -31,7 +31,10 @@ fn ensure_rust_src() -> Result<()> {
             String::from_utf8_lossy(&installed.stderr).trim()
         );
     }
-    if String::from_utf8_lossy(&installed.stdout).lines().any(|l| l.starts_with("rust-src")) {
+    if String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.starts_with("rust-src"))
+    {
         println!("setup: nightly rust-src: present");
         return Ok(());
     }
@@ -40,14 +43,24 @@ fn ensure_rust_src() -> Result<()> {
 }
 
 fn ensure_llvm() -> Result<()> {
-    if std::path::Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
+    if std::path::Path::new(LLVM_PREFIX)
+        .join("bin/llvm-config")
+        .exists()
+    {
         println!("setup: {LLVM_PACKAGE}: present");
         return Ok(());
     }
     println!("setup: {LLVM_PACKAGE}: installing with apt-get");
     run(Command::new("apt-get").args(["update", "-q"]))?;
     run(Command::new("apt-get")
-        .args(["install", "-y", "-q", "--no-install-recommends", "--no-remove", LLVM_PACKAGE])
+        .args([
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "--no-remove",
+            LLVM_PACKAGE,
+        ])
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
@@ -63,7 +76,13 @@ fn ensure_bpf_linker() -> Result<()> {
     // Its default features ask for LLVM 23; rustc 1.97 nightly needs at least 22.
     println!("setup: bpf-linker {BPF_LINKER_VERSION}: building against LLVM 22 (about a minute)");
     run(Command::new("cargo")
-        .args(["install", &format!("bpf-linker@{BPF_LINKER_VERSION}"), "--no-default-features", "--features", "llvm-22"])
+        .args([
+            "install",
+            &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+            "--no-default-features",
+            "--features",
+            "llvm-22",
+        ])
         .env("LLVM_PREFIX", LLVM_PREFIX))?;
     if !succeeds(Command::new("bpf-linker").arg("--version")) {
         bail!("bpf-linker was installed but does not run; is ~/.cargo/bin on PATH?");

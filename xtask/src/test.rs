@@ -35,7 +35,9 @@ impl Totals {
         } else if let Some((_, rest)) = line.split_once("test result: ") {
             for part in rest.split(';') {
                 let mut words = part.split_whitespace().rev();
-                let (Some(what), Some(n)) = (words.next(), words.next()) else { continue };
+                let (Some(what), Some(n)) = (words.next(), words.next()) else {
+                    continue;
+                };
                 let Ok(n) = n.parse::<u64>() else { continue };
                 match what {
                     "passed" => self.passed += n,
@@ -55,7 +57,10 @@ impl Totals {
 
 /// Runs a test command, streaming its stdout while counting results.
 pub fn run_counted(command: &mut Command) -> Result<(bool, Totals)> {
-    let mut child = command.stdout(Stdio::piped()).spawn().with_context(|| format!("starting {command:?}"))?;
+    let mut child = command
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {command:?}"))?;
     let mut totals = Totals::default();
     for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
         let line = line?;
@@ -84,7 +89,8 @@ pub fn machine_features() -> Vec<&'static str> {
         let f: Vec<&str> = l.split_whitespace().collect();
         (f.len() > 2 && f[2] == "cgroup2").then(|| f[1].to_string())
     }) {
-        let controllers = std::fs::read_to_string(format!("{mp}/cgroup.controllers")).unwrap_or_default();
+        let controllers =
+            std::fs::read_to_string(format!("{mp}/cgroup.controllers")).unwrap_or_default();
         if controllers.split_whitespace().any(|c| c == "memory") {
             features.push("cgroup-v2-memory");
         }
@@ -110,11 +116,14 @@ pub fn run(args: TestArgs) -> Result<()> {
     let mut failures = Vec::new();
 
     println!("== unit tests (pure policy, parsers, readers)");
-    let (ok, t) = run_counted(
-        cargo()
-            .current_dir(&root)
-            .args(["test", "--workspace", "--exclude", "monitor-ebpf", "--exclude", "monitor-tests"]),
-    )?;
+    let (ok, t) = run_counted(cargo().current_dir(&root).args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "monitor-ebpf",
+        "--exclude",
+        "monitor-tests",
+    ]))?;
     totals.merge(t);
     if !ok {
         failures.push("unit tests");
@@ -122,12 +131,24 @@ pub fn run(args: TestArgs) -> Result<()> {
 
     if !args.unit_only {
         if !nix_is_root() {
-            bail!("the integration tests need root (real cgroups and eBPF); run as root or pass --unit-only");
+            bail!(
+                "the integration tests need root (real cgroups and eBPF); run as root or pass --unit-only"
+            );
         }
         let features = machine_features();
-        println!("== privileged integration tests on this host (features: {})", features.join(", "));
+        println!(
+            "== privileged integration tests on this host (features: {})",
+            features.join(", ")
+        );
         // The agent binary and the hog are run by the tests: build them first.
-        crate::cmd::run(cargo().current_dir(&root).args(["build", "-p", "monitor", "-p", "monitor-tests", "--bins"]))?;
+        crate::cmd::run(cargo().current_dir(&root).args([
+            "build",
+            "-p",
+            "monitor",
+            "-p",
+            "monitor-tests",
+            "--bins",
+        ]))?;
         let (ok, t) = run_counted(
             cargo()
                 .current_dir(&root)
@@ -140,7 +161,11 @@ pub fn run(args: TestArgs) -> Result<()> {
         }
         if !args.no_vm {
             println!("== cgroup v2 suite in a VM (cargo xtask vm)");
-            let (ok, t) = run_counted(cargo().current_dir(&root).args(["run", "--quiet", "-p", "xtask", "--", "vm", "--matrix"]))?;
+            let (ok, t) = run_counted(
+                cargo()
+                    .current_dir(&root)
+                    .args(["run", "--quiet", "-p", "xtask", "--", "vm", "--matrix"]),
+            )?;
             totals.merge(t);
             if !ok {
                 failures.push("VM suite");
@@ -148,7 +173,10 @@ pub fn run(args: TestArgs) -> Result<()> {
         }
     }
 
-    println!("{} passed, {} failed, {} skipped", totals.passed, totals.failed, totals.skipped);
+    println!(
+        "{} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.skipped
+    );
     if !failures.is_empty() {
         bail!("failed: {}", failures.join(", "));
     }
@@ -163,11 +191,20 @@ mod tests {
     fn counts_results_and_skips() {
         let mut t = Totals::default();
         t.add_line("test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s");
-        t.add_line("test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out");
+        t.add_line(
+            "test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out",
+        );
         t.add_line("SKIP: memory_events: no v2 here");
         t.add_line("test vm_smoke ... SKIP: vm_smoke: not in a VM");
         t.add_line("[  4.210] test result: ok. 1 passed; 0 failed; 0 ignored");
         t.add_line("running 3 tests");
-        assert_eq!(t, Totals { passed: 16, failed: 2, skipped: 2 });
+        assert_eq!(
+            t,
+            Totals {
+                passed: 16,
+                failed: 2,
+                skipped: 2
+            }
+        );
     }
 }

@@ -6,9 +6,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::duration::go_duration;
 use crate::notify::psi::PsiTrigger;
 use crate::policy::quantity::Quantity;
+
+/// `#[serde(deserialize_with = "go_duration")]`: a Go duration string ("200ms", "2s").
+fn go_duration<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    super::kubelet::parse_go_duration(&text).map_err(serde::de::Error::custom)
+}
 
 /// Which event sources run, and how.
 #[derive(Clone, Debug, PartialEq, Deserialize)]

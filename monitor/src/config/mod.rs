@@ -1,17 +1,15 @@
 //! Configuration: a KubeletConfiguration (in [`kubelet`]) plus the agent's own settings
 //! (event sources, paths) under the `monitor:` key of the same file ([`agent`]).
-pub mod agent;
-pub mod duration;
-pub mod kubelet;
-
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::agent::{AgentConfig, EvaluateOnly};
+use crate::agent::AgentConfig;
 use crate::manager::MemoryThresholds;
-use crate::policy::quantity::parse_quantity_or_percent;
+use crate::policy::signal::Signal;
+
+pub mod agent;
+pub mod kubelet;
 
 /// The embedded default configuration (`monitor run` without `--config`).
 pub const DEFAULT_CONFIG: &str = include_str!("../../config/default.yaml");
@@ -19,19 +17,15 @@ pub const DEFAULT_CONFIG: &str = include_str!("../../config/default.yaml");
 /// A loaded configuration file.
 #[derive(Clone, Debug)]
 pub struct LoadedConfig {
+    pub kubelet: kubelet::KubeletConfig,
     pub agent: AgentConfig,
+    /// Keys accepted but not understood (already logged by [`load_agent_config`]).
+    pub warnings: Vec<kubelet::ConfigWarning>,
 }
 
-impl LoadedConfig {
-    pub fn synchronizer(&self) -> EvaluateOnly {
-        EvaluateOnly {
-            thresholds: self.agent.memory_thresholds.clone(),
-        }
-    }
-}
-
-/// Loads a configuration file, or the embedded default.
-pub fn load_agent_config(path: Option<&Path>) -> anyhow::Result<LoadedConfig> {
+/// Loads a configuration file (or the embedded default), then applies kubelet-style
+/// flags (`--eviction-hard=...`) on top. Warnings are logged.
+pub fn load_agent_config(path: Option<&Path>, flags: &[String]) -> anyhow::Result<LoadedConfig> {
     let (text, origin) = match path {
         Some(path) => (
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
@@ -42,46 +36,89 @@ pub fn load_agent_config(path: Option<&Path>) -> anyhow::Result<LoadedConfig> {
             "<embedded default config>".to_string(),
         ),
     };
-    parse_agent_config(&text, &origin).map_err(anyhow::Error::msg)
+    let loaded = parse_agent_config(&text, &origin, flags).map_err(anyhow::Error::msg)?;
+    for warning in &loaded.warnings {
+        tracing::warn!("configuration: {warning}");
+    }
+    Ok(loaded)
 }
 
-/// Parses the configuration text; `origin` names the file in errors.
-pub fn parse_agent_config(text: &str, origin: &str) -> Result<LoadedConfig, String> {
-    let mut root: serde_yaml_ng::Mapping =
-        serde_yaml_ng::from_str(text).map_err(|e| format!("{origin}: {e}"))?;
-    let settings = agent::AgentSettings::from_value(root.remove("monitor"), origin)?;
-    let housekeeping = match root.get("housekeepingInterval").and_then(|v| v.as_str()) {
-        Some(text) => duration::parse_go_duration(text)
-            .map_err(|e| format!("{origin}: housekeepingInterval: {e}"))?,
-        None => Duration::from_secs(10),
+/// Parses configuration text; `origin` names the file in errors.
+pub fn parse_agent_config(
+    text: &str,
+    origin: &str,
+    flags: &[String],
+) -> Result<LoadedConfig, String> {
+    let (kubelet, warnings) =
+        kubelet::load_kubelet_config_with_flags(text, origin, flags).map_err(|e| e.to_string())?;
+    let settings = agent::AgentSettings::from_value(kubelet.monitor.clone(), origin)?;
+    let agent = AgentConfig {
+        settings,
+        housekeeping: kubelet.housekeeping_interval,
+        memory_thresholds: memory_thresholds(&kubelet),
+        layout: None,
+        ebpf_object_override: None,
     };
-    let mut memory_thresholds = MemoryThresholds::default();
-    for key in ["evictionHard", "evictionSoft"] {
-        let Some(map) = root.get(key).and_then(|v| v.as_mapping()) else {
-            continue;
-        };
-        for (signal, value) in map {
-            let (Some(signal), Some(value)) = (signal.as_str(), value.as_str()) else {
-                continue;
-            };
-            let parsed = || {
-                parse_quantity_or_percent(value)
-                    .map_err(|e| format!("{origin}: {key}.{signal}: {e}"))
-            };
-            match signal {
-                "memory.available" => memory_thresholds.node.push(parsed()?),
-                "allocatableMemory.available" => memory_thresholds.pods.push(parsed()?),
-                _ => {}
-            }
+    Ok(LoadedConfig {
+        kubelet,
+        agent,
+        warnings,
+    })
+}
+
+/// The memory eviction thresholds (hard and soft) to arm as kernel notifiers.
+pub fn memory_thresholds(kubelet: &kubelet::KubeletConfig) -> MemoryThresholds {
+    let mut thresholds = MemoryThresholds::default();
+    for threshold in &kubelet.eviction.thresholds {
+        match threshold.signal {
+            Signal::MemoryAvailable => thresholds.node.push(threshold.value),
+            Signal::AllocatableMemoryAvailable => thresholds.pods.push(threshold.value),
+            _ => {}
         }
     }
-    Ok(LoadedConfig {
-        agent: AgentConfig {
-            settings,
-            housekeeping,
-            memory_thresholds,
-            layout: None,
-            ebpf_object_override: None,
-        },
-    })
+    thresholds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_default_loads_without_warnings() {
+        let loaded = parse_agent_config(DEFAULT_CONFIG, "default.yaml", &[]).unwrap();
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        assert!(loaded.agent.settings.sources.ebpf);
+        assert_eq!(
+            loaded.agent.housekeeping,
+            std::time::Duration::from_secs(10)
+        );
+        // memory.available<100Mi, plus the allocatableMemory.available copy the kubelet
+        // adds when node allocatable is enforced on pods.
+        assert_eq!(loaded.agent.memory_thresholds.node.len(), 1);
+    }
+
+    #[test]
+    fn flags_override_the_file_and_reach_the_notifiers() {
+        let flags = vec!["--eviction-hard=memory.available<500Mi".to_string()];
+        let loaded = parse_agent_config(DEFAULT_CONFIG, "default.yaml", &flags).unwrap();
+        let node = &loaded.agent.memory_thresholds.node;
+        assert_eq!(node.len(), 1);
+        assert_eq!(node[0].resolve(1 << 40), 500 << 20);
+    }
+
+    #[test]
+    fn errors_in_either_part_name_the_file() {
+        let err = parse_agent_config("evictionHard: {memory.avail: 1Gi}\n", "node.yaml", &[])
+            .unwrap_err();
+        assert!(
+            err.contains("node.yaml") && err.contains("memory.avail"),
+            "{err}"
+        );
+        let err =
+            parse_agent_config("monitor: {sources: {psi: maybe}}\n", "node.yaml", &[]).unwrap_err();
+        assert!(
+            err.contains("node.yaml") && err.contains("monitor"),
+            "{err}"
+        );
+    }
 }

@@ -1,0 +1,270 @@
+//! The policy step of the agent's synchronize: a fresh [`NodeObservation`] becomes the
+//! kubelet's signal observations, and the pure [`EvictionManager`] decides.
+use crate::config::kubelet::KubeletConfig;
+use crate::manager::{SyncSummary, Synchronizer};
+use crate::notify::Wake;
+use crate::observe::{FsStats, NodeObservation};
+use crate::policy::eviction::{
+    EvictionManager, NoNodeReclaim, NodeReclaimer, PodWithStats, SyncInput, SyncOutcome,
+};
+use crate::policy::signal::{Observations, Signal, SignalObservation};
+use crate::policy::types::Time;
+
+/// The signals of one observation (kubelet: makeSignalObservations).
+pub fn signal_observations(
+    node: &NodeObservation,
+    kubelet: &KubeletConfig,
+    time: Time,
+) -> Observations {
+    let mut out = Observations::new();
+    let mut put = |signal, available: u64, capacity: u64| {
+        out.insert(
+            signal,
+            SignalObservation {
+                available: available as i64,
+                capacity: capacity as i64,
+                time,
+            },
+        );
+    };
+    let memory = &node.memory;
+    put(
+        Signal::MemoryAvailable,
+        memory.available_bytes,
+        memory.capacity_bytes,
+    );
+    match &node.allocatable {
+        Some(pods) => put(
+            Signal::AllocatableMemoryAvailable,
+            pods.available_bytes,
+            pods.capacity_bytes,
+        ),
+        None => {
+            // No pods cgroup to read: no pod uses memory, allocatable is what the
+            // reservations leave.
+            let allocatable = kubelet
+                .allocatable("memory", memory.capacity_bytes as i64)
+                .max(0) as u64;
+            put(Signal::AllocatableMemoryAvailable, allocatable, allocatable);
+        }
+    }
+    let mut fs = |bytes: Signal, inodes: Signal, stats: &FsStats| {
+        put(bytes, stats.available_bytes, stats.capacity_bytes);
+        put(inodes, stats.inodes_free, stats.inodes);
+    };
+    fs(
+        Signal::NodeFsAvailable,
+        Signal::NodeFsInodesFree,
+        &node.nodefs,
+    );
+    // Without a dedicated image filesystem, images live on nodefs (kubelet: imagefs
+    // stats are the nodefs stats); containers' writable layers live with the images.
+    let imagefs = node.imagefs.as_ref().unwrap_or(&node.nodefs);
+    fs(Signal::ImageFsAvailable, Signal::ImageFsInodesFree, imagefs);
+    fs(
+        Signal::ContainerFsAvailable,
+        Signal::ContainerFsInodesFree,
+        imagefs,
+    );
+    put(
+        Signal::PidAvailable,
+        node.pids.max.saturating_sub(node.pids.current),
+        node.pids.max,
+    );
+    out
+}
+
+/// Where the running pods and their stats come from, and how node-level reclaim is done.
+/// The agent's own pod runtime implements it; without one, there are no pods.
+pub trait PodRuntime: Send + 'static {
+    fn pods(&mut self) -> Vec<PodWithStats>;
+    fn reclaimer(&mut self) -> &mut dyn NodeReclaimer;
+}
+
+/// No pods: the decision chain still runs (thresholds, conditions), nothing to evict.
+#[derive(Default)]
+pub struct NoPods {
+    reclaim: NoNodeReclaim,
+}
+
+impl PodRuntime for NoPods {
+    fn pods(&mut self) -> Vec<PodWithStats> {
+        Vec::new()
+    }
+    fn reclaimer(&mut self) -> &mut dyn NodeReclaimer {
+        &mut self.reclaim
+    }
+}
+
+/// Runs the eviction policy at every synchronize.
+pub struct PolicySynchronizer<R> {
+    pub manager: EvictionManager,
+    pub kubelet: KubeletConfig,
+    pub runtime: R,
+    pub last_outcome: Option<SyncOutcome>,
+}
+
+impl<R: PodRuntime> PolicySynchronizer<R> {
+    pub fn new(kubelet: KubeletConfig, runtime: R) -> Self {
+        PolicySynchronizer {
+            manager: EvictionManager::new(kubelet.eviction.clone()),
+            kubelet,
+            runtime,
+            last_outcome: None,
+        }
+    }
+}
+
+impl<R: PodRuntime> Synchronizer for PolicySynchronizer<R> {
+    fn synchronize(&mut self, node: &NodeObservation, _wakes: &[Wake], now: Time) -> SyncSummary {
+        let input = SyncInput {
+            observations: signal_observations(node, &self.kubelet, now),
+            pods: self.runtime.pods(),
+            dedicated_imagefs: node.imagefs.is_some(),
+        };
+        let outcome = self
+            .manager
+            .synchronize(&input, self.runtime.reclaimer(), now);
+        let text = summarize(&input.observations, &outcome);
+        if outcome.thresholds_met.is_empty() {
+            tracing::debug!("synchronize: {text}");
+        } else {
+            tracing::info!("synchronize: {text}");
+        }
+        self.last_outcome = Some(outcome);
+        SyncSummary { text }
+    }
+}
+
+fn summarize(observations: &Observations, outcome: &SyncOutcome) -> String {
+    let mib = |b: i64| b / (1 << 20);
+    let mut parts = Vec::new();
+    for signal in [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable] {
+        if let Some(o) = observations.get(&signal) {
+            parts.push(format!("{}={}Mi", signal.as_str(), mib(o.available)));
+        }
+    }
+    for met in &outcome.thresholds_met {
+        parts.push(format!(
+            "threshold met: {}<{}{}",
+            met.threshold.signal.as_str(),
+            crate::policy::signal::format_value(met.threshold.value),
+            if met.grace_period_met {
+                ""
+            } else {
+                " (grace period running)"
+            }
+        ));
+    }
+    if !outcome.conditions.is_empty() {
+        let names: Vec<&str> = outcome.conditions.iter().map(|c| c.as_str()).collect();
+        parts.push(format!("conditions: {}", names.join(", ")));
+    }
+    for eviction in &outcome.evictions {
+        parts.push(format!(
+            "evict {} (grace {} s): {}",
+            eviction.pod_key, eviction.grace_period_seconds, eviction.message
+        ));
+    }
+    parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::kubelet::load_kubelet_config;
+    use crate::observe::{AllocatableMemory, MemoryStats, NodeMemory, PidStats};
+    use crate::policy::types::NodeConditionType;
+
+    const GI: u64 = 1 << 30;
+    const MI: u64 = 1 << 20;
+
+    fn node(available: u64, pods_available: Option<u64>) -> NodeObservation {
+        NodeObservation {
+            taken_at_ns: 0,
+            memory: NodeMemory {
+                capacity_bytes: 10 * GI,
+                usage_bytes: 10 * GI - available,
+                inactive_file_bytes: 0,
+                working_set_bytes: 10 * GI - available,
+                available_bytes: available,
+            },
+            allocatable: pods_available.map(|a| AllocatableMemory {
+                capacity_bytes: GI,
+                stats: MemoryStats {
+                    usage_bytes: GI - a,
+                    inactive_file_bytes: Some(0),
+                    limit_bytes: Some(GI),
+                    working_set_bytes: GI - a,
+                },
+                available_bytes: a,
+            }),
+            nodefs: FsStats {
+                capacity_bytes: 100 * GI,
+                available_bytes: 50 * GI,
+                inodes: 1000,
+                inodes_free: 900,
+            },
+            imagefs: None,
+            pids: PidStats {
+                max: 4096,
+                current: 96,
+            },
+            psi: None,
+        }
+    }
+
+    #[test]
+    fn observations_cover_every_signal() {
+        let (kubelet, _) =
+            load_kubelet_config("systemReserved: {memory: 1.5Gi}\n", "k.yaml").unwrap();
+        let o = signal_observations(&node(3 * GI, None), &kubelet, Time::from_secs(1));
+        assert_eq!(o[&Signal::MemoryAvailable].available, (3 * GI) as i64);
+        // 10Gi − 1.5Gi system-reserved − 100Mi default hard threshold.
+        assert_eq!(
+            o[&Signal::AllocatableMemoryAvailable].capacity,
+            (10 * GI - 1536 * MI - 100 * MI) as i64
+        );
+        assert_eq!(o[&Signal::ImageFsAvailable], o[&Signal::NodeFsAvailable]);
+        assert_eq!(o[&Signal::NodeFsInodesFree].available, 900);
+        assert_eq!(o[&Signal::PidAvailable].available, 4000);
+        let o = signal_observations(&node(3 * GI, Some(200 * MI)), &kubelet, Time::ZERO);
+        assert_eq!(
+            o[&Signal::AllocatableMemoryAvailable].available,
+            (200 * MI) as i64
+        );
+    }
+
+    #[test]
+    fn the_policy_runs_on_fresh_observations() {
+        let (kubelet, _) = load_kubelet_config(
+            "evictionHard: {allocatableMemory.available: 300Mi}\n",
+            "k.yaml",
+        )
+        .unwrap();
+        let mut sync = PolicySynchronizer::new(kubelet, NoPods::default());
+        let calm = sync.synchronize(&node(5 * GI, Some(800 * MI)), &[], Time::from_secs(1));
+        assert!(
+            sync.last_outcome
+                .as_ref()
+                .unwrap()
+                .thresholds_met
+                .is_empty(),
+            "{}",
+            calm.text
+        );
+        let pressed = sync.synchronize(&node(5 * GI, Some(200 * MI)), &[], Time::from_secs(2));
+        let outcome = sync.last_outcome.as_ref().unwrap();
+        assert_eq!(
+            outcome.conditions,
+            vec![NodeConditionType::MemoryPressure],
+            "{}",
+            pressed.text
+        );
+        assert!(
+            pressed.text.contains("allocatableMemory.available<300Mi"),
+            "{}",
+            pressed.text
+        );
+    }
+}
