@@ -334,27 +334,38 @@ async fn memcg_threshold_stays_quiet_below_the_threshold() {
     agent.shutdown().await;
 }
 
+/// Writes a file outside any test cgroup and drops it from the page cache, so reading it
+/// later charges every page to the reader's cgroup.
+fn cold_file(path: &std::path::Path, mib: usize) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let block = vec![7u8; MIB as usize];
+    for _ in 0..mib {
+        f.write_all(&block).expect("write scratch file");
+    }
+    f.sync_all().expect("fsync scratch file");
+    nix::fcntl::posix_fadvise(
+        &f,
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    )
+    .expect("fadvise");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psi_trigger_fires_on_a_real_memory_stall() {
     if !require("psi_trigger_fires", &[Feature::Root, Feature::Psi]) {
         return;
     }
     init_tracing();
-    // Page-cache churn in a 32 MiB cgroup: re-reading a 96 MiB file makes the cgroup
-    // reclaim and refault continuously: memory stall without any OOM kill.
-    let cgroup = TestCgroup::new("psi", 32 * MIB);
-    let unified = cgroup.unified_dir.clone();
-    let pressure_file = unified
+    let cgroup = TestCgroup::new("psi", 64 * MIB);
+    let pressure_file = cgroup
+        .unified_dir
         .as_ref()
         .map(|d| d.join("memory.pressure"))
         .filter(|f| f.exists());
-    let Some(pressure_file) = pressure_file else {
-        assert!(
-            require("psi_trigger_fires (per-cgroup)", &[Feature::CgroupV2Memory]),
-            "unreachable"
-        );
-        return;
-    };
+    let pressure_file = pressure_file.expect("per-cgroup memory.pressure in the cgroup2 hierarchy");
     let mut sources = only(&[WakeSource::Psi]);
     sources.psi_stall = Duration::from_millis(10);
     sources.psi_window = Duration::from_secs(2);
@@ -367,12 +378,26 @@ async fn psi_trigger_fires_on_a_real_memory_stall() {
         status.detail
     );
 
+    // A real stall, without killing anything:
+    // - v1 memory controller: re-read a 192 MiB file in a 64 MiB cgroup: clean page-cache
+    //   churn, the cgroup reclaims at every read.
+    // - v2: allocate past memory.high, which throttles the task in reclaim (memory.max
+    //   stays above, so nothing is OOM-killed). The VM has no disk for page-cache churn.
     let scratch = std::env::temp_dir().join(format!("monitor-test-{}-psi.dat", std::process::id()));
-    let mut child = cgroup.spawn({
-        let mut c = hog(&["file", &scratch.to_string_lossy(), "96", "15"]);
-        c.stdout(Stdio::null());
-        c
-    });
+    let mut child = match cgroup.version {
+        monitor::observe::CgroupVersion::V1 => {
+            cold_file(&scratch, 192);
+            let mut c = hog(&["file", &scratch.to_string_lossy(), "15"]);
+            c.stdout(Stdio::null());
+            cgroup.spawn(c)
+        }
+        monitor::observe::CgroupVersion::V2 => {
+            cgroup.write("memory.high", &(16 * MIB).to_string());
+            let mut c = hog(&["anon", "40", "1", "0", "15"]);
+            c.stdout(Stdio::null());
+            cgroup.spawn(c)
+        }
+    };
     let got = collect(&mut reports, Duration::from_secs(20), |r| {
         r.wakes
             .iter()
@@ -390,7 +415,11 @@ async fn psi_trigger_fires_on_a_real_memory_stall() {
         pressure_file.display(),
         std::fs::read_to_string(&pressure_file).unwrap_or_default()
     );
-    assert_eq!(cgroup.oom_kills(), 0, "page-cache churn must not OOM-kill");
+    assert_eq!(
+        cgroup.oom_kills(),
+        0,
+        "the stall must come without an OOM kill"
+    );
     agent.shutdown().await;
 }
 
@@ -548,4 +577,66 @@ fn process_cpu() -> Duration {
     let tv =
         |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
     tv(usage.user_time()) + tv(usage.system_time())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observer_reads_the_real_cgroup_files() {
+    if !require("observer_reads_the_real_cgroup_files", &[Feature::Root]) {
+        return;
+    }
+    let cgroup = TestCgroup::new("observe", 96 * MIB);
+    let mut child = cgroup.spawn({
+        let mut c = hog(&["anon", "40", "8", "0", "30"]);
+        c.stdout(Stdio::piped());
+        c
+    });
+    let steps = progress(&mut child);
+    // Wait until the hog holds all 40 MiB.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while steps.try_iter().all(|(mib, _)| mib < 40) {
+        assert!(std::time::Instant::now() < deadline, "hog did not allocate");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let layout = monitor::observe::CgroupLayout::detect().expect("layout");
+    let reader = monitor::observe::CgroupReader::new(layout.version, layout.memory_root.clone());
+    let observer = monitor::observe::Observer::new(
+        reader.clone(),
+        monitor::observe::ObserverConfig {
+            pods_cgroup: Some(cgroup.relative.clone()),
+            ..Default::default()
+        },
+    );
+    let observation = observer
+        .observe()
+        .expect("a full observation of this machine");
+    let pods = observation
+        .allocatable
+        .expect("the pods cgroup is observed");
+    assert_eq!(
+        pods.stats.limit_bytes,
+        Some(96 * MIB),
+        "limit read from the cgroup"
+    );
+    assert_eq!(pods.capacity_bytes, 96 * MIB);
+    assert!(
+        pods.stats.usage_bytes >= 40 * MIB,
+        "usage {} includes the hog's 40 MiB",
+        pods.stats.usage_bytes
+    );
+    assert!(
+        pods.available_bytes <= 56 * MIB,
+        "available {}",
+        pods.available_bytes
+    );
+    assert!(
+        observation.memory.capacity_bytes > 0
+            && observation.memory.available_bytes <= observation.memory.capacity_bytes
+    );
+    assert!(observation.nodefs.capacity_bytes > 0 && observation.pids.current > 0);
+    let events = reader
+        .memory_events(&cgroup.relative)
+        .expect("memory events readable");
+    assert_eq!(events.oom_kill, Some(0), "{events:?}");
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -4,9 +4,10 @@
 //!   hog anon TOTAL_MIB [STEP_MIB] [PAUSE_MS] [HOLD_S]
 //!       allocate and touch TOTAL_MIB in STEP_MIB steps, pausing PAUSE_MS after each,
 //!       printing "allocated <MiB> <monotonic ns>" per step; then hold the memory HOLD_S s.
-//!   hog file PATH SIZE_MIB SECONDS
-//!       write a SIZE_MIB file, then re-read it for SECONDS: page-cache churn that makes
-//!       a small cgroup reclaim (and stall) continuously without any OOM kill.
+//!   hog file PATH SECONDS
+//!       re-read an existing file for SECONDS: in a cgroup smaller than the file this is
+//!       clean page-cache churn, reclaim (and stall) without any OOM kill. Write the file
+//!       outside the cgroup first: dirty pages in a small v1 memcg can end in an OOM kill.
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::time::{Duration, Instant};
 
@@ -28,7 +29,7 @@ fn arg<T: std::str::FromStr>(args: &[String], index: usize, default: Option<T>, 
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "hog: {problem}\nusage: hog anon TOTAL_MIB [STEP_MIB] [PAUSE_MS] [HOLD_S] | hog file PATH SIZE_MIB SECONDS"
+        "hog: {problem}\nusage: hog anon TOTAL_MIB [STEP_MIB] [PAUSE_MS] [HOLD_S] | hog file PATH SECONDS"
     );
     std::process::exit(2);
 }
@@ -67,27 +68,12 @@ fn anon(args: &[String]) {
 
 fn file(args: &[String]) {
     let path: String = arg(args, 1, None, "PATH");
-    let size: usize = arg(args, 2, None, "SIZE_MIB");
-    let seconds: u64 = arg(args, 3, None, "SECONDS");
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap_or_else(|e| usage(&format!("{path}: {e}")));
-    let block = vec![7u8; MIB];
-    for _ in 0..size {
-        f.write_all(&block)
-            .unwrap_or_else(|e| usage(&format!("{path}: {e}")));
-    }
-    let _ = f.sync_all();
-    println!("written {size} {}", monotonic_ns());
+    let seconds: u64 = arg(args, 2, None, "SECONDS");
+    let mut f = std::fs::File::open(&path).unwrap_or_else(|e| usage(&format!("{path}: {e}")));
     let mut buf = vec![0u8; MIB];
     let deadline = Instant::now() + Duration::from_secs(seconds);
     while Instant::now() < deadline {
         let _ = f.seek(SeekFrom::Start(0));
         while matches!(f.read(&mut buf), Ok(n) if n > 0) {}
     }
-    let _ = std::fs::remove_file(&path);
 }
