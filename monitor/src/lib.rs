@@ -12,3 +12,4 @@ pub mod notify;
 pub mod observe;
 pub mod policy;
 pub mod simulate;
+pub mod state;
