@@ -26,6 +26,8 @@ pub struct AgentConfig {
     pub layout: Option<CgroupLayout>,
     /// Load this eBPF object instead of the embedded one (tests make loading fail with it).
     pub ebpf_object_override: Option<Vec<u8>>,
+    /// Shared with the API and the pod runtime.
+    pub state: crate::state::SharedState,
 }
 
 /// A running agent.
@@ -207,7 +209,9 @@ impl Agent {
             memcg_thresholds: memcg_tx,
             reports: reports.clone(),
             origin_ns: monotonic_ns(),
+            state: config.state.clone(),
         };
+        config.state.lock().sources = statuses.clone();
         tasks.push(tokio::spawn(manager.run(wake_rx)));
         // The first synchronize: observe and arm thresholds right away.
         wakes.wake(WakeSource::Request, WakeDetail::None);

@@ -5,10 +5,13 @@ use crate::manager::{SyncSummary, Synchronizer};
 use crate::notify::Wake;
 use crate::observe::{FsStats, NodeObservation};
 use crate::policy::eviction::{
-    EvictionManager, NoNodeReclaim, NodeReclaimer, PodWithStats, SyncInput, SyncOutcome,
+    EvictionDecision, EvictionManager, NoNodeReclaim, NodeReclaimer, PodWithStats, SyncInput,
+    SyncOutcome,
 };
 use crate::policy::signal::{Observations, Signal, SignalObservation};
+use crate::policy::types::NodeConditionType;
 use crate::policy::types::Time;
+use crate::state::{SharedState, SignalStatus, ThresholdStatus};
 
 /// The signals of one observation (kubelet: makeSignalObservations).
 pub fn signal_observations(
@@ -74,11 +77,22 @@ pub fn signal_observations(
     out
 }
 
-/// Where the running pods and their stats come from, and how node-level reclaim is done.
-/// The agent's own pod runtime implements it; without one, there are no pods.
+/// A boxed future the manager awaits.
+pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// Where the running pods and their stats come from, how node-level reclaim is done, and
+/// who kills. The agent's own pod runtime implements it; without one, there are no pods.
 pub trait PodRuntime: Send + 'static {
+    /// The active pods with FRESH stats (read now).
     fn pods(&mut self) -> Vec<PodWithStats>;
     fn reclaimer(&mut self) -> &mut dyn NodeReclaimer;
+    /// The node conditions changed (admission reads them).
+    fn conditions_changed(&mut self, _conditions: &[NodeConditionType]) {}
+    /// Carries out an eviction; resolves once the pod is gone (or the kill timed out),
+    /// with whether it was evicted.
+    fn evict(&mut self, _decision: EvictionDecision) -> BoxFuture<bool> {
+        Box::pin(async { false })
+    }
 }
 
 /// No pods: the decision chain still runs (thresholds, conditions), nothing to evict.
@@ -96,22 +110,71 @@ impl PodRuntime for NoPods {
     }
 }
 
-/// Runs the eviction policy at every synchronize.
+/// Runs the eviction policy at every synchronize, and has the runtime carry out its
+/// evictions before the next one.
 pub struct PolicySynchronizer<R> {
     pub manager: EvictionManager,
     pub kubelet: KubeletConfig,
     pub runtime: R,
     pub last_outcome: Option<SyncOutcome>,
+    pub state: SharedState,
+    /// Evictions decided and not yet carried out.
+    pending: Vec<EvictionDecision>,
 }
 
 impl<R: PodRuntime> PolicySynchronizer<R> {
     pub fn new(kubelet: KubeletConfig, runtime: R) -> Self {
+        Self::with_state(kubelet, runtime, SharedState::default())
+    }
+
+    pub fn with_state(kubelet: KubeletConfig, runtime: R, state: SharedState) -> Self {
         PolicySynchronizer {
             manager: EvictionManager::new(kubelet.eviction.clone()),
             kubelet,
             runtime,
             last_outcome: None,
+            state,
+            pending: Vec::new(),
         }
+    }
+
+    /// Publishes each signal against its thresholds, and the conditions.
+    fn publish(&self, observations: &Observations, outcome: &SyncOutcome) {
+        let mut signals = Vec::new();
+        for (signal, observed) in observations {
+            let thresholds: Vec<ThresholdStatus> = self
+                .kubelet
+                .eviction
+                .thresholds
+                .iter()
+                .filter(|t| t.signal == *signal)
+                .map(|t| {
+                    let met = outcome.thresholds_met.iter().find(|m| m.threshold == *t);
+                    ThresholdStatus {
+                        value: crate::policy::signal::format_value(t.value),
+                        quantity: t.quantity(observed.capacity),
+                        kind: if t.is_hard() { "hard" } else { "soft" }.to_string(),
+                        grace_period: (!t.is_hard())
+                            .then(|| crate::config::kubelet::format_go_duration(t.grace_period)),
+                        met: met.is_some(),
+                        grace_period_met: met.is_some_and(|m| m.grace_period_met),
+                    }
+                })
+                .collect();
+            signals.push(SignalStatus {
+                signal: signal.as_str().to_string(),
+                available: observed.available,
+                capacity: observed.capacity,
+                thresholds,
+            });
+        }
+        let mut state = self.state.lock();
+        state.signals = signals;
+        state.conditions = outcome
+            .conditions
+            .iter()
+            .map(|c| c.as_str().to_string())
+            .collect();
     }
 }
 
@@ -125,6 +188,9 @@ impl<R: PodRuntime> Synchronizer for PolicySynchronizer<R> {
         let outcome = self
             .manager
             .synchronize(&input, self.runtime.reclaimer(), now);
+        self.runtime.conditions_changed(&outcome.conditions);
+        self.publish(&input.observations, &outcome);
+        self.pending = outcome.evictions.clone();
         let text = summarize(&input.observations, &outcome);
         if outcome.thresholds_met.is_empty() {
             tracing::debug!("synchronize: {text}");
@@ -133,6 +199,40 @@ impl<R: PodRuntime> Synchronizer for PolicySynchronizer<R> {
         }
         self.last_outcome = Some(outcome);
         SyncSummary { text }
+    }
+
+    fn act(&mut self) -> Option<BoxFuture<()>> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let evictions: Vec<(EvictionDecision, BoxFuture<bool>)> = std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|d| {
+                let done = self.runtime.evict(d.clone());
+                (d, done)
+            })
+            .collect();
+        let state = self.state.clone();
+        Some(Box::pin(async move {
+            for (decision, done) in evictions {
+                // The kill timeout bounds the wait: a pod that will not die must not stall
+                // every later decision.
+                let evicted = tokio::time::timeout(
+                    decision.kill_timeout + std::time::Duration::from_secs(1),
+                    done,
+                )
+                .await
+                .unwrap_or(false);
+                if evicted {
+                    let signal = decision
+                        .signal
+                        .map(|s| s.as_str())
+                        .unwrap_or(decision.resource.as_str())
+                        .to_string();
+                    *state.lock().metrics.evictions.entry(signal).or_default() += 1;
+                }
+            }
+        }))
     }
 }
 

@@ -71,11 +71,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let synchronizer = monitor::decide::PolicySynchronizer::new(
-            config.kubelet.clone(),
-            monitor::decide::NoPods::default(),
-        );
-        let agent = monitor::agent::Agent::start(config.agent.clone(), synchronizer)?;
+        let node = monitor::node::start(config)?;
+        let agent = &node.agent;
         tracing::info!(
             "agent running: memory controller on cgroup {:?} at {}",
             agent.layout.version,
@@ -86,7 +83,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => tracing::info!("interrupted, stopping"),
             _ = term.recv() => tracing::info!("terminated, stopping"),
         }
-        agent.shutdown().await;
+        node.agent.shutdown().await;
         Ok(())
     })
 }

@@ -26,6 +26,13 @@ pub trait Synchronizer: Send + 'static {
         wakes: &[Wake],
         now: Time,
     ) -> SyncSummary;
+
+    /// What the last synchronize decided to do (evictions), awaited before the next
+    /// synchronize. When there was something, the manager synchronizes again at once, on
+    /// a fresh observation, so it never decides twice on the same stale stats.
+    fn act(&mut self) -> Option<crate::decide::BoxFuture<()>> {
+        None
+    }
 }
 
 /// The memory thresholds to arm as memcg v1 notifiers, as eviction threshold values of the
@@ -123,22 +130,75 @@ pub struct Manager<S> {
     pub reports: broadcast::Sender<SyncReport>,
     /// The origin of policy time ([`Time`] is measured from it).
     pub origin_ns: u64,
+    /// Where the API reads the last synchronize, observation and metrics.
+    pub state: crate::state::SharedState,
 }
 
 impl<S: Synchronizer> Manager<S> {
     /// Runs until every wake sender is gone.
     pub async fn run(mut self, mut wakes: mpsc::Receiver<Wake>) {
         let mut sequence = 0;
-        while let Some(first) = wakes.recv().await {
-            let mut batch = vec![first];
+        let mut again = false;
+        loop {
+            let mut batch = Vec::new();
+            if again {
+                // After acting (an eviction), decide again at once on fresh stats.
+                batch.push(Wake {
+                    source: WakeSource::Request,
+                    received_ns: monotonic_ns(),
+                    detail: WakeDetail::None,
+                });
+            } else {
+                match wakes.recv().await {
+                    Some(first) => batch.push(first),
+                    None => return,
+                }
+            }
             while let Ok(more) = wakes.try_recv() {
                 batch.push(more);
             }
             sequence += 1;
             let report = self.synchronize_once(sequence, batch);
+            self.publish(&report);
             // No subscribers is fine.
             let _ = self.reports.send(report);
+            again = match self.synchronizer.act() {
+                Some(act) => {
+                    act.await;
+                    true
+                }
+                None => false,
+            };
         }
+    }
+
+    /// Records the synchronize in the shared state (API, metrics).
+    fn publish(&self, report: &SyncReport) {
+        let mut state = self.state.lock();
+        let duration = Duration::from_nanos(report.finished_ns.saturating_sub(report.started_ns));
+        for wake in &report.wakes {
+            let latency = report.started_ns.saturating_sub(wake.received_ns) as f64 / 1e9;
+            state
+                .metrics
+                .wake_latency
+                .entry(wake.source)
+                .or_default()
+                .observe(latency);
+        }
+        state.metrics.sync_duration.observe(duration.as_secs_f64());
+        state.metrics.synchronizes += 1;
+        state.last_sync = Some(crate::state::LastSync {
+            sequence: report.sequence,
+            at: crate::state::now_rfc3339(),
+            wake_sources: report.sources(),
+            wake_latency_us: report
+                .wake_latency()
+                .map(|d| d.as_micros() as u64)
+                .unwrap_or(0),
+            duration_us: duration.as_micros() as u64,
+            summary: report.summary.text.clone(),
+        });
+        state.observation = report.observation.as_ref().ok().cloned();
     }
 
     fn synchronize_once(&mut self, sequence: u64, wakes: Vec<Wake>) -> SyncReport {

@@ -46,6 +46,7 @@ fn config(
         },
         layout: None,
         ebpf_object_override: None,
+        state: Default::default(),
     }
 }
 

@@ -68,6 +68,17 @@ pub struct AgentSettings {
     pub socket: PathBuf,
     /// Extra cgroups (relative to the memory root) to watch with memory.events and PSI.
     pub watch_cgroups: Vec<String>,
+    /// Run the pods of the manifest directory (the kubelet's `staticPodPath`).
+    pub run_pods: bool,
+    /// Container logs (`<dir>/<namespace>_<name>_<uid>/<container>/<n>.log`).
+    pub pod_log_dir: PathBuf,
+    /// Root of the agent's cgroups in every hierarchy (pods live in `<root>/kubepods`).
+    pub cgroup_root: String,
+    /// First restart delay of a crashed container (doubles up to 5 minutes).
+    #[serde(deserialize_with = "go_duration")]
+    pub restart_backoff: Duration,
+    /// Where `/metrics` is also served over TCP (e.g. "127.0.0.1:9102"); none by default.
+    pub metrics_address: Option<String>,
 }
 
 impl Default for AgentSettings {
@@ -81,6 +92,11 @@ impl Default for AgentSettings {
             state_dir: PathBuf::from("/var/lib/monitor"),
             socket: PathBuf::from("/run/monitor/monitor.sock"),
             watch_cgroups: Vec::new(),
+            run_pods: true,
+            pod_log_dir: PathBuf::from("/var/log/pods"),
+            cgroup_root: "monitor".to_string(),
+            restart_backoff: Duration::from_secs(10),
+            metrics_address: None,
         }
     }
 }

@@ -58,6 +58,7 @@ pub fn parse_agent_config(
         memory_thresholds: memory_thresholds(&kubelet),
         layout: None,
         ebpf_object_override: None,
+        state: crate::state::SharedState::default(),
     };
     Ok(LoadedConfig {
         kubelet,

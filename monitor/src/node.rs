@@ -1,0 +1,147 @@
+//! The whole agent on a node: the pod runtime (when pods run here), the event sources and
+//! manager with the eviction policy, all sharing one [`SharedState`].
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::agent::Agent;
+use crate::config::LoadedConfig;
+use crate::decide::{NoPods, PodRuntime, PolicySynchronizer};
+use crate::observe::CgroupLayout;
+use crate::policy::eviction::{EvictionDecision, NodeReclaimer, PodWithStats};
+use crate::policy::pod::ResourceList;
+use crate::policy::qos::{AGENT_OOM_SCORE_ADJ, CgroupOptions};
+use crate::policy::quantity::Quantity;
+use crate::policy::types::NodeConditionType;
+use crate::runtime::{LocalRuntime, RuntimeConfig};
+use crate::state::SharedState;
+
+/// A running node agent.
+pub struct NodeAgent {
+    pub agent: Agent,
+    pub runtime: Option<LocalRuntime>,
+    pub state: SharedState,
+}
+
+/// Either the agent's own runtime or none.
+enum Pods {
+    Local(LocalRuntime),
+    None(NoPods),
+}
+
+impl PodRuntime for Pods {
+    fn pods(&mut self) -> Vec<PodWithStats> {
+        match self {
+            Pods::Local(r) => r.pods(),
+            Pods::None(r) => r.pods(),
+        }
+    }
+    fn reclaimer(&mut self) -> &mut dyn NodeReclaimer {
+        match self {
+            Pods::Local(r) => r.reclaimer(),
+            Pods::None(r) => r.reclaimer(),
+        }
+    }
+    fn conditions_changed(&mut self, conditions: &[NodeConditionType]) {
+        if let Pods::Local(r) = self {
+            r.conditions_changed(conditions);
+        }
+    }
+    fn evict(&mut self, decision: EvictionDecision) -> crate::decide::BoxFuture<bool> {
+        match self {
+            Pods::Local(r) => r.evict(decision),
+            Pods::None(r) => r.evict(decision),
+        }
+    }
+}
+
+/// Node allocatable for admission: memory is the pods cgroup's limit when the node is
+/// bounded, else capacity minus reservations; cpu likewise from the online CPUs.
+fn node_allocatable(loaded: &LoadedConfig, memory_capacity: i64) -> ResourceList {
+    let kubelet = &loaded.kubelet;
+    let memory = match loaded.agent.settings.pods_memory_limit {
+        Some(limit) => limit.value(),
+        None => kubelet.allocatable("memory", memory_capacity),
+    };
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get() as i64)
+        .unwrap_or(1);
+    let reserved_cpu = |m: &std::collections::BTreeMap<String, Quantity>| {
+        m.get("cpu").map_or(0, |q| q.milli_value())
+    };
+    let cpu_milli = (cpus * 1000
+        - reserved_cpu(&kubelet.system_reserved)
+        - reserved_cpu(&kubelet.kube_reserved))
+    .max(0);
+    ResourceList::from([
+        ("memory".to_string(), Quantity::from_units(memory)),
+        ("cpu".to_string(), Quantity::from_milli(cpu_milli)),
+        ("pods".to_string(), Quantity::from_units(kubelet.max_pods)),
+    ])
+}
+
+/// Starts everything. Must run inside a tokio runtime, as root.
+pub fn start(mut loaded: LoadedConfig) -> anyhow::Result<NodeAgent> {
+    // The agent must outlive every pod under memory pressure.
+    if let Err(err) = std::fs::write("/proc/self/oom_score_adj", AGENT_OOM_SCORE_ADJ.to_string()) {
+        tracing::warn!("cannot set the agent's oom_score_adj to {AGENT_OOM_SCORE_ADJ}: {err}");
+    }
+    let state = loaded.agent.state.clone();
+    let layout = match loaded.agent.layout.clone() {
+        Some(layout) => layout,
+        None => CgroupLayout::detect().context("detecting the cgroup layout")?,
+    };
+    loaded.agent.layout = Some(layout.clone());
+    let settings = loaded.agent.settings.clone();
+    let runtime = if settings.run_pods {
+        let memory_capacity = crate::observe::Observer::new(
+            crate::observe::CgroupReader::new(layout.version, layout.memory_root.clone()),
+            Default::default(),
+        )
+        .node_memory()
+        .map(|m| m.capacity_bytes as i64)
+        .context("reading the node's memory capacity")?;
+        let config = RuntimeConfig {
+            manifest_dir: PathBuf::from(
+                loaded
+                    .kubelet
+                    .static_pod_path
+                    .clone()
+                    .unwrap_or_else(|| "/etc/monitor/pods".into()),
+            ),
+            log_dir: settings.pod_log_dir.clone(),
+            state_dir: settings.state_dir.clone(),
+            cgroup_root: settings.cgroup_root.clone(),
+            pods_memory_limit: settings.pods_memory_limit.map(|q| q.value()),
+            node_allocatable: node_allocatable(&loaded, memory_capacity),
+            memory_capacity,
+            cgroup_options: CgroupOptions {
+                pod_pids_limit: loaded.kubelet.pod_pids_limit,
+                ..CgroupOptions::default()
+            },
+            qos_reserved_memory_percent: loaded
+                .kubelet
+                .qos_reserved
+                .get("memory")
+                .map(|f| (f * 100.0).round() as i64),
+            restart_backoff: settings.restart_backoff,
+        };
+        let runtime = LocalRuntime::start(config, &layout, state.clone())
+            .context("starting the pod runtime")?;
+        loaded.agent.settings.pods_cgroup = Some(runtime.pods_cgroup());
+        Some(runtime)
+    } else {
+        None
+    };
+    let pods = match &runtime {
+        Some(r) => Pods::Local(r.clone()),
+        None => Pods::None(NoPods::default()),
+    };
+    let synchronizer = PolicySynchronizer::with_state(loaded.kubelet.clone(), pods, state.clone());
+    let agent = Agent::start(loaded.agent.clone(), synchronizer)?;
+    Ok(NodeAgent {
+        agent,
+        runtime,
+        state,
+    })
+}

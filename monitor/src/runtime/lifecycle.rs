@@ -1,0 +1,873 @@
+//! Pod lifecycle: reconcile manifests into running pods (admission and preemption
+//! first), supervise container processes (restart policy with back-off), stop and evict
+//! pods, and adopt the pods of an earlier agent run.
+use std::collections::BTreeMap;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use inotify::{Inotify, WatchMask};
+use nix::sys::signal::Signal as UnixSignal;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::cgroups::PodCgroup;
+use super::manifests::{self, Manifest};
+use super::store::{ContainerRecord, Phase, PodRecord};
+use super::{Exit, LivePod, MAX_BACKOFF, Shared, container, logs};
+use crate::policy::pod::Pod;
+use crate::policy::preemption::{AdmissionOutcome, admit_with_preemption};
+use crate::policy::qos;
+use crate::state::{ContainerView, PodView};
+
+/// The supervisor task: reconciles on manifest changes, handles container exits and
+/// due restarts. Sleeps otherwise (no polling).
+pub(super) async fn supervise(
+    shared: Arc<Shared>,
+    mut exits: mpsc::UnboundedReceiver<Exit>,
+    mut reconcile_requests: mpsc::UnboundedReceiver<()>,
+) {
+    let dir = shared.config.manifest_dir.clone();
+    if let Err(err) = std::fs::create_dir_all(&dir) {
+        shared.state.event(
+            "Warning",
+            "ManifestDir",
+            &dir.display().to_string(),
+            format!("cannot create: {err}"),
+        );
+    }
+    let mut changes = match Inotify::init().and_then(|i| {
+        i.watches().add(
+            &dir,
+            WatchMask::CREATE
+                | WatchMask::CLOSE_WRITE
+                | WatchMask::MOVED_TO
+                | WatchMask::MOVED_FROM
+                | WatchMask::DELETE,
+        )?;
+        i.into_event_stream(vec![0u8; 4096])
+    }) {
+        Ok(stream) => Some(stream),
+        Err(err) => {
+            shared.state.event(
+                "Warning",
+                "ManifestDir",
+                &dir.display().to_string(),
+                format!("not watched ({err}); manifests are read at start only"),
+            );
+            None
+        }
+    };
+    reconcile(&shared);
+    loop {
+        let next_restart = next_restart(&shared);
+        tokio::select! {
+            Some(_) = async { match &mut changes { Some(s) => s.next().await, None => std::future::pending().await } } => {
+                // Editors write in bursts: let the burst settle, then read the directory once.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                reconcile(&shared);
+            }
+            Some(()) = reconcile_requests.recv() => reconcile(&shared),
+            Some(exit) = exits.recv() => on_exit(&shared, exit),
+            _ = async { match next_restart { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
+                run_due_restarts(&shared);
+            }
+        }
+    }
+}
+
+fn next_restart(shared: &Shared) -> Option<Instant> {
+    shared
+        .lock()
+        .pods
+        .values()
+        .flat_map(|p| p.restart_at.values().copied())
+        .min()
+}
+
+/// Brings the running pods in line with the manifest directory.
+pub(super) fn reconcile(shared: &Arc<Shared>) {
+    let (manifests, errors) = manifests::load_dir(&shared.config.manifest_dir);
+    report_manifest_errors(shared, &errors);
+    let desired: BTreeMap<String, Manifest> =
+        manifests.into_iter().map(|m| (m.uid.clone(), m)).collect();
+
+    // Pods whose manifest is gone (or changed: a new uid): stop them.
+    let stale: Vec<String> = {
+        let inner = shared.lock();
+        inner
+            .pods
+            .iter()
+            .filter(|(uid, p)| !desired.contains_key(*uid) && !p.terminating)
+            .map(|(uid, _)| uid.clone())
+            .collect()
+    };
+    for uid in stale {
+        let shared = shared.clone();
+        tokio::spawn(async move { stop(&shared, &uid).await });
+    }
+    // New pods (critical ones are admitted first, then by name).
+    let mut new: Vec<Manifest> = {
+        let inner = shared.lock();
+        desired
+            .into_values()
+            .filter(|m| !inner.pods.contains_key(&m.uid))
+            .collect()
+    };
+    new.sort_by_key(|m| (!m.pod.is_critical(), m.pod.key()));
+    for manifest in new {
+        // A pod whose previous version is still stopping waits for it.
+        let busy = shared
+            .lock()
+            .pods
+            .values()
+            .any(|p| p.record.pod.key() == manifest.pod.key());
+        if !busy {
+            admit_and_start(shared, manifest);
+        }
+    }
+    publish(shared);
+}
+
+fn report_manifest_errors(shared: &Shared, errors: &[manifests::ManifestError]) {
+    let mut inner = shared.lock();
+    let now: BTreeMap<_, _> = errors
+        .iter()
+        .map(|e| (e.path.clone(), e.message.clone()))
+        .collect();
+    let fresh: Vec<(std::path::PathBuf, String)> = now
+        .iter()
+        .filter(|(p, m)| inner.reported_errors.get(*p) != Some(m))
+        .map(|(p, m)| (p.clone(), m.clone()))
+        .collect();
+    inner.reported_errors = now;
+    drop(inner);
+    for (path, message) in fresh {
+        shared.state.event(
+            "Warning",
+            "BadManifest",
+            &path.display().to_string(),
+            format!("skipped: {message}"),
+        );
+    }
+}
+
+fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
+    let (conditions, running) = {
+        let inner = shared.lock();
+        let running: Vec<Pod> = inner
+            .pods
+            .values()
+            .filter(|p| !p.terminating && !p.record.phase.is_terminal())
+            .map(|p| p.record.pod.clone())
+            .collect();
+        (inner.conditions.clone(), running)
+    };
+    let key = manifest.pod.key();
+    match admit_with_preemption(
+        &manifest.pod,
+        &conditions,
+        &running,
+        &shared.config.node_allocatable,
+    ) {
+        AdmissionOutcome::Admitted => start(shared, manifest),
+        AdmissionOutcome::AdmittedAfterPreempting(victims) => {
+            shared.state.event(
+                "Normal",
+                "Preempting",
+                &key,
+                format!(
+                    "critical pod admitted after preempting {}",
+                    victims.join(", ")
+                ),
+            );
+            // Hold the slot so a reconcile meanwhile does not admit it twice.
+            insert(shared, &manifest, Phase::Pending, None, None);
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                for victim in &victims {
+                    let grace = shared
+                        .lock()
+                        .pods
+                        .values()
+                        .find(|p| p.record.pod.key() == *victim)
+                        .map(|p| p.record.pod.termination_grace_period_seconds())
+                        .unwrap_or(0);
+                    let message = format!("Preempted in order to admit critical pod {key}");
+                    evict(
+                        &shared,
+                        victim,
+                        grace,
+                        "Preempted",
+                        &message,
+                        kill_timeout(grace),
+                    )
+                    .await;
+                }
+                shared.lock().pods.remove(&manifest.uid);
+                start(&shared, manifest);
+                publish(&shared);
+            });
+        }
+        AdmissionOutcome::Rejected(result) => {
+            shared.state.event(
+                "Warning",
+                "FailedAdmission",
+                &key,
+                format!("{}: {}", result.reason, result.message),
+            );
+            insert(
+                shared,
+                &manifest,
+                Phase::Failed,
+                Some(result.reason),
+                Some(result.message),
+            );
+        }
+    }
+}
+
+fn kill_timeout(grace_seconds: i64) -> Duration {
+    crate::policy::eviction::kill_timeout(grace_seconds)
+}
+
+/// Records a pod that is not (yet) running.
+fn insert(
+    shared: &Shared,
+    manifest: &Manifest,
+    phase: Phase,
+    reason: Option<String>,
+    message: Option<String>,
+) {
+    let record = PodRecord {
+        uid: manifest.uid.clone(),
+        manifest: manifest.path.clone(),
+        pod: manifest.pod.clone(),
+        phase,
+        reason,
+        message,
+        containers: manifest
+            .pod
+            .spec
+            .containers
+            .iter()
+            .map(|c| ContainerRecord {
+                name: c.name.clone(),
+                pid: None,
+                restart_count: 0,
+                last_exit: None,
+                done: phase.is_terminal(),
+            })
+            .collect(),
+    };
+    persist(shared, &record);
+    shared.lock().pods.insert(
+        manifest.uid.clone(),
+        LivePod {
+            record,
+            cgroup: None,
+            terminating: false,
+            restart_at: BTreeMap::new(),
+            backoff: BTreeMap::new(),
+        },
+    );
+}
+
+/// Creates the pod's cgroups and starts every container.
+fn start(shared: &Arc<Shared>, manifest: Manifest) {
+    let key = manifest.pod.key();
+    let pod = &manifest.pod;
+    let qos_class = pod.qos_class();
+    let config = qos::pod_resource_config(pod, &shared.config.cgroup_options);
+    let cgroup = match shared.tree.create_pod(&manifest.uid, qos_class, &config) {
+        Ok(cgroup) => cgroup,
+        Err(err) => {
+            shared
+                .state
+                .event("Warning", "FailedCreatePodSandBox", &key, err.to_string());
+            insert(
+                shared,
+                &manifest,
+                Phase::Failed,
+                Some("CgroupError".into()),
+                Some(err.to_string()),
+            );
+            return;
+        }
+    };
+    insert(shared, &manifest, Phase::Running, None, None);
+    {
+        let mut inner = shared.lock();
+        if let Some(live) = inner.pods.get_mut(&manifest.uid) {
+            live.cgroup = Some(cgroup);
+        }
+    }
+    for c in &pod.spec.containers {
+        launch(shared, &manifest.uid, &c.name);
+    }
+    update_tiers(shared);
+    shared.state.event(
+        "Normal",
+        "Started",
+        &key,
+        format!("pod started ({} QoS)", qos_class.as_str()),
+    );
+    publish(shared);
+}
+
+/// Starts (or restarts) one container of a running pod.
+fn launch(shared: &Arc<Shared>, uid: &str, name: &str) {
+    let mut inner = shared.lock();
+    let Some(live) = inner.pods.get_mut(uid) else {
+        return;
+    };
+    let Some(cgroup) = live.cgroup.clone() else {
+        return;
+    };
+    let pod = live.record.pod.clone();
+    let Some(spec) = pod.spec.containers.iter().find(|c| c.name == name) else {
+        return;
+    };
+    let Some(record) = live.record.containers.iter_mut().find(|c| c.name == name) else {
+        return;
+    };
+    let restart = record.restart_count;
+    let result = shared
+        .tree
+        .create_container(
+            &cgroup,
+            name,
+            &qos::container_resource_config(spec, &shared.config.cgroup_options),
+        )
+        .map_err(|e| e.to_string())
+        .and_then(|cc| {
+            let launch = container::Launch {
+                container: spec,
+                join_files: shared.tree.join_files(&cc),
+                oom_score_adj: qos::oom_score_adj(&pod, spec, shared.config.memory_capacity),
+                log_path: logs::container_log(
+                    &logs::pod_dir(
+                        &shared.config.log_dir,
+                        pod.namespace(),
+                        &pod.metadata.name,
+                        uid,
+                    ),
+                    name,
+                    restart,
+                ),
+            };
+            container::spawn(&launch).map_err(|e| e.to_string())
+        });
+    match result {
+        Ok(mut child) => {
+            let pid = child.id().unwrap_or(0);
+            record.pid = Some(pid);
+            let exits = shared.exits.clone();
+            let (uid, name) = (uid.to_string(), name.to_string());
+            tokio::spawn(async move {
+                let code = child.wait().await.ok().map(exit_code);
+                let _ = exits.send(Exit {
+                    uid,
+                    container: name,
+                    pid,
+                    code,
+                });
+            });
+        }
+        Err(message) => {
+            record.pid = None;
+            drop(inner);
+            shared.state.event(
+                "Warning",
+                "Failed",
+                &pod.key(),
+                format!("container {name}: {message}"),
+            );
+            // Handled like a run that failed at once: the restart policy decides.
+            let _ = shared.exits.send(Exit {
+                uid: uid.to_string(),
+                container: name.to_string(),
+                pid: 0,
+                code: Some(127),
+            });
+            return;
+        }
+    }
+    let record = live.record.clone();
+    drop(inner);
+    persist(shared, &record);
+}
+
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// A container process ended: restart it, or settle the pod's phase.
+fn on_exit(shared: &Arc<Shared>, exit: Exit) {
+    let mut inner = shared.lock();
+    let Some(live) = inner.pods.get_mut(&exit.uid) else {
+        return;
+    };
+    let policy = live
+        .record
+        .pod
+        .spec
+        .restart_policy
+        .clone()
+        .unwrap_or_else(|| "Always".into());
+    let terminating = live.terminating;
+    let Some(record) = live
+        .record
+        .containers
+        .iter_mut()
+        .find(|c| c.name == exit.container)
+    else {
+        return;
+    };
+    if record.pid != Some(exit.pid) && exit.pid != 0 {
+        return; // An older run's late report.
+    }
+    record.pid = None;
+    record.last_exit = exit.code.or(record.last_exit);
+    let failed = exit.code != Some(0);
+    let restart = !terminating
+        && !live.record.phase.is_terminal()
+        && match policy.as_str() {
+            "Never" => false,
+            "OnFailure" => failed,
+            _ => true,
+        };
+    if restart {
+        let delay = live
+            .backoff
+            .get(&exit.container)
+            .map(|d| (*d * 2).min(MAX_BACKOFF))
+            .unwrap_or(shared.config.restart_backoff);
+        live.backoff.insert(exit.container.clone(), delay);
+        live.restart_at
+            .insert(exit.container.clone(), Instant::now() + delay);
+    } else {
+        record.done = true;
+    }
+    let key = live.record.pod.key();
+    let all_done = live
+        .record
+        .containers
+        .iter()
+        .all(|c| c.done && c.pid.is_none());
+    let finished = all_done && !terminating && !live.record.phase.is_terminal();
+    if finished {
+        let ok = live
+            .record
+            .containers
+            .iter()
+            .all(|c| c.last_exit == Some(0));
+        live.record.phase = if ok { Phase::Succeeded } else { Phase::Failed };
+    }
+    let record = live.record.clone();
+    let cgroup = if finished { live.cgroup.take() } else { None };
+    drop(inner);
+    persist(shared, &record);
+    shared.state.event(
+        if failed { "Warning" } else { "Normal" },
+        if restart { "BackOff" } else { "Exited" },
+        &key,
+        format!(
+            "container {} exited ({}){}",
+            exit.container,
+            exit.code
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "status unknown".into()),
+            if restart { ", will restart" } else { "" }
+        ),
+    );
+    if let Some(cgroup) = cgroup {
+        remove_cgroups(shared, &key, &cgroup);
+        update_tiers(shared);
+    }
+    publish(shared);
+}
+
+fn run_due_restarts(shared: &Arc<Shared>) {
+    let now = Instant::now();
+    let due: Vec<(String, String)> = {
+        let mut inner = shared.lock();
+        let mut due = Vec::new();
+        for (uid, live) in inner.pods.iter_mut() {
+            let ready: Vec<String> = live
+                .restart_at
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(n, _)| n.clone())
+                .collect();
+            for name in ready {
+                live.restart_at.remove(&name);
+                if let Some(c) = live.record.containers.iter_mut().find(|c| c.name == name) {
+                    c.restart_count += 1;
+                }
+                if !live.terminating {
+                    due.push((uid.clone(), name));
+                }
+            }
+        }
+        due
+    };
+    for (uid, name) in due {
+        launch(shared, &uid, &name);
+    }
+    publish(shared);
+}
+
+/// Kills a pod: SIGTERM to every process in its cgroups, SIGKILL once the grace period
+/// ends (at once for grace 0), then waits until the cgroups are empty.
+async fn kill(shared: &Shared, cgroup: &PodCgroup, grace_seconds: i64, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout.max(Duration::from_secs(2));
+    if grace_seconds > 0 {
+        let _ = shared.tree.signal(cgroup, UnixSignal::SIGTERM);
+        let grace_end = Instant::now() + Duration::from_secs(grace_seconds as u64);
+        while !shared.tree.is_empty(cgroup) && Instant::now() < grace_end {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // SIGKILL until empty: a process may fork while we signal.
+    while !shared.tree.is_empty(cgroup) {
+        let _ = shared.tree.signal(cgroup, UnixSignal::SIGKILL);
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    true
+}
+
+fn remove_cgroups(shared: &Shared, key: &str, cgroup: &PodCgroup) {
+    if let Err(err) = shared.tree.remove_pod(cgroup) {
+        shared
+            .state
+            .event("Warning", "CgroupCleanup", key, err.to_string());
+    }
+}
+
+/// Evicts (or preempts) the pod with this key. The record says Failed/`reason` before the
+/// first signal is sent and is persisted, so a restarted agent neither restarts it nor
+/// evicts it again.
+pub(super) async fn evict(
+    shared: &Arc<Shared>,
+    key: &str,
+    grace_seconds: i64,
+    reason: &str,
+    message: &str,
+    timeout: Duration,
+) -> bool {
+    let (uid, cgroup, record) = {
+        let mut inner = shared.lock();
+        let Some((uid, live)) = inner.pods.iter_mut().find(|(_, p)| {
+            p.record.pod.key() == key && !p.terminating && !p.record.phase.is_terminal()
+        }) else {
+            return false;
+        };
+        live.terminating = true;
+        live.restart_at.clear();
+        live.record.phase = Phase::Failed;
+        live.record.reason = Some(reason.to_string());
+        live.record.message = Some(message.to_string());
+        for c in &mut live.record.containers {
+            c.done = true;
+        }
+        (uid.clone(), live.cgroup.clone(), live.record.clone())
+    };
+    persist(shared, &record);
+    publish(shared);
+    shared.state.event(
+        "Normal",
+        "Killing",
+        key,
+        format!("{reason}: stopping with a grace period of {grace_seconds} s"),
+    );
+    let gone = match &cgroup {
+        Some(cgroup) => kill(shared, cgroup, grace_seconds, timeout).await,
+        None => true,
+    };
+    if let Some(cgroup) = &cgroup
+        && gone
+    {
+        remove_cgroups(shared, key, cgroup);
+    }
+    {
+        let mut inner = shared.lock();
+        if let Some(live) = inner.pods.get_mut(&uid) {
+            live.terminating = false;
+            if gone {
+                live.cgroup = None;
+            }
+        }
+    }
+    update_tiers(shared);
+    shared.state.event(
+        "Warning",
+        reason,
+        key,
+        if gone {
+            message.to_string()
+        } else {
+            format!("{message} (processes still alive after the kill timeout)")
+        },
+    );
+    publish(shared);
+    gone
+}
+
+/// Stops a pod whose manifest is gone or changed, and forgets it.
+async fn stop(shared: &Arc<Shared>, uid: &str) {
+    let (key, cgroup, grace) = {
+        let mut inner = shared.lock();
+        let Some(live) = inner.pods.get_mut(uid) else {
+            return;
+        };
+        live.terminating = true;
+        live.restart_at.clear();
+        (
+            live.record.pod.key(),
+            live.cgroup.clone(),
+            live.record.pod.termination_grace_period_seconds(),
+        )
+    };
+    if let Some(cgroup) = &cgroup {
+        shared.state.event(
+            "Normal",
+            "Killing",
+            &key,
+            "manifest removed or changed: stopping",
+        );
+        if kill(shared, cgroup, grace, kill_timeout(grace)).await {
+            remove_cgroups(shared, &key, cgroup);
+        }
+    }
+    shared.lock().pods.remove(uid);
+    shared.store.remove(uid);
+    update_tiers(shared);
+    publish(shared);
+    // The new version of a changed manifest waited for this one.
+    let _ = shared.reconcile.send(());
+}
+
+pub(super) async fn stop_all(shared: &Arc<Shared>) {
+    let uids: Vec<String> = shared.lock().pods.keys().cloned().collect();
+    for uid in uids {
+        stop(shared, &uid).await;
+    }
+}
+
+/// Re-takes the pods of an earlier run: running containers are watched again (through a
+/// pidfd: they are not our children any more), containers that died meanwhile go through
+/// the restart policy, and pod cgroups nobody owns are emptied and removed.
+pub(super) fn adopt(shared: &Arc<Shared>) {
+    let (records, errors) = shared.store.load_all();
+    for err in errors {
+        shared
+            .state
+            .event("Warning", "StateUnreadable", "node", err.to_string());
+    }
+    let cgroups: BTreeMap<String, PodCgroup> = shared
+        .tree
+        .existing_pods()
+        .into_iter()
+        .map(|c| (c.uid.clone(), c))
+        .collect();
+    let mut adopted = Vec::new();
+    for mut record in records {
+        let cgroup = cgroups.get(&record.uid).cloned();
+        let alive: Vec<i32> = cgroup
+            .as_ref()
+            .map(|c| shared.tree.pids(c))
+            .unwrap_or_default();
+        let mut dead = Vec::new();
+        for c in &mut record.containers {
+            match c.pid {
+                Some(pid) if alive.contains(&(pid as i32)) => {}
+                Some(_) => {
+                    c.pid = None;
+                    dead.push(c.name.clone());
+                }
+                None => {}
+            }
+        }
+        let key = record.pod.key();
+        let terminal = record.phase.is_terminal();
+        shared.lock().pods.insert(
+            record.uid.clone(),
+            LivePod {
+                cgroup: if terminal { None } else { cgroup.clone() },
+                record: record.clone(),
+                terminating: false,
+                restart_at: BTreeMap::new(),
+                backoff: BTreeMap::new(),
+            },
+        );
+        if terminal {
+            // An evicted or finished pod whose processes outlived us: finish the job.
+            if let Some(cgroup) = cgroup {
+                let _ = shared.tree.signal(&cgroup, UnixSignal::SIGKILL);
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    if kill(&shared, &cgroup, 0, Duration::from_secs(5)).await {
+                        remove_cgroups(&shared, &key, &cgroup);
+                    }
+                });
+            }
+            continue;
+        }
+        for c in &record.containers {
+            if let Some(pid) = c.pid {
+                watch_adopted(shared, &record.uid, &c.name, pid);
+            }
+        }
+        for name in dead {
+            let _ = shared.exits.send(Exit {
+                uid: record.uid.clone(),
+                container: name,
+                pid: 0,
+                code: None,
+            });
+        }
+        adopted.push(key);
+    }
+    // Orphans: pod cgroups under our root that no record claims.
+    let known: Vec<String> = shared.lock().pods.keys().cloned().collect();
+    for (uid, cgroup) in cgroups {
+        if !known.contains(&uid) {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                if kill(&shared, &cgroup, 0, Duration::from_secs(5)).await {
+                    remove_cgroups(&shared, &format!("orphan pod{uid}"), &cgroup);
+                }
+            });
+        }
+    }
+    if !adopted.is_empty() {
+        shared.state.event(
+            "Normal",
+            "Adopted",
+            "node",
+            format!("re-took running pods: {}", adopted.join(", ")),
+        );
+    }
+    update_tiers(shared);
+    publish(shared);
+}
+
+/// Watches a process that is not our child: a pidfd becomes readable when it exits.
+fn watch_adopted(shared: &Arc<Shared>, uid: &str, name: &str, pid: u32) {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    let exits = shared.exits.clone();
+    let (uid, name) = (uid.to_string(), name.to_string());
+    if fd < 0 {
+        // Already gone (or pidfd unsupported: kernels before 5.3): report the exit now.
+        let _ = exits.send(Exit {
+            uid,
+            container: name,
+            pid,
+            code: None,
+        });
+        return;
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    tokio::spawn(async move {
+        if let Ok(fd) = crate::notify::async_fd(owned, tokio::io::Interest::READABLE) {
+            let _ = fd.readable().await;
+        }
+        let _ = exits.send(Exit {
+            uid,
+            container: name,
+            pid,
+            code: None,
+        });
+    });
+}
+
+fn update_tiers(shared: &Shared) {
+    let active: Vec<Pod> = shared
+        .lock()
+        .pods
+        .values()
+        .filter(|p| p.cgroup.is_some() && !p.record.phase.is_terminal())
+        .map(|p| p.record.pod.clone())
+        .collect();
+    match qos::qos_tier_configs(
+        &active,
+        &shared.config.node_allocatable,
+        shared.config.qos_reserved_memory_percent,
+    ) {
+        Ok(tiers) => {
+            if let Err(err) = shared.tree.update_qos_tiers(&tiers) {
+                tracing::warn!("updating QoS tiers: {err}");
+            }
+        }
+        Err(err) => tracing::warn!("QoS tiers: {err}"),
+    }
+}
+
+fn persist(shared: &Shared, record: &PodRecord) {
+    if let Err(err) = shared.store.save(record) {
+        shared
+            .state
+            .event("Warning", "StateWrite", &record.pod.key(), err.to_string());
+    }
+}
+
+/// Publishes every pod to the shared state (the API's `pods`).
+pub(super) fn publish(shared: &Shared) {
+    let views: Vec<PodView> = {
+        let inner = shared.lock();
+        inner
+            .pods
+            .values()
+            .map(|p| {
+                let r = &p.record;
+                PodView {
+                    key: r.pod.key(),
+                    uid: r.uid.clone(),
+                    qos_class: r.pod.qos_class().as_str().to_string(),
+                    priority: r.pod.priority(),
+                    phase: if p.terminating && !r.phase.is_terminal() {
+                        "Terminating".into()
+                    } else {
+                        r.phase.as_str().into()
+                    },
+                    reason: r.reason.clone(),
+                    message: r.message.clone(),
+                    cgroup: p.cgroup.as_ref().map(|c| c.relative.clone()),
+                    memory_working_set_bytes: p
+                        .cgroup
+                        .as_ref()
+                        .and_then(|c| shared.tree.pod_memory(c).ok())
+                        .map(|m| m.working_set_bytes),
+                    containers: r
+                        .containers
+                        .iter()
+                        .map(|c| ContainerView {
+                            name: c.name.clone(),
+                            pid: c.pid,
+                            restart_count: c.restart_count,
+                            state: match (c.pid, c.last_exit) {
+                                (Some(_), _) => "running".into(),
+                                (None, Some(code)) if code > 128 => {
+                                    format!("signaled({})", code - 128)
+                                }
+                                (None, Some(code)) => format!("exited({code})"),
+                                (None, None) => "waiting".into(),
+                            },
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    };
+    shared.state.lock().pods = views;
+}

@@ -1,0 +1,174 @@
+//! Pod manifests from a directory (the kubelet's staticPodPath): every `*.yaml`, `*.yml`
+//! and `*.json` file holds one Pod. A file that does not parse is reported (naming the
+//! file and the field) and skipped; the others still run.
+use std::path::{Path, PathBuf};
+
+use crate::policy::pod::{Pod, PodError, parse_pod};
+
+/// A manifest that parsed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Manifest {
+    pub path: PathBuf,
+    pub pod: Pod,
+    /// Stable identity of this version of the manifest: `metadata.uid` when given, else a
+    /// hash of the pod's namespace, name and the file's content, so editing a file makes a
+    /// new pod (the kubelet hashes static pods the same way).
+    pub uid: String,
+}
+
+/// A manifest that did not parse.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManifestError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+/// Whether a directory entry is a manifest (editor swap files and dotfiles are not).
+pub fn is_manifest_name(name: &str) -> bool {
+    !name.starts_with('.')
+        && [".yaml", ".yml", ".json"]
+            .iter()
+            .any(|ext| name.ends_with(ext))
+}
+
+/// Reads every manifest in `dir`, in name order. A missing directory is no pods.
+pub fn load_dir(dir: &Path) -> (Vec<Manifest>, Vec<ManifestError>) {
+    let mut manifests = Vec::new();
+    let mut errors = Vec::new();
+    let mut paths: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .flatten()
+            .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
+            .filter(|e| is_manifest_name(&e.file_name().to_string_lossy()))
+            .map(|e| e.path())
+            .collect(),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(err) => {
+            errors.push(ManifestError {
+                path: dir.to_path_buf(),
+                message: format!("{}: {err}", dir.display()),
+            });
+            Vec::new()
+        }
+    };
+    paths.sort();
+    for path in paths {
+        match load_file(&path) {
+            Ok(manifest) => manifests.push(manifest),
+            Err(message) => errors.push(ManifestError { path, message }),
+        }
+    }
+    // Two files may not define the same pod: the first (by name) wins.
+    let mut seen = std::collections::BTreeSet::new();
+    manifests.retain(|m| {
+        let fresh = seen.insert(m.pod.key());
+        if !fresh {
+            errors.push(ManifestError {
+                path: m.path.clone(),
+                message: format!(
+                    "{}: metadata.name: pod {} is already defined by another manifest",
+                    m.path.display(),
+                    m.pod.key()
+                ),
+            });
+        }
+        fresh
+    });
+    (manifests, errors)
+}
+
+pub fn load_file(path: &Path) -> Result<Manifest, String> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{origin}: {e}"))?;
+    let pod = parse_pod(&text, &origin).map_err(|e: PodError| e.to_string())?;
+    let uid = if pod.metadata.uid.is_empty() {
+        format!(
+            "{:016x}",
+            fnv1a(&[
+                pod.namespace().as_bytes(),
+                pod.metadata.name.as_bytes(),
+                text.as_bytes()
+            ])
+        )
+    } else {
+        pod.metadata.uid.clone()
+    };
+    Ok(Manifest {
+        path: path.to_path_buf(),
+        pod,
+        uid,
+    })
+}
+
+/// FNV-1a over several byte strings, separated so ("ab","c") ≠ ("a","bc").
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for part in parts {
+        for byte in part.iter().chain(std::iter::once(&0xff)) {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, '100']\n";
+
+    #[test]
+    fn loads_good_files_and_reports_bad_ones_by_file_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("web.yaml"), POD).unwrap();
+        std::fs::write(
+            dir.path().join("bad.yaml"),
+            "apiVersion: v1\nkind: Pod\nmetadata: {}\nspec: {containers: [{name: c, image: x}]}\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        std::fs::write(dir.path().join(".web.yaml.swp"), "ignored").unwrap();
+        let (ok, bad) = load_dir(dir.path());
+        assert_eq!(ok.len(), 1);
+        assert_eq!(ok[0].pod.key(), "default/web");
+        assert_eq!(bad.len(), 1);
+        assert!(
+            bad[0].message.contains("bad.yaml") && bad[0].message.contains("metadata.name"),
+            "{}",
+            bad[0].message
+        );
+    }
+
+    #[test]
+    fn uid_changes_with_content_and_is_stable_otherwise() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yaml");
+        std::fs::write(&path, POD).unwrap();
+        let a = load_file(&path).unwrap().uid;
+        assert_eq!(load_file(&path).unwrap().uid, a);
+        std::fs::write(&path, POD.replace("'100'", "'200'")).unwrap();
+        assert_ne!(load_file(&path).unwrap().uid, a);
+    }
+
+    #[test]
+    fn duplicate_pods_keep_the_first_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), POD).unwrap();
+        std::fs::write(dir.path().join("b.yaml"), POD.replace("'100'", "'5'")).unwrap();
+        let (ok, bad) = load_dir(dir.path());
+        assert_eq!(ok.len(), 1);
+        assert!(ok[0].path.ends_with("a.yaml"));
+        assert!(
+            bad[0].message.contains("already defined"),
+            "{}",
+            bad[0].message
+        );
+    }
+
+    #[test]
+    fn a_missing_directory_is_no_pods() {
+        let (ok, bad) = load_dir(Path::new("/nonexistent/monitor/pods"));
+        assert!(ok.is_empty() && bad.is_empty());
+    }
+}

@@ -1,0 +1,311 @@
+//! The agent's own pod runtime: pods from manifest files (as the kubelet runs static
+//! pods), each container a process in the QoS cgroup hierarchy, with restart policies,
+//! admission, eviction and adoption across agent restarts.
+//!
+//! Unlike kubelet static pods, manifests here are ordinary, evictable pods: a pod is
+//! critical only by priority (≥ 2 000 000 000) or by declaring itself a static/mirror pod
+//! through the kubelet's annotations. There are no images: a container's `command` is an
+//! executable on this host. Init containers are not run.
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::decide::PodRuntime;
+use crate::observe::CgroupLayout;
+use crate::policy::eviction::{
+    ContainerStats, EvictionDecision, NodeReclaimer, PodStats, PodWithStats, ReclaimResult,
+};
+use crate::policy::pod::ResourceList;
+use crate::policy::qos::CgroupOptions;
+use crate::policy::signal::Signal;
+use crate::policy::types::{NodeConditionType, Resource};
+use crate::state::SharedState;
+
+pub mod cgroups;
+pub mod container;
+mod lifecycle;
+pub mod logs;
+pub mod manifests;
+pub mod store;
+
+use cgroups::{CgroupTree, PodCgroup};
+use store::{PodRecord, StateStore};
+
+/// Where and how the runtime runs pods.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// The manifest directory (the kubelet's staticPodPath).
+    pub manifest_dir: PathBuf,
+    /// Container logs (`<dir>/<ns>_<name>_<uid>/<container>/<n>.log`).
+    pub log_dir: PathBuf,
+    /// Pod records, for adoption after a restart.
+    pub state_dir: PathBuf,
+    /// The cgroup root, relative to each hierarchy's mount ("monitor": kubepods lives at
+    /// /sys/fs/cgroup/<controller>/monitor/kubepods).
+    pub cgroup_root: String,
+    /// Memory limit of the pods root: node allocatable memory on a bounded node.
+    pub pods_memory_limit: Option<i64>,
+    /// What admission checks requests against (cpu, memory, pods).
+    pub node_allocatable: ResourceList,
+    /// Node memory capacity (oom_score_adj of burstable containers).
+    pub memory_capacity: i64,
+    pub cgroup_options: CgroupOptions,
+    pub qos_reserved_memory_percent: Option<i64>,
+    /// First restart delay of a crashed container; doubles up to [`MAX_BACKOFF`].
+    pub restart_backoff: Duration,
+}
+
+/// The longest restart delay (the kubelet's MaxContainerBackOff).
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// A pod the runtime knows: its record (as persisted) and what exists of it now.
+struct LivePod {
+    record: PodRecord,
+    cgroup: Option<PodCgroup>,
+    /// Being stopped or evicted: not a candidate for anything, not restarted.
+    terminating: bool,
+    /// Per container: when it may restart, and the delay used last.
+    restart_at: BTreeMap<String, tokio::time::Instant>,
+    backoff: BTreeMap<String, Duration>,
+}
+
+struct Inner {
+    pods: BTreeMap<String, LivePod>,
+    conditions: Vec<NodeConditionType>,
+    /// Manifest errors already reported (path → message), so each is reported once.
+    reported_errors: BTreeMap<PathBuf, String>,
+}
+
+/// A container process ended.
+#[derive(Debug)]
+struct Exit {
+    uid: String,
+    container: String,
+    pid: u32,
+    /// Exit code, 128 + signal, or `None` when unknown (an adopted process).
+    code: Option<i32>,
+}
+
+struct Shared {
+    config: RuntimeConfig,
+    tree: CgroupTree,
+    store: StateStore,
+    state: SharedState,
+    inner: Mutex<Inner>,
+    exits: mpsc::UnboundedSender<Exit>,
+    /// Asks the supervisor to reconcile (manifests changed, a pod finished stopping).
+    reconcile: mpsc::UnboundedSender<()>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The runtime. Cheap to clone; every clone drives the same pods.
+#[derive(Clone)]
+pub struct LocalRuntime {
+    shared: Arc<Shared>,
+    reclaimer: LogReclaimer,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Cgroup(#[from] cgroups::CgroupError),
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+}
+
+impl LocalRuntime {
+    /// Creates the cgroup hierarchy, adopts the pods of an earlier run, and starts the
+    /// supervisor (manifest watching, restarts). Must run inside a tokio runtime.
+    pub fn start(
+        config: RuntimeConfig,
+        layout: &CgroupLayout,
+        state: SharedState,
+    ) -> Result<Self, RuntimeError> {
+        let tree = CgroupTree::new(layout, &config.cgroup_root)?;
+        tree.ensure_qos_hierarchy(config.pods_memory_limit)?;
+        let store = StateStore::open(&config.state_dir)?;
+        let (exits, exits_rx) = mpsc::unbounded_channel();
+        let (reconcile, reconcile_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            config,
+            tree,
+            store,
+            state,
+            inner: Mutex::new(Inner {
+                pods: BTreeMap::new(),
+                conditions: Vec::new(),
+                reported_errors: BTreeMap::new(),
+            }),
+            exits,
+            reconcile,
+        });
+        lifecycle::adopt(&shared);
+        tokio::spawn(lifecycle::supervise(shared.clone(), exits_rx, reconcile_rx));
+        Ok(LocalRuntime {
+            reclaimer: LogReclaimer {
+                shared: shared.clone(),
+            },
+            shared,
+        })
+    }
+
+    /// The pods root relative to the memory hierarchy (the allocatableMemory.available
+    /// signal reads it).
+    pub fn pods_cgroup(&self) -> String {
+        self.shared.tree.pods_root_relative()
+    }
+
+    /// Evicts a pod now: marks it Failed/Evicted (persisted first, so it is never evicted
+    /// twice nor restarted), then kills it (SIGTERM, SIGKILL after the grace period) and
+    /// removes its cgroups. Returns whether the pod was found running and is now gone.
+    pub async fn evict(&self, decision: &EvictionDecision) -> bool {
+        lifecycle::evict(
+            &self.shared,
+            &decision.pod_key,
+            decision.grace_period_seconds,
+            "Evicted",
+            &decision.message,
+            decision.kill_timeout,
+        )
+        .await
+    }
+
+    /// Stops every pod and waits for them (tests, uninstall). Records are removed.
+    pub async fn stop_all(&self) {
+        lifecycle::stop_all(&self.shared).await;
+    }
+}
+
+impl PodRuntime for LocalRuntime {
+    fn pods(&mut self) -> Vec<PodWithStats> {
+        let shared = &self.shared;
+        let inner = shared.lock();
+        inner
+            .pods
+            .values()
+            .filter(|p| !p.terminating && !p.record.phase.is_terminal())
+            .filter_map(|p| {
+                let cgroup = p.cgroup.as_ref()?;
+                let mut pod = p.record.pod.clone();
+                pod.metadata.uid = p.record.uid.clone();
+                Some(PodWithStats {
+                    stats: pod_stats(shared, &p.record, cgroup),
+                    pod,
+                })
+            })
+            .collect()
+    }
+
+    fn reclaimer(&mut self) -> &mut dyn NodeReclaimer {
+        &mut self.reclaimer
+    }
+
+    fn conditions_changed(&mut self, conditions: &[NodeConditionType]) {
+        self.shared.lock().conditions = conditions.to_vec();
+    }
+
+    fn evict(&mut self, decision: EvictionDecision) -> crate::decide::BoxFuture<bool> {
+        let runtime = self.clone();
+        Box::pin(async move { runtime.evict(&decision).await })
+    }
+}
+
+/// Fresh stats of one pod: memory from its cgroup, disk from its logs, processes from
+/// its cgroups.
+fn pod_stats(shared: &Shared, record: &PodRecord, cgroup: &PodCgroup) -> PodStats {
+    let memory = shared
+        .tree
+        .pod_memory(cgroup)
+        .ok()
+        .map(|m| m.working_set_bytes);
+    let pod = &record.pod;
+    let pod_dir = logs::pod_dir(
+        &shared.config.log_dir,
+        pod.namespace(),
+        &pod.metadata.name,
+        &record.uid,
+    );
+    let containers: Vec<ContainerStats> = record
+        .containers
+        .iter()
+        .map(|c| {
+            let (bytes, inodes) = logs::usage(&pod_dir.join(&c.name));
+            ContainerStats {
+                name: c.name.clone(),
+                logs_used_bytes: Some(bytes),
+                logs_inodes_used: Some(inodes),
+                ..ContainerStats::default()
+            }
+        })
+        .collect();
+    let ephemeral = containers.iter().filter_map(|c| c.logs_used_bytes).sum();
+    PodStats {
+        memory_working_set_bytes: memory,
+        containers,
+        volumes: Vec::new(),
+        ephemeral_storage_used_bytes: Some(ephemeral),
+        process_count: Some(shared.tree.pids(cgroup).len() as u64),
+    }
+}
+
+/// Node-level reclaim for this runtime: container GC. The logs of dead containers go:
+/// every run but the newest of each live container, and everything of finished pods.
+/// There are no images to collect.
+#[derive(Clone)]
+struct LogReclaimer {
+    shared: Arc<Shared>,
+}
+
+impl NodeReclaimer for LogReclaimer {
+    fn reclaim(&mut self, resource: Resource, signal: Signal) -> ReclaimResult {
+        let shared = &self.shared;
+        let inner = shared.lock();
+        let mut freed = ReclaimResult::default();
+        let mut add = |(bytes, inodes): (u64, u64)| {
+            freed.freed_bytes += bytes;
+            freed.freed_inodes += inodes;
+        };
+        for p in inner.pods.values() {
+            let pod = &p.record.pod;
+            let dir = logs::pod_dir(
+                &shared.config.log_dir,
+                pod.namespace(),
+                &pod.metadata.name,
+                &p.record.uid,
+            );
+            if p.record.phase.is_terminal() && p.cgroup.is_none() {
+                add(logs::remove(&dir));
+            } else {
+                for c in &p.record.containers {
+                    for old in logs::old_runs(&dir.join(&c.name)) {
+                        add(logs::remove(&old));
+                    }
+                }
+            }
+        }
+        drop(inner);
+        shared.state.event(
+            "Normal",
+            "ContainerGC",
+            "node",
+            format!(
+                "node-level reclaim for {} ({}): removed dead containers' logs, freed {} bytes and {} inodes",
+                resource.as_str(),
+                signal.as_str(),
+                freed.freed_bytes,
+                freed.freed_inodes
+            ),
+        );
+        freed
+    }
+}

@@ -1,0 +1,183 @@
+//! The runtime's state on disk: one JSON file per pod under `<state dir>/pods/`, written
+//! atomically (temporary file, fsync, rename), so an agent restart finds every pod it
+//! ran, which processes were its containers, and which pods it already evicted.
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::pod::Pod;
+
+/// What is kept of one pod.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRecord {
+    pub uid: String,
+    pub manifest: PathBuf,
+    pub pod: Pod,
+    pub phase: Phase,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub containers: Vec<ContainerRecord>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerRecord {
+    pub name: String,
+    /// The running process, if any.
+    pub pid: Option<u32>,
+    pub restart_count: u32,
+    /// Exit code (or 128 + signal) of the last run.
+    pub last_exit: Option<i32>,
+    /// The container will not run again (restart policy, eviction, or a finished pod).
+    pub done: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+/// The pod records under a state directory.
+#[derive(Clone, Debug)]
+pub struct StateStore {
+    dir: PathBuf,
+}
+
+impl StateStore {
+    pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
+        let dir = state_dir.join("pods");
+        std::fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        Ok(StateStore { dir })
+    }
+
+    fn path(&self, uid: &str) -> PathBuf {
+        self.dir.join(format!("{uid}.json"))
+    }
+
+    pub fn save(&self, record: &PodRecord) -> Result<(), StoreError> {
+        use std::io::Write;
+        let path = self.path(&record.uid);
+        let tmp = self.dir.join(format!(".{}.json.tmp", record.uid));
+        let io = |source| StoreError::Io {
+            path: tmp.clone(),
+            source,
+        };
+        let text = serde_json::to_vec_pretty(record).expect("records always serialize");
+        let mut file = std::fs::File::create(&tmp).map_err(io)?;
+        file.write_all(&text).map_err(io)?;
+        file.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(|source| StoreError::Io {
+            path: path.clone(),
+            source,
+        })
+    }
+
+    pub fn remove(&self, uid: &str) {
+        let _ = std::fs::remove_file(self.path(uid));
+    }
+
+    /// Every record; unreadable files are returned as errors (and left in place).
+    pub fn load_all(&self) -> (Vec<PodRecord>, Vec<StoreError>) {
+        let mut records = Vec::new();
+        let mut errors = Vec::new();
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(source) => {
+                return (
+                    records,
+                    vec![StoreError::Io {
+                        path: self.dir.clone(),
+                        source,
+                    }],
+                );
+            }
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "json")
+                || entry.file_name().to_string_lossy().starts_with('.')
+            {
+                continue;
+            }
+            match std::fs::read(&path) {
+                Ok(bytes) => match serde_json::from_slice::<PodRecord>(&bytes) {
+                    Ok(record) => records.push(record),
+                    Err(e) => errors.push(StoreError::Corrupt {
+                        path,
+                        reason: e.to_string(),
+                    }),
+                },
+                Err(source) => errors.push(StoreError::Io { path, source }),
+            }
+        }
+        records.sort_by(|a, b| a.uid.cmp(&b.uid));
+        (records, errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_corrupt_files_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path()).unwrap();
+        let record = PodRecord {
+            uid: "u1".into(),
+            manifest: "/etc/monitor/pods/web.yaml".into(),
+            pod: Pod::default(),
+            phase: Phase::Failed,
+            reason: Some("Evicted".into()),
+            message: Some("The node was low on resource: memory.".into()),
+            containers: vec![ContainerRecord {
+                name: "c".into(),
+                pid: Some(42),
+                restart_count: 1,
+                last_exit: Some(137),
+                done: true,
+            }],
+        };
+        store.save(&record).unwrap();
+        std::fs::write(dir.path().join("pods/u2.json"), "{not json").unwrap();
+        let (records, errors) = store.load_all();
+        assert_eq!(records, vec![record]);
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].to_string().contains("u2.json"));
+        store.remove("u1");
+        assert!(store.load_all().0.is_empty());
+    }
+}
