@@ -201,6 +201,10 @@ impl<R: PodRuntime> Synchronizer for PolicySynchronizer<R> {
         SyncSummary { text }
     }
 
+    fn next_deadline(&self, now: Time) -> Option<Time> {
+        self.manager.next_grace_deadline(now)
+    }
+
     fn act(&mut self) -> Option<BoxFuture<()>> {
         if self.pending.is_empty() {
             return None;

@@ -33,6 +33,12 @@ pub trait Synchronizer: Send + 'static {
     fn act(&mut self) -> Option<crate::decide::BoxFuture<()>> {
         None
     }
+
+    /// When the decision will change with time alone (a grace period ends), the manager
+    /// wakes itself then instead of waiting for the next timer tick.
+    fn next_deadline(&self, _now: Time) -> Option<Time> {
+        None
+    }
 }
 
 /// The memory thresholds to arm as memcg v1 notifiers, as eviction threshold values of the
@@ -139,6 +145,7 @@ impl<S: Synchronizer> Manager<S> {
     pub async fn run(mut self, mut wakes: mpsc::Receiver<Wake>) {
         let mut sequence = 0;
         let mut again = false;
+        let mut deadline: Option<tokio::time::Instant> = None;
         loop {
             let mut batch = Vec::new();
             if again {
@@ -149,9 +156,22 @@ impl<S: Synchronizer> Manager<S> {
                     detail: WakeDetail::None,
                 });
             } else {
-                match wakes.recv().await {
-                    Some(first) => batch.push(first),
-                    None => return,
+                let deadline = async {
+                    match deadline {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    first = wakes.recv() => match first {
+                        Some(first) => batch.push(first),
+                        None => return,
+                    },
+                    () = deadline => batch.push(Wake {
+                        source: WakeSource::Deadline,
+                        received_ns: monotonic_ns(),
+                        detail: WakeDetail::None,
+                    }),
                 }
             }
             while let Ok(more) = wakes.try_recv() {
@@ -159,6 +179,11 @@ impl<S: Synchronizer> Manager<S> {
             }
             sequence += 1;
             let report = self.synchronize_once(sequence, batch);
+            let now = Duration::from_nanos(report.started_ns.saturating_sub(self.origin_ns));
+            // A millisecond past the deadline, so the grace period has surely passed.
+            deadline = self.synchronizer.next_deadline(now).map(|at| {
+                tokio::time::Instant::now() + at.saturating_sub(now) + Duration::from_millis(1)
+            });
             self.publish(&report);
             // No subscribers is fine.
             let _ = self.reports.send(report);

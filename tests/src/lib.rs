@@ -117,15 +117,27 @@ pub fn parent_name() -> String {
     format!("monitor-test-{}", std::process::id())
 }
 
+/// Mount points of every cgroup hierarchy (v1 controllers and cgroup2).
+pub fn cgroup_mounts() -> Vec<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounts: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let fstype = right.split_whitespace().next()?;
+            let mount_point = left.split_whitespace().nth(4)?;
+            (fstype == "cgroup" || fstype == "cgroup2").then(|| PathBuf::from(mount_point))
+        })
+        .collect();
+    mounts.sort();
+    mounts.dedup();
+    mounts
+}
+
 /// Removes `monitor-test-<pid>` parents left by test processes that are gone (a killed
 /// run cannot clean up after itself). Only our own naming pattern is touched.
 pub fn cleanup_stale() {
-    let Some(layout) = layout() else { return };
-    let roots = [
-        Some(layout.memory_root.clone()),
-        layout.unified_root.clone(),
-    ];
-    for root in roots.into_iter().flatten() {
+    for root in cgroup_mounts() {
         let Ok(entries) = std::fs::read_dir(&root) else {
             continue;
         };
@@ -339,6 +351,29 @@ impl Drop for TestCgroup {
                 .unwrap_or(false);
             if empty {
                 remove_tree(parent);
+            }
+        }
+    }
+}
+
+/// Removes this process's `monitor-test-<pid>` tree in every hierarchy on drop (for
+/// tests whose cgroups an agent creates), killing what runs inside first.
+pub struct TestTrees;
+
+impl TestTrees {
+    /// The cgroup root an agent under test should use: `monitor-test-<pid>/<name>`.
+    pub fn root(name: &str) -> String {
+        cleanup_stale();
+        format!("{}/{name}", parent_name())
+    }
+}
+
+impl Drop for TestTrees {
+    fn drop(&mut self) {
+        for mount in cgroup_mounts() {
+            let dir = mount.join(parent_name());
+            if dir.exists() {
+                remove_tree(&dir);
             }
         }
     }

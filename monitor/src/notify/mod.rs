@@ -31,16 +31,19 @@ pub enum WakeSource {
     Timer,
     /// The manager's own first synchronize at startup, and explicit requests (API, tests).
     Request,
+    /// A soft threshold's grace period ends now: the manager woke itself for it.
+    Deadline,
 }
 
 impl WakeSource {
-    pub const ALL: [WakeSource; 6] = [
+    pub const ALL: [WakeSource; 7] = [
         WakeSource::Ebpf,
         WakeSource::MemcgThreshold,
         WakeSource::MemoryEvents,
         WakeSource::Psi,
         WakeSource::Timer,
         WakeSource::Request,
+        WakeSource::Deadline,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +54,7 @@ impl WakeSource {
             WakeSource::Psi => "psi",
             WakeSource::Timer => "timer",
             WakeSource::Request => "request",
+            WakeSource::Deadline => "deadline",
         }
     }
 }

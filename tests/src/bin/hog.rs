@@ -4,6 +4,9 @@
 //!   hog anon TOTAL_MIB [STEP_MIB] [PAUSE_MS] [HOLD_S]
 //!       allocate and touch TOTAL_MIB in STEP_MIB steps, pausing PAUSE_MS after each,
 //!       printing "allocated <MiB> <monotonic ns>" per step; then hold the memory HOLD_S s.
+//!   With HOG_START_FILE set, anon waits until that file exists before allocating.
+//!   With HOG_TERM_FILE set, SIGTERM writes "term <monotonic ns>" there, and the hog
+//!   exits HOG_TERM_LINGER_MS later (default 0): a pod that records the signal it got.
 //!   hog file PATH SECONDS
 //!       re-read an existing file for SECONDS: in a cgroup smaller than the file this is
 //!       clean page-cache churn, reclaim (and stall) without any OOM kill. Write the file
@@ -34,7 +37,44 @@ fn usage(problem: &str) -> ! {
     std::process::exit(2);
 }
 
+static TERM_FILE: std::sync::OnceLock<(std::ffi::CString, u64)> = std::sync::OnceLock::new();
+
+extern "C" fn on_term(_: libc::c_int) {
+    if let Some((path, linger_ms)) = TERM_FILE.get() {
+        let line = format!("term {}\n", monotonic_ns());
+        // SAFETY: open/write/close/nanosleep/_exit are async-signal-safe; format! allocates,
+        // which is tolerable in a test helper that exits right after.
+        unsafe {
+            let fd = libc::open(
+                path.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+                0o644,
+            );
+            if fd >= 0 {
+                libc::write(fd, line.as_ptr().cast(), line.len());
+                libc::fsync(fd);
+                libc::close(fd);
+            }
+            let ts = libc::timespec {
+                tv_sec: (*linger_ms / 1000) as i64,
+                tv_nsec: ((*linger_ms % 1000) * 1_000_000) as i64,
+            };
+            libc::nanosleep(&ts, std::ptr::null_mut());
+            libc::_exit(0);
+        }
+    }
+}
+
 fn main() {
+    if let Ok(path) = std::env::var("HOG_TERM_FILE") {
+        let linger = std::env::var("HOG_TERM_LINGER_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let _ = TERM_FILE.set((std::ffi::CString::new(path).expect("path"), linger));
+        // SAFETY: installs a handler that only touches the OnceLock set above.
+        unsafe { libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t) };
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("anon") => anon(&args),
@@ -48,6 +88,11 @@ fn anon(args: &[String]) {
     let step: usize = arg(args, 2, Some(1), "STEP_MIB").max(1);
     let pause: u64 = arg(args, 3, Some(0), "PAUSE_MS");
     let hold: u64 = arg(args, 4, Some(0), "HOLD_S");
+    if let Ok(start) = std::env::var("HOG_START_FILE") {
+        while !std::path::Path::new(&start).exists() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     let mut blocks: Vec<Vec<u8>> = Vec::new();
     let stdout = std::io::stdout();
     let mut allocated = 0;

@@ -260,6 +260,17 @@ impl EvictionManager {
         self.node_conditions.clone()
     }
 
+    /// The earliest moment after `now` at which a threshold already met reaches the end of
+    /// its grace period. The kubelet only notices that at its next 10 s poll; a caller
+    /// that wakes itself then acts on time.
+    pub fn next_grace_deadline(&self, now: Time) -> Option<Time> {
+        self.thresholds_first_observed_at
+            .iter()
+            .map(|(threshold, first)| *first + threshold.grace_period)
+            .filter(|deadline| *deadline > now)
+            .min()
+    }
+
     /// One pass of the eviction loop at `now`.
     pub fn synchronize(
         &mut self,

@@ -685,3 +685,36 @@ fn credit_goes_to_the_same_filesystem(
         assert_eq!(after[&s].available, expected, "{s}");
     }
 }
+
+#[test]
+fn the_next_grace_deadline_is_first_observed_plus_grace() {
+    let mut m = manager(vec![soft(Signal::MemoryAvailable, "1Gi", 90)]);
+    let pods = three_pods();
+    assert_eq!(
+        m.next_grace_deadline(Duration::ZERO),
+        None,
+        "nothing met yet"
+    );
+    sync(&mut m, &memory_input(500 * MI, 10, pods.clone()), 10);
+    assert_eq!(
+        m.next_grace_deadline(Duration::from_secs(10)),
+        Some(Duration::from_secs(100))
+    );
+    sync(&mut m, &memory_input(500 * MI, 50, pods.clone()), 50);
+    assert_eq!(
+        m.next_grace_deadline(Duration::from_secs(50)),
+        Some(Duration::from_secs(100)),
+        "first observed stays"
+    );
+    assert_eq!(
+        m.next_grace_deadline(Duration::from_secs(100)),
+        None,
+        "past the deadline"
+    );
+    sync(&mut m, &memory_input(2 * GI, 60, pods), 60);
+    assert_eq!(
+        m.next_grace_deadline(Duration::from_secs(60)),
+        None,
+        "recovered: no deadline"
+    );
+}
