@@ -287,10 +287,13 @@ impl<S: Synchronizer> Manager<S> {
 fn log_wakes(sequence: u64, wakes: &[Wake], started_ns: u64) {
     for wake in wakes.iter().take(WAKES_LOGGED_PER_SYNC) {
         let latency_us = started_ns.saturating_sub(wake.received_ns) / 1000;
+        // CLOCK_MONOTONIC, so tools can line wakes up with kernel and hog timestamps.
+        let at_ns = wake.received_ns;
         match &wake.detail {
             WakeDetail::Kernel { event, memcg } => tracing::info!(
                 sequence,
                 source = %wake.source,
+                at_ns,
                 latency_us,
                 kernel_to_sync_us = started_ns.saturating_sub(event.timestamp_ns) / 1000,
                 kind = wake.detail.kernel_kind().map(|k| k.name()).unwrap_or("unknown"),
@@ -303,12 +306,12 @@ fn log_wakes(sequence: u64, wakes: &[Wake], started_ns: u64) {
                 cgroup,
                 threshold_bytes,
             } => tracing::info!(
-                sequence, source = %wake.source, latency_us, cgroup = %cgroup.display(), threshold_bytes, "wake"
+                sequence, source = %wake.source, at_ns, latency_us, cgroup = %cgroup.display(), threshold_bytes, "wake"
             ),
             WakeDetail::MemoryEvents { file } | WakeDetail::Psi { file } => {
-                tracing::info!(sequence, source = %wake.source, latency_us, file = %file.display(), "wake")
+                tracing::info!(sequence, source = %wake.source, at_ns, latency_us, file = %file.display(), "wake")
             }
-            WakeDetail::None => tracing::info!(sequence, source = %wake.source, latency_us, "wake"),
+            WakeDetail::None => tracing::info!(sequence, source = %wake.source, at_ns, latency_us, "wake"),
         }
     }
     if wakes.len() > WAKES_LOGGED_PER_SYNC {
