@@ -3,6 +3,7 @@
 //! duplicate series, bad escapes, and histograms whose buckets are not cumulative or do not
 //! end with `+Inf` equal to `_count`. Used by the tests of `/metrics` (and usable by any
 //! test that scrapes the agent).
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One histogram series (its labels without `le`), as read.
@@ -76,7 +77,7 @@ pub fn check_exposition(text: &str) -> Result<usize, String> {
             return Err(at("duplicate series".into()));
         }
         let kind = types.get(&family).map(String::as_str).unwrap_or("untyped");
-        if kind == "counter" && !(sample.value >= 0.0) {
+        if kind == "counter" && (sample.value.is_nan() || sample.value < 0.0) {
             return Err(at("a counter must be a non-negative number".into()));
         }
         if kind == "histogram" {
@@ -116,10 +117,13 @@ pub fn check_exposition(text: &str) -> Result<usize, String> {
             .last()
             .ok_or_else(|| format!("{name}: no buckets"))?;
         for pair in h.buckets.windows(2) {
-            if !(pair[0].0 < pair[1].0) {
+            if pair[0].0.partial_cmp(&pair[1].0) != Some(Ordering::Less) {
                 return Err(format!("{name}: bucket bounds not increasing: {pair:?}"));
             }
-            if !(pair[0].1 <= pair[1].1) {
+            if !matches!(
+                pair[0].1.partial_cmp(&pair[1].1),
+                Some(Ordering::Less | Ordering::Equal)
+            ) {
                 return Err(format!("{name}: buckets not cumulative: {pair:?}"));
             }
         }
@@ -198,7 +202,7 @@ fn parse_float(text: &str) -> Result<f64, String> {
 /// `name{label="value",...} value [timestamp]`.
 fn parse_sample(line: &str) -> Result<Sample, String> {
     let name_end = line
-        .find(|c: char| c == '{' || c == ' ' || c == '\t')
+        .find(['{', ' ', '\t'])
         .ok_or("a sample needs a value")?;
     let name = &line[..name_end];
     check_name(name)?;

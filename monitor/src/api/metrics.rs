@@ -293,7 +293,10 @@ mod tests {
     }
 
     fn state() -> AgentState {
-        let mut s = AgentState::default();
+        let mut s = AgentState {
+            conditions: vec!["MemoryPressure".into()],
+            ..AgentState::default()
+        };
         s.sources = vec![
             SourceStatus::running(WakeSource::Psi, "memory.pressure some 150ms/1s"),
             SourceStatus::unsupported(WakeSource::MemcgThreshold, "cgroup v2"),
@@ -321,7 +324,6 @@ mod tests {
                 },
             ],
         }];
-        s.conditions = vec!["MemoryPressure".into()];
         s.pods = vec![pod("Running"), pod("Running"), pod("Failed")];
         s.metrics.evictions.insert("memory.available".into(), 3);
         s.metrics.synchronizes = 42;

@@ -264,7 +264,10 @@ mod tests {
     }
 
     fn status_state() -> AgentState {
-        let mut s = AgentState::default();
+        let mut s = AgentState {
+            conditions: vec!["MemoryPressure".into()],
+            ..AgentState::default()
+        };
         s.sources = vec![
             SourceStatus::running(WakeSource::Ebpf, "tracepoints vmscan, oom"),
             SourceStatus::failed(WakeSource::Psi, "memory.pressure: permission denied"),
@@ -289,7 +292,6 @@ mod tests {
             },
         ];
         s.signals = vec![memory, signal("pid.available", 4_000_000, 4_194_304)];
-        s.conditions = vec!["MemoryPressure".into()];
         s.last_sync = Some(LastSync {
             sequence: 17,
             at: "2025-01-02T03:04:05Z".into(),
@@ -358,11 +360,13 @@ mod tests {
 
     #[test]
     fn pods_table_has_aligned_columns() {
-        let mut s = AgentState::default();
-        s.pods = vec![
-            pod("default/hog", Some("Evicted"), Some(300 << 20), &[1, 2]),
-            pod("kube-system/dns", None, None, &[u32::MAX, 1]),
-        ];
+        let s = AgentState {
+            pods: vec![
+                pod("default/hog", Some("Evicted"), Some(300 << 20), &[1, 2]),
+                pod("kube-system/dns", None, None, &[u32::MAX, 1]),
+            ],
+            ..AgentState::default()
+        };
         let text = render_pods(&s);
         let expected = "\
 KEY               QOS          PHASE    REASON    MEMORY   RESTARTS
