@@ -433,6 +433,26 @@ fn shutdown_removes_the_socket() {
     assert!(err.contains("is the agent running?"), "{err}");
 }
 
+#[test]
+fn shutdown_closes_idle_keep_alive_connections() {
+    let api = Running::start();
+    // A keep-alive client that got its answer and keeps the connection open.
+    let mut idle = UnixStream::connect(&api.socket).expect("connect");
+    idle.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    let mut first = [0u8; 12];
+    idle.read_exact(&mut first).expect("read the status line");
+    assert_eq!(&first, b"HTTP/1.1 200");
+    let started = std::time::Instant::now();
+    let socket = api.shutdown();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "shutdown waited {:?} on an idle connection",
+        started.elapsed()
+    );
+    assert!(!socket.exists());
+}
+
 fn cli(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_monitor"))
         .args(args)

@@ -94,15 +94,7 @@ pub fn get(socket: &Path, route: &str) -> Result<(u16, String), ApiError> {
             route: route.into(),
         });
     }
-    let mut stream = UnixStream::connect(socket).map_err(|source| match source.kind() {
-        ErrorKind::PermissionDenied => ApiError::PermissionDenied {
-            path: socket.to_path_buf(),
-        },
-        _ => ApiError::NotRunning {
-            path: socket.to_path_buf(),
-            source,
-        },
-    })?;
+    let mut stream = UnixStream::connect(socket).map_err(|e| connect_error(socket, e))?;
     let io_error = |source| ApiError::Request {
         path: socket.to_path_buf(),
         route: route.into(),
@@ -124,6 +116,20 @@ pub fn get(socket: &Path, route: &str) -> Result<(u16, String), ApiError> {
         route: route.into(),
         reason,
     })
+}
+
+/// EACCES means the agent runs but the socket is root-only; anything else (ENOENT,
+/// ECONNREFUSED) means nobody is there.
+fn connect_error(socket: &Path, source: std::io::Error) -> ApiError {
+    match source.kind() {
+        ErrorKind::PermissionDenied => ApiError::PermissionDenied {
+            path: socket.to_path_buf(),
+        },
+        _ => ApiError::NotRunning {
+            path: socket.to_path_buf(),
+            source,
+        },
+    }
 }
 
 /// Status line, headers, then the body by Content-Length, chunked, or up to the close.
@@ -251,6 +257,25 @@ mod tests {
         assert!(
             err.contains("is the agent running?") && err.contains(&socket.display().to_string()),
             "{err}"
+        );
+    }
+
+    #[rstest]
+    #[case::eacces(
+        libc::EACCES,
+        "permission denied: the API is root-only (socket /run/m.sock)"
+    )]
+    #[case::enoent(libc::ENOENT, "is the agent running? (socket /run/m.sock: ")]
+    #[case::refused(libc::ECONNREFUSED, "is the agent running? (socket /run/m.sock: ")]
+    fn connect_errors_say_what_to_do(#[case] errno: i32, #[case] says: &str) {
+        let err = connect_error(
+            Path::new("/run/m.sock"),
+            std::io::Error::from_raw_os_error(errno),
+        )
+        .to_string();
+        assert!(
+            err.starts_with(says),
+            "{err:?} does not start with {says:?}"
         );
     }
 
