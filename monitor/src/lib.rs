@@ -5,6 +5,7 @@
 //! fresh [`observe`] snapshot → pure [`policy`] → actions.
 
 pub mod agent;
+pub mod api;
 pub mod config;
 pub mod decide;
 pub mod manager;

@@ -22,6 +22,15 @@ enum Command {
     Run(RunArgs),
     /// Run the policy offline on a snapshot or a scenario and print its decisions as JSON.
     Simulate(monitor::simulate::SimulateArgs),
+    /// Show the running agent's event sources, signals against thresholds, node conditions
+    /// and last synchronize.
+    Status(monitor::api::ClientArgs),
+    /// List the pods the running agent manages.
+    Pods(monitor::api::ClientArgs),
+    /// List the running agent's recent events.
+    Events(monitor::api::ClientArgs),
+    /// Print the running agent's Prometheus metrics.
+    Metrics(monitor::api::ClientArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -46,6 +55,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Simulate(args) => monitor::simulate::run(&args),
+        Command::Status(args) => {
+            monitor::api::run_client(monitor::api::ClientCommand::Status, &args)
+        }
+        Command::Pods(args) => monitor::api::run_client(monitor::api::ClientCommand::Pods, &args),
+        Command::Events(args) => {
+            monitor::api::run_client(monitor::api::ClientCommand::Events, &args)
+        }
+        Command::Metrics(args) => {
+            monitor::api::run_client(monitor::api::ClientCommand::Metrics, &args)
+        }
         Command::Run(args) => match run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {

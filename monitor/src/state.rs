@@ -153,6 +153,9 @@ pub struct AgentState {
     pub pods: Vec<PodView>,
     /// The newest events, oldest first, at most [`EVENTS_KEPT`].
     pub events: VecDeque<Event>,
+    /// Events dropped from the front so far: `events[i]` is event number
+    /// `events_dropped + i` since startup, which lets API clients page with `?since=N`.
+    pub events_dropped: u64,
     pub metrics: Metrics,
 }
 
@@ -190,6 +193,7 @@ impl SharedState {
         let mut state = self.lock();
         if state.events.len() >= EVENTS_KEPT {
             state.events.pop_front();
+            state.events_dropped = state.events_dropped.saturating_add(1);
         }
         state.events.push_back(Event {
             time: now_rfc3339(),
@@ -251,6 +255,7 @@ mod tests {
         let events = state.read().events;
         assert_eq!(events.len(), EVENTS_KEPT);
         assert_eq!(events.front().unwrap().message, "event 5");
+        assert_eq!(state.read().events_dropped, 5);
     }
 
     #[test]

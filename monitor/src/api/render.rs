@@ -1,0 +1,424 @@
+//! The CLI's tables (`monitor status | pods | events`), as plain functions of the state.
+//!
+//! Columns are padded like kubectl's printers (tabwriter, three spaces apart) and every
+//! cell is made printable: pod names, reasons and messages come from manifests and
+//! processes, and a terminal must not interpret escape sequences hidden in them.
+use std::str::FromStr;
+
+use super::metrics::source_state;
+use crate::policy::signal::Signal;
+use crate::policy::types::Resource;
+use crate::state::{AgentState, Event, SignalStatus};
+
+const MI: f64 = 1024.0 * 1024.0;
+
+/// Sources, signals against thresholds, node conditions and the last synchronize.
+pub fn render_status(state: &AgentState) -> String {
+    let mut out = String::new();
+
+    out += "EVENT SOURCES\n";
+    if state.sources.is_empty() {
+        out += "  (none reported yet)\n";
+    } else {
+        let rows = state
+            .sources
+            .iter()
+            .map(|s| {
+                vec![
+                    s.source.name().to_string(),
+                    source_state(s.state).to_string(),
+                    s.detail.clone(),
+                ]
+            })
+            .collect();
+        out += &indent(&table(&["SOURCE", "STATE", "DETAIL"], rows));
+    }
+
+    out += "\nSIGNALS\n";
+    if state.signals.is_empty() {
+        out += "  (no observation yet)\n";
+    }
+    for signal in &state.signals {
+        out += &format!(
+            "  {}: {} available of {} ({})\n",
+            clean(&signal.signal),
+            amount(signal, signal.available),
+            amount(signal, signal.capacity),
+            percent(signal.available, signal.capacity),
+        );
+        for t in &signal.thresholds {
+            let mut line = format!(
+                "    {} threshold {}<{} (= {}): {}",
+                clean(&t.kind),
+                clean(&signal.signal),
+                clean(&t.value),
+                amount(signal, t.quantity),
+                if t.met { "met" } else { "not met" },
+            );
+            if let Some(grace) = &t.grace_period {
+                let state = match (t.met, t.grace_period_met) {
+                    (_, true) => "elapsed",
+                    (true, false) => "running",
+                    (false, false) => "not started",
+                };
+                line += &format!(", grace period {} {state}", clean(grace));
+            }
+            out += &line;
+            out.push('\n');
+        }
+    }
+
+    out += "\nCONDITIONS\n";
+    if state.conditions.is_empty() {
+        out += "  none (no pressure)\n";
+    } else {
+        for c in &state.conditions {
+            out += &format!("  {}\n", clean(c));
+        }
+    }
+
+    out += "\nLAST SYNCHRONIZE\n";
+    match &state.last_sync {
+        None => out += "  none yet\n",
+        Some(sync) => {
+            let sources: Vec<&str> = sync.wake_sources.iter().map(|s| s.name()).collect();
+            let woken_by = if sources.is_empty() {
+                "-".to_string()
+            } else {
+                sources.join(", ")
+            };
+            out += &format!(
+                "  #{} at {}, woken by {woken_by}: wake latency {}, took {}\n",
+                sync.sequence,
+                clean(&sync.at),
+                micros(sync.wake_latency_us),
+                micros(sync.duration_us),
+            );
+            if !sync.summary.is_empty() {
+                out += &format!("  {}\n", clean(&sync.summary));
+            }
+        }
+    }
+    out
+}
+
+/// KEY, QOS, PHASE, REASON, MEMORY (working set), RESTARTS (summed over containers).
+pub fn render_pods(state: &AgentState) -> String {
+    if state.pods.is_empty() {
+        return "No pods.\n".into();
+    }
+    let rows = state
+        .pods
+        .iter()
+        .map(|p| {
+            let restarts = p
+                .containers
+                .iter()
+                .fold(0u32, |sum, c| sum.saturating_add(c.restart_count));
+            vec![
+                p.key.clone(),
+                p.qos_class.clone(),
+                p.phase.clone(),
+                p.reason.clone().unwrap_or_else(|| "-".into()),
+                p.memory_working_set_bytes
+                    .map(|b| mebibytes(b as f64))
+                    .unwrap_or_else(|| "-".into()),
+                restarts.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &["KEY", "QOS", "PHASE", "REASON", "MEMORY", "RESTARTS"],
+        rows,
+    )
+}
+
+/// TIME, TYPE, REASON, OBJECT, MESSAGE, oldest first.
+pub fn render_events(state: &AgentState) -> String {
+    render_event_list(state.events.iter())
+}
+
+pub(crate) fn render_event_list<'a>(events: impl Iterator<Item = &'a Event>) -> String {
+    let rows: Vec<Vec<String>> = events
+        .map(|e| {
+            vec![
+                e.time.clone(),
+                e.kind.clone(),
+                e.reason.clone(),
+                e.object.clone(),
+                e.message.clone(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "No events.\n".into();
+    }
+    table(&["TIME", "TYPE", "REASON", "OBJECT", "MESSAGE"], rows)
+}
+
+/// Whether a signal counts bytes (memory, filesystems) or items (inodes, pids).
+fn is_bytes(signal: &SignalStatus) -> bool {
+    Signal::from_str(&signal.signal)
+        .map(|s| matches!(s.resource(), Resource::Memory | Resource::EphemeralStorage))
+        .unwrap_or(false)
+}
+
+fn amount(signal: &SignalStatus, value: i64) -> String {
+    if is_bytes(signal) {
+        mebibytes(value as f64)
+    } else {
+        value.to_string()
+    }
+}
+
+/// Mebibytes, like the quantities in thresholds (`500Mi`): whole above 100Mi, one decimal
+/// below.
+fn mebibytes(bytes: f64) -> String {
+    let mi = bytes / MI;
+    if mi.abs() >= 100.0 {
+        format!("{mi:.0}Mi")
+    } else {
+        format!("{mi:.1}Mi")
+    }
+}
+
+fn percent(part: i64, whole: i64) -> String {
+    if whole <= 0 {
+        return "-%".into();
+    }
+    format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+}
+
+fn micros(us: u64) -> String {
+    if us >= 1_000_000 {
+        format!("{:.2}s", us as f64 / 1e6)
+    } else if us >= 1_000 {
+        format!("{:.2}ms", us as f64 / 1e3)
+    } else {
+        format!("{us}µs")
+    }
+}
+
+/// Control characters (escape sequences, line breaks) shown escaped, so one cell stays on
+/// one line and cannot drive the terminal.
+fn clean(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+/// Columns padded to their widest cell, three spaces apart; the last column is not padded.
+fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let rows: Vec<Vec<String>> = std::iter::once(header.iter().map(|h| h.to_string()).collect())
+        .chain(rows)
+        .map(|row: Vec<String>| row.iter().map(|cell| clean(cell)).collect())
+        .collect();
+    let mut widths = vec![0usize; header.len()];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let last = row.len().saturating_sub(1);
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
+            if i == last {
+                line += cell;
+            } else {
+                line += &format!("{cell:<w$}   ");
+            }
+        }
+        out += line.trim_end();
+        out.push('\n');
+    }
+    out
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+    use crate::notify::{SourceStatus, WakeSource};
+    use crate::state::{ContainerView, LastSync, PodView, ThresholdStatus};
+
+    fn signal(name: &str, available: i64, capacity: i64) -> SignalStatus {
+        SignalStatus {
+            signal: name.into(),
+            available,
+            capacity,
+            thresholds: vec![],
+        }
+    }
+
+    fn status_state() -> AgentState {
+        let mut s = AgentState {
+            conditions: vec!["MemoryPressure".into()],
+            ..AgentState::default()
+        };
+        s.sources = vec![
+            SourceStatus::running(WakeSource::Ebpf, "tracepoints vmscan, oom"),
+            SourceStatus::failed(WakeSource::Psi, "memory.pressure: permission denied"),
+        ];
+        let mut memory = signal("memory.available", 400 << 20, 8 << 30);
+        memory.thresholds = vec![
+            ThresholdStatus {
+                value: "100Mi".into(),
+                quantity: 100 << 20,
+                kind: "hard".into(),
+                grace_period: None,
+                met: false,
+                grace_period_met: false,
+            },
+            ThresholdStatus {
+                value: "10%".into(),
+                quantity: 858_993_459,
+                kind: "soft".into(),
+                grace_period: Some("1m30s".into()),
+                met: true,
+                grace_period_met: false,
+            },
+        ];
+        s.signals = vec![memory, signal("pid.available", 4_000_000, 4_194_304)];
+        s.last_sync = Some(LastSync {
+            sequence: 17,
+            at: "2025-01-02T03:04:05Z".into(),
+            wake_sources: vec![WakeSource::Psi, WakeSource::Ebpf],
+            wake_latency_us: 1_250,
+            duration_us: 640,
+            summary: "soft threshold met, waiting for grace period".into(),
+        });
+        s
+    }
+
+    #[rstest]
+    #[case::source_row("ebpf     running   tracepoints vmscan, oom")]
+    #[case::failed_source("psi      failed    memory.pressure: permission denied")]
+    #[case::bytes_signal("memory.available: 400Mi available of 8192Mi (4.9%)")]
+    #[case::count_signal("pid.available: 4000000 available of 4194304 (95.4%)")]
+    #[case::hard("hard threshold memory.available<100Mi (= 100Mi): not met")]
+    #[case::soft_grace(
+        "soft threshold memory.available<10% (= 819Mi): met, grace period 1m30s running"
+    )]
+    #[case::condition("  MemoryPressure")]
+    #[case::last_sync(
+        "#17 at 2025-01-02T03:04:05Z, woken by psi, ebpf: wake latency 1.25ms, took 640µs"
+    )]
+    #[case::summary("soft threshold met, waiting for grace period")]
+    fn status_shows(#[case] expected: &str) {
+        let text = render_status(&status_state());
+        assert!(text.contains(expected), "{expected:?} not in\n{text}");
+    }
+
+    #[test]
+    fn status_of_a_fresh_agent_says_so() {
+        let text = render_status(&AgentState::default());
+        for expected in [
+            "(none reported yet)",
+            "(no observation yet)",
+            "none (no pressure)",
+            "none yet",
+        ] {
+            assert!(text.contains(expected), "{expected:?} not in\n{text}");
+        }
+    }
+
+    fn pod(key: &str, reason: Option<&str>, memory: Option<u64>, restarts: &[u32]) -> PodView {
+        PodView {
+            key: key.into(),
+            uid: "uid".into(),
+            qos_class: "BestEffort".into(),
+            priority: 0,
+            phase: "Failed".into(),
+            reason: reason.map(Into::into),
+            message: None,
+            cgroup: None,
+            memory_working_set_bytes: memory,
+            containers: restarts
+                .iter()
+                .map(|r| ContainerView {
+                    name: "c".into(),
+                    pid: None,
+                    restart_count: *r,
+                    state: "running".into(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn pods_table_has_aligned_columns() {
+        let s = AgentState {
+            pods: vec![
+                pod("default/hog", Some("Evicted"), Some(300 << 20), &[1, 2]),
+                pod("kube-system/dns", None, None, &[u32::MAX, 1]),
+            ],
+            ..AgentState::default()
+        };
+        let text = render_pods(&s);
+        let expected = "\
+KEY               QOS          PHASE    REASON    MEMORY   RESTARTS
+default/hog       BestEffort   Failed   Evicted   300Mi    3
+kube-system/dns   BestEffort   Failed   -         -        4294967295
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn events_table_escapes_control_characters() {
+        let mut s = AgentState::default();
+        s.events.push_back(Event {
+            time: "2025-01-02T03:04:05Z".into(),
+            kind: "Warning".into(),
+            reason: "Evicted".into(),
+            object: "default/hog".into(),
+            message: "The node was low on resource: memory.\n\u{1b}[31mred".into(),
+        });
+        let text = render_events(&s);
+        assert_eq!(
+            text,
+            "TIME                   TYPE      REASON    OBJECT        MESSAGE\n\
+             2025-01-02T03:04:05Z   Warning   Evicted   default/hog   The node was low on resource: memory.\\n\\u{1b}[31mred\n"
+        );
+    }
+
+    #[rstest]
+    #[case::none(&[], "No events.\n")]
+    fn events_empty(#[case] events: &[Event], #[case] expected: &str) {
+        assert_eq!(render_event_list(events.iter()), expected);
+    }
+
+    #[rstest]
+    #[case(0.0, "0.0Mi")]
+    #[case(512.0 * 1024.0, "0.5Mi")]
+    #[case(100.0 * MI, "100Mi")]
+    #[case(-2.0 * MI, "-2.0Mi")]
+    fn formats_mebibytes(#[case] bytes: f64, #[case] text: &str) {
+        assert_eq!(mebibytes(bytes), text);
+    }
+
+    #[rstest]
+    #[case(999, "999µs")]
+    #[case(1_500, "1.50ms")]
+    #[case(2_000_000, "2.00s")]
+    fn formats_micros(#[case] us: u64, #[case] text: &str) {
+        assert_eq!(micros(us), text);
+    }
+
+    #[test]
+    fn percent_of_zero_capacity_is_unknown() {
+        assert_eq!(percent(5, 0), "-%");
+    }
+}

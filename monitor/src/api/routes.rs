@@ -1,0 +1,386 @@
+//! The routes as one pure function from (state, method, request target) to a reply, so
+//! every answer is tested without a socket; the server only moves bytes.
+use serde::Serialize;
+use serde_json::json;
+
+use super::metrics::{METRICS_CONTENT_TYPE, render_metrics};
+use super::render::{render_event_list, render_pods, render_status};
+use crate::notify::SourceStatus;
+use crate::observe::NodeObservation;
+use crate::state::{AgentState, Event, LastSync, SignalStatus};
+
+const JSON: &str = "application/json";
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// Which routes a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The root-only unix socket: every route.
+    Full,
+    /// The optional TCP listener: `/metrics` only, so nothing else leaves the host.
+    MetricsOnly,
+}
+
+/// An HTTP answer. A 405 is sent with `Allow: GET, HEAD`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+/// The methods every route accepts (HEAD: the same headers as GET, no body).
+pub const ALLOWED_METHODS: &str = "GET, HEAD";
+
+/// Answers one request. `target` is the request target: a path with an optional query.
+pub fn respond(state: &AgentState, scope: Scope, method: &str, target: &str) -> Reply {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let route = match (scope, path) {
+        (Scope::Full, "/status" | "/pods" | "/events") | (_, "/metrics") => path,
+        _ => return error(404, &format!("no route {path}"), path),
+    };
+    if !matches!(method, "GET" | "HEAD") {
+        return error(
+            405,
+            &format!("method {method} not allowed on {route} (read-only API: {ALLOWED_METHODS})"),
+            route,
+        );
+    }
+    let query = match Query::parse(query) {
+        Ok(q) => q,
+        Err(why) => return error(400, &why, route),
+    };
+    match route {
+        "/status" => match query.format {
+            Some(Format::Text) => text(render_status(state)),
+            _ => to_json(&status_view(state), query.pretty, route),
+        },
+        "/pods" => match query.format {
+            Some(Format::Text) => text(render_pods(state)),
+            _ => to_json(&json!({ "pods": state.pods }), query.pretty, route),
+        },
+        "/events" => {
+            let page = events_page(state, query.since, query.limit);
+            match query.format {
+                Some(Format::Text) => text(render_event_list(page.events.iter().map(|e| e.event))),
+                _ => to_json(&page, query.pretty, route),
+            }
+        }
+        _ => match query.format {
+            Some(Format::Json) => to_json(&state.metrics, query.pretty, route),
+            _ => Reply {
+                status: 200,
+                content_type: METRICS_CONTENT_TYPE,
+                body: render_metrics(state),
+            },
+        },
+    }
+}
+
+/// `/status`: everything about the node's pressure, without pods, events and metrics.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusView<'a> {
+    sources: &'a [SourceStatus],
+    signals: &'a [SignalStatus],
+    conditions: &'a [String],
+    last_sync: Option<&'a LastSync>,
+    observation: Option<&'a NodeObservation>,
+}
+
+fn status_view(state: &AgentState) -> StatusView<'_> {
+    StatusView {
+        sources: &state.sources,
+        signals: &state.signals,
+        conditions: &state.conditions,
+        last_sync: state.last_sync.as_ref(),
+        observation: state.observation.as_ref(),
+    }
+}
+
+/// `/events`: events numbered from the agent's start. A client that polls passes the
+/// answer's `next` as `since`; `missed` counts events dropped (the agent keeps the newest
+/// [`crate::state::EVENTS_KEPT`]) before the client asked for them.
+#[derive(Serialize)]
+struct EventsPage<'a> {
+    first: u64,
+    next: u64,
+    missed: u64,
+    events: Vec<NumberedEvent<'a>>,
+}
+
+#[derive(Serialize)]
+struct NumberedEvent<'a> {
+    index: u64,
+    #[serde(flatten)]
+    event: &'a Event,
+}
+
+/// With `since`, the oldest `limit` events from number `since` on (paging forward); without,
+/// the newest `limit`, like `kubectl logs --tail`.
+fn events_page(state: &AgentState, since: Option<u64>, limit: Option<usize>) -> EventsPage<'_> {
+    let first = state.events_dropped;
+    let end = first.saturating_add(state.events.len() as u64);
+    let numbered = state
+        .events
+        .iter()
+        .enumerate()
+        .map(|(i, event)| NumberedEvent {
+            index: first.saturating_add(i as u64),
+            event,
+        });
+    let events: Vec<NumberedEvent<'_>> = match since {
+        Some(since) => numbered
+            .filter(|e| e.index >= since)
+            .take(limit.unwrap_or(usize::MAX))
+            .collect(),
+        None => {
+            let skip = state
+                .events
+                .len()
+                .saturating_sub(limit.unwrap_or(usize::MAX));
+            numbered.skip(skip).collect()
+        }
+    };
+    let next = events.last().map_or(end, |e| e.index.saturating_add(1));
+    let missed = since.map_or(0, |since| first.saturating_sub(since));
+    EventsPage {
+        first,
+        next,
+        missed,
+        events,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Json,
+    Text,
+}
+
+#[derive(Debug, Default)]
+struct Query {
+    format: Option<Format>,
+    pretty: bool,
+    since: Option<u64>,
+    limit: Option<usize>,
+}
+
+impl Query {
+    /// Known keys with bad values are refused (a typo must not silently show everything);
+    /// unknown keys are ignored, as HTTP servers usually do.
+    fn parse(query: &str) -> Result<Query, String> {
+        let mut q = Query::default();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let bad = || format!("invalid value {value:?} for query parameter {key}");
+            match key {
+                "format" => {
+                    q.format = Some(match value {
+                        "json" => Format::Json,
+                        "text" => Format::Text,
+                        _ => return Err(format!("{} (expected json or text)", bad())),
+                    })
+                }
+                "pretty" => {
+                    q.pretty = match value {
+                        "" | "true" | "1" => true,
+                        "false" | "0" => false,
+                        _ => return Err(bad()),
+                    }
+                }
+                "since" => q.since = Some(value.parse().map_err(|_| bad())?),
+                "limit" => q.limit = Some(value.parse().map_err(|_| bad())?),
+                _ => {}
+            }
+        }
+        Ok(q)
+    }
+}
+
+fn text(body: String) -> Reply {
+    Reply {
+        status: 200,
+        content_type: TEXT,
+        body,
+    }
+}
+
+fn to_json<T: Serialize>(value: &T, pretty: bool, route: &str) -> Reply {
+    let body = if pretty {
+        serde_json::to_string_pretty(value)
+    } else {
+        serde_json::to_string(value)
+    };
+    match body {
+        Ok(mut body) => {
+            body.push('\n');
+            Reply {
+                status: 200,
+                content_type: JSON,
+                body,
+            }
+        }
+        Err(e) => error(500, &format!("encoding the answer as JSON: {e}"), route),
+    }
+}
+
+/// Errors are JSON on every route, so clients parse one shape.
+fn error(status: u16, message: &str, path: &str) -> Reply {
+    let body = json!({ "error": message, "status": status, "path": path });
+    Reply {
+        status,
+        content_type: JSON,
+        body: format!("{body}\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::notify::WakeSource;
+    use crate::state::SharedState;
+
+    fn state(events: usize, dropped_first: usize) -> AgentState {
+        let shared = SharedState::default();
+        for i in 0..events {
+            shared.event("Normal", "Test", "node", format!("event {i}"));
+        }
+        let mut s = shared.read();
+        for _ in 0..dropped_first {
+            s.events.pop_front();
+            s.events_dropped += 1;
+        }
+        s.sources = vec![SourceStatus::running(WakeSource::Timer, "every 10s")];
+        s.conditions = vec!["DiskPressure".into()];
+        s
+    }
+
+    fn body(reply: &Reply) -> Value {
+        serde_json::from_str(&reply.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", reply.body))
+    }
+
+    #[rstest]
+    #[case::status(Scope::Full, "GET", "/status", 200)]
+    #[case::head(Scope::Full, "HEAD", "/pods", 200)]
+    #[case::events(Scope::Full, "GET", "/events?since=0&limit=2", 200)]
+    #[case::metrics(Scope::Full, "GET", "/metrics", 200)]
+    #[case::unknown(Scope::Full, "GET", "/nope", 404)]
+    #[case::trailing_slash(Scope::Full, "GET", "/status/", 404)]
+    #[case::post(Scope::Full, "POST", "/status", 405)]
+    #[case::delete(Scope::Full, "DELETE", "/metrics", 405)]
+    #[case::unknown_before_method(Scope::Full, "POST", "/nope", 404)]
+    #[case::tcp_metrics(Scope::MetricsOnly, "GET", "/metrics", 200)]
+    #[case::tcp_hides_status(Scope::MetricsOnly, "GET", "/status", 404)]
+    #[case::tcp_hides_pods(Scope::MetricsOnly, "GET", "/pods", 404)]
+    #[case::bad_since(Scope::Full, "GET", "/events?since=-1", 400)]
+    #[case::bad_limit(Scope::Full, "GET", "/events?limit=ten", 400)]
+    #[case::bad_format(Scope::Full, "GET", "/status?format=yaml", 400)]
+    #[case::unknown_key(Scope::Full, "GET", "/status?watch=1", 200)]
+    fn answers(
+        #[case] scope: Scope,
+        #[case] method: &str,
+        #[case] target: &str,
+        #[case] status: u16,
+    ) {
+        let reply = respond(&state(3, 0), scope, method, target);
+        assert_eq!(reply.status, status, "{method} {target}: {}", reply.body);
+        if status != 200 {
+            let err = body(&reply);
+            assert_eq!(err["status"], status);
+            assert!(
+                err["error"].as_str().is_some_and(|e| !e.is_empty()),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn status_json_has_the_sections() {
+        let reply = respond(&state(1, 0), Scope::Full, "GET", "/status");
+        assert_eq!(reply.content_type, JSON);
+        let v = body(&reply);
+        assert_eq!(v["sources"][0]["source"], "timer");
+        assert_eq!(v["sources"][0]["state"], "running");
+        assert_eq!(v["conditions"][0], "DiskPressure");
+        assert!(v["lastSync"].is_null() && v["observation"].is_null(), "{v}");
+        assert!(v.get("events").is_none(), "status carries no events: {v}");
+    }
+
+    #[test]
+    fn text_format_renders_the_tables() {
+        let s = state(2, 0);
+        let status = respond(&s, Scope::Full, "GET", "/status?format=text");
+        assert_eq!(status.content_type, TEXT);
+        assert!(status.body.contains("DiskPressure"), "{}", status.body);
+        let events = respond(&s, Scope::Full, "GET", "/events?format=text&limit=1");
+        assert!(events.body.starts_with("TIME"), "{}", events.body);
+        assert!(
+            events.body.contains("event 1") && !events.body.contains("event 0"),
+            "{}",
+            events.body
+        );
+    }
+
+    #[test]
+    fn pretty_json_is_indented() {
+        let reply = respond(&state(0, 0), Scope::Full, "GET", "/pods?pretty");
+        assert_eq!(reply.body, "{\n  \"pods\": []\n}\n");
+    }
+
+    // 6 events recorded, the first 2 dropped: numbers 2..=5 remain.
+    #[rstest]
+    #[case::all("", &[2, 3, 4, 5], 6, 0)]
+    #[case::newest("limit=2", &[4, 5], 6, 0)]
+    #[case::limit_zero("limit=0", &[], 6, 0)]
+    #[case::since("since=4", &[4, 5], 6, 0)]
+    #[case::since_paged("since=3&limit=1", &[3], 4, 0)]
+    #[case::since_dropped("since=0&limit=2", &[2, 3], 4, 2)]
+    #[case::caught_up("since=6", &[], 6, 0)]
+    #[case::beyond_end("since=99", &[], 6, 0)]
+    fn pages_events(
+        #[case] query: &str,
+        #[case] indexes: &[u64],
+        #[case] next: u64,
+        #[case] missed: u64,
+    ) {
+        let reply = respond(
+            &state(6, 2),
+            Scope::Full,
+            "GET",
+            &format!("/events?{query}"),
+        );
+        let v = body(&reply);
+        let got: Vec<u64> = v["events"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no events array: {v}"))
+            .iter()
+            .map(|e| e["index"].as_u64().unwrap_or(u64::MAX))
+            .collect();
+        assert_eq!(got, indexes, "{v}");
+        assert_eq!(v["next"], next, "{v}");
+        assert_eq!(v["missed"], missed, "{v}");
+        assert_eq!(v["first"], 2, "{v}");
+        if let Some(first) = v["events"].get(0) {
+            assert_eq!(first["message"], format!("event {}", indexes[0]), "{v}");
+            assert_eq!(first["reason"], "Test", "{v}");
+        }
+    }
+
+    #[test]
+    fn metrics_json_and_text() {
+        let s = state(0, 0);
+        let text = respond(&s, Scope::MetricsOnly, "GET", "/metrics");
+        assert_eq!(text.content_type, METRICS_CONTENT_TYPE);
+        assert!(
+            text.body
+                .contains("# TYPE monitor_synchronizes_total counter")
+        );
+        let json = body(&respond(&s, Scope::Full, "GET", "/metrics?format=json"));
+        assert_eq!(json["synchronizes"], 0);
+    }
+}
