@@ -90,7 +90,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let node = monitor::node::start(config)?;
+        let node = monitor::node::start(config).await?;
         let agent = &node.agent;
         tracing::info!(
             "agent running: memory controller on cgroup {:?} at {}",
@@ -102,7 +102,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => tracing::info!("interrupted, stopping"),
             _ = term.recv() => tracing::info!("terminated, stopping"),
         }
-        node.agent.shutdown().await;
+        node.shutdown().await;
         Ok(())
     })
 }

@@ -311,7 +311,9 @@ fn log_wakes(sequence: u64, wakes: &[Wake], started_ns: u64) {
             WakeDetail::MemoryEvents { file } | WakeDetail::Psi { file } => {
                 tracing::info!(sequence, source = %wake.source, at_ns, latency_us, file = %file.display(), "wake")
             }
-            WakeDetail::None => tracing::info!(sequence, source = %wake.source, at_ns, latency_us, "wake"),
+            WakeDetail::None => {
+                tracing::info!(sequence, source = %wake.source, at_ns, latency_us, "wake")
+            }
         }
     }
     if wakes.len() > WAKES_LOGGED_PER_SYNC {

@@ -21,6 +21,15 @@ pub struct NodeAgent {
     pub agent: Agent,
     pub runtime: Option<LocalRuntime>,
     pub state: SharedState,
+    pub api: crate::api::ApiServer,
+}
+
+impl NodeAgent {
+    /// Stops the API and the agent. Pods keep running (a restarted agent adopts them).
+    pub async fn shutdown(self) {
+        self.api.shutdown().await;
+        self.agent.shutdown().await;
+    }
 }
 
 /// Either the agent's own runtime or none.
@@ -81,7 +90,7 @@ fn node_allocatable(loaded: &LoadedConfig, memory_capacity: i64) -> ResourceList
 }
 
 /// Starts everything. Must run inside a tokio runtime, as root.
-pub fn start(mut loaded: LoadedConfig) -> anyhow::Result<NodeAgent> {
+pub async fn start(mut loaded: LoadedConfig) -> anyhow::Result<NodeAgent> {
     // The agent must outlive every pod under memory pressure.
     if let Err(err) = std::fs::write("/proc/self/oom_score_adj", AGENT_OOM_SCORE_ADJ.to_string()) {
         tracing::warn!("cannot set the agent's oom_score_adj to {AGENT_OOM_SCORE_ADJ}: {err}");
@@ -138,10 +147,21 @@ pub fn start(mut loaded: LoadedConfig) -> anyhow::Result<NodeAgent> {
         None => Pods::None(NoPods::default()),
     };
     let synchronizer = PolicySynchronizer::with_state(loaded.kubelet.clone(), pods, state.clone());
+    let metrics_addr =
+        match &settings.metrics_address {
+            Some(text) => Some(text.parse::<std::net::SocketAddr>().with_context(|| {
+                format!("monitor.metricsAddress: {text:?} is not an address:port")
+            })?),
+            None => None,
+        };
+    let api = crate::api::serve(state.clone(), &settings.socket, metrics_addr)
+        .await
+        .context("starting the API")?;
     let agent = Agent::start(loaded.agent.clone(), synchronizer)?;
     Ok(NodeAgent {
         agent,
         runtime,
         state,
+        api,
     })
 }

@@ -186,9 +186,19 @@ impl SharedState {
     pub fn event(&self, kind: &str, reason: &str, object: &str, message: impl Into<String>) {
         let message = message.into();
         if kind == "Warning" {
-            tracing::warn!(reason, object, at_ns = crate::observe::monotonic_ns(), "{message}");
+            tracing::warn!(
+                reason,
+                object,
+                at_ns = crate::observe::monotonic_ns(),
+                "{message}"
+            );
         } else {
-            tracing::info!(reason, object, at_ns = crate::observe::monotonic_ns(), "{message}");
+            tracing::info!(
+                reason,
+                object,
+                at_ns = crate::observe::monotonic_ns(),
+                "{message}"
+            );
         }
         let mut state = self.lock();
         if state.events.len() >= EVENTS_KEPT {

@@ -41,7 +41,13 @@ impl Node {
             sock = dir.path().join("monitor.sock").display(),
         );
         std::fs::write(dir.path().join("config.yaml"), config).unwrap();
-        Node { dir, cgroup_root, agent: None, runs: 0, _trees }
+        Node {
+            dir,
+            cgroup_root,
+            agent: None,
+            runs: 0,
+            _trees,
+        }
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -96,25 +102,37 @@ impl Node {
     }
 
     fn records(&self) -> Vec<PodRecord> {
-        StateStore::open(&self.path("state")).map(|s| s.load_all().0).unwrap_or_default()
+        StateStore::open(&self.path("state"))
+            .map(|s| s.load_all().0)
+            .unwrap_or_default()
     }
 
     fn record(&self, name: &str) -> Option<PodRecord> {
-        self.records().into_iter().find(|r| r.pod.metadata.name == name)
+        self.records()
+            .into_iter()
+            .find(|r| r.pod.metadata.name == name)
     }
 
     /// Waits until every container of the pod has a process, and returns the record.
     fn wait_running(&self, name: &str) -> PodRecord {
-        wait_until(&format!("pod {name} running\n{}", self.log(self.runs)), Duration::from_secs(20), || {
-            self.record(name).is_some_and(|r| r.phase == Phase::Running && r.containers.iter().all(|c| c.pid.is_some()))
-        });
+        wait_until(
+            &format!("pod {name} running\n{}", self.log(self.runs)),
+            Duration::from_secs(20),
+            || {
+                self.record(name).is_some_and(|r| {
+                    r.phase == Phase::Running && r.containers.iter().all(|c| c.pid.is_some())
+                })
+            },
+        );
         self.record(name).unwrap()
     }
 
     fn wait_phase(&self, name: &str, phase: Phase, timeout: Duration) -> PodRecord {
-        wait_until(&format!("pod {name} {phase:?}\n{}", self.log(self.runs)), timeout, || {
-            self.record(name).is_some_and(|r| r.phase == phase)
-        });
+        wait_until(
+            &format!("pod {name} {phase:?}\n{}", self.log(self.runs)),
+            timeout,
+            || self.record(name).is_some_and(|r| r.phase == phase),
+        );
         self.record(name).unwrap()
     }
 
@@ -127,7 +145,10 @@ impl Node {
             CgroupVersion::V2 => ("memory.events", "oom_kill"),
         };
         let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
-        monitor::observe::parse::flat_keyed(&text).get(key).copied().unwrap_or(0)
+        monitor::observe::parse::flat_keyed(&text)
+            .get(key)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -140,7 +161,9 @@ impl Drop for Node {
 fn alive(pid: u32) -> bool {
     // Signal 0: existence check. A zombie is not alive for us.
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
 }
 
 fn pod(name: &str, resources: &str, command: &[&str], extra: &str) -> String {
@@ -156,7 +179,8 @@ fn sleeper(name: &str, resources: &str) -> String {
 }
 
 const GUARANTEED: &str = "    resources:\n      requests: {cpu: 200m, memory: 64Mi}\n      limits: {cpu: 200m, memory: 64Mi}\n";
-const BURSTABLE: &str = "    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {memory: 128Mi}\n";
+const BURSTABLE: &str =
+    "    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {memory: 128Mi}\n";
 
 /// The memory hierarchy path of a process ("/monitor-test-1/node/kubepods/pod…/main").
 fn memcg_of(pid: u32) -> String {
@@ -177,13 +201,17 @@ fn controller_root(controller: &str) -> PathBuf {
             let mut r = right.split_whitespace();
             let (fstype, options) = (r.next()?, r.nth(1)?);
             let mount_point = left.split_whitespace().nth(4)?;
-            (fstype == "cgroup" && options.split(',').any(|o| o == controller)).then(|| PathBuf::from(mount_point))
+            (fstype == "cgroup" && options.split(',').any(|o| o == controller))
+                .then(|| PathBuf::from(mount_point))
         })
         .unwrap_or_else(|| panic!("no {controller} hierarchy"))
 }
 
 fn read_trim(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).trim().to_string()
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_string()
 }
 
 #[test]
@@ -202,45 +230,100 @@ fn pods_start_in_their_qos_cgroups_with_the_right_values() {
     let root = format!("/{}/kubepods", node.cgroup_root);
     let pid = |r: &PodRecord| r.containers[0].pid.unwrap();
     assert_eq!(memcg_of(pid(&g)), format!("{root}/pod{}/main", g.uid));
-    assert_eq!(memcg_of(pid(&b)), format!("{root}/burstable/pod{}/main", b.uid));
-    assert_eq!(memcg_of(pid(&e)), format!("{root}/besteffort/pod{}/main", e.uid));
+    assert_eq!(
+        memcg_of(pid(&b)),
+        format!("{root}/burstable/pod{}/main", b.uid)
+    );
+    assert_eq!(
+        memcg_of(pid(&e)),
+        format!("{root}/besteffort/pod{}/main", e.uid)
+    );
 
     let layout = monitor::observe::CgroupLayout::detect().unwrap();
     let memory = controller_root("memory").join(root.trim_start_matches('/'));
     let cpu = controller_root("cpu").join(root.trim_start_matches('/'));
     match layout.version {
         CgroupVersion::V1 => {
-            assert_eq!(read_trim(&memory.join("memory.limit_in_bytes")), (512 * MIB).to_string(), "bounded node");
-            assert_eq!(read_trim(&memory.join(format!("pod{}/memory.limit_in_bytes", g.uid))), (64 * MIB).to_string());
-            assert_eq!(read_trim(&memory.join(format!("burstable/pod{}/memory.limit_in_bytes", b.uid))), (128 * MIB).to_string());
+            assert_eq!(
+                read_trim(&memory.join("memory.limit_in_bytes")),
+                (512 * MIB).to_string(),
+                "bounded node"
+            );
+            assert_eq!(
+                read_trim(&memory.join(format!("pod{}/memory.limit_in_bytes", g.uid))),
+                (64 * MIB).to_string()
+            );
+            assert_eq!(
+                read_trim(&memory.join(format!("burstable/pod{}/memory.limit_in_bytes", b.uid))),
+                (128 * MIB).to_string()
+            );
             // 200m → 204 shares, 100m → 102, BestEffort → 2 (kubelet MilliCPUToShares).
-            assert_eq!(read_trim(&cpu.join(format!("pod{}/cpu.shares", g.uid))), "204");
-            assert_eq!(read_trim(&cpu.join(format!("burstable/pod{}/cpu.shares", b.uid))), "102");
-            assert_eq!(read_trim(&cpu.join(format!("besteffort/pod{}/cpu.shares", e.uid))), "2");
-            assert_eq!(read_trim(&cpu.join(format!("pod{}/cpu.cfs_quota_us", g.uid))), "20000");
-            assert_eq!(read_trim(&cpu.join(format!("burstable/pod{}/cpu.cfs_quota_us", b.uid))), "-1", "no cpu limit");
+            assert_eq!(
+                read_trim(&cpu.join(format!("pod{}/cpu.shares", g.uid))),
+                "204"
+            );
+            assert_eq!(
+                read_trim(&cpu.join(format!("burstable/pod{}/cpu.shares", b.uid))),
+                "102"
+            );
+            assert_eq!(
+                read_trim(&cpu.join(format!("besteffort/pod{}/cpu.shares", e.uid))),
+                "2"
+            );
+            assert_eq!(
+                read_trim(&cpu.join(format!("pod{}/cpu.cfs_quota_us", g.uid))),
+                "20000"
+            );
+            assert_eq!(
+                read_trim(&cpu.join(format!("burstable/pod{}/cpu.cfs_quota_us", b.uid))),
+                "-1",
+                "no cpu limit"
+            );
         }
         CgroupVersion::V2 => {
-            assert_eq!(read_trim(&memory.join("memory.max")), (512 * MIB).to_string(), "bounded node");
-            assert_eq!(read_trim(&memory.join(format!("pod{}/memory.max", g.uid))), (64 * MIB).to_string());
-            assert_eq!(read_trim(&memory.join(format!("burstable/pod{}/memory.max", b.uid))), (128 * MIB).to_string());
+            assert_eq!(
+                read_trim(&memory.join("memory.max")),
+                (512 * MIB).to_string(),
+                "bounded node"
+            );
+            assert_eq!(
+                read_trim(&memory.join(format!("pod{}/memory.max", g.uid))),
+                (64 * MIB).to_string()
+            );
+            assert_eq!(
+                read_trim(&memory.join(format!("burstable/pod{}/memory.max", b.uid))),
+                (128 * MIB).to_string()
+            );
             // cpu.weight = 1 + (shares − 2) × 9999 / 262142.
-            assert_eq!(read_trim(&cpu.join(format!("pod{}/cpu.weight", g.uid))), "8");
-            assert_eq!(read_trim(&cpu.join(format!("besteffort/pod{}/cpu.weight", e.uid))), "1");
-            assert_eq!(read_trim(&cpu.join(format!("pod{}/cpu.max", g.uid))), "20000 100000");
+            assert_eq!(
+                read_trim(&cpu.join(format!("pod{}/cpu.weight", g.uid))),
+                "8"
+            );
+            assert_eq!(
+                read_trim(&cpu.join(format!("besteffort/pod{}/cpu.weight", e.uid))),
+                "1"
+            );
+            assert_eq!(
+                read_trim(&cpu.join(format!("pod{}/cpu.max", g.uid))),
+                "20000 100000"
+            );
         }
     }
     let oom = |r: &PodRecord| read_trim(Path::new(&format!("/proc/{}/oom_score_adj", pid(r))));
     assert_eq!(oom(&g), "-998");
     assert_eq!(oom(&e), "1000");
     // Burstable: 1000 − 1000 × 32Mi / capacity, within [2, 999].
-    let capacity = monitor::observe::parse::flat_keyed(&std::fs::read_to_string("/proc/meminfo").unwrap())["MemTotal"];
+    let capacity = monitor::observe::parse::flat_keyed(
+        &std::fs::read_to_string("/proc/meminfo").unwrap(),
+    )["MemTotal"];
     let expected = (1000 - (1000 * 32 * MIB / capacity) as i64).clamp(2, 999);
     assert_eq!(oom(&b), expected.to_string());
     let agent_pid = node.agent.as_ref().unwrap().id();
-    wait_until("the agent's own oom_score_adj", Duration::from_secs(5), || {
-        read_trim(Path::new(&format!("/proc/{agent_pid}/oom_score_adj"))) == "-999"
-    });
+    wait_until(
+        "the agent's own oom_score_adj",
+        Duration::from_secs(5),
+        || read_trim(Path::new(&format!("/proc/{agent_pid}/oom_score_adj"))) == "-999",
+    );
 }
 
 #[test]
@@ -252,40 +335,67 @@ fn a_fast_best_effort_hog_is_evicted_before_the_oom_killer() {
     node.manifest("guaranteed.yaml", &sleeper("guaranteed", GUARANTEED));
     let hog = helper_binary("hog").display().to_string();
     // 700 MiB at full speed in 4 MiB steps: past the 512 MiB bounded node in ~0.3 s.
-    node.manifest("batch.yaml", &pod("batch", "", &[&hog, "anon", "700", "4", "0", "60"], ""));
+    node.manifest(
+        "batch.yaml",
+        &pod("batch", "", &[&hog, "anon", "700", "4", "0", "60"], ""),
+    );
     node.start();
     let guaranteed = node.wait_running("guaranteed");
     let evicted = node.wait_phase("batch", Phase::Failed, Duration::from_secs(30));
     assert_eq!(evicted.reason.as_deref(), Some("Evicted"), "{evicted:?}");
-    assert!(evicted.message.as_deref().unwrap_or("").contains("memory"), "{:?}", evicted.message);
-    assert_eq!(node.pods_oom_kills(), 0, "the kernel OOM killer fired first\n{}", node.log(1));
+    assert!(
+        evicted.message.as_deref().unwrap_or("").contains("memory"),
+        "{:?}",
+        evicted.message
+    );
+    assert_eq!(
+        node.pods_oom_kills(),
+        0,
+        "the kernel OOM killer fired first\n{}",
+        node.log(1)
+    );
     let still = node.record("guaranteed").unwrap();
     assert_eq!(still.phase, Phase::Running);
-    assert_eq!(still.containers[0].pid, guaranteed.containers[0].pid, "the guaranteed pod was not touched");
+    assert_eq!(
+        still.containers[0].pid, guaranteed.containers[0].pid,
+        "the guaranteed pod was not touched"
+    );
     assert!(alive(still.containers[0].pid.unwrap()));
     // The evicted pod is not restarted (restartPolicy Always notwithstanding).
     std::thread::sleep(Duration::from_secs(2));
     let after = node.record("batch").unwrap();
     assert_eq!(after.phase, Phase::Failed);
-    assert!(after.containers.iter().all(|c| c.pid.is_none()), "{after:?}");
-    assert!(node.log(1).contains("Evicted"), "an event names the eviction");
+    assert!(
+        after.containers.iter().all(|c| c.pid.is_none()),
+        "{after:?}"
+    );
+    assert!(
+        node.log(1).contains("Evicted"),
+        "an event names the eviction"
+    );
 }
 
 /// The hog's log: "allocated <MiB> <ns>" lines; returns when it first held `mib`.
 fn reached(log: &Path, mib: u64) -> Option<u64> {
     let file = std::fs::File::open(log).ok()?;
-    std::io::BufReader::new(file).lines().map_while(Result::ok).find_map(|line| {
-        let mut w = line.split_whitespace();
-        (w.next() == Some("allocated")).then_some(())?;
-        let m: u64 = w.next()?.parse().ok()?;
-        let ns: u64 = w.next()?.parse().ok()?;
-        (m >= mib).then_some(ns)
-    })
+    std::io::BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let mut w = line.split_whitespace();
+            (w.next() == Some("allocated")).then_some(())?;
+            let m: u64 = w.next()?.parse().ok()?;
+            let ns: u64 = w.next()?.parse().ok()?;
+            (m >= mib).then_some(ns)
+        })
 }
 
 #[test]
 fn soft_threshold_evicts_after_its_grace_period_with_sigterm() {
-    if !require("soft_threshold_evicts_after_its_grace_period", &[Feature::Root]) {
+    if !require(
+        "soft_threshold_evicts_after_its_grace_period",
+        &[Feature::Root],
+    ) {
         return;
     }
     // Soft allocatableMemory.available<300Mi for 3 s; the pod asks for 10 s of grace,
@@ -297,33 +407,70 @@ fn soft_threshold_evicts_after_its_grace_period_with_sigterm() {
     let hog = helper_binary("hog").display().to_string();
     let term = node.path("term");
     let extra = "  terminationGracePeriodSeconds: 10\n";
-    let env = format!("    env:\n    - {{name: HOG_TERM_FILE, value: \"{}\"}}\n    - {{name: HOG_TERM_LINGER_MS, value: \"1000\"}}\n", term.display());
+    let env = format!(
+        "    env:\n    - {{name: HOG_TERM_FILE, value: \"{}\"}}\n    - {{name: HOG_TERM_LINGER_MS, value: \"1000\"}}\n",
+        term.display()
+    );
     // 256 MiB held: allocatable available falls to ~256 MiB, under 300 MiB.
-    node.manifest("grower.yaml", &pod("grower", &env, &[&hog, "anon", "256", "8", "0", "120"], extra));
+    node.manifest(
+        "grower.yaml",
+        &pod(
+            "grower",
+            &env,
+            &[&hog, "anon", "256", "8", "0", "120"],
+            extra,
+        ),
+    );
     node.start();
     let running = node.wait_running("grower");
-    let log = node.path("logs").join(format!("demo_grower_{}/main/0.log", running.uid));
-    wait_until("the hog holds 256 MiB", Duration::from_secs(10), || reached(&log, 256).is_some());
+    let log = node
+        .path("logs")
+        .join(format!("demo_grower_{}/main/0.log", running.uid));
+    wait_until("the hog holds 256 MiB", Duration::from_secs(10), || {
+        reached(&log, 256).is_some()
+    });
     // pods usage crosses 512 − 300 = 212 MiB on the way up.
     let crossed = reached(&log, 213).expect("crossing step logged");
     std::thread::sleep(Duration::from_millis(2000));
-    assert_eq!(node.record("grower").unwrap().phase, Phase::Running, "evicted before the grace period");
+    assert_eq!(
+        node.record("grower").unwrap().phase,
+        Phase::Running,
+        "evicted before the grace period"
+    );
     assert!(!term.exists(), "SIGTERM before the grace period");
     let evicted = node.wait_phase("grower", Phase::Failed, Duration::from_secs(10));
     assert_eq!(evicted.reason.as_deref(), Some("Evicted"));
-    wait_until("the pod records its SIGTERM", Duration::from_secs(5), || term.exists());
+    wait_until(
+        "the pod records its SIGTERM",
+        Duration::from_secs(5),
+        || term.exists(),
+    );
     let text = std::fs::read_to_string(&term).unwrap();
-    let term_ns: u64 = text.split_whitespace().nth(1).and_then(|t| t.parse().ok()).expect("term <ns>");
+    let term_ns: u64 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|t| t.parse().ok())
+        .expect("term <ns>");
     let waited = Duration::from_nanos(term_ns.saturating_sub(crossed));
-    assert!(waited >= Duration::from_millis(2900), "SIGTERM {waited:?} after the crossing: before the 3 s grace");
-    assert!(waited <= Duration::from_millis(4500), "SIGTERM {waited:?} after the crossing: the deadline wake failed");
+    assert!(
+        waited >= Duration::from_millis(2900),
+        "SIGTERM {waited:?} after the crossing: before the 3 s grace"
+    );
+    assert!(
+        waited <= Duration::from_millis(4500),
+        "SIGTERM {waited:?} after the crossing: the deadline wake failed"
+    );
     // The pod lingered 1 s after SIGTERM and exited by itself: within its 2 s grace, so
     // no SIGKILL (exit status 0 from the handler).
     wait_until("the pod's process is gone", Duration::from_secs(5), || {
-        node.record("grower").is_some_and(|r| r.containers[0].pid.is_none())
+        node.record("grower")
+            .is_some_and(|r| r.containers[0].pid.is_none())
     });
     let agent_log = node.log(1);
-    assert!(agent_log.contains("grace period of 2 s"), "min(pod 10 s, max 2 s) owed:\n{agent_log}");
+    assert!(
+        agent_log.contains("grace period of 2 s"),
+        "min(pod 10 s, max 2 s) owed:\n{agent_log}"
+    );
 }
 
 #[test]
@@ -334,47 +481,84 @@ fn pods_survive_an_agent_restart_and_pressure_still_evicts() {
     let mut node = Node::new("evictionHard: {allocatableMemory.available: 150Mi}");
     let hog = helper_binary("hog").display().to_string();
     let go = node.path("go");
-    let env = format!("    env:\n    - {{name: HOG_START_FILE, value: \"{}\"}}\n", go.display());
+    let env = format!(
+        "    env:\n    - {{name: HOG_START_FILE, value: \"{}\"}}\n",
+        go.display()
+    );
     node.manifest("guaranteed.yaml", &sleeper("guaranteed", GUARANTEED));
-    node.manifest("batch.yaml", &pod("batch", &env, &[&hog, "anon", "700", "4", "0", "60"], ""));
+    node.manifest(
+        "batch.yaml",
+        &pod("batch", &env, &[&hog, "anon", "700", "4", "0", "60"], ""),
+    );
     node.start();
     let g = node.wait_running("guaranteed");
     let b = node.wait_running("batch");
     node.stop();
     let (gp, bp) = (g.containers[0].pid.unwrap(), b.containers[0].pid.unwrap());
-    assert!(alive(gp) && alive(bp), "pods keep running while the agent is down");
+    assert!(
+        alive(gp) && alive(bp),
+        "pods keep running while the agent is down"
+    );
 
     node.start();
-    wait_until(&format!("adoption\n{}", node.log(2)), Duration::from_secs(10), || node.log(2).contains("Adopted"));
+    wait_until(
+        &format!("adoption\n{}", node.log(2)),
+        Duration::from_secs(10),
+        || node.log(2).contains("Adopted"),
+    );
     std::thread::sleep(Duration::from_millis(500));
     let g2 = node.record("guaranteed").unwrap();
     let b2 = node.record("batch").unwrap();
-    assert_eq!((g2.containers[0].pid, g2.containers[0].restart_count), (Some(gp), 0), "adopted, not restarted");
-    assert_eq!((b2.containers[0].pid, b2.containers[0].restart_count), (Some(bp), 0), "adopted, not restarted");
+    assert_eq!(
+        (g2.containers[0].pid, g2.containers[0].restart_count),
+        (Some(gp), 0),
+        "adopted, not restarted"
+    );
+    assert_eq!(
+        (b2.containers[0].pid, b2.containers[0].restart_count),
+        (Some(bp), 0),
+        "adopted, not restarted"
+    );
 
     // Pressure after the restart: the adopted hog starts allocating and is evicted.
     std::fs::write(&go, "").unwrap();
     let evicted = node.wait_phase("batch", Phase::Failed, Duration::from_secs(30));
     assert_eq!(evicted.reason.as_deref(), Some("Evicted"));
-    assert_eq!(node.pods_oom_kills(), 0, "OOM killer fired\n{}", node.log(2));
+    assert_eq!(
+        node.pods_oom_kills(),
+        0,
+        "OOM killer fired\n{}",
+        node.log(2)
+    );
     assert!(alive(gp), "guaranteed pod untouched");
 
     // A third run: the evicted pod stays evicted (not restarted, not evicted again), and
     // no cgroup of it is left behind.
     node.stop();
     node.start();
-    wait_until("third run synchronizes", Duration::from_secs(10), || node.log(3).contains("wake"));
+    wait_until("third run synchronizes", Duration::from_secs(10), || {
+        node.log(3).contains("wake")
+    });
     std::thread::sleep(Duration::from_millis(1000));
     let b3 = node.record("batch").unwrap();
     assert_eq!(b3.phase, Phase::Failed);
     assert!(b3.containers[0].pid.is_none());
-    assert!(!node.log(3).contains("Killing"), "nothing is evicted twice:\n{}", node.log(3));
-    let memory_root = monitor::observe::CgroupLayout::detect().unwrap().memory_root;
+    assert!(
+        !node.log(3).contains("Killing"),
+        "nothing is evicted twice:\n{}",
+        node.log(3)
+    );
+    let memory_root = monitor::observe::CgroupLayout::detect()
+        .unwrap()
+        .memory_root;
     let pod_dirs: Vec<String> = walk_dirs(&memory_root.join(&node.cgroup_root))
         .into_iter()
         .filter(|d| d.contains(&format!("pod{}", b.uid)))
         .collect();
-    assert!(pod_dirs.is_empty(), "orphan cgroups of the evicted pod: {pod_dirs:?}");
+    assert!(
+        pod_dirs.is_empty(),
+        "orphan cgroups of the evicted pod: {pod_dirs:?}"
+    );
     assert!(alive(gp));
 }
 
@@ -399,10 +583,15 @@ fn a_malformed_manifest_is_reported_and_skipped() {
     node.manifest("noname.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {}\nspec: {containers: [{name: c, image: x, command: [/bin/true]}]}\n");
     node.start();
     let good = node.wait_running("good");
-    wait_until("BadManifest event", Duration::from_secs(10), || node.log(1).contains("BadManifest"));
+    wait_until("BadManifest event", Duration::from_secs(10), || {
+        node.log(1).contains("BadManifest")
+    });
     let log = node.log(1);
     let line = log.lines().find(|l| l.contains("BadManifest")).unwrap();
-    assert!(line.contains("noname.yaml") && line.contains("metadata.name"), "{line}");
+    assert!(
+        line.contains("noname.yaml") && line.contains("metadata.name"),
+        "{line}"
+    );
 
     // Live: a bad quantity in a new file is reported with its field path; a good file
     // starts; the running pod is untouched throughout.
@@ -412,14 +601,24 @@ fn a_malformed_manifest_is_reported_and_skipped() {
     );
     node.manifest("late.yaml", &sleeper("late", ""));
     node.wait_running("late");
-    wait_until("second BadManifest", Duration::from_secs(10), || node.log(1).contains("badqty.yaml"));
+    wait_until("second BadManifest", Duration::from_secs(10), || {
+        node.log(1).contains("badqty.yaml")
+    });
     let log = node.log(1);
     let line = log.lines().find(|l| l.contains("badqty.yaml")).unwrap();
     assert!(line.contains("resources.limits.memory"), "{line}");
-    assert_eq!(node.record("good").unwrap().containers[0].pid, good.containers[0].pid);
-    assert!(node.record("badqty").is_none(), "a bad manifest never becomes a pod");
+    assert_eq!(
+        node.record("good").unwrap().containers[0].pid,
+        good.containers[0].pid
+    );
+    assert!(
+        node.record("badqty").is_none(),
+        "a bad manifest never becomes a pod"
+    );
     // Removing a file stops its pod.
     let late_pid = node.record("late").unwrap().containers[0].pid.unwrap();
     std::fs::remove_file(node.path("pods").join("late.yaml")).unwrap();
-    wait_until("late stopped", Duration::from_secs(40), || node.record("late").is_none() && !alive(late_pid));
+    wait_until("late stopped", Duration::from_secs(40), || {
+        node.record("late").is_none() && !alive(late_pid)
+    });
 }

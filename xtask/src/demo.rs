@@ -34,7 +34,15 @@ pub struct DemoArgs {
 pub fn run(args: DemoArgs) -> Result<()> {
     crate::setup::ensure()?;
     let root = workspace_root();
-    run_command(cargo().current_dir(&root).args(["build", "--release", "-p", "monitor", "-p", "monitor-tests", "--bins"]))?;
+    run_command(cargo().current_dir(&root).args([
+        "build",
+        "--release",
+        "-p",
+        "monitor",
+        "-p",
+        "monitor-tests",
+        "--bins",
+    ]))?;
     let bin = root.join("target/release");
     let mut failures = 0;
     for run in 1..=args.runs {
@@ -47,7 +55,11 @@ pub fn run(args: DemoArgs) -> Result<()> {
             }
         }
     }
-    println!("\ndemo: {} of {} runs passed", args.runs - failures, args.runs);
+    println!(
+        "\ndemo: {} of {} runs passed",
+        args.runs - failures,
+        args.runs
+    );
     if failures > 0 {
         bail!("{failures} demo run(s) failed");
     }
@@ -55,7 +67,10 @@ pub fn run(args: DemoArgs) -> Result<()> {
 }
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -68,8 +83,12 @@ fn cgroup_mounts() -> (Vec<PathBuf>, Option<PathBuf>, bool) {
     let mut v1_memory = None;
     let mut v2 = None;
     for line in text.lines() {
-        let Some((left, right)) = line.split_once(" - ") else { continue };
-        let Some(mount) = left.split_whitespace().nth(4) else { continue };
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let Some(mount) = left.split_whitespace().nth(4) else {
+            continue;
+        };
         let mut r = right.split_whitespace();
         let (fstype, options) = (r.next().unwrap_or(""), r.nth(1).unwrap_or(""));
         match fstype {
@@ -102,7 +121,10 @@ fn remove_cgroup_root(root: &str) {
         }
         for _ in 0..100 {
             let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-            let pids: Vec<i32> = procs.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            let pids: Vec<i32> = procs
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
             if pids.is_empty() {
                 break;
             }
@@ -130,8 +152,11 @@ struct Sample {
 /// Samples the pods cgroup's working set every millisecond (usage − inactive_file).
 fn sampler(dir: PathBuf, v1: bool, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Sample>> {
     std::thread::spawn(move || {
-        let (usage_file, inactive_key) =
-            if v1 { ("memory.usage_in_bytes", "total_inactive_file") } else { ("memory.current", "inactive_file") };
+        let (usage_file, inactive_key) = if v1 {
+            ("memory.usage_in_bytes", "total_inactive_file")
+        } else {
+            ("memory.current", "inactive_file")
+        };
         let mut samples = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             let usage: u64 = std::fs::read_to_string(dir.join(usage_file))
@@ -141,9 +166,15 @@ fn sampler(dir: PathBuf, v1: bool, stop: Arc<AtomicBool>) -> std::thread::JoinHa
             let inactive: u64 = std::fs::read_to_string(dir.join("memory.stat"))
                 .unwrap_or_default()
                 .lines()
-                .find_map(|l| l.strip_prefix(inactive_key).and_then(|v| v.trim().parse().ok()))
+                .find_map(|l| {
+                    l.strip_prefix(inactive_key)
+                        .and_then(|v| v.trim().parse().ok())
+                })
                 .unwrap_or(0);
-            samples.push(Sample { at_ns: monotonic_ns(), working_set: usage.saturating_sub(inactive) });
+            samples.push(Sample {
+                at_ns: monotonic_ns(),
+                working_set: usage.saturating_sub(inactive),
+            });
             std::thread::sleep(Duration::from_millis(1));
         }
         samples
@@ -160,14 +191,30 @@ struct Record {
 
 fn records(state: &Path) -> Vec<Record> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(state.join("pods")).into_iter().flatten().flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path()) else { continue };
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
+    for entry in std::fs::read_dir(state.join("pods"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(text) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
         out.push(Record {
-            name: v["pod"]["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            name: v["pod"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
             phase: v["phase"].as_str().unwrap_or("").to_string(),
             reason: v["reason"].as_str().unwrap_or("").to_string(),
-            pids: v["containers"].as_array().into_iter().flatten().filter_map(|c| c["pid"].as_u64()).collect(),
+            pids: v["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["pid"].as_u64())
+                .collect(),
         });
     }
     out
@@ -224,7 +271,12 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
     let dir = std::env::temp_dir().join(&id);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("pods"))?;
-    let mut guard = Guard { agent: None, cgroup_root: id.clone(), dir: dir.clone(), keep };
+    let mut guard = Guard {
+        agent: None,
+        cgroup_root: id.clone(),
+        dir: dir.clone(),
+        keep,
+    };
     let config = format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {pods}\n\
          evictionHard: {{allocatableMemory.available: {THRESHOLD_MIB}Mi, memory.available: 100Mi}}\n\
@@ -237,14 +289,24 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
     std::fs::write(dir.join("config.yaml"), config)?;
     let hog = bin.join("hog").display().to_string();
     let go = dir.join("go");
-    let wait_env = format!("    env:\n    - {{name: HOG_START_FILE, value: \"{}\"}}\n", go.display());
+    let wait_env = format!(
+        "    env:\n    - {{name: HOG_START_FILE, value: \"{}\"}}\n",
+        go.display()
+    );
     let manifests = [
         (
             "service",
             pod(
                 "service",
                 "    resources:\n      requests: {cpu: 100m, memory: 128Mi}\n      limits: {cpu: 100m, memory: 128Mi}\n",
-                &[hog.clone(), "anon".into(), "96".into(), "8".into(), "0".into(), "3600".into()],
+                &[
+                    hog.clone(),
+                    "anon".into(),
+                    "96".into(),
+                    "8".into(),
+                    "0".into(),
+                    "3600".into(),
+                ],
                 "",
             ),
         ),
@@ -254,7 +316,14 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
                 "cache",
                 "    resources:\n      requests: {memory: 64Mi}\n      limits: {memory: 600Mi}\n",
                 // 4 MiB every 100 ms: grows slowly, as a cache does.
-                &[hog.clone(), "anon".into(), "300".into(), "4".into(), "100".into(), "3600".into()],
+                &[
+                    hog.clone(),
+                    "anon".into(),
+                    "300".into(),
+                    "4".into(),
+                    "100".into(),
+                    "3600".into(),
+                ],
                 &wait_env,
             ),
         ),
@@ -264,7 +333,14 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
                 "batch",
                 "",
                 // As fast as it can: past the node's limit in a fraction of a second.
-                &[hog.clone(), "anon".into(), "1500".into(), "8".into(), "0".into(), "3600".into()],
+                &[
+                    hog.clone(),
+                    "anon".into(),
+                    "1500".into(),
+                    "8".into(),
+                    "0".into(),
+                    "3600".into(),
+                ],
                 &wait_env,
             ),
         ),
@@ -291,21 +367,31 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
         let r = records(&state);
         r.len() == 3 && r.iter().all(|r| r.phase == "Running" && !r.pids.is_empty())
     })?;
-    let before: Vec<(String, Vec<u64>)> = records(&state).into_iter().map(|r| (r.name, r.pids)).collect();
+    let before: Vec<(String, Vec<u64>)> = records(&state)
+        .into_iter()
+        .map(|r| (r.name, r.pids))
+        .collect();
 
     let (_, memory_root, v1) = cgroup_mounts();
-    let pods_dir = memory_root.context("no memory hierarchy")?.join(&id).join("kubepods");
+    let pods_dir = memory_root
+        .context("no memory hierarchy")?
+        .join(&id)
+        .join("kubepods");
     let stop = Arc::new(AtomicBool::new(false));
     let samples = sampler(pods_dir.clone(), v1, stop.clone());
     std::thread::sleep(Duration::from_millis(200));
     let start_ns = monotonic_ns();
     std::fs::write(&go, "")?;
     let outcome = wait("the batch pod to end", Duration::from_secs(30), || {
-        records(&state).iter().any(|r| r.name == "batch" && r.phase == "Failed")
+        records(&state)
+            .iter()
+            .any(|r| r.name == "batch" && r.phase == "Failed")
     });
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
-    let samples = samples.join().map_err(|_| anyhow::anyhow!("sampler panicked"))?;
+    let samples = samples
+        .join()
+        .map_err(|_| anyhow::anyhow!("sampler panicked"))?;
     let oom_kills = oom_kills(&pods_dir, v1);
     let after = records(&state);
     outcome?;
@@ -313,69 +399,123 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
     // Timeline.
     let threshold = (NODE_MIB - THRESHOLD_MIB) * MIB;
     let ms = |ns: u64| ns.saturating_sub(start_ns) as f64 / 1e6;
-    let crossing = samples.iter().find(|s| s.at_ns >= start_ns && s.working_set >= threshold).map(|s| s.at_ns);
+    let crossing = samples
+        .iter()
+        .find(|s| s.at_ns >= start_ns && s.working_set >= threshold)
+        .map(|s| s.at_ns);
     let peak = samples.iter().map(|s| s.working_set).max().unwrap_or(0);
     let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
     let wake = log_text.lines().find_map(|l| {
         let at: u64 = field(l, "at_ns")?.parse().ok()?;
         let source = field(l, "source")?;
-        (l.contains(" wake") && at >= start_ns && !matches!(source, "timer" | "request")).then(|| (at, source.to_string()))
+        (l.contains(" wake") && at >= start_ns && !matches!(source, "timer" | "request"))
+            .then(|| (at, source.to_string()))
     });
     let event = |reason: &str| {
         log_text.lines().find_map(|l| {
             let at: u64 = field(l, "at_ns")?.parse().ok()?;
-            (field(l, "reason") == Some(reason) && l.contains("demo/batch") && at >= start_ns).then_some(at)
+            (field(l, "reason") == Some(reason) && l.contains("demo/batch") && at >= start_ns)
+                .then_some(at)
         })
     };
     let (killing, evicted) = (event("Killing"), event("Evicted"));
-    let freed = killing.and_then(|k| samples.iter().find(|s| s.at_ns > k && s.working_set < threshold));
-    println!("timeline (ms after the batch job started allocating; pods cgroup limit {NODE_MIB} MiB, threshold at {} MiB used):", NODE_MIB - THRESHOLD_MIB);
+    let freed = killing.and_then(|k| {
+        samples
+            .iter()
+            .find(|s| s.at_ns > k && s.working_set < threshold)
+    });
+    println!(
+        "timeline (ms after the batch job started allocating; pods cgroup limit {NODE_MIB} MiB, threshold at {} MiB used):",
+        NODE_MIB - THRESHOLD_MIB
+    );
     if let Some(c) = crossing {
-        println!("  {:>8.1}  working set crossed the threshold (1 ms sampler)", ms(c));
+        println!(
+            "  {:>8.1}  working set crossed the threshold (1 ms sampler)",
+            ms(c)
+        );
     }
     if let Some((at, source)) = &wake {
         println!("  {:>8.1}  agent woken by {source}", ms(*at));
     }
     if let Some(k) = killing {
-        println!("  {:>8.1}  SIGKILL sent to demo/batch (hard threshold: no grace)", ms(k));
+        println!(
+            "  {:>8.1}  SIGKILL sent to demo/batch (hard threshold: no grace)",
+            ms(k)
+        );
     }
     if let Some(e) = evicted {
         println!("  {:>8.1}  demo/batch gone, its cgroups removed", ms(e));
     }
     if let Some(f) = freed {
-        println!("  {:>8.1}  working set back under the threshold: {} MiB", ms(f.at_ns), f.working_set / MIB);
+        println!(
+            "  {:>8.1}  working set back under the threshold: {} MiB",
+            ms(f.at_ns),
+            f.working_set / MIB
+        );
     }
-    println!("  peak working set {} MiB of {NODE_MIB} MiB; kernel OOM kills in the pods cgroup: {oom_kills}", peak / MIB);
+    println!(
+        "  peak working set {} MiB of {NODE_MIB} MiB; kernel OOM kills in the pods cgroup: {oom_kills}",
+        peak / MIB
+    );
     if let (Some(c), Some((at, _))) = (crossing, &wake) {
-        println!("  crossing → wake {:.2} ms", at.saturating_sub(c) as f64 / 1e6);
+        println!(
+            "  crossing → wake {:.2} ms",
+            at.saturating_sub(c) as f64 / 1e6
+        );
     }
 
     // Verdict.
     if oom_kills > 0 {
         bail!("the kernel OOM killer fired ({oom_kills} kill(s))");
     }
-    let batch = after.iter().find(|r| r.name == "batch").context("batch record")?;
+    let batch = after
+        .iter()
+        .find(|r| r.name == "batch")
+        .context("batch record")?;
     if batch.reason != "Evicted" {
-        bail!("batch ended as {} ({}), not evicted", batch.phase, batch.reason);
+        bail!(
+            "batch ended as {} ({}), not evicted",
+            batch.phase,
+            batch.reason
+        );
     }
     for name in ["service", "cache"] {
-        let now = after.iter().find(|r| r.name == name).with_context(|| format!("{name} record"))?;
-        let was = before.iter().find(|(n, _)| n == name).map(|(_, p)| p.clone()).unwrap_or_default();
+        let now = after
+            .iter()
+            .find(|r| r.name == name)
+            .with_context(|| format!("{name} record"))?;
+        let was = before
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| p.clone())
+            .unwrap_or_default();
         if now.phase != "Running" || now.pids != was {
-            bail!("the wrong pod died: {name} is {} (pids {:?} → {:?})", now.phase, was, now.pids);
+            bail!(
+                "the wrong pod died: {name} is {} (pids {:?} → {:?})",
+                now.phase,
+                was,
+                now.pids
+            );
         }
     }
     Ok(())
 }
 
 fn oom_kills(pods_dir: &Path, v1: bool) -> u64 {
-    let file = if v1 { "memory.oom_control" } else { "memory.events" };
+    let file = if v1 {
+        "memory.oom_control"
+    } else {
+        "memory.events"
+    };
     std::fs::File::open(pods_dir.join(file))
         .map(|f| {
             std::io::BufReader::new(f)
                 .lines()
                 .map_while(Result::ok)
-                .find_map(|l| l.strip_prefix("oom_kill ").and_then(|v| v.trim().parse().ok()))
+                .find_map(|l| {
+                    l.strip_prefix("oom_kill ")
+                        .and_then(|v| v.trim().parse().ok())
+                })
                 .unwrap_or(0)
         })
         .unwrap_or(0)

@@ -3,6 +3,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod demo;
 mod run;
 mod setup;
 mod test;
@@ -23,6 +24,8 @@ enum Command {
     Run(run::RunArgs),
     /// Run every test: unit, privileged integration (root), and the cgroup v2 VM suite.
     Test(test::TestArgs),
+    /// The agent beats the OOM killer on a 1 GiB bounded node (`--runs 10` to repeat).
+    Demo(demo::DemoArgs),
     /// Boot a throw-away VM (Debian kernel, busybox initramfs, cgroup v2) and run the
     /// privileged integration tests inside it.
     Vm(vm::VmArgs),
@@ -34,5 +37,6 @@ fn main() -> Result<()> {
         Command::Run(args) => run::run(args),
         Command::Test(args) => test::run(args),
         Command::Vm(args) => vm::run(args),
+        Command::Demo(args) => demo::run(args),
     }
 }
