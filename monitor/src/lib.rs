@@ -11,5 +11,6 @@ pub mod manager;
 pub mod notify;
 pub mod observe;
 pub mod policy;
+pub mod runtime;
 pub mod simulate;
 pub mod state;
