@@ -238,8 +238,9 @@ impl CgroupTree {
             }
             CgroupVersion::V1 => v1_hierarchies(layout, mountinfo),
         };
-        let node_cpu_milli = std::thread::available_parallelism()
-            .map_or(1000, |n| i64::try_from(n.get()).unwrap_or(1).saturating_mul(1000));
+        let node_cpu_milli = std::thread::available_parallelism().map_or(1000, |n| {
+            i64::try_from(n.get()).unwrap_or(1).saturating_mul(1000)
+        });
         Ok(CgroupTree {
             version: layout.version,
             root: components.join("/"),
@@ -374,7 +375,9 @@ impl CgroupTree {
             ..ResourceConfig::default()
         };
         match self.apply(relative, &config) {
-            Err(CgroupError::Write { source, .. }) if source.raw_os_error() == Some(libc::EBUSY) => {
+            Err(CgroupError::Write { source, .. })
+                if source.raw_os_error() == Some(libc::EBUSY) =>
+            {
                 let usage = self
                     .reader()
                     .memory_stats(relative)
@@ -469,7 +472,11 @@ impl CgroupTree {
                 }
             }
         }
-        let rounds = if signal == Signal::SIGKILL { KILL_ROUNDS } else { 1 };
+        let rounds = if signal == Signal::SIGKILL {
+            KILL_ROUNDS
+        } else {
+            1
+        };
         for _ in 0..rounds {
             let fresh: Vec<i32> = pids
                 .into_iter()
@@ -670,7 +677,11 @@ impl CgroupTree {
     fn write_value(&self, relative: &str, write: &ValueWrite) -> Result<(), CgroupError> {
         let Some(h) = self.hierarchies.iter().find(|h| h.has(write.controller)) else {
             let reason = format!("no {} hierarchy is mounted", write.controller.name());
-            self.warn(&PathBuf::from(relative).join(write.file), &write.value, reason);
+            self.warn(
+                &PathBuf::from(relative).join(write.file),
+                &write.value,
+                reason,
+            );
             return Ok(());
         };
         let path = h.mount.join(relative).join(write.file);
@@ -838,9 +849,9 @@ fn unescape_mount_path(text: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).filter(|d| {
-            bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b))
-        });
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
         match octal.and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 8).ok()) {
             Some(byte) => {
                 out.push(byte);
