@@ -115,17 +115,12 @@ pub struct Histogram {
 }
 
 /// Bucket bounds from 10 µs to 10 s: wake latencies live at the bottom, polling at the top.
-pub const LATENCY_BUCKETS: [f64; 13] = [
-    1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 5.0, 10.0,
-];
+pub const LATENCY_BUCKETS: [f64; 13] =
+    [1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 5.0, 10.0];
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram {
-            buckets: LATENCY_BUCKETS.iter().map(|b| (*b, 0)).collect(),
-            sum: 0.0,
-            count: 0,
-        }
+        Histogram { buckets: LATENCY_BUCKETS.iter().map(|b| (*b, 0)).collect(), sum: 0.0, count: 0 }
     }
 }
 
@@ -169,9 +164,7 @@ impl SharedState {
     /// Locks for an update. Never held across an await.
     pub fn lock(&self) -> MutexGuard<'_, AgentState> {
         // A panic while holding the lock leaves plain data behind: still usable.
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// A snapshot.
