@@ -465,10 +465,10 @@ impl CgroupTree {
             {
                 let kill = h.mount.join(&pod.relative).join("cgroup.kill");
                 // On failure the per-process kills below still run.
-                if kill.exists() {
-                    if let Err(e) = write_file(&kill, "1") {
-                        tracing::debug!(error = %e, "cgroup.kill failed; signalling each process");
-                    }
+                if kill.exists()
+                    && let Err(e) = write_file(&kill, "1")
+                {
+                    tracing::debug!(error = %e, "cgroup.kill failed; signalling each process");
                 }
             }
         }
