@@ -206,7 +206,11 @@ fn expected_files(
             ));
         }
     }
-    files.push((Controller::Pids, "pids.max", limit(config.pids_limit, "max")));
+    files.push((
+        Controller::Pids,
+        "pids.max",
+        limit(config.pids_limit, "max"),
+    ));
     files
 }
 
@@ -324,17 +328,17 @@ fn cgroups_pods_land_in_their_tier_with_the_policy_values(
     let pod = pod(manifest);
     assert_eq!(pod.qos_class(), qos, "the manifest's class");
     let (cgroup, containers) = create(tree, &pod);
-    let expected = format!(
-        "{}/{tier}/pod{}",
-        fixture_root(tree),
-        pod.metadata.uid
-    );
+    let expected = format!("{}/{tier}/pod{}", fixture_root(tree), pod.metadata.uid);
     assert_eq!(cgroup.relative, expected);
     for dir in dirs(tree, &expected) {
         assert!(dir.is_dir(), "{} exists", dir.display());
     }
     let pod_config = pod_resource_config(&pod, &options());
-    assert_eq!(pod_config.pids_limit, Some(256), "podPidsLimit reaches the pod");
+    assert_eq!(
+        pod_config.pids_limit,
+        Some(256),
+        "podPidsLimit reaches the pod"
+    );
     assert_values(tree, &cgroup.relative, &pod_config);
     for (container, spec) in containers.iter().zip(&pod.spec.containers) {
         assert_eq!(container.relative, format!("{expected}/{}", spec.name));
@@ -359,31 +363,51 @@ fn fixture_root(tree: &CgroupTree) -> String {
 
 #[test]
 fn cgroups_tier_values_with_qos_reserved_memory() {
-    if !require("cgroups_tier_values_with_qos_reserved_memory", &[Feature::Root]) {
+    if !require(
+        "cgroups_tier_values_with_qos_reserved_memory",
+        &[Feature::Root],
+    ) {
         return;
     }
     let fixture = Fixture::new("reserved");
     let tree = &fixture.tree;
     tree.ensure_qos_hierarchy(None)
         .unwrap_or_else(|e| panic!("{e}"));
-    let pods = parse_pod_list(
-        &[GUARANTEED, BURSTABLE, BEST_EFFORT].join("---\n"),
-        "pods",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let pods = parse_pod_list(&[GUARANTEED, BURSTABLE, BEST_EFFORT].join("---\n"), "pods")
+        .unwrap_or_else(|e| panic!("{e}"));
     let allocatable: ResourceList = [("memory", "4Gi"), ("cpu", "2")]
         .into_iter()
-        .map(|(k, v)| (k.to_string(), parse_quantity(v).unwrap_or_else(|e| panic!("{e}"))))
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                parse_quantity(v).unwrap_or_else(|e| panic!("{e}")),
+            )
+        })
         .collect();
     let tiers = qos_tier_configs(&pods, &allocatable, Some(50)).unwrap_or_else(|e| panic!("{e}"));
     // 50% of the Guaranteed pod's 192Mi, then 50% of the Burstable pod's 64Mi.
     assert_eq!(tiers.burstable.memory_limit, Some(4096 * MIB - 96 * MIB));
-    assert_eq!(tiers.best_effort.memory_limit, Some(4096 * MIB - 96 * MIB - 32 * MIB));
-    assert_eq!(tiers.burstable.cpu_shares, Some(102), "100m of Burstable requests");
+    assert_eq!(
+        tiers.best_effort.memory_limit,
+        Some(4096 * MIB - 96 * MIB - 32 * MIB)
+    );
+    assert_eq!(
+        tiers.burstable.cpu_shares,
+        Some(102),
+        "100m of Burstable requests"
+    );
     tree.update_qos_tiers(&tiers)
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_values(tree, &tree.tier_relative(QosClass::Burstable), &tiers.burstable);
-    assert_values(tree, &tree.tier_relative(QosClass::BestEffort), &tiers.best_effort);
+    assert_values(
+        tree,
+        &tree.tier_relative(QosClass::Burstable),
+        &tiers.burstable,
+    );
+    assert_values(
+        tree,
+        &tree.tier_relative(QosClass::BestEffort),
+        &tiers.best_effort,
+    );
 
     // Without the reserve the tiers are unbounded again only if written so: the
     // kubelet leaves memory alone (None), and so does the tree.
@@ -399,7 +423,10 @@ fn cgroups_tier_values_with_qos_reserved_memory() {
 
 #[test]
 fn cgroups_pods_root_memory_limit_is_written() {
-    if !require("cgroups_pods_root_memory_limit_is_written", &[Feature::Root]) {
+    if !require(
+        "cgroups_pods_root_memory_limit_is_written",
+        &[Feature::Root],
+    ) {
         return;
     }
     let mut fixture = Fixture::new("allocatable");
@@ -516,7 +543,11 @@ fn cgroups_hog_joins_every_hierarchy_and_is_charged_to_its_pod() {
         memory.usage_bytes >= 48 << 20,
         "the hog's 48 MiB are charged to the pod: {memory:?}"
     );
-    assert_eq!(memory.limit_bytes, Some(256 << 20), "the pod's limit: {memory:?}");
+    assert_eq!(
+        memory.limit_bytes,
+        Some(256 << 20),
+        "the pod's limit: {memory:?}"
+    );
 
     assert_eq!(
         tree.signal(&cgroup, Signal::SIGKILL)
@@ -556,7 +587,9 @@ fn cgroups_sigkill_empties_the_pod_and_remove_leaves_nothing() {
         "one hog per container, listed once across hierarchies"
     );
     assert!(!tree.is_empty(&cgroup));
-    let err = tree.remove_pod(&cgroup).expect_err("a pod with processes stays");
+    let err = tree
+        .remove_pod(&cgroup)
+        .expect_err("a pod with processes stays");
     assert!(err.to_string().contains(&cgroup.relative), "{err}");
 
     assert_eq!(
@@ -579,7 +612,11 @@ fn cgroups_sigkill_empties_the_pod_and_remove_leaves_nothing() {
     for dir in dirs(tree, &cgroup.relative) {
         assert!(!dir.exists(), "{} is gone", dir.display());
     }
-    assert!(tree.existing_pods().is_empty(), "{:?}", tree.existing_pods());
+    assert!(
+        tree.existing_pods().is_empty(),
+        "{:?}",
+        tree.existing_pods()
+    );
     for dir in dirs(tree, &tree.tier_relative(QosClass::Burstable)) {
         assert!(dir.is_dir(), "the tiers stay: {}", dir.display());
     }
@@ -614,9 +651,10 @@ fn cgroups_existing_pods_are_adopted_by_another_tree() {
         created
     );
     for pod in &adopted {
-        restarted
-            .remove_pod(pod)
-            .unwrap_or_else(|e| panic!("{e}"));
+        restarted.remove_pod(pod).unwrap_or_else(|e| panic!("{e}"));
     }
-    assert!(tree.existing_pods().is_empty(), "removed through the adopter");
+    assert!(
+        tree.existing_pods().is_empty(),
+        "removed through the adopter"
+    );
 }

@@ -158,6 +158,18 @@ impl Drop for Node {
     }
 }
 
+/// Polls `check` every 10 ms until it holds (true) or `timeout` passes (false).
+fn poll(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
 fn alive(pid: u32) -> bool {
     // Signal 0: existence check. A zombie is not alive for us.
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok()
@@ -310,7 +322,20 @@ fn pods_start_in_their_qos_cgroups_with_the_right_values() {
         }
     }
     let oom = |r: &PodRecord| read_trim(Path::new(&format!("/proc/{}/oom_score_adj", pid(r))));
-    assert_eq!(oom(&g), "-998");
+    // Lowering oom_score_adj needs CAP_SYS_RESOURCE; without it (some sandboxes) the
+    // runtime gives 0 and says so in an event.
+    let privileged = monitor::runtime::has_cap_sys_resource();
+    if privileged {
+        assert_eq!(oom(&g), "-998");
+    } else {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stdout(),
+            "SKIP: oom_score_adj -998/-999: this process lacks CAP_SYS_RESOURCE"
+        );
+        assert_eq!(oom(&g), "0");
+        assert!(node.log(1).contains("OomScoreAdj"), "the clamp is reported");
+    }
     assert_eq!(oom(&e), "1000");
     // Burstable: 1000 − 1000 × 32Mi / capacity, within [2, 999].
     let capacity = monitor::observe::parse::flat_keyed(
@@ -318,12 +343,14 @@ fn pods_start_in_their_qos_cgroups_with_the_right_values() {
     )["MemTotal"];
     let expected = (1000 - (1000 * 32 * MIB / capacity) as i64).clamp(2, 999);
     assert_eq!(oom(&b), expected.to_string());
-    let agent_pid = node.agent.as_ref().unwrap().id();
-    wait_until(
-        "the agent's own oom_score_adj",
-        Duration::from_secs(5),
-        || read_trim(Path::new(&format!("/proc/{agent_pid}/oom_score_adj"))) == "-999",
-    );
+    if privileged {
+        let agent_pid = node.agent.as_ref().unwrap().id();
+        wait_until(
+            "the agent's own oom_score_adj",
+            Duration::from_secs(5),
+            || read_trim(Path::new(&format!("/proc/{agent_pid}/oom_score_adj"))) == "-999",
+        );
+    }
 }
 
 #[test]

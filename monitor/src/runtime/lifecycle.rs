@@ -345,7 +345,7 @@ fn launch(shared: &Arc<Shared>, uid: &str, name: &str) {
             let launch = container::Launch {
                 container: spec,
                 join_files: shared.tree.join_files(&cc),
-                oom_score_adj: qos::oom_score_adj(&pod, spec, shared.config.memory_capacity),
+                oom_score_adj: container_oom_score_adj(shared, &pod, spec),
                 log_path: logs::container_log(
                     &logs::pod_dir(
                         &shared.config.log_dir,
@@ -870,4 +870,41 @@ pub(super) fn publish(shared: &Shared) {
             .collect()
     };
     shared.state.lock().pods = views;
+}
+
+/// The container's oom_score_adj, as the QoS policy wants it, except that without
+/// CAP_SYS_RESOURCE the kernel refuses any value below the agent's own (0): then the
+/// container gets 0, and an event says so once.
+fn container_oom_score_adj(
+    shared: &Shared,
+    pod: &Pod,
+    container: &crate::policy::pod::Container,
+) -> i32 {
+    let wanted = qos::oom_score_adj(pod, container, shared.config.memory_capacity);
+    if wanted >= 0 || has_cap_sys_resource() {
+        return wanted;
+    }
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        shared.state.event(
+            "Warning",
+            "OomScoreAdj",
+            "node",
+            "the agent lacks CAP_SYS_RESOURCE: containers that should get a negative oom_score_adj get 0",
+        );
+    });
+    0
+}
+
+/// Whether this process may lower oom_score_adj (CAP_SYS_RESOURCE, capability 24).
+pub fn has_cap_sys_resource() -> bool {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:").map(|v| v.trim().to_string()))
+        })
+        .and_then(|hex| u64::from_str_radix(&hex, 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
 }

@@ -27,6 +27,8 @@ use crate::state::SharedState;
 pub mod cgroups;
 pub mod container;
 mod lifecycle;
+
+pub use lifecycle::has_cap_sys_resource;
 pub mod logs;
 pub mod manifests;
 pub mod store;
