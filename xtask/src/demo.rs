@@ -241,8 +241,11 @@ fn pod(name: &str, resources: &str, command: &[String], env: &str) -> String {
 
 /// A field `key=value` of a tracing log line.
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    let start = line.find(&format!("{key}="))? + key.len() + 1;
-    line[start..].split_whitespace().next()
+    let start = line.find(&format!(" {key}="))? + key.len() + 2;
+    line[start..]
+        .split_whitespace()
+        .next()
+        .map(|v| v.trim_matches('"'))
 }
 
 struct Guard {
