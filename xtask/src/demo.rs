@@ -431,40 +431,34 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
         "timeline (ms after the batch job started allocating; pods cgroup limit {NODE_MIB} MiB, threshold at {} MiB used):",
         NODE_MIB - THRESHOLD_MIB
     );
+    let mut timeline: Vec<(u64, String)> = Vec::new();
     if let Some(c) = crossing {
-        println!(
-            "  {:>8.1}  working set crossed the threshold (1 ms sampler)",
-            ms(c)
-        );
+        timeline.push((c, "working set crossed the threshold (1 ms sampler)".into()));
     }
     if let Some((at, source)) = &wake {
-        println!("  {:>8.1}  agent woken by {source}", ms(*at));
+        timeline.push((*at, format!("agent woken by {source}")));
     }
     if let Some(k) = killing {
-        println!(
-            "  {:>8.1}  SIGKILL sent to demo/batch (hard threshold: no grace)",
-            ms(k)
-        );
-    }
-    if let Some(e) = evicted {
-        println!("  {:>8.1}  demo/batch gone, its cgroups removed", ms(e));
+        timeline.push((k, "SIGKILL sent to demo/batch (hard threshold: no grace)".into()));
     }
     if let Some(f) = freed {
-        println!(
-            "  {:>8.1}  working set back under the threshold: {} MiB",
-            ms(f.at_ns),
-            f.working_set / MIB
-        );
+        timeline.push((f.at_ns, format!("working set back under the threshold: {} MiB", f.working_set / MIB)));
     }
-    println!(
-        "  peak working set {} MiB of {NODE_MIB} MiB; kernel OOM kills in the pods cgroup: {oom_kills}",
-        peak / MIB
-    );
+    if let Some(e) = evicted {
+        timeline.push((e, "demo/batch gone, its cgroups removed".into()));
+    }
+    timeline.sort_by_key(|(at, _)| *at);
+    for (at, what) in &timeline {
+        println!("  {:>8.1}  {what}", ms(*at));
+    }
+    println!("  peak working set {} MiB of {NODE_MIB} MiB; kernel OOM kills in the pods cgroup: {oom_kills}", peak / MIB);
     if let (Some(c), Some((at, _))) = (crossing, &wake) {
-        println!(
-            "  crossing → wake {:.2} ms",
-            at.saturating_sub(c) as f64 / 1e6
-        );
+        // The sampler reads every millisecond: a wake up to 1 ms "before" the sampled
+        // crossing is the sampler's lag, not a premature wake.
+        println!("  crossing → wake {:+.2} ms (sampler resolution 1 ms)", (*at as f64 - c as f64) / 1e6);
+    }
+    if let (Some((at, _)), Some(k)) = (&wake, killing) {
+        println!("  wake → SIGKILL {:.2} ms", k.saturating_sub(*at) as f64 / 1e6);
     }
 
     // Verdict.
