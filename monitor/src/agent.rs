@@ -87,16 +87,12 @@ impl Agent {
             }
         }
 
-        // cgroup v1 memory thresholds.
+        // Memory thresholds: eventfd notifiers on cgroup v1; memory.high on cgroup v2
+        // (whose crossings the memory.events source then reports).
         let mut memcg_tx = None;
         if !settings.sources.memcg_thresholds {
             statuses.push(SourceStatus::disabled(WakeSource::MemcgThreshold));
-        } else if layout.version != CgroupVersion::V1 {
-            statuses.push(SourceStatus::unsupported(
-                WakeSource::MemcgThreshold,
-                "cgroup v2 has no memory usage thresholds (memory.events and PSI cover it)",
-            ));
-        } else {
+        } else if layout.version == CgroupVersion::V1 {
             let (tx, rx) = watch::channel(Vec::new());
             tasks.push(notify::memcg::spawn(rx, wakes.clone()));
             memcg_tx = Some(tx);
@@ -108,6 +104,19 @@ impl Agent {
                     config.memory_thresholds.node.len(),
                     config.memory_thresholds.pods.len()
                 ),
+            ));
+        } else if settings.sources.memory_events && settings.pods_cgroup.is_some() {
+            let (tx, rx) = watch::channel(Vec::new());
+            tasks.push(notify::memcg::spawn_v2_high(rx, layout.memory_root.clone()));
+            memcg_tx = Some(tx);
+            statuses.push(SourceStatus::running(
+                WakeSource::MemcgThreshold,
+                "cgroup v2: memory.high of the pods cgroup at its hard allocatable threshold; crossings wake through memory.events",
+            ));
+        } else {
+            statuses.push(SourceStatus::unsupported(
+                WakeSource::MemcgThreshold,
+                "cgroup v2 has no usage thresholds; memory.high stands in only with a pods cgroup and the memory.events source",
             ));
         }
 
@@ -251,7 +260,14 @@ impl Agent {
     }
 
     /// Stops every task and detaches the eBPF programs.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
+        // The manager first (it was started last): dropping its threshold sender lets the
+        // cgroup v2 memory.high task put `max` back before it ends.
+        if let Some(manager) = self.tasks.pop() {
+            manager.abort();
+            let _ = manager.await;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         for task in &self.tasks {
             task.abort();
         }

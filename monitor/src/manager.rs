@@ -41,12 +41,20 @@ pub trait Synchronizer: Send + 'static {
     }
 }
 
-/// The memory thresholds to arm as memcg v1 notifiers, as eviction threshold values of the
+/// The memory thresholds to arm as kernel notifiers, as eviction threshold values of the
 /// memory.available (node) and allocatableMemory.available (pods cgroup) signals.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MemoryThresholds {
-    pub node: Vec<QuantityOrPercent>,
-    pub pods: Vec<QuantityOrPercent>,
+    pub node: Vec<MemoryThreshold>,
+    pub pods: Vec<MemoryThreshold>,
+}
+
+/// One memory eviction threshold.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryThreshold {
+    pub value: QuantityOrPercent,
+    /// A hard threshold (acts at once); soft ones wait for their grace period.
+    pub hard: bool,
 }
 
 /// The usage values at which the kernel must wake us: for each threshold T on a signal
@@ -61,16 +69,17 @@ pub fn threshold_specs(
 ) -> Vec<ThresholdSpec> {
     let mut specs = Vec::new();
     let mut add =
-        |cgroup: PathBuf, capacity: u64, inactive_file: u64, values: &[QuantityOrPercent]| {
-            for value in values {
-                let threshold = value.resolve(capacity as i64).max(0) as u64;
-                if threshold >= capacity {
+        |cgroup: PathBuf, capacity: u64, inactive_file: u64, values: &[MemoryThreshold]| {
+            for threshold in values {
+                let quantity = threshold.value.resolve(capacity as i64).max(0) as u64;
+                if quantity >= capacity {
                     continue;
                 }
-                let usage_bytes = capacity - threshold + inactive_file;
+                let usage_bytes = capacity - quantity + inactive_file;
                 let spec = ThresholdSpec {
                     cgroup: cgroup.clone(),
                     usage_bytes,
+                    hard: threshold.hard,
                 };
                 if !specs.contains(&spec) {
                     specs.push(spec);
@@ -358,34 +367,40 @@ mod tests {
         }
     }
 
+    fn hard(units: i64) -> MemoryThreshold {
+        MemoryThreshold {
+            value: QuantityOrPercent::Quantity(Quantity::from_units(units)),
+            hard: true,
+        }
+    }
+
     #[test]
     fn thresholds_follow_capacity_and_inactive_file() {
         let thresholds = MemoryThresholds {
             node: vec![
-                QuantityOrPercent::Quantity(Quantity::from_units(1_000)),
-                QuantityOrPercent::Percent(0.5),
+                hard(1_000),
+                MemoryThreshold {
+                    value: QuantityOrPercent::Percent(0.5),
+                    hard: false,
+                },
             ],
-            pods: vec![QuantityOrPercent::Quantity(Quantity::from_units(300))],
+            pods: vec![hard(300)],
         };
         let specs = threshold_specs(&observation(), &thresholds, Path::new("/cg"), Some("/pods"));
+        let spec = |cgroup: &str, usage_bytes, hard| ThresholdSpec {
+            cgroup: cgroup.into(),
+            usage_bytes,
+            hard,
+        };
         assert_eq!(
             specs,
             vec![
                 // 10000 − 1000 + 1000 inactive
-                ThresholdSpec {
-                    cgroup: "/cg".into(),
-                    usage_bytes: 10_000
-                },
+                spec("/cg", 10_000, true),
                 // 10000 − 5000 + 1000
-                ThresholdSpec {
-                    cgroup: "/cg".into(),
-                    usage_bytes: 6_000
-                },
+                spec("/cg", 6_000, false),
                 // 2000 − 300 + 100
-                ThresholdSpec {
-                    cgroup: "/cg/pods".into(),
-                    usage_bytes: 1_800
-                },
+                spec("/cg/pods", 1_800, true),
             ]
         );
     }
@@ -394,8 +409,11 @@ mod tests {
     fn thresholds_at_or_above_capacity_are_not_armed() {
         let thresholds = MemoryThresholds {
             node: vec![
-                QuantityOrPercent::Quantity(Quantity::from_units(10_000)),
-                QuantityOrPercent::Percent(1.0),
+                hard(10_000),
+                MemoryThreshold {
+                    value: QuantityOrPercent::Percent(1.0),
+                    hard: true,
+                },
             ],
             pods: vec![],
         };

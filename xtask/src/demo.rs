@@ -439,10 +439,19 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
         timeline.push((*at, format!("agent woken by {source}")));
     }
     if let Some(k) = killing {
-        timeline.push((k, "SIGKILL sent to demo/batch (hard threshold: no grace)".into()));
+        timeline.push((
+            k,
+            "SIGKILL sent to demo/batch (hard threshold: no grace)".into(),
+        ));
     }
     if let Some(f) = freed {
-        timeline.push((f.at_ns, format!("working set back under the threshold: {} MiB", f.working_set / MIB)));
+        timeline.push((
+            f.at_ns,
+            format!(
+                "working set back under the threshold: {} MiB",
+                f.working_set / MIB
+            ),
+        ));
     }
     if let Some(e) = evicted {
         timeline.push((e, "demo/batch gone, its cgroups removed".into()));
@@ -451,14 +460,23 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
     for (at, what) in &timeline {
         println!("  {:>8.1}  {what}", ms(*at));
     }
-    println!("  peak working set {} MiB of {NODE_MIB} MiB; kernel OOM kills in the pods cgroup: {oom_kills}", peak / MIB);
+    println!(
+        "  peak working set {} MiB of {NODE_MIB} MiB; kernel OOM kills in the pods cgroup: {oom_kills}",
+        peak / MIB
+    );
     if let (Some(c), Some((at, _))) = (crossing, &wake) {
         // The sampler reads every millisecond: a wake up to 1 ms "before" the sampled
         // crossing is the sampler's lag, not a premature wake.
-        println!("  crossing → wake {:+.2} ms (sampler resolution 1 ms)", (*at as f64 - c as f64) / 1e6);
+        println!(
+            "  crossing → wake {:+.2} ms (sampler resolution 1 ms)",
+            (*at as f64 - c as f64) / 1e6
+        );
     }
     if let (Some((at, _)), Some(k)) = (&wake, killing) {
-        println!("  wake → SIGKILL {:.2} ms", k.saturating_sub(*at) as f64 / 1e6);
+        println!(
+            "  wake → SIGKILL {:.2} ms",
+            k.saturating_sub(*at) as f64 / 1e6
+        );
     }
 
     // Verdict.

@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use crate::agent::AgentConfig;
-use crate::manager::MemoryThresholds;
+use crate::manager::{MemoryThreshold, MemoryThresholds};
 use crate::policy::signal::Signal;
 
 pub mod agent;
@@ -71,9 +71,13 @@ pub fn parse_agent_config(
 pub fn memory_thresholds(kubelet: &kubelet::KubeletConfig) -> MemoryThresholds {
     let mut thresholds = MemoryThresholds::default();
     for threshold in &kubelet.eviction.thresholds {
+        let memory = MemoryThreshold {
+            value: threshold.value,
+            hard: threshold.is_hard(),
+        };
         match threshold.signal {
-            Signal::MemoryAvailable => thresholds.node.push(threshold.value),
-            Signal::AllocatableMemoryAvailable => thresholds.pods.push(threshold.value),
+            Signal::MemoryAvailable => thresholds.node.push(memory),
+            Signal::AllocatableMemoryAvailable => thresholds.pods.push(memory),
             _ => {}
         }
     }
@@ -104,7 +108,8 @@ mod tests {
         let loaded = parse_agent_config(DEFAULT_CONFIG, "default.yaml", &flags).unwrap();
         let node = &loaded.agent.memory_thresholds.node;
         assert_eq!(node.len(), 1);
-        assert_eq!(node[0].resolve(1 << 40), 500 << 20);
+        assert_eq!(node[0].value.resolve(1 << 40), 500 << 20);
+        assert!(node[0].hard);
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub struct ThresholdSpec {
     pub cgroup: PathBuf,
     /// Value of memory.usage_in_bytes at which to wake.
     pub usage_bytes: u64,
+    /// From a hard threshold (on cgroup v2 only those become memory.high).
+    pub hard: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,4 +133,83 @@ pub fn spawn(mut specs: watch::Receiver<Vec<ThresholdSpec>>, wakes: WakeSender) 
             }
         }
     })
+}
+
+/// cgroup v2 has no usage thresholds. Its stand-in: `memory.high` at the usage where the
+/// pods cgroup crosses its HARD threshold. The kernel then raises the `high` counter of
+/// memory.events (which the memory.events source watches) the moment usage crosses, and
+/// throttles the allocating task in reclaim above it, which buys time for the eviction
+/// that follows at once. Only hard thresholds: soft ones allow running over them for a
+/// grace period, and throttling would change that. Never on the root cgroup (it has no
+/// memory.high). Cgroups that drop out of the set get `max` back.
+pub fn spawn_v2_high(
+    mut specs: watch::Receiver<Vec<ThresholdSpec>>,
+    memory_root: PathBuf,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut written: Vec<PathBuf> = Vec::new();
+        loop {
+            let highs = v2_high_values(&specs.borrow_and_update(), &memory_root);
+            for cgroup in written
+                .iter()
+                .filter(|c| !highs.iter().any(|(h, _)| h == *c))
+            {
+                write_high(cgroup, "max");
+            }
+            for (cgroup, bytes) in &highs {
+                write_high(cgroup, &bytes.to_string());
+            }
+            written = highs.into_iter().map(|(c, _)| c).collect();
+            if specs.changed().await.is_err() {
+                // The agent stops: lift the throttle it put in place.
+                for cgroup in &written {
+                    write_high(cgroup, "max");
+                }
+                return;
+            }
+        }
+    })
+}
+
+/// memory.high per cgroup: the lowest hard-threshold usage, root excluded.
+pub fn v2_high_values(specs: &[ThresholdSpec], memory_root: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out: Vec<(PathBuf, u64)> = Vec::new();
+    for spec in specs.iter().filter(|s| s.hard && s.cgroup != memory_root) {
+        match out.iter_mut().find(|(c, _)| *c == spec.cgroup) {
+            Some((_, bytes)) => *bytes = (*bytes).min(spec.usage_bytes),
+            None => out.push((spec.cgroup.clone(), spec.usage_bytes)),
+        }
+    }
+    out
+}
+
+fn write_high(cgroup: &Path, value: &str) {
+    let path = cgroup.join("memory.high");
+    if let Err(err) = std::fs::write(&path, value) {
+        tracing::warn!("writing {value} to {}: {err}", path.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v2_high_takes_the_lowest_hard_threshold_and_never_the_root() {
+        let spec = |cgroup: &str, usage_bytes, hard| ThresholdSpec {
+            cgroup: cgroup.into(),
+            usage_bytes,
+            hard,
+        };
+        let specs = vec![
+            spec("/cg", 900, true),
+            spec("/cg/pods", 800, true),
+            spec("/cg/pods", 700, true),
+            spec("/cg/pods", 500, false),
+        ];
+        assert_eq!(
+            v2_high_values(&specs, Path::new("/cg")),
+            vec![(PathBuf::from("/cg/pods"), 700)]
+        );
+    }
 }

@@ -233,45 +233,10 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::policy::pod::{Container, PodSpec, ResourceRequirements, Toleration};
-    use crate::policy::quantity::parse_quantity;
+    use crate::policy::pod::Toleration;
+    use crate::policy::testing::{list, pod};
 
     use NodeConditionType::{DiskPressure, MemoryPressure, PIDPressure};
-
-    fn list(text: &str) -> ResourceList {
-        text.split(',')
-            .filter(|s| !s.is_empty())
-            .map(|kv| {
-                let (k, v) = kv
-                    .split_once('=')
-                    .unwrap_or_else(|| panic!("bad list {text}"));
-                (
-                    k.to_string(),
-                    parse_quantity(v).unwrap_or_else(|e| panic!("{v}: {e}")),
-                )
-            })
-            .collect()
-    }
-
-    fn pod(name: &str, requests: &str, limits: &str) -> Pod {
-        let container = Container {
-            name: "c".into(),
-            resources: ResourceRequirements {
-                requests: list(requests),
-                limits: list(limits),
-            },
-            ..Default::default()
-        };
-        let mut pod = Pod {
-            spec: PodSpec {
-                containers: vec![container],
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        pod.metadata.name = name.into();
-        pod
-    }
 
     fn best_effort() -> Pod {
         pod("be", "", "")

@@ -13,3 +13,6 @@ pub mod rank;
 pub mod signal;
 pub mod threshold;
 pub mod types;
+
+#[cfg(test)]
+mod testing;

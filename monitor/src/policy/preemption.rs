@@ -254,43 +254,7 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::policy::pod::{Container, PodSpec, ResourceRequirements};
-    use crate::policy::quantity::parse_quantity;
-
-    fn list(text: &str) -> ResourceList {
-        text.split(',')
-            .filter(|s| !s.is_empty())
-            .map(|kv| {
-                let (k, v) = kv
-                    .split_once('=')
-                    .unwrap_or_else(|| panic!("bad list {text}"));
-                (
-                    k.to_string(),
-                    parse_quantity(v).unwrap_or_else(|e| panic!("{v}: {e}")),
-                )
-            })
-            .collect()
-    }
-
-    fn pod(name: &str, requests: &str, limits: &str) -> Pod {
-        let container = Container {
-            name: "c".into(),
-            resources: ResourceRequirements {
-                requests: list(requests),
-                limits: list(limits),
-            },
-            ..Default::default()
-        };
-        let mut pod = Pod {
-            spec: PodSpec {
-                containers: vec![container],
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        pod.metadata.name = name.into();
-        pod
-    }
+    use crate::policy::testing::{list, pod};
 
     fn critical(mut pod: Pod) -> Pod {
         pod.spec.priority = Some(2_000_000_000);

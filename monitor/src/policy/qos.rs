@@ -302,34 +302,8 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::policy::pod::{PodSpec, ResourceRequirements};
-    use crate::policy::quantity::parse_quantity;
-
-    fn list(text: &str) -> ResourceList {
-        text.split(',')
-            .filter(|s| !s.is_empty())
-            .map(|kv| {
-                let (k, v) = kv
-                    .split_once('=')
-                    .unwrap_or_else(|| panic!("bad list {text}"));
-                (
-                    k.to_string(),
-                    parse_quantity(v).unwrap_or_else(|e| panic!("{v}: {e}")),
-                )
-            })
-            .collect()
-    }
-
-    fn container(name: &str, requests: &str, limits: &str) -> Container {
-        Container {
-            name: name.into(),
-            resources: ResourceRequirements {
-                requests: list(requests),
-                limits: list(limits),
-            },
-            ..Default::default()
-        }
-    }
+    use crate::policy::pod::PodSpec;
+    use crate::policy::testing::{container, list};
 
     fn pod(name: &str, containers: Vec<Container>) -> Pod {
         let mut pod = Pod {
