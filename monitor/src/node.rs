@@ -102,6 +102,18 @@ pub async fn start(mut loaded: LoadedConfig) -> anyhow::Result<NodeAgent> {
     };
     loaded.agent.layout = Some(layout.clone());
     let settings = loaded.agent.settings.clone();
+    // The API first: when another agent already serves this socket, stop here, before
+    // touching its pods or cgroups.
+    let metrics_addr =
+        match &settings.metrics_address {
+            Some(text) => Some(text.parse::<std::net::SocketAddr>().with_context(|| {
+                format!("monitor.metricsAddress: {text:?} is not an address:port")
+            })?),
+            None => None,
+        };
+    let api = crate::api::serve(state.clone(), &settings.socket, metrics_addr)
+        .await
+        .context("starting the API")?;
     let runtime = if settings.run_pods {
         let memory_capacity = crate::observe::Observer::new(
             crate::observe::CgroupReader::new(layout.version, layout.memory_root.clone()),
@@ -147,16 +159,6 @@ pub async fn start(mut loaded: LoadedConfig) -> anyhow::Result<NodeAgent> {
         None => Pods::None(NoPods::default()),
     };
     let synchronizer = PolicySynchronizer::with_state(loaded.kubelet.clone(), pods, state.clone());
-    let metrics_addr =
-        match &settings.metrics_address {
-            Some(text) => Some(text.parse::<std::net::SocketAddr>().with_context(|| {
-                format!("monitor.metricsAddress: {text:?} is not an address:port")
-            })?),
-            None => None,
-        };
-    let api = crate::api::serve(state.clone(), &settings.socket, metrics_addr)
-        .await
-        .context("starting the API")?;
     let agent = Agent::start(loaded.agent.clone(), synchronizer)?;
     Ok(NodeAgent {
         agent,
