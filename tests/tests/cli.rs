@@ -91,12 +91,15 @@ fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
     assert_eq!(mode, 0o600);
 
     let socket_arg = socket.to_string_lossy().to_string();
-    let status = monitor(&["status", "--socket", &socket_arg]);
-    let status_text = String::from_utf8_lossy(&status.stdout);
-    assert!(
-        status_text.contains("memory.available")
-            && status_text.contains("allocatableMemory.available"),
-        "{status_text}"
+    // The first synchronize fills the signals (slow under emulation: wait for it).
+    wait_until(
+        "signals in `monitor status`",
+        Duration::from_secs(20),
+        || {
+            let out = monitor(&["status", "--socket", &socket_arg]);
+            let text = String::from_utf8_lossy(&out.stdout);
+            text.contains("memory.available") && text.contains("allocatableMemory.available")
+        },
     );
     let json = monitor(&["status", "--socket", &socket_arg, "--json"]);
     let value: serde_json::Value =

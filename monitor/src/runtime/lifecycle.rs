@@ -2,7 +2,6 @@
 //! first), supervise container processes (restart policy with back-off), stop and evict
 //! pods, and adopt the pods of an earlier agent run.
 use std::collections::BTreeMap;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -524,7 +523,12 @@ fn run_due_restarts(shared: &Arc<Shared>) {
 
 /// Kills a pod: SIGTERM to every process in its cgroups, SIGKILL once the grace period
 /// ends (at once for grace 0), then waits until the cgroups are empty.
-async fn kill(shared: &Shared, cgroup: &PodCgroup, grace_seconds: i64, timeout: Duration) -> bool {
+pub(super) async fn kill(
+    shared: &Shared,
+    cgroup: &PodCgroup,
+    grace_seconds: i64,
+    timeout: Duration,
+) -> bool {
     let deadline = Instant::now() + timeout.max(Duration::from_secs(2));
     if grace_seconds > 0 {
         let _ = shared.tree.signal(cgroup, UnixSignal::SIGTERM);
@@ -544,7 +548,7 @@ async fn kill(shared: &Shared, cgroup: &PodCgroup, grace_seconds: i64, timeout: 
     true
 }
 
-fn remove_cgroups(shared: &Shared, key: &str, cgroup: &PodCgroup) {
+pub(super) fn remove_cgroups(shared: &Shared, key: &str, cgroup: &PodCgroup) {
     if let Err(err) = shared.tree.remove_pod(cgroup) {
         shared
             .state
@@ -662,136 +666,7 @@ pub(super) async fn stop_all(shared: &Arc<Shared>) {
     }
 }
 
-/// Re-takes the pods of an earlier run: running containers are watched again (through a
-/// pidfd: they are not our children any more), containers that died meanwhile go through
-/// the restart policy, and pod cgroups nobody owns are emptied and removed.
-pub(super) fn adopt(shared: &Arc<Shared>) {
-    let (records, errors) = shared.store.load_all();
-    for err in errors {
-        shared
-            .state
-            .event("Warning", "StateUnreadable", "node", err.to_string());
-    }
-    let cgroups: BTreeMap<String, PodCgroup> = shared
-        .tree
-        .existing_pods()
-        .into_iter()
-        .map(|c| (c.uid.clone(), c))
-        .collect();
-    let mut adopted = Vec::new();
-    for mut record in records {
-        let cgroup = cgroups.get(&record.uid).cloned();
-        let alive: Vec<i32> = cgroup
-            .as_ref()
-            .map(|c| shared.tree.pids(c))
-            .unwrap_or_default();
-        let mut dead = Vec::new();
-        for c in &mut record.containers {
-            match c.pid {
-                Some(pid) if alive.contains(&(pid as i32)) => {}
-                Some(_) => {
-                    c.pid = None;
-                    dead.push(c.name.clone());
-                }
-                None => {}
-            }
-        }
-        let key = record.pod.key();
-        let terminal = record.phase.is_terminal();
-        shared.lock().pods.insert(
-            record.uid.clone(),
-            LivePod {
-                cgroup: if terminal { None } else { cgroup.clone() },
-                record: record.clone(),
-                terminating: false,
-                restart_at: BTreeMap::new(),
-                backoff: BTreeMap::new(),
-            },
-        );
-        if terminal {
-            // An evicted or finished pod whose processes outlived us: finish the job.
-            if let Some(cgroup) = cgroup {
-                let _ = shared.tree.signal(&cgroup, UnixSignal::SIGKILL);
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    if kill(&shared, &cgroup, 0, Duration::from_secs(5)).await {
-                        remove_cgroups(&shared, &key, &cgroup);
-                    }
-                });
-            }
-            continue;
-        }
-        for c in &record.containers {
-            if let Some(pid) = c.pid {
-                watch_adopted(shared, &record.uid, &c.name, pid);
-            }
-        }
-        for name in dead {
-            let _ = shared.exits.send(Exit {
-                uid: record.uid.clone(),
-                container: name,
-                pid: 0,
-                code: None,
-            });
-        }
-        adopted.push(key);
-    }
-    // Orphans: pod cgroups under our root that no record claims.
-    let known: Vec<String> = shared.lock().pods.keys().cloned().collect();
-    for (uid, cgroup) in cgroups {
-        if !known.contains(&uid) {
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                if kill(&shared, &cgroup, 0, Duration::from_secs(5)).await {
-                    remove_cgroups(&shared, &format!("orphan pod{uid}"), &cgroup);
-                }
-            });
-        }
-    }
-    if !adopted.is_empty() {
-        shared.state.event(
-            "Normal",
-            "Adopted",
-            "node",
-            format!("re-took running pods: {}", adopted.join(", ")),
-        );
-    }
-    update_tiers(shared);
-    publish(shared);
-}
-
-/// Watches a process that is not our child: a pidfd becomes readable when it exits.
-fn watch_adopted(shared: &Arc<Shared>, uid: &str, name: &str, pid: u32) {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    let exits = shared.exits.clone();
-    let (uid, name) = (uid.to_string(), name.to_string());
-    if fd < 0 {
-        // Already gone (or pidfd unsupported: kernels before 5.3): report the exit now.
-        let _ = exits.send(Exit {
-            uid,
-            container: name,
-            pid,
-            code: None,
-        });
-        return;
-    }
-    // SAFETY: fd is a fresh descriptor that nothing else owns.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    tokio::spawn(async move {
-        if let Ok(fd) = crate::notify::async_fd(owned, tokio::io::Interest::READABLE) {
-            let _ = fd.readable().await;
-        }
-        let _ = exits.send(Exit {
-            uid,
-            container: name,
-            pid,
-            code: None,
-        });
-    });
-}
-
-fn update_tiers(shared: &Shared) {
+pub(super) fn update_tiers(shared: &Shared) {
     let active: Vec<Pod> = shared
         .lock()
         .pods
@@ -813,7 +688,7 @@ fn update_tiers(shared: &Shared) {
     }
 }
 
-fn persist(shared: &Shared, record: &PodRecord) {
+pub(super) fn persist(shared: &Shared, record: &PodRecord) {
     if let Err(err) = shared.store.save(record) {
         shared
             .state

@@ -24,6 +24,7 @@ use crate::policy::signal::Signal;
 use crate::policy::types::{NodeConditionType, Resource};
 use crate::state::SharedState;
 
+mod adopt;
 pub mod cgroups;
 pub mod container;
 mod lifecycle;
@@ -151,7 +152,7 @@ impl LocalRuntime {
             exits,
             reconcile,
         });
-        lifecycle::adopt(&shared);
+        adopt::adopt(&shared);
         tokio::spawn(lifecycle::supervise(shared.clone(), exits_rx, reconcile_rx));
         Ok(LocalRuntime {
             reclaimer: LogReclaimer {
