@@ -408,12 +408,6 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
         .map(|s| s.at_ns);
     let peak = samples.iter().map(|s| s.working_set).max().unwrap_or(0);
     let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
-    let wake = log_text.lines().find_map(|l| {
-        let at: u64 = field(l, "at_ns")?.parse().ok()?;
-        let source = field(l, "source")?;
-        (l.contains(" wake") && at >= start_ns && !matches!(source, "timer" | "request"))
-            .then(|| (at, source.to_string()))
-    });
     let event = |reason: &str| {
         log_text.lines().find_map(|l| {
             let at: u64 = field(l, "at_ns")?.parse().ok()?;
@@ -421,6 +415,21 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
                 .then_some(at)
         })
     };
+    // The wake that led to the eviction: the last kernel wake before the kill (earlier
+    // ones, e.g. reclaim elsewhere on the node, led to synchronizes that found nothing).
+    let before_kill = event("Killing").unwrap_or(u64::MAX);
+    let wake = log_text
+        .lines()
+        .filter_map(|l| {
+            let at: u64 = field(l, "at_ns")?.parse().ok()?;
+            let source = field(l, "source")?;
+            (l.contains(" wake")
+                && at >= start_ns
+                && at <= before_kill
+                && !matches!(source, "timer" | "request"))
+            .then(|| (at, source.to_string()))
+        })
+        .last();
     let (killing, evicted) = (event("Killing"), event("Evicted"));
     let freed = killing.and_then(|k| {
         samples
