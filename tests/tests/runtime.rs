@@ -665,3 +665,129 @@ fn a_malformed_manifest_is_reported_and_skipped() {
         node.record("late").is_none() && !alive(late_pid)
     });
 }
+
+#[test]
+fn restart_policies_are_honoured() {
+    if !require("restart_policies_are_honoured", &[Feature::Root]) {
+        return;
+    }
+    let mut node = Node::new("evictionHard: {allocatableMemory.available: 50Mi}");
+    let policy = |p: &str| format!("  restartPolicy: {p}\n");
+    // Exits 3 at once: Always and OnFailure restart it (1 s back-off, doubling), Never not.
+    node.manifest(
+        "always.yaml",
+        &pod(
+            "always",
+            "",
+            &["/bin/sh", "-c", "exit 3"],
+            &policy("Always"),
+        ),
+    );
+    node.manifest(
+        "onfailure.yaml",
+        &pod(
+            "onfailure",
+            "",
+            &["/bin/sh", "-c", "exit 3"],
+            &policy("OnFailure"),
+        ),
+    );
+    node.manifest(
+        "never.yaml",
+        &pod("never", "", &["/bin/sh", "-c", "exit 3"], &policy("Never")),
+    );
+    node.manifest(
+        "done.yaml",
+        &pod("done", "", &["/bin/true"], &policy("OnFailure")),
+    );
+    node.start();
+    let restarted = |name: &str| {
+        node.record(name)
+            .is_some_and(|r| r.containers[0].restart_count >= 2)
+    };
+    assert!(
+        poll(Duration::from_secs(20), || restarted("always")
+            && restarted("onfailure")),
+        "{}",
+        node.log(1)
+    );
+    let never = node.wait_phase("never", Phase::Failed, Duration::from_secs(10));
+    assert_eq!(
+        (
+            never.containers[0].restart_count,
+            never.containers[0].last_exit
+        ),
+        (0, Some(3))
+    );
+    let done = node.wait_phase("done", Phase::Succeeded, Duration::from_secs(10));
+    assert_eq!(
+        done.containers[0].restart_count, 0,
+        "OnFailure does not restart a success"
+    );
+    // Each run has its own log file.
+    let always = node.record("always").unwrap();
+    let dir = node
+        .path("logs")
+        .join(format!("demo_always_{}/main", always.uid));
+    assert!(
+        dir.join("0.log").exists() && dir.join("1.log").exists(),
+        "{}",
+        dir.display()
+    );
+}
+
+#[test]
+fn admission_rejects_best_effort_under_memory_pressure_and_critical_pods_preempt() {
+    if !require("admission_under_memory_pressure", &[Feature::Root]) {
+        return;
+    }
+    // A soft threshold with a long grace period: MemoryPressure holds, nothing is evicted.
+    let mut node = Node::new(
+        "evictionHard: {allocatableMemory.available: 20Mi}\nevictionSoft: {allocatableMemory.available: 400Mi}\n\
+         evictionSoftGracePeriod: {allocatableMemory.available: 10m}",
+    );
+    let hog = helper_binary("hog").display().to_string();
+    // Holds 200 MiB of the 512 MiB node: available ~300 MiB < 400 MiB. Burstable, with a
+    // 200 MiB request, so the node's memory is mostly requested.
+    node.manifest(
+        "holder.yaml",
+        &pod(
+            "holder",
+            "    resources:\n      requests: {memory: 400Mi}\n      limits: {memory: 480Mi}\n",
+            &[&hog, "anon", "200", "8", "0", "600"],
+            "",
+        ),
+    );
+    node.start();
+    node.wait_running("holder");
+    wait_until("MemoryPressure", Duration::from_secs(20), || {
+        node.log(1).contains("conditions: MemoryPressure")
+    });
+    node.manifest("batch.yaml", &sleeper("batch", ""));
+    let rejected = node.wait_phase("batch", Phase::Failed, Duration::from_secs(10));
+    assert_eq!(
+        rejected.reason.as_deref(),
+        Some("Evicted"),
+        "kubelet's reason for pressure rejections: {rejected:?}"
+    );
+    assert!(node.log(1).contains("FailedAdmission"));
+    // A critical pod that does not fit (400Mi + 200Mi > 512Mi allocatable) preempts the
+    // holder instead of being rejected.
+    node.manifest(
+        "critical.yaml",
+        &pod(
+            "critical",
+            "    resources:\n      requests: {memory: 200Mi}\n      limits: {memory: 200Mi}\n",
+            &["/bin/sleep", "1000"],
+            "  priority: 2000000000\n",
+        ),
+    );
+    node.wait_running("critical");
+    let holder = node.record("holder").unwrap();
+    assert_eq!(
+        (holder.phase, holder.reason.as_deref()),
+        (Phase::Failed, Some("Preempted")),
+        "{holder:?}"
+    );
+    assert!(node.log(1).contains("Preempting"));
+}
