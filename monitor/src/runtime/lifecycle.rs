@@ -584,8 +584,9 @@ pub(super) async fn evict(
         }
         (uid.clone(), live.cgroup.clone(), live.record.clone())
     };
+    // Persisted before the first signal (write and rename: a crash of the agent never
+    // leaves a half-written record); the API view is refreshed after the kill.
     persist(shared, &record);
-    publish(shared);
     shared.state.event(
         "Normal",
         "Killing",

@@ -1,6 +1,11 @@
 //! The runtime's state on disk: one JSON file per pod under `<state dir>/pods/`, written
-//! atomically (temporary file, fsync, rename), so an agent restart finds every pod it
-//! ran, which processes were its containers, and which pods it already evicted.
+//! atomically (temporary file, then rename), so an agent restart finds every pod it ran,
+//! which processes were its containers, and which pods it already evicted.
+//!
+//! No fsync: the records must survive a restart of the agent, which the page cache
+//! guarantees; after a power loss every pod is gone anyway and starts again from its
+//! manifest. An fsync costs milliseconds on the eviction path, which is the one path that
+//! must be fast.
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -98,7 +103,6 @@ impl StateStore {
         let text = serde_json::to_vec_pretty(record).expect("records always serialize");
         let mut file = std::fs::File::create(&tmp).map_err(io)?;
         file.write_all(&text).map_err(io)?;
-        file.sync_all().map_err(io)?;
         std::fs::rename(&tmp, &path).map_err(|source| StoreError::Io {
             path: path.clone(),
             source,
