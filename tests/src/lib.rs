@@ -283,10 +283,10 @@ impl TestCgroup {
     /// Files a process must write "0" to, to join this cgroup in every hierarchy.
     pub fn procs_files(&self) -> Vec<PathBuf> {
         let mut files = vec![self.memory_dir.join("cgroup.procs")];
-        if let Some(u) = &self.unified_dir {
-            if *u != self.memory_dir {
-                files.push(u.join("cgroup.procs"));
-            }
+        if let Some(u) = &self.unified_dir
+            && *u != self.memory_dir
+        {
+            files.push(u.join("cgroup.procs"));
         }
         files
     }

@@ -418,18 +418,15 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
     // The wake that led to the eviction: the last kernel wake before the kill (earlier
     // ones, e.g. reclaim elsewhere on the node, led to synchronizes that found nothing).
     let before_kill = event("Killing").unwrap_or(u64::MAX);
-    let wake = log_text
-        .lines()
-        .filter_map(|l| {
-            let at: u64 = field(l, "at_ns")?.parse().ok()?;
-            let source = field(l, "source")?;
-            (l.contains(" wake")
-                && at >= start_ns
-                && at <= before_kill
-                && !matches!(source, "timer" | "request"))
-            .then(|| (at, source.to_string()))
-        })
-        .last();
+    let wake = log_text.lines().rev().find_map(|l| {
+        let at: u64 = field(l, "at_ns")?.parse().ok()?;
+        let source = field(l, "source")?;
+        (l.contains(" wake")
+            && at >= start_ns
+            && at <= before_kill
+            && !matches!(source, "timer" | "request"))
+        .then(|| (at, source.to_string()))
+    });
     let (killing, evicted) = (event("Killing"), event("Evicted"));
     let freed = killing.and_then(|k| {
         samples

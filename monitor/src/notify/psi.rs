@@ -100,16 +100,16 @@ pub fn arm(
     Ok((super::async_fd(f, Interest::PRIORITY)?, used))
 }
 
-/// Arms every file and wakes on each trigger. Returns the task and, per file, the trigger
-/// armed (an error string otherwise).
+/// Per file: the trigger armed, or why none could be.
+pub type ArmReport = Vec<(PathBuf, Result<PsiTrigger, String>)>;
+
+/// Arms every file and wakes on each trigger. Returns the task (none when nothing armed)
+/// and the report.
 pub fn spawn(
     files: &[PathBuf],
     trigger: PsiTrigger,
     wakes: WakeSender,
-) -> (
-    Option<JoinHandle<()>>,
-    Vec<(PathBuf, Result<PsiTrigger, String>)>,
-) {
+) -> (Option<JoinHandle<()>>, ArmReport) {
     let mut armed = Vec::new();
     let mut report = Vec::new();
     for file in files {
