@@ -294,29 +294,7 @@ impl TestCgroup {
     /// Spawns `command` inside this cgroup: the child joins it before exec, so not one
     /// page it touches is charged elsewhere.
     pub fn spawn(&self, mut command: Command) -> Child {
-        let files: Vec<CString> = self
-            .procs_files()
-            .iter()
-            .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).expect("path without NUL"))
-            .collect();
-        // SAFETY: the closure runs in the forked child before exec and only calls
-        // async-signal-safe functions (open, write, close) on buffers prepared before fork.
-        unsafe {
-            command.pre_exec(move || {
-                for file in &files {
-                    let fd = libc::open(file.as_ptr(), libc::O_WRONLY);
-                    if fd < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
-                    libc::close(fd);
-                    if !ok {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
+        join_before_exec(&mut command, &self.procs_files());
         command
             .spawn()
             .unwrap_or_else(|e| panic!("spawning {command:?} in {}: {e}", self.relative))
@@ -353,6 +331,33 @@ impl Drop for TestCgroup {
                 remove_tree(parent);
             }
         }
+    }
+}
+
+/// Makes `command`'s child write "0" into each `cgroup.procs` file before it execs: the
+/// child joins those cgroups, so not one page it touches is charged elsewhere.
+pub fn join_before_exec(command: &mut Command, procs_files: &[PathBuf]) {
+    let files: Vec<CString> = procs_files
+        .iter()
+        .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).expect("path without NUL"))
+        .collect();
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // async-signal-safe functions (open, write, close) on buffers prepared before fork.
+    unsafe {
+        command.pre_exec(move || {
+            for file in &files {
+                let fd = libc::open(file.as_ptr(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+                libc::close(fd);
+                if !ok {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
     }
 }
 

@@ -6,9 +6,8 @@
 //! Every tree lives under `monitor-test-<pid>/<test>` in each hierarchy and is removed on
 //! drop, also when a test fails; only processes spawned here are ever killed.
 use std::collections::BTreeSet;
-use std::ffi::CString;
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -54,30 +53,7 @@ impl Fixture {
     /// Spawns `command` inside `container`: the child joins it in every hierarchy
     /// before exec, so nothing it does is charged elsewhere.
     fn spawn(&mut self, container: &ContainerCgroup, mut command: Command) -> u32 {
-        let files: Vec<CString> = self
-            .tree
-            .join_files(container)
-            .iter()
-            .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).expect("path without NUL"))
-            .collect();
-        // SAFETY: the closure runs in the forked child before exec and only calls
-        // async-signal-safe functions (open, write, close) on buffers made before fork.
-        unsafe {
-            command.pre_exec(move || {
-                for file in &files {
-                    let fd = libc::open(file.as_ptr(), libc::O_WRONLY);
-                    if fd < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
-                    libc::close(fd);
-                    if !ok {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
+        monitor_tests::join_before_exec(&mut command, &self.tree.join_files(container));
         let child = command
             .spawn()
             .unwrap_or_else(|e| panic!("spawning {command:?} in {}: {e}", container.relative));
