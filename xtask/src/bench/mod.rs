@@ -1,0 +1,246 @@
+//! `cargo xtask bench`: the latency benchmark. The same pressure race (see [`race`]) runs
+//! in every mode — the kubelet's polling (housekeeping every 10 s, its default, then 1 s
+//! and 100 ms, all kernel sources off) and each kernel source alone, then all together —
+//! at full allocation speed and at a slower rate; then the agent's costs (idle CPU and
+//! RSS, eBPF per-event cost, synchronize duration against pod count). Prints a table, and
+//! writes JSON and one SVG plot per mode under `<target>/bench/`.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+
+use crate::cmd::{cargo, run as run_command, workspace_root};
+
+mod bpf;
+mod costs;
+mod logparse;
+mod race;
+mod report;
+mod stats;
+mod svg;
+
+use race::{Mode, Rate, Trial};
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Trials per mode and rate.
+    #[arg(long, default_value_t = 20)]
+    pub trials: u32,
+    /// Modes to run (default: all): poll-10s, poll-1s, poll-100ms, memcg, ebpf, psi, all.
+    #[arg(long, value_delimiter = ',')]
+    pub modes: Vec<String>,
+    /// Allocation rates (default: both): full, slow.
+    #[arg(long, value_delimiter = ',')]
+    pub rates: Vec<String>,
+    /// Seconds the idle agent is watched for its CPU and RSS (0 skips it).
+    #[arg(long, default_value_t = 60)]
+    pub idle_seconds: u64,
+    /// Pod counts for the synchronize duration (empty skips it).
+    #[arg(long, value_delimiter = ',', default_values_t = [10usize, 110, 1000])]
+    pub sync_pods: Vec<usize>,
+    /// Keep each run's directory (config, manifests, agent log).
+    #[arg(long)]
+    pub keep: bool,
+    /// Do not rewrite README.md's benchmark section and docs/bench/.
+    #[arg(long)]
+    pub no_readme: bool,
+}
+
+const fn mode(name: &'static str, sources: [bool; 4], housekeeping: &'static str) -> Mode {
+    Mode {
+        name,
+        ebpf: sources[0],
+        memcg_thresholds: sources[1],
+        memory_events: sources[2],
+        psi: sources[3],
+        housekeeping,
+    }
+}
+
+/// [ebpf, memcgThresholds, memoryEvents, psi]. memory.events is cgroup v2 only: on this
+/// v1 host the memcg mode is the threshold eventfd.
+const MODES: &[Mode] = &[
+    mode("poll-10s", [false; 4], "10s"),
+    mode("poll-1s", [false; 4], "1s"),
+    mode("poll-100ms", [false; 4], "100ms"),
+    mode("memcg", [false, true, true, false], "10s"),
+    mode("ebpf", [true, false, false, false], "10s"),
+    mode("psi", [false, false, false, true], "10s"),
+    mode("all", [true; 4], "10s"),
+];
+
+const RATES: &[Rate] = &[
+    // As fast as the hog can touch pages (about 2 GiB/s here).
+    Rate {
+        name: "full",
+        step_mib: 8,
+        pause_ms: 0,
+    },
+    // 4 MiB every ~15 ms: a few hundred MiB/s (measured per trial).
+    Rate {
+        name: "slow",
+        step_mib: 4,
+        pause_ms: 15,
+    },
+];
+
+fn pick<T: Copy>(all: &[T], wanted: &[String], name: impl Fn(&T) -> &str, what: &str) -> Result<Vec<T>> {
+    if wanted.is_empty() {
+        return Ok(all.to_vec());
+    }
+    wanted
+        .iter()
+        .map(|w| {
+            all.iter()
+                .find(|m| name(m) == w)
+                .copied()
+                .with_context(|| {
+                    let names: Vec<&str> = all.iter().map(&name).collect();
+                    format!("unknown {what} {w:?} (known: {})", names.join(", "))
+                })
+        })
+        .collect()
+}
+
+/// Everything one run measured: the JSON written under target/bench/.
+#[derive(Debug, Serialize)]
+struct Results {
+    kernel: String,
+    cgroup: &'static str,
+    node_mib: u64,
+    headroom_mib: u64,
+    trials_per_mode: u32,
+    summaries: Vec<report::Summary>,
+    ratios: Vec<report::Ratio>,
+    bpf: Vec<bpf::ProgCost>,
+    idle: Option<costs::Idle>,
+    sync_scaling: Vec<costs::SyncScaling>,
+    trials: Vec<Trial>,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let modes = pick(MODES, &args.modes, |m| m.name, "mode")?;
+    let rates = pick(RATES, &args.rates, |r| r.name, "rate")?;
+    if args.trials == 0 {
+        bail!("--trials 0: at least one trial per mode is needed");
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("cargo xtask bench creates cgroups and loads eBPF programs: run it as root");
+    }
+    crate::setup::ensure()?;
+    let root = workspace_root();
+    run_command(cargo().current_dir(&root).args([
+        "build", "--release", "-p", "monitor", "-p", "monitor-tests", "--bins",
+    ]))?;
+    let target = target_dir(&root)?;
+    let bin = target.join("release");
+    let out = target.join("bench");
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let _stats = bpf::StatsEnabled::enable()?;
+    let (_, _, v1) = crate::demo::cgroup_mounts();
+    let setup = race::Setup {
+        bin: &bin,
+        keep: args.keep,
+    };
+
+    let mut trials: Vec<Trial> = Vec::new();
+    for rate in &rates {
+        for mode in &modes {
+            for n in 1..=args.trials {
+                match race::trial(&setup, mode, rate, n) {
+                    Ok(t) => {
+                        println!("{}", report::trial_line(&t));
+                        trials.push(t);
+                    }
+                    // A failed trial is reported and counted, never silently dropped.
+                    Err(err) => println!("bench: {} {} trial {n}: FAILED: {err:#}", rate.name, mode.name),
+                }
+            }
+        }
+    }
+
+    let idle = if args.idle_seconds > 0 {
+        println!("bench: idle agent (all sources, 10 pods) for {} s", args.idle_seconds);
+        Some(costs::idle(&bin, args.idle_seconds, 10, args.keep)?)
+    } else {
+        None
+    };
+    let mut sync_scaling = Vec::new();
+    for pods in &args.sync_pods {
+        println!("bench: synchronize duration with {pods} pods");
+        sync_scaling.push(costs::sync_scaling(&bin, *pods, Duration::from_secs(3), args.keep)?);
+    }
+
+    let summaries = report::summaries(&trials, &rates, &modes, args.trials);
+    let ratios = report::ratios(&summaries);
+    let all_bpf: Vec<bpf::ProgStat> = trials.iter().flat_map(|t| t.bpf.iter().cloned()).collect();
+    let results = Results {
+        kernel: kernel_release(),
+        cgroup: if v1 { "v1" } else { "v2" },
+        node_mib: race::NODE_MIB,
+        headroom_mib: race::HEADROOM_MIB,
+        trials_per_mode: args.trials,
+        summaries,
+        ratios,
+        bpf: bpf::costs(&all_bpf),
+        idle,
+        sync_scaling,
+        trials,
+    };
+    let table = report::table(
+        &results.summaries,
+        &results.ratios,
+        &results.bpf,
+        results.idle.as_ref(),
+        &results.sync_scaling,
+        &results.trials,
+    );
+    println!("\n{table}");
+
+    let json_path = out.join("bench.json");
+    let json = serde_json::to_string_pretty(&results).context("serialising the results")?;
+    std::fs::write(&json_path, json).with_context(|| format!("writing {}", json_path.display()))?;
+    let mut plots = Vec::new();
+    for rate in &rates {
+        for mode in &modes {
+            let Some(first) = results.trials.iter().find(|t| t.rate == rate.name && t.mode == mode.name) else {
+                continue;
+            };
+            let path = out.join(format!("{}-{}.svg", rate.name, mode.name));
+            std::fs::write(&path, svg::plot(first)).with_context(|| format!("writing {}", path.display()))?;
+            plots.push(path);
+        }
+    }
+    println!("bench: JSON {}; plots {}", json_path.display(), out.join("*.svg").display());
+    if !args.no_readme {
+        report::update_readme(&root, &table, &plots, &results.kernel, results.cgroup)?;
+    }
+    Ok(())
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Cargo's target directory (honours CARGO_TARGET_DIR and config), from `cargo metadata`.
+fn target_dir(workspace: &Path) -> Result<PathBuf> {
+    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(workspace)
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("parsing cargo metadata's output")?;
+    metadata["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .context("cargo metadata has no target_directory")
+}
