@@ -227,7 +227,7 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         "ballast",
         &args(BALLAST_MIB, 32, 0),
         &format!(
-            "    resources:\n      requests: {{cpu: 100m, memory: {m}Mi}}\n      limits: {{cpu: 100m, memory: {m}Mi}}\n",
+            "    resources:\n      requests: {{cpu: 2, memory: {m}Mi}}\n      limits: {{cpu: 2, memory: {m}Mi}}\n",
             m = BALLAST_MIB + 40
         ),
         "",
@@ -256,7 +256,8 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = demo::sampler(pods_dir.clone(), v1, stop.clone());
     std::thread::sleep(Duration::from_millis(100));
-    let oom_before = demo::oom_kills(&pods_dir, v1);
+    let oom_before = oom_kills(&pods_dir, v1);
+    let mut oom_seen = oom_before;
     let start_ns = demo::monotonic_ns();
     std::fs::write(&go, "").with_context(|| format!("writing {}", go.display()))?;
 
@@ -272,7 +273,9 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     loop {
         std::thread::sleep(Duration::from_millis(2));
         let now = demo::monotonic_ns();
-        if oom_ns.is_none() && demo::oom_kills(&pods_dir, v1) > oom_before {
+        // The hog's cgroup goes away with it: keep the highest count seen.
+        oom_seen = oom_seen.max(oom_kills(&pods_dir, v1));
+        if oom_ns.is_none() && oom_seen > oom_before {
             oom_ns = Some(now);
         }
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
@@ -302,7 +305,7 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     let samples = sampler
         .join()
         .map_err(|_| anyhow::anyhow!("the 1 ms sampler thread panicked"))?;
-    let oom_kills = demo::oom_kills(&pods_dir, v1).saturating_sub(oom_before);
+    let oom_kills = oom_seen.max(oom_kills(&pods_dir, v1)).saturating_sub(oom_before);
     let log = std::fs::read_to_string(&log_path)
         .with_context(|| format!("reading {}", log_path.display()))?;
     drop(guard);
@@ -315,6 +318,22 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         );
     }
     Ok(analyse(mode, rate, n, start_ns, threshold, &samples, &log, oom_ns, oom_kills, bpf_stats))
+}
+
+/// Kernel OOM kills under the pods cgroup. cgroup v2's memory.events counts the subtree;
+/// cgroup v1 counts `oom_kill` in memory.oom_control of the victim's own memcg only, so on
+/// v1 the whole subtree is summed.
+fn oom_kills(dir: &Path, v1: bool) -> u64 {
+    if !v1 {
+        return demo::oom_kills(dir, false);
+    }
+    let mut total = demo::oom_kills(dir, true);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            total = total.saturating_add(oom_kills(&entry.path(), true));
+        }
+    }
+    total
 }
 
 /// Interpolated crossing time (ns) and the sampling interval around it.

@@ -23,7 +23,7 @@ pub(crate) fn plot(trial: &Trial) -> String {
     let last_mark = marks.iter().filter_map(|m| m.1).fold(0.0f64, f64::max);
     let last_sample = trial.curve.last().map(|p| p.0).unwrap_or(0.0);
     let t_max = (last_mark * 1.15).max(50.0).min(last_sample.max(50.0));
-    let t_min = -20.0f64.max(trial.curve.first().map(|p| p.0).unwrap_or(0.0));
+    let t_min = (-20.0f64).max(trial.curve.first().map(|p| p.0).unwrap_or(0.0));
     let y_max = NODE_MIB as f64 * 1.05;
     let x = |t: f64| LEFT + (t - t_min) / (t_max - t_min) * (W - LEFT - RIGHT);
     let y = |mib: f64| H - BOTTOM - mib / y_max * (H - TOP - BOTTOM);
