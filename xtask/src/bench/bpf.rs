@@ -16,8 +16,8 @@ pub(crate) struct StatsEnabled {
 
 impl StatsEnabled {
     pub(crate) fn enable() -> Result<StatsEnabled> {
-        let previous = std::fs::read_to_string(SYSCTL)
-            .with_context(|| format!("reading {SYSCTL}"))?;
+        let previous =
+            std::fs::read_to_string(SYSCTL).with_context(|| format!("reading {SYSCTL}"))?;
         std::fs::write(SYSCTL, "1").with_context(|| format!("writing 1 to {SYSCTL}"))?;
         Ok(StatsEnabled {
             previous: Some(previous.trim().to_string()),
@@ -186,9 +186,19 @@ mod tests {
             run_time_ns: t,
             run_cnt: n,
         };
-        let c = costs(&[stat("a", 1, 100, 2), stat("b", 2, 0, 0), stat("a", 3, 300, 2)]);
+        let c = costs(&[
+            stat("a", 1, 100, 2),
+            stat("b", 2, 0, 0),
+            stat("a", 3, 300, 2),
+        ]);
         assert_eq!(c.len(), 2);
-        assert_eq!((c[0].run_cnt, c[0].run_time_ns, c[0].ns_per_run), (4, 400, Some(100.0)));
-        assert_eq!(c[1].ns_per_run, None, "a program that never ran has no cost per run");
+        assert_eq!(
+            (c[0].run_cnt, c[0].run_time_ns, c[0].ns_per_run),
+            (4, 400, Some(100.0))
+        );
+        assert_eq!(
+            c[1].ns_per_run, None,
+            "a program that never ran has no cost per run"
+        );
     }
 }

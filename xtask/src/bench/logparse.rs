@@ -22,8 +22,7 @@ pub(crate) struct Sync {
 
 impl Sync {
     pub(crate) fn finished_ns(&self) -> Option<u64> {
-        self.duration_ns
-            .map(|d| self.started_ns.saturating_add(d))
+        self.duration_ns.map(|d| self.started_ns.saturating_add(d))
     }
 }
 
@@ -91,12 +90,18 @@ pub(crate) fn event(log: &str, reason: &str, object: &str, after_ns: u64) -> Opt
 
 /// The synchronize that decided a kill sent at `kill_ns`: the last one started before it.
 pub(crate) fn deciding_sync(syncs: &[Sync], kill_ns: u64) -> Option<&Sync> {
-    syncs.iter().filter(|s| s.started_ns <= kill_ns).max_by_key(|s| s.started_ns)
+    syncs
+        .iter()
+        .filter(|s| s.started_ns <= kill_ns)
+        .max_by_key(|s| s.started_ns)
 }
 
 /// The first synchronize started at or after `ns`.
 pub(crate) fn first_sync_after(syncs: &[Sync], ns: u64) -> Option<&Sync> {
-    syncs.iter().filter(|s| s.started_ns >= ns).min_by_key(|s| s.started_ns)
+    syncs
+        .iter()
+        .filter(|s| s.started_ns >= ns)
+        .min_by_key(|s| s.started_ns)
 }
 
 #[cfg(test)]
@@ -118,11 +123,19 @@ mod tests {
         let s = syncs(LOG);
         assert_eq!(s.len(), 2, "{s:?}");
         assert_eq!(
-            (s[0].sequence, s[0].sources[0].as_str(), s[0].started_ns, s[0].finished_ns()),
+            (
+                s[0].sequence,
+                s[0].sources[0].as_str(),
+                s[0].started_ns,
+                s[0].finished_ns()
+            ),
             (3, "timer", 1_005_000, Some(1_045_000))
         );
         // The earliest wake names the source, even when logged second.
-        assert_eq!((s[1].sources[0].as_str(), s[1].first_wake_ns), ("psi", 4_990_000));
+        assert_eq!(
+            (s[1].sources[0].as_str(), s[1].first_wake_ns),
+            ("psi", 4_990_000)
+        );
         assert_eq!(s[1].sources, vec!["psi".to_string(), "ebpf".to_string()]);
         assert_eq!(s[1].started_ns, 5_020_000);
         assert_eq!(s[1].duration_ns, None);

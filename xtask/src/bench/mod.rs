@@ -40,6 +40,13 @@ pub struct BenchArgs {
     /// Pod counts for the synchronize duration (empty skips it).
     #[arg(long, value_delimiter = ',', default_values_t = [10usize, 110, 1000])]
     pub sync_pods: Vec<usize>,
+    /// Seconds the synchronize measurement waits for its pods to start; it then measures
+    /// with those running (reported).
+    #[arg(long, default_value_t = 180)]
+    pub pod_start_seconds: u64,
+    /// Skip the criterion benchmark of the policy.
+    #[arg(long)]
+    pub no_criterion: bool,
     /// Keep each run's directory (config, manifests, agent log).
     #[arg(long)]
     pub keep: bool,
@@ -86,20 +93,22 @@ const RATES: &[Rate] = &[
     },
 ];
 
-fn pick<T: Copy>(all: &[T], wanted: &[String], name: impl Fn(&T) -> &str, what: &str) -> Result<Vec<T>> {
+fn pick<T: Copy>(
+    all: &[T],
+    wanted: &[String],
+    name: impl Fn(&T) -> &str,
+    what: &str,
+) -> Result<Vec<T>> {
     if wanted.is_empty() {
         return Ok(all.to_vec());
     }
     wanted
         .iter()
         .map(|w| {
-            all.iter()
-                .find(|m| name(m) == w)
-                .copied()
-                .with_context(|| {
-                    let names: Vec<&str> = all.iter().map(&name).collect();
-                    format!("unknown {what} {w:?} (known: {})", names.join(", "))
-                })
+            all.iter().find(|m| name(m) == w).copied().with_context(|| {
+                let names: Vec<&str> = all.iter().map(&name).collect();
+                format!("unknown {what} {w:?} (known: {})", names.join(", "))
+            })
         })
         .collect()
 }
@@ -117,6 +126,7 @@ struct Results {
     bpf: Vec<bpf::ProgCost>,
     idle: Option<costs::Idle>,
     sync_scaling: Vec<costs::SyncScaling>,
+    policy_bench: Vec<costs::PolicyBench>,
     trials: Vec<Trial>,
 }
 
@@ -133,7 +143,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
     crate::setup::ensure()?;
     let root = workspace_root();
     run_command(cargo().current_dir(&root).args([
-        "build", "--release", "-p", "monitor", "-p", "monitor-tests", "--bins",
+        "build",
+        "--release",
+        "-p",
+        "monitor",
+        "-p",
+        "monitor-tests",
+        "--bins",
     ]))?;
     let target = target_dir(&root)?;
     let bin = target.join("release");
@@ -156,23 +172,51 @@ pub fn run(args: BenchArgs) -> Result<()> {
                         trials.push(t);
                     }
                     // A failed trial is reported and counted, never silently dropped.
-                    Err(err) => println!("bench: {} {} trial {n}: FAILED: {err:#}", rate.name, mode.name),
+                    Err(err) => println!(
+                        "bench: {} {} trial {n}: FAILED: {err:#}",
+                        rate.name, mode.name
+                    ),
                 }
             }
         }
     }
 
     let idle = if args.idle_seconds > 0 {
-        println!("bench: idle agent (all sources, 10 pods) for {} s", args.idle_seconds);
-        Some(costs::idle(&bin, args.idle_seconds, 10, args.keep)?)
+        println!(
+            "bench: idle agent (all sources, 10 pods) for {} s",
+            args.idle_seconds
+        );
+        match costs::idle(&bin, args.idle_seconds, 10, args.keep) {
+            Ok(idle) => Some(idle),
+            Err(err) => {
+                println!("bench: idle measurement FAILED: {err:#}");
+                None
+            }
+        }
     } else {
         None
     };
     let mut sync_scaling = Vec::new();
     for pods in &args.sync_pods {
         println!("bench: synchronize duration with {pods} pods");
-        sync_scaling.push(costs::sync_scaling(&bin, *pods, Duration::from_secs(3), args.keep)?);
+        let limit = Duration::from_secs(args.pod_start_seconds);
+        match costs::sync_scaling(&bin, *pods, Duration::from_secs(10), limit, args.keep) {
+            Ok(s) => sync_scaling.push(s),
+            Err(err) => println!("bench: synchronize with {pods} pods FAILED: {err:#}"),
+        }
     }
+
+    let policy = if args.no_criterion {
+        Vec::new()
+    } else {
+        println!(
+            "bench: criterion benchmark of the policy (cargo bench -p monitor --bench policy)"
+        );
+        costs::policy_bench(&root).unwrap_or_else(|err| {
+            println!("bench: criterion benchmark FAILED: {err:#}");
+            Vec::new()
+        })
+    };
 
     let summaries = report::summaries(&trials, &rates, &modes, args.trials);
     let ratios = report::ratios(&summaries);
@@ -188,6 +232,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         bpf: bpf::costs(&all_bpf),
         idle,
         sync_scaling,
+        policy_bench: policy,
         trials,
     };
     let table = report::table(
@@ -196,6 +241,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         &results.bpf,
         results.idle.as_ref(),
         &results.sync_scaling,
+        &results.policy_bench,
         &results.trials,
     );
     println!("\n{table}");
@@ -206,15 +252,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut plots = Vec::new();
     for rate in &rates {
         for mode in &modes {
-            let Some(first) = results.trials.iter().find(|t| t.rate == rate.name && t.mode == mode.name) else {
+            let Some(first) = results
+                .trials
+                .iter()
+                .find(|t| t.rate == rate.name && t.mode == mode.name)
+            else {
                 continue;
             };
             let path = out.join(format!("{}-{}.svg", rate.name, mode.name));
-            std::fs::write(&path, svg::plot(first)).with_context(|| format!("writing {}", path.display()))?;
+            std::fs::write(&path, svg::plot(first))
+                .with_context(|| format!("writing {}", path.display()))?;
             plots.push(path);
         }
     }
-    println!("bench: JSON {}; plots {}", json_path.display(), out.join("*.svg").display());
+    println!(
+        "bench: JSON {}; plots {}",
+        json_path.display(),
+        out.join("*.svg").display()
+    );
     if !args.no_readme {
         report::update_readme(&root, &table, &plots, &results.kernel, results.cgroup)?;
     }
@@ -235,7 +290,10 @@ fn target_dir(workspace: &Path) -> Result<PathBuf> {
         .output()
         .context("running cargo metadata")?;
     if !out.status.success() {
-        bail!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let metadata: serde_json::Value =
         serde_json::from_slice(&out.stdout).context("parsing cargo metadata's output")?;

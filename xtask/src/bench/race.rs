@@ -209,19 +209,34 @@ fn working_set(dir: &Path, v1: bool) -> u64 {
     let inactive: u64 = std::fs::read_to_string(dir.join("memory.stat"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix(inactive_key).and_then(|v| v.trim().parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix(inactive_key)
+                .and_then(|v| v.trim().parse().ok())
+        })
         .unwrap_or(0);
     usage.saturating_sub(inactive)
 }
 
 /// Runs one trial; the guard cleans up whichever way it ends.
 pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<Trial> {
-    let id = format!("monitor-bench-{}-{}-{}-{n}", std::process::id(), mode.name, rate.name);
+    let id = format!(
+        "monitor-bench-{}-{}-{}-{n}",
+        std::process::id(),
+        mode.name,
+        rate.name
+    );
     let (guard, dir) = start_agent(setup.bin, &id, mode, "", setup.keep)?;
     let hog = setup.bin.join("hog").display().to_string();
     let go = dir.join("go");
     let args = |total: u64, step: u64, pause: u64| -> Vec<String> {
-        vec![hog.clone(), "anon".into(), total.to_string(), step.to_string(), pause.to_string(), "3600".into()]
+        vec![
+            hog.clone(),
+            "anon".into(),
+            total.to_string(),
+            step.to_string(),
+            pause.to_string(),
+            "3600".into(),
+        ]
     };
     let ballast = manifest(
         "ballast",
@@ -236,20 +251,30 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         "hog",
         &args(NODE_MIB * 2, rate.step_mib, rate.pause_ms),
         "",
-        &format!("    env:\n    - {{name: HOG_START_FILE, value: \"{}\"}}\n", go.display()),
+        &format!(
+            "    env:\n    - {{name: HOG_START_FILE, value: \"{}\"}}\n",
+            go.display()
+        ),
     );
     for (name, text) in [("ballast", ballast), ("hog", hog_pod)] {
         let path = dir.join("pods").join(format!("{name}.yaml"));
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     let state = dir.join("state");
-    demo::wait("the ballast and hog pods running", Duration::from_secs(30), || {
-        let r = demo::records(&state);
-        r.len() == 2 && r.iter().all(|r| r.phase == "Running" && !r.pids.is_empty())
-    })?;
+    demo::wait(
+        "the ballast and hog pods running",
+        Duration::from_secs(30),
+        || {
+            let r = demo::records(&state);
+            r.len() == 2 && r.iter().all(|r| r.phase == "Running" && !r.pids.is_empty())
+        },
+    )?;
     let (pods_dir, v1) = pods_cgroup(&id)?;
     demo::wait(
-        &format!("the ballast holding {BALLAST_MIB} MiB in {}", pods_dir.display()),
+        &format!(
+            "the ballast holding {BALLAST_MIB} MiB in {}",
+            pods_dir.display()
+        ),
         Duration::from_secs(30),
         || working_set(&pods_dir, v1) >= (BALLAST_MIB - 8) * MIB,
     )?;
@@ -305,7 +330,9 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     let samples = sampler
         .join()
         .map_err(|_| anyhow::anyhow!("the 1 ms sampler thread panicked"))?;
-    let oom_kills = oom_seen.max(oom_kills(&pods_dir, v1)).saturating_sub(oom_before);
+    let oom_kills = oom_seen
+        .max(oom_kills(&pods_dir, v1))
+        .saturating_sub(oom_before);
     let log = std::fs::read_to_string(&log_path)
         .with_context(|| format!("reading {}", log_path.display()))?;
     drop(guard);
@@ -317,7 +344,9 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
             log_path.display()
         );
     }
-    Ok(analyse(mode, rate, n, start_ns, threshold, &samples, &log, oom_ns, oom_kills, bpf_stats))
+    Ok(analyse(
+        mode, rate, n, start_ns, threshold, &samples, &log, oom_ns, oom_kills, bpf_stats,
+    ))
 }
 
 /// Kernel OOM kills under the pods cgroup. cgroup v2's memory.events counts the subtree;
@@ -337,7 +366,11 @@ fn oom_kills(dir: &Path, v1: bool) -> u64 {
 }
 
 /// Interpolated crossing time (ns) and the sampling interval around it.
-pub(crate) fn crossing(samples: &[(u64, u64)], after_ns: u64, threshold: u64) -> Option<(f64, f64)> {
+pub(crate) fn crossing(
+    samples: &[(u64, u64)],
+    after_ns: u64,
+    threshold: u64,
+) -> Option<(f64, f64)> {
     let i = samples
         .iter()
         .position(|&(at, ws)| at >= after_ns && ws >= threshold)?;
@@ -380,8 +413,14 @@ fn analyse(
     };
     let freed = kill_ns.and_then(|k| points.iter().find(|(at, ws)| *at > k && *ws < threshold));
     let at_kill = kill_ns.and_then(|k| points.iter().find(|(at, _)| *at >= k).map(|p| p.1));
-    let after_min = kill_ns.and_then(|k| points.iter().filter(|(at, _)| *at >= k).map(|p| p.1).min());
-    let peak = points.iter().filter(|(at, _)| *at >= start_ns).map(|p| p.1).max().unwrap_or(0);
+    let after_min =
+        kill_ns.and_then(|k| points.iter().filter(|(at, _)| *at >= k).map(|p| p.1).min());
+    let peak = points
+        .iter()
+        .filter(|(at, _)| *at >= start_ns)
+        .map(|p| p.1)
+        .max()
+        .unwrap_or(0);
     let oom_first = oom_kills > 0 && kill_ns.is_none_or(|k| oom_ns.is_none_or(|o| o < k));
     let crossing_ms = crossed.map(|(c, _)| rel(c));
     let wake_ms = sync.map(|s| rel(s.first_wake_ns as f64));
@@ -400,14 +439,20 @@ fn analyse(
         sync_end_ms: sync.and_then(|s| s.finished_ns()).map(|f| rel(f as f64)),
         kill_ms,
         freed_ms: freed.map(|(at, _)| rel(*at as f64)),
-        freed_mib: at_kill.zip(after_min).map(|(a, m)| a.saturating_sub(m) / MIB),
+        freed_mib: at_kill
+            .zip(after_min)
+            .map(|(a, m)| a.saturating_sub(m) / MIB),
         peak_mib: peak / MIB,
         oom_kills,
         oom_ms: oom_ns.map(|o| rel(o as f64)),
         oom_first,
         crossing_to_wake_ms: diff(crossing_ms, wake_ms),
         crossing_to_kill_ms: diff(crossing_ms, kill_ms),
-        sync_durations_ms: syncs.iter().filter_map(|s| s.duration_ns).map(|d| d as f64 / 1e6).collect(),
+        sync_durations_ms: syncs
+            .iter()
+            .filter_map(|s| s.duration_ns)
+            .map(|d| d as f64 / 1e6)
+            .collect(),
         bpf,
         curve: points
             .iter()
@@ -423,8 +468,12 @@ pub(crate) fn measured_rate(points: &[(u64, u64)], start_ns: u64, threshold: u64
     let base = points.iter().find(|(at, _)| *at >= start_ns)?.1;
     let climb = threshold.checked_sub(base)?;
     let level = |f: u64| base.saturating_add(climb / 10 * f);
-    let lo = points.iter().find(|(at, ws)| *at >= start_ns && *ws >= level(1))?;
-    let hi = points.iter().find(|(at, ws)| *at >= lo.0 && *ws >= level(9))?;
+    let lo = points
+        .iter()
+        .find(|(at, ws)| *at >= start_ns && *ws >= level(1))?;
+    let hi = points
+        .iter()
+        .find(|(at, ws)| *at >= lo.0 && *ws >= level(9))?;
     let seconds = hi.0.checked_sub(lo.0)? as f64 / 1e9;
     (seconds > 0.0).then(|| hi.1.saturating_sub(lo.1) as f64 / MIB as f64 / seconds)
 }
@@ -445,7 +494,11 @@ mod tests {
         #[case] threshold: u64,
         #[case] expected: Option<(f64, f64)>,
     ) {
-        let after = if samples.len() == 3 && samples[0].1 == 500 { 10 } else { 0 };
+        let after = if samples.len() == 3 && samples[0].1 == 500 {
+            10
+        } else {
+            0
+        };
         assert_eq!(crossing(samples, after, threshold), expected);
     }
 
@@ -463,7 +516,14 @@ mod tests {
     #[case::one_s("1s", 1_000_000_000)]
     #[case::ten_s("10s", 10_000_000_000)]
     fn housekeeping(#[case] text: &'static str, #[case] ns: u64) {
-        let mode = Mode { name: "x", ebpf: false, memcg_thresholds: false, memory_events: false, psi: false, housekeeping: text };
+        let mode = Mode {
+            name: "x",
+            ebpf: false,
+            memcg_thresholds: false,
+            memory_events: false,
+            psi: false,
+            housekeeping: text,
+        };
         assert_eq!(mode.housekeeping_ns(), ns);
         assert!(mode.polling());
     }

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::bpf::ProgCost;
-use super::costs::{Idle, SyncScaling};
+use super::costs::{Idle, PolicyBench, SyncScaling};
 use super::race::{Mode, Rate, Trial};
 use super::stats::{Spread, ms, ratio};
 
@@ -30,7 +30,12 @@ pub(crate) struct Summary {
     pub(crate) crossing_error_ms_max: Option<f64>,
 }
 
-pub(crate) fn summaries(trials: &[Trial], rates: &[Rate], modes: &[Mode], planned: u32) -> Vec<Summary> {
+pub(crate) fn summaries(
+    trials: &[Trial],
+    rates: &[Rate],
+    modes: &[Mode],
+    planned: u32,
+) -> Vec<Summary> {
     let mut out = Vec::new();
     for rate in rates {
         for mode in modes {
@@ -38,7 +43,9 @@ pub(crate) fn summaries(trials: &[Trial], rates: &[Rate], modes: &[Mode], planne
                 .iter()
                 .filter(|t| t.rate == rate.name && t.mode == mode.name)
                 .collect();
-            let values = |f: fn(&Trial) -> Option<f64>| -> Vec<f64> { ts.iter().filter_map(|t| f(t)).collect() };
+            let values = |f: fn(&Trial) -> Option<f64>| -> Vec<f64> {
+                ts.iter().filter_map(|t| f(t)).collect()
+            };
             let avoided = ts.iter().filter(|t| t.oom_kills == 0).count();
             let mut sources: Vec<(String, usize)> = Vec::new();
             for t in &ts {
@@ -48,7 +55,7 @@ pub(crate) fn summaries(trials: &[Trial], rates: &[Rate], modes: &[Mode], planne
                     None => sources.push((s, 1)),
                 }
             }
-            sources.sort_by(|a, b| b.1.cmp(&a.1));
+            sources.sort_by_key(|s| std::cmp::Reverse(s.1));
             out.push(Summary {
                 rate: rate.name.to_string(),
                 mode: mode.name.to_string(),
@@ -60,7 +67,10 @@ pub(crate) fn summaries(trials: &[Trial], rates: &[Rate], modes: &[Mode], planne
                 oom_avoided: avoided,
                 oom_avoided_fraction: (!ts.is_empty()).then(|| avoided as f64 / ts.len() as f64),
                 wake_sources: sources,
-                measured_rate_mib_s_p50: super::stats::percentile(&values(|t| t.measured_rate_mib_s), 50.0),
+                measured_rate_mib_s_p50: super::stats::percentile(
+                    &values(|t| t.measured_rate_mib_s),
+                    50.0,
+                ),
                 crossing_error_ms_max: values(|t| t.crossing_error_ms).into_iter().reduce(f64::max),
             });
         }
@@ -106,7 +116,11 @@ pub(crate) fn trial_line(t: &Trial) -> String {
         ms(t.kill_ms),
         ms(t.freed_ms),
         t.oom_kills,
-        if t.oom_first { " (OOM killer first)" } else { "" }
+        if t.oom_first {
+            " (OOM killer first)"
+        } else {
+            ""
+        }
     )
 }
 
@@ -129,14 +143,25 @@ pub(crate) fn table(
     bpf: &[ProgCost],
     idle: Option<&Idle>,
     sync: &[SyncScaling],
+    policy: &[PolicyBench],
     trials: &[Trial],
 ) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "Latency (ms from the working set crossing the threshold; p50 / p99 / max; \"none\" = never within the trial):\n");
-    let _ = writeln!(s, "| rate | mode | trials | rate MiB/s | crossing→wake | crossing→kill | woke | OOM killer avoided | wake sources |");
+    let _ = writeln!(
+        s,
+        "Latency (ms from the working set crossing the threshold; p50 / p99 / max; \"none\" = never within the trial):\n"
+    );
+    let _ = writeln!(
+        s,
+        "| rate | mode | trials | rate MiB/s | crossing→wake | crossing→kill | woke | OOM killer avoided | wake sources |"
+    );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for x in summaries {
-        let sources: Vec<String> = x.wake_sources.iter().map(|(n, c)| format!("{n}×{c}")).collect();
+        let sources: Vec<String> = x
+            .wake_sources
+            .iter()
+            .map(|(n, c)| format!("{n}×{c}"))
+            .collect();
         let _ = writeln!(
             s,
             "| {} | {} | {}/{} | {} | {} | {} | {}/{} | {}/{} ({}) | {} |",
@@ -144,19 +169,29 @@ pub(crate) fn table(
             x.mode,
             x.trials,
             x.planned,
-            x.measured_rate_mib_s_p50.map(|r| format!("{r:.0}")).unwrap_or_else(|| "?".into()),
+            x.measured_rate_mib_s_p50
+                .map(|r| format!("{r:.0}"))
+                .unwrap_or_else(|| "?".into()),
             spread(&x.crossing_to_wake),
             spread(&x.crossing_to_kill),
             x.crossing_to_wake.count,
             x.trials,
             x.oom_avoided,
             x.trials,
-            x.oom_avoided_fraction.map(|f| format!("{:.0} %", f * 100.0)).unwrap_or_else(|| "n/a".into()),
+            x.oom_avoided_fraction
+                .map(|f| format!("{:.0} %", f * 100.0))
+                .unwrap_or_else(|| "n/a".into()),
             sources.join(" "),
         );
     }
-    let _ = writeln!(s, "\nPolling p50 / event-driven p50 (same run; n/a where either never happened):\n");
-    let _ = writeln!(s, "| rate | mode | vs poll-10s wake / kill | vs poll-1s wake / kill | vs poll-100ms wake / kill |");
+    let _ = writeln!(
+        s,
+        "\nPolling p50 / event-driven p50 (same run; n/a where either never happened):\n"
+    );
+    let _ = writeln!(
+        s,
+        "| rate | mode | vs poll-10s wake / kill | vs poll-1s wake / kill | vs poll-100ms wake / kill |"
+    );
     let _ = writeln!(s, "|---|---|---|---|---|");
     let mut keys: Vec<(String, String)> = Vec::new();
     for r in ratios {
@@ -173,7 +208,13 @@ pub(crate) fn table(
                 .map(|r| format!("{} / {}", times(r.wake_ratio), times(r.kill_ratio)))
                 .unwrap_or_else(|| "not run".into())
         };
-        let _ = writeln!(s, "| {rate} | {mode} | {} | {} | {} |", cell("poll-10s"), cell("poll-1s"), cell("poll-100ms"));
+        let _ = writeln!(
+            s,
+            "| {rate} | {mode} | {} | {} | {} |",
+            cell("poll-10s"),
+            cell("poll-1s"),
+            cell("poll-100ms")
+        );
     }
     let _ = writeln!(s, "\nCosts:\n");
     match idle {
@@ -189,7 +230,10 @@ pub(crate) fn table(
         }
     }
     if bpf.is_empty() {
-        let _ = writeln!(s, "- eBPF programs: none seen (no eBPF mode ran, or run-time statistics unavailable)");
+        let _ = writeln!(
+            s,
+            "- eBPF programs: none seen (no eBPF mode ran, or run-time statistics unavailable)"
+        );
     }
     for p in bpf {
         let _ = writeln!(
@@ -198,22 +242,40 @@ pub(crate) fn table(
             p.name,
             p.run_cnt,
             p.run_time_ns,
-            p.ns_per_run.map(|n| format!("{n:.0}")).unwrap_or_else(|| "n/a".into())
+            p.ns_per_run
+                .map(|n| format!("{n:.0}"))
+                .unwrap_or_else(|| "n/a".into())
         );
     }
     for x in sync {
         let _ = writeln!(
             s,
-            "- synchronize with {} pods (real cgroups, {} synchronizes): p50 / p99 / max {} ms, agent RSS {} KiB",
+            "- synchronize with {} pods ({} running; real cgroups, {} synchronizes): p50 / p99 / max {} ms, agent RSS {} KiB",
             x.pods,
+            x.running,
             x.synchronizes,
             spread(&x.duration),
             x.rss_kib
         );
     }
-    let race_syncs: Vec<f64> = trials.iter().flat_map(|t| t.sync_durations_ms.iter().copied()).collect();
+    for p in policy {
+        let _ = writeln!(
+            s,
+            "- policy alone (criterion, EvictionManager::synchronize, {} pods, threshold met): {:.1} µs [{:.1} – {:.1}]",
+            p.pods, p.estimate_us, p.low_us, p.high_us
+        );
+    }
+    let race_syncs: Vec<f64> = trials
+        .iter()
+        .flat_map(|t| t.sync_durations_ms.iter().copied())
+        .collect();
     let all = Spread::of(&race_syncs);
-    let _ = writeln!(s, "- synchronize during the races (3 pods): p50 / p99 / max {} ms over {} synchronizes", spread(&all), all.count);
+    let _ = writeln!(
+        s,
+        "- synchronize during the races (3 pods): p50 / p99 / max {} ms over {} synchronizes",
+        spread(&all),
+        all.count
+    );
     s
 }
 
@@ -222,14 +284,23 @@ const END: &str = "<!-- bench:end -->";
 
 /// Rewrites README.md's section between the bench markers (appending them when missing)
 /// and copies the plots to docs/bench/ so that the README can show them.
-pub(crate) fn update_readme(root: &Path, table: &str, plots: &[PathBuf], kernel: &str, cgroup: &str) -> Result<()> {
+pub(crate) fn update_readme(
+    root: &Path,
+    table: &str,
+    plots: &[PathBuf],
+    kernel: &str,
+    cgroup: &str,
+) -> Result<()> {
     let docs = root.join("docs/bench");
     std::fs::create_dir_all(&docs).with_context(|| format!("creating {}", docs.display()))?;
     let mut names = Vec::new();
     for plot in plots {
-        let Some(name) = plot.file_name() else { continue };
+        let Some(name) = plot.file_name() else {
+            continue;
+        };
         let to = docs.join(name);
-        std::fs::copy(plot, &to).with_context(|| format!("copying {} to {}", plot.display(), to.display()))?;
+        std::fs::copy(plot, &to)
+            .with_context(|| format!("copying {} to {}", plot.display(), to.display()))?;
         names.push(name.to_string_lossy().to_string());
     }
     let mut section = format!(
@@ -240,11 +311,20 @@ pub(crate) fn update_readme(root: &Path, table: &str, plots: &[PathBuf], kernel:
             let _ = writeln!(section, "![{preferred}](docs/bench/{preferred})\n");
         }
     }
-    let others: Vec<String> = names.iter().map(|n| format!("[{n}](docs/bench/{n})")).collect();
-    let _ = writeln!(section, "All plots (first trial of each mode): {}\n{END}", others.join(" · "));
+    let others: Vec<String> = names
+        .iter()
+        .map(|n| format!("[{n}](docs/bench/{n})"))
+        .collect();
+    let _ = writeln!(
+        section,
+        "All plots (first trial of each mode): {}\n{END}",
+        others.join(" · ")
+    );
     let path = root.join("README.md");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    std::fs::write(&path, splice(&text, &section)).with_context(|| format!("writing {}", path.display()))
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    std::fs::write(&path, splice(&text, &section))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// The text with the section between the markers replaced, or the section appended.
@@ -274,6 +354,9 @@ mod tests {
         "<!-- bench:end --><!-- bench:start -->\n\n<!-- bench:start -->new<!-- bench:end -->\n"
     )]
     fn readme_section(#[case] text: &str, #[case] expected: &str) {
-        assert_eq!(splice(text, "<!-- bench:start -->new<!-- bench:end -->"), expected);
+        assert_eq!(
+            splice(text, "<!-- bench:start -->new<!-- bench:end -->"),
+            expected
+        );
     }
 }

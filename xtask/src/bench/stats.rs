@@ -30,7 +30,11 @@ impl Spread {
             count: values.len(),
             p50_ms: percentile(values, 50.0),
             p99_ms: percentile(values, 99.0),
-            max_ms: values.iter().copied().filter(|v| v.is_finite()).reduce(f64::max),
+            max_ms: values
+                .iter()
+                .copied()
+                .filter(|v| v.is_finite())
+                .reduce(f64::max),
         }
     }
 }
