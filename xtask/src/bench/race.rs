@@ -77,6 +77,8 @@ pub(crate) struct Trial {
     pub(crate) mode: &'static str,
     pub(crate) rate: &'static str,
     pub(crate) trial: u32,
+    /// Random delay before the start (polling modes): the phase of the housekeeping timer.
+    pub(crate) phase_delay_ms: u64,
     /// Working set crossed the threshold (interpolated 1 ms sampler).
     pub(crate) crossing_ms: Option<f64>,
     /// Sampling interval around the crossing: the crossing's error bound.
@@ -278,6 +280,15 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         Duration::from_secs(30),
         || working_set(&pods_dir, v1) >= (BALLAST_MIB - 8) * MIB,
     )?;
+    // The kubelet's timer has no relation to when a workload spikes: start the race at a
+    // uniformly random phase of the housekeeping period, or a polling mode would always
+    // be measured at the same point of its period (the agent starts just before).
+    let phase_ms = if mode.polling() {
+        random_below(mode.housekeeping_ns()) / 1_000_000
+    } else {
+        0
+    };
+    std::thread::sleep(Duration::from_millis(phase_ms));
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = demo::sampler(pods_dir.clone(), v1, stop.clone());
     std::thread::sleep(Duration::from_millis(100));
@@ -344,9 +355,25 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
             log_path.display()
         );
     }
-    Ok(analyse(
+    let mut trial = analyse(
         mode, rate, n, start_ns, threshold, &samples, &log, oom_ns, oom_kills, bpf_stats,
-    ))
+    );
+    trial.phase_delay_ms = phase_ms;
+    Ok(trial)
+}
+
+/// A uniformly distributed number below `bound` (0 when bound is 0), from getrandom(2).
+fn random_below(bound: u64) -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most the buffer's length into our buffer.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    let value = if got == 8 {
+        u64::from_ne_bytes(bytes)
+    } else {
+        // No entropy source: the clock's low bits are still unrelated to the timer.
+        demo::monotonic_ns().wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    };
+    value.checked_rem(bound).unwrap_or(0)
 }
 
 /// Kernel OOM kills under the pods cgroup. cgroup v2's memory.events counts the subtree;
@@ -430,6 +457,7 @@ fn analyse(
         mode: mode.name,
         rate: rate.name,
         trial: n,
+        phase_delay_ms: 0,
         crossing_ms,
         crossing_error_ms: crossed.map(|(_, e)| e / 1e6),
         measured_rate_mib_s: measured_rate(&points, start_ns, threshold),
@@ -509,6 +537,17 @@ mod tests {
         let rate = measured_rate(&points, 0, 100 * MIB).expect("a rate");
         assert!((rate - 1000.0).abs() < 1.0, "rate {rate}");
         assert_eq!(measured_rate(&points, 0, 0), None, "no climb, no rate");
+    }
+
+    #[rstest]
+    #[case::zero(0)]
+    #[case::one(1)]
+    #[case::ten_seconds(10_000_000_000)]
+    fn random_is_below_the_bound(#[case] bound: u64) {
+        for _ in 0..100 {
+            let r = random_below(bound);
+            assert!(r < bound.max(1), "{r} not below {bound}");
+        }
     }
 
     #[rstest]
