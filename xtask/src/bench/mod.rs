@@ -15,11 +15,14 @@ use crate::cmd::{cargo, run as run_command, workspace_root};
 
 mod bpf;
 mod costs;
+mod guest;
 mod logparse;
+mod peer;
 mod race;
 mod report;
 mod stats;
 mod svg;
+mod vm;
 
 use race::{Mode, Rate, Trial};
 
@@ -47,6 +50,15 @@ pub struct BenchArgs {
     /// Skip the criterion benchmark of the policy.
     #[arg(long)]
     pub no_criterion: bool,
+    /// Skip the VM part (cgroup v2 races and the earlyoom peer).
+    #[arg(long)]
+    pub no_vm: bool,
+    /// Trials per mode inside the VM (default: --trials).
+    #[arg(long)]
+    pub vm_trials: Option<u32>,
+    /// Run inside the benchmark VM (set by its /tests/bench script).
+    #[arg(long, hide = true)]
+    pub guest: bool,
     /// Keep each run's directory (config, manifests, agent log).
     #[arg(long)]
     pub keep: bool,
@@ -77,6 +89,9 @@ const MODES: &[Mode] = &[
     mode("psi", [false, false, false, true], "10s"),
     mode("all", [true; 4], "10s"),
 ];
+
+/// The label of the VM's trials in the table (full speed, cgroup v2, under qemu).
+const VM_RATE: &str = "vm-v2";
 
 const RATES: &[Rate] = &[
     // As fast as the hog can touch pages (about 2 GiB/s here).
@@ -118,6 +133,10 @@ fn pick<T: Copy>(
 struct Results {
     kernel: String,
     cgroup: &'static str,
+    /// The VM's kernel and how qemu ran it (KVM, or TCG emulation: slower, so compare
+    /// the VM's modes with each other, not with the host's).
+    vm_kernel: Option<String>,
+    vm_accel: Option<String>,
     node_mib: u64,
     headroom_mib: u64,
     trials_per_mode: u32,
@@ -135,6 +154,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let rates = pick(RATES, &args.rates, |r| r.name, "rate")?;
     if args.trials == 0 {
         bail!("--trials 0: at least one trial per mode is needed");
+    }
+    if args.guest {
+        return guest::run(&modes, &RATES[0], args.trials);
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -206,6 +228,29 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
 
+    let vm_run = if args.no_vm {
+        None
+    } else {
+        let trials = args.vm_trials.unwrap_or(args.trials);
+        println!("bench: the VM (cgroup v2) races and the earlyoom peer, {trials} trials each");
+        match vm::run(&root, &target, &args.modes, trials) {
+            Ok(mut run) => {
+                for t in &mut run.trials {
+                    t.rate = VM_RATE.to_string();
+                    println!("{}", report::trial_line(t));
+                }
+                Some(run)
+            }
+            Err(err) => {
+                println!("bench: the VM part FAILED: {err:#}");
+                None
+            }
+        }
+    };
+    if let Some(run) = &vm_run {
+        trials.extend(run.trials.iter().cloned());
+    }
+
     let policy = if args.no_criterion {
         Vec::new()
     } else {
@@ -218,12 +263,40 @@ pub fn run(args: BenchArgs) -> Result<()> {
         })
     };
 
-    let summaries = report::summaries(&trials, &rates, &modes, args.trials);
+    let mut groups: Vec<report::Group> = Vec::new();
+    for rate in &rates {
+        for mode in &modes {
+            groups.push(report::Group {
+                rate: rate.name.to_string(),
+                mode: mode.name.to_string(),
+                polling: mode.polling(),
+                planned: args.trials,
+            });
+        }
+    }
+    if vm_run.is_some() {
+        let planned = args.vm_trials.unwrap_or(args.trials);
+        for (mode, polling) in modes
+            .iter()
+            .map(|m| (m.name, m.polling()))
+            .chain([(peer::MODE, false)])
+        {
+            groups.push(report::Group {
+                rate: VM_RATE.to_string(),
+                mode: mode.to_string(),
+                polling,
+                planned,
+            });
+        }
+    }
+    let summaries = report::summaries(&trials, &groups);
     let ratios = report::ratios(&summaries);
     let all_bpf: Vec<bpf::ProgStat> = trials.iter().flat_map(|t| t.bpf.iter().cloned()).collect();
     let results = Results {
         kernel: kernel_release(),
         cgroup: if v1 { "v1" } else { "v2" },
+        vm_kernel: vm_run.as_ref().map(|r| r.kernel.clone()),
+        vm_accel: vm_run.as_ref().map(|r| r.accel.clone()),
         node_mib: race::NODE_MIB,
         headroom_mib: race::HEADROOM_MIB,
         trials_per_mode: args.trials,

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::bpf::{self, ProgStat};
 use super::logparse;
@@ -72,11 +72,13 @@ pub(crate) struct Rate {
 }
 
 /// What one trial saw; times in ms after the hog was told to start.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Trial {
-    pub(crate) mode: &'static str,
-    pub(crate) rate: &'static str,
+    pub(crate) mode: String,
+    pub(crate) rate: String,
     pub(crate) trial: u32,
+    /// The node's size in this trial (the pods cgroup limit, or the VM's MemTotal).
+    pub(crate) node_mib: u64,
     /// Random delay before the start (polling modes): the phase of the housekeeping timer.
     pub(crate) phase_delay_ms: u64,
     /// Working set crossed the threshold (interpolated 1 ms sampler).
@@ -108,8 +110,8 @@ pub(crate) struct Trial {
     pub(crate) sync_durations_ms: Vec<f64>,
     #[serde(skip)]
     pub(crate) bpf: Vec<ProgStat>,
-    /// (ms, MiB) of the working set, kept for the plot of the first trial only.
-    #[serde(skip)]
+    /// (ms, MiB) of the working set for the plot; emptied after plotting but for trial 1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) curve: Vec<(f64, f64)>,
 }
 
@@ -428,7 +430,6 @@ fn analyse(
     oom_kills: u64,
     bpf: Vec<ProgStat>,
 ) -> Trial {
-    let rel = |ns: f64| (ns - start_ns as f64) / 1e6;
     let points: Vec<(u64, u64)> = samples.iter().map(|s| (s.at_ns, s.working_set)).collect();
     let crossed = crossing(&points, start_ns, threshold);
     let syncs = logparse::syncs(log);
@@ -438,6 +439,62 @@ fn analyse(
         (None, Some((c, _))) => logparse::first_sync_after(&syncs, c as u64),
         (None, None) => None,
     };
+    from_points(Observed {
+        mode: mode.name,
+        rate: rate.name,
+        n,
+        node_mib: NODE_MIB,
+        start_ns,
+        threshold,
+        points: &points,
+        wake: sync.map(|s| {
+            (
+                s.first_wake_ns,
+                s.sources.join("+"),
+                Some(s.started_ns),
+                s.finished_ns(),
+            )
+        }),
+        kill_ns,
+        oom_ns,
+        oom_kills,
+        sync_durations_ms: syncs
+            .iter()
+            .filter_map(|s| s.duration_ns)
+            .map(|d| d as f64 / 1e6)
+            .collect(),
+        bpf,
+    })
+}
+
+/// What a trial observed, in CLOCK_MONOTONIC nanoseconds: the input of [`from_points`].
+pub(crate) struct Observed<'a> {
+    pub(crate) mode: &'a str,
+    pub(crate) rate: &'a str,
+    pub(crate) n: u32,
+    pub(crate) node_mib: u64,
+    pub(crate) start_ns: u64,
+    /// Usage at which the threshold is crossed, bytes.
+    pub(crate) threshold: u64,
+    /// (ns, bytes used) from the 1 ms sampler.
+    pub(crate) points: &'a [(u64, u64)],
+    /// (wake received, its source, synchronize start, synchronize end).
+    pub(crate) wake: Option<(u64, String, Option<u64>, Option<u64>)>,
+    pub(crate) kill_ns: Option<u64>,
+    pub(crate) oom_ns: Option<u64>,
+    pub(crate) oom_kills: u64,
+    pub(crate) sync_durations_ms: Vec<f64>,
+    pub(crate) bpf: Vec<ProgStat>,
+}
+
+/// The trial's record, times made relative to the start.
+pub(crate) fn from_points(o: Observed) -> Trial {
+    let start_ns = o.start_ns;
+    let threshold = o.threshold;
+    let points = o.points;
+    let rel = |ns: f64| (ns - start_ns as f64) / 1e6;
+    let crossed = crossing(points, start_ns, threshold);
+    let kill_ns = o.kill_ns;
     let freed = kill_ns.and_then(|k| points.iter().find(|(at, ws)| *at > k && *ws < threshold));
     let at_kill = kill_ns.and_then(|k| points.iter().find(|(at, _)| *at >= k).map(|p| p.1));
     let after_min =
@@ -448,43 +505,47 @@ fn analyse(
         .map(|p| p.1)
         .max()
         .unwrap_or(0);
-    let oom_first = oom_kills > 0 && kill_ns.is_none_or(|k| oom_ns.is_none_or(|o| o < k));
+    let oom_first = o.oom_kills > 0 && kill_ns.is_none_or(|k| o.oom_ns.is_none_or(|t| t < k));
     let crossing_ms = crossed.map(|(c, _)| rel(c));
-    let wake_ms = sync.map(|s| rel(s.first_wake_ns as f64));
+    let wake_ms = o.wake.as_ref().map(|w| rel(w.0 as f64));
     let kill_ms = kill_ns.map(|k| rel(k as f64));
     let diff = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
+    // A plot needs a few hundred points, not thousands.
+    let window: Vec<(u64, u64)> = points
+        .iter()
+        .copied()
+        .filter(|(at, _)| *at + 50_000_000 >= start_ns)
+        .collect();
+    let step = (window.len() / 600).max(1);
     Trial {
-        mode: mode.name,
-        rate: rate.name,
-        trial: n,
+        mode: o.mode.to_string(),
+        rate: o.rate.to_string(),
+        trial: o.n,
+        node_mib: o.node_mib,
         phase_delay_ms: 0,
         crossing_ms,
         crossing_error_ms: crossed.map(|(_, e)| e / 1e6),
-        measured_rate_mib_s: measured_rate(&points, start_ns, threshold),
+        measured_rate_mib_s: measured_rate(points, start_ns, threshold),
         wake_ms,
-        wake_source: sync.map(|s| s.sources.join("+")),
-        sync_start_ms: sync.map(|s| rel(s.started_ns as f64)),
-        sync_end_ms: sync.and_then(|s| s.finished_ns()).map(|f| rel(f as f64)),
+        wake_source: o.wake.as_ref().map(|w| w.1.clone()),
+        sync_start_ms: o.wake.as_ref().and_then(|w| w.2).map(|s| rel(s as f64)),
+        sync_end_ms: o.wake.as_ref().and_then(|w| w.3).map(|f| rel(f as f64)),
         kill_ms,
         freed_ms: freed.map(|(at, _)| rel(*at as f64)),
         freed_mib: at_kill
             .zip(after_min)
             .map(|(a, m)| a.saturating_sub(m) / MIB),
         peak_mib: peak / MIB,
-        oom_kills,
-        oom_ms: oom_ns.map(|o| rel(o as f64)),
+        oom_kills: o.oom_kills,
+        oom_ms: o.oom_ns.map(|t| rel(t as f64)),
         oom_first,
         crossing_to_wake_ms: diff(crossing_ms, wake_ms),
         crossing_to_kill_ms: diff(crossing_ms, kill_ms),
-        sync_durations_ms: syncs
+        sync_durations_ms: o.sync_durations_ms,
+        bpf: o.bpf,
+        curve: window
             .iter()
-            .filter_map(|s| s.duration_ns)
-            .map(|d| d as f64 / 1e6)
-            .collect(),
-        bpf,
-        curve: points
-            .iter()
-            .filter(|(at, _)| *at + 50_000_000 >= start_ns)
+            .step_by(step)
             .map(|&(at, ws)| (rel(at as f64), ws as f64 / MIB as f64))
             .collect(),
     }

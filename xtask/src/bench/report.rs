@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::bpf::ProgCost;
 use super::costs::{Idle, PolicyBench, SyncScaling};
-use super::race::{Mode, Rate, Trial};
+use super::race::Trial;
 use super::stats::{Spread, ms, ratio};
 
 /// One mode at one rate.
@@ -30,18 +30,21 @@ pub(crate) struct Summary {
     pub(crate) crossing_error_ms_max: Option<f64>,
 }
 
-pub(crate) fn summaries(
-    trials: &[Trial],
-    rates: &[Rate],
-    modes: &[Mode],
-    planned: u32,
-) -> Vec<Summary> {
+/// A row of the table: trials of one mode at one rate.
+pub(crate) struct Group {
+    pub(crate) rate: String,
+    pub(crate) mode: String,
+    pub(crate) polling: bool,
+    pub(crate) planned: u32,
+}
+
+pub(crate) fn summaries(trials: &[Trial], groups: &[Group]) -> Vec<Summary> {
     let mut out = Vec::new();
-    for rate in rates {
-        for mode in modes {
+    for g in groups {
+        {
             let ts: Vec<&Trial> = trials
                 .iter()
-                .filter(|t| t.rate == rate.name && t.mode == mode.name)
+                .filter(|t| t.rate == g.rate && t.mode == g.mode)
                 .collect();
             let values = |f: fn(&Trial) -> Option<f64>| -> Vec<f64> {
                 ts.iter().filter_map(|t| f(t)).collect()
@@ -57,10 +60,10 @@ pub(crate) fn summaries(
             }
             sources.sort_by_key(|s| std::cmp::Reverse(s.1));
             out.push(Summary {
-                rate: rate.name.to_string(),
-                mode: mode.name.to_string(),
-                polling: mode.polling(),
-                planned,
+                rate: g.rate.clone(),
+                mode: g.mode.clone(),
+                polling: g.polling,
+                planned: g.planned,
                 trials: ts.len(),
                 crossing_to_wake: Spread::of(&values(|t| t.crossing_to_wake_ms)),
                 crossing_to_kill: Spread::of(&values(|t| t.crossing_to_kill_ms)),

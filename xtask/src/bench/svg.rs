@@ -3,7 +3,7 @@
 //! the kill and the kernel OOM kill.
 use std::fmt::Write;
 
-use super::race::{HEADROOM_MIB, NODE_MIB, Trial};
+use super::race::{HEADROOM_MIB, Trial};
 
 const W: f64 = 720.0;
 const H: f64 = 360.0;
@@ -24,7 +24,8 @@ pub(crate) fn plot(trial: &Trial) -> String {
     let last_sample = trial.curve.last().map(|p| p.0).unwrap_or(0.0);
     let t_max = (last_mark * 1.15).max(50.0).min(last_sample.max(50.0));
     let t_min = (-20.0f64).max(trial.curve.first().map(|p| p.0).unwrap_or(0.0));
-    let y_max = NODE_MIB as f64 * 1.05;
+    let node = trial.node_mib.max(1) as f64;
+    let y_max = node * 1.05;
     let x = |t: f64| LEFT + (t - t_min) / (t_max - t_min) * (W - LEFT - RIGHT);
     let y = |mib: f64| H - BOTTOM - mib / y_max * (H - TOP - BOTTOM);
     let mut s = String::new();
@@ -53,7 +54,7 @@ pub(crate) fn plot(trial: &Trial) -> String {
             H - BOTTOM + 15.0
         );
     }
-    for mib in [0u64, 256, 512, 768, 1024] {
+    for mib in (0..=4).map(|i| (trial.node_mib / 4 / 64 * 64 * i).min(trial.node_mib)) {
         let _ = writeln!(
             s,
             "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{mib}</text>",
@@ -63,8 +64,8 @@ pub(crate) fn plot(trial: &Trial) -> String {
     }
     // Threshold and limit.
     for (mib, label, color) in [
-        ((NODE_MIB - HEADROOM_MIB) as f64, "threshold", "#ff7f0e"),
-        (NODE_MIB as f64, "limit", "black"),
+        (node - HEADROOM_MIB as f64, "threshold", "#ff7f0e"),
+        (node, "limit", "black"),
     ] {
         let _ = writeln!(
             s,
