@@ -53,9 +53,10 @@ pub struct BenchArgs {
     /// Skip the VM part (cgroup v2 races and the earlyoom peer).
     #[arg(long)]
     pub no_vm: bool,
-    /// Trials per mode inside the VM (default: --trials).
-    #[arg(long)]
-    pub vm_trials: Option<u32>,
+    /// Trials per mode inside the VM (8 modes with earlyoom). Fewer than on the host by
+    /// default: without hardware virtualisation qemu emulates (TCG) and a race takes ~10 s.
+    #[arg(long, default_value_t = 10)]
+    pub vm_trials: u32,
     /// Run inside the benchmark VM (set by its /tests/bench script).
     #[arg(long, hide = true)]
     pub guest: bool,
@@ -231,7 +232,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let vm_run = if args.no_vm {
         None
     } else {
-        let trials = args.vm_trials.unwrap_or(args.trials);
+        let trials = args.vm_trials;
         println!("bench: the VM (cgroup v2) races and the earlyoom peer, {trials} trials each");
         match vm::run(&root, &target, &args.modes, trials) {
             Ok(mut run) => {
@@ -275,7 +276,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     if vm_run.is_some() {
-        let planned = args.vm_trials.unwrap_or(args.trials);
+        let planned = args.vm_trials;
         for (mode, polling) in modes
             .iter()
             .map(|m| (m.name, m.polling()))

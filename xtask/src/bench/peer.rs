@@ -104,11 +104,27 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
     std::fs::write(format!("/proc/{ballast_pid}/oom_score_adj"), "-1000")
         .context("setting the ballast's oom_score_adj")?;
     std::fs::write(&ballast_go, "").with_context(|| format!("writing {}", ballast_go.display()))?;
-    demo::wait("the ballast's allocation", Duration::from_secs(60), || {
-        meminfo_kib("MemAvailable:").is_some_and(|a| {
-            a * 1024 <= available.saturating_sub(ballast_mib.saturating_sub(8) * MIB)
-        })
-    })?;
+    let rss_mib = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            / 1024
+    };
+    let waited = demo::wait("the ballast's allocation", Duration::from_secs(120), || {
+        rss_mib(ballast_pid) >= ballast_mib.saturating_sub(8)
+    });
+    if let Err(err) = waited {
+        bail!(
+            "{err:#}: ballast pid {ballast_pid} holds {} MiB of {ballast_mib} MiB; MemAvailable {} KiB (was {} KiB)",
+            rss_mib(ballast_pid),
+            meminfo_kib("MemAvailable:").unwrap_or(0),
+            available / 1024
+        );
+    }
 
     let hog_child = spawn_in_cgroup(
         Command::new(&hog)
