@@ -320,25 +320,30 @@ pub fn run(args: BenchArgs) -> Result<()> {
     );
     println!("\n{table}");
 
+    let mut plots = Vec::new();
+    for g in &groups {
+        let Some(first) = results
+            .trials
+            .iter()
+            .find(|t| t.rate == g.rate && t.mode == g.mode)
+        else {
+            continue;
+        };
+        let path = out.join(format!("{}-{}.svg", g.rate, g.mode));
+        std::fs::write(&path, svg::plot(first))
+            .with_context(|| format!("writing {}", path.display()))?;
+        plots.push(path);
+    }
+    // The plotted curves stay in the JSON; the others would only bloat it.
+    let mut results = results;
+    for t in &mut results.trials {
+        if t.trial > 1 {
+            t.curve.clear();
+        }
+    }
     let json_path = out.join("bench.json");
     let json = serde_json::to_string_pretty(&results).context("serialising the results")?;
     std::fs::write(&json_path, json).with_context(|| format!("writing {}", json_path.display()))?;
-    let mut plots = Vec::new();
-    for rate in &rates {
-        for mode in &modes {
-            let Some(first) = results
-                .trials
-                .iter()
-                .find(|t| t.rate == rate.name && t.mode == mode.name)
-            else {
-                continue;
-            };
-            let path = out.join(format!("{}-{}.svg", rate.name, mode.name));
-            std::fs::write(&path, svg::plot(first))
-                .with_context(|| format!("writing {}", path.display()))?;
-            plots.push(path);
-        }
-    }
     println!(
         "bench: JSON {}; plots {}",
         json_path.display(),
