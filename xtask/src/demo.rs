@@ -66,7 +66,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     Ok(())
 }
 
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -77,7 +77,7 @@ fn monotonic_ns() -> u64 {
 }
 
 /// The cgroup mounts and which one holds the memory controller.
-fn cgroup_mounts() -> (Vec<PathBuf>, Option<PathBuf>, bool) {
+pub(crate) fn cgroup_mounts() -> (Vec<PathBuf>, Option<PathBuf>, bool) {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut mounts = Vec::new();
     let mut v1_memory = None;
@@ -112,7 +112,7 @@ fn cgroup_mounts() -> (Vec<PathBuf>, Option<PathBuf>, bool) {
 }
 
 /// Kills everything under `<mount>/<root>` in every hierarchy and removes the cgroups.
-fn remove_cgroup_root(root: &str) {
+pub(crate) fn remove_cgroup_root(root: &str) {
     fn remove(dir: &Path) {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
@@ -144,13 +144,13 @@ fn remove_cgroup_root(root: &str) {
     }
 }
 
-struct Sample {
-    at_ns: u64,
-    working_set: u64,
+pub(crate) struct Sample {
+    pub(crate) at_ns: u64,
+    pub(crate) working_set: u64,
 }
 
 /// Samples the pods cgroup's working set every millisecond (usage − inactive_file).
-fn sampler(dir: PathBuf, v1: bool, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Sample>> {
+pub(crate) fn sampler(dir: PathBuf, v1: bool, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Sample>> {
     std::thread::spawn(move || {
         let (usage_file, inactive_key) = if v1 {
             ("memory.usage_in_bytes", "total_inactive_file")
@@ -182,14 +182,14 @@ fn sampler(dir: PathBuf, v1: bool, stop: Arc<AtomicBool>) -> std::thread::JoinHa
 }
 
 /// A pod record from the agent's state directory.
-struct Record {
-    name: String,
-    phase: String,
-    reason: String,
-    pids: Vec<u64>,
+pub(crate) struct Record {
+    pub(crate) name: String,
+    pub(crate) phase: String,
+    pub(crate) reason: String,
+    pub(crate) pids: Vec<u64>,
 }
 
-fn records(state: &Path) -> Vec<Record> {
+pub(crate) fn records(state: &Path) -> Vec<Record> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(state.join("pods"))
         .into_iter()
@@ -220,7 +220,7 @@ fn records(state: &Path) -> Vec<Record> {
     out
 }
 
-fn wait(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Result<()> {
+pub(crate) fn wait(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Result<()> {
     let deadline = Instant::now() + timeout;
     while !check() {
         if Instant::now() > deadline {
@@ -231,7 +231,7 @@ fn wait(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Resul
     Ok(())
 }
 
-fn pod(name: &str, resources: &str, command: &[String], env: &str) -> String {
+pub(crate) fn pod(name: &str, resources: &str, command: &[String], env: &str) -> String {
     let command: Vec<String> = command.iter().map(|c| format!("\"{c}\"")).collect();
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: demo}}\nspec:\n  containers:\n  - name: main\n    image: none\n    command: [{}]\n{env}{resources}",
@@ -240,7 +240,7 @@ fn pod(name: &str, resources: &str, command: &[String], env: &str) -> String {
 }
 
 /// A field `key=value` of a tracing log line.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+pub(crate) fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     let start = line.find(&format!(" {key}="))? + key.len() + 2;
     line[start..]
         .split_whitespace()
@@ -248,11 +248,11 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
         .map(|v| v.trim_matches('"'))
 }
 
-struct Guard {
-    agent: Option<Child>,
-    cgroup_root: String,
-    dir: PathBuf,
-    keep: bool,
+pub(crate) struct Guard {
+    pub(crate) agent: Option<Child>,
+    pub(crate) cgroup_root: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) keep: bool,
 }
 
 impl Drop for Guard {
@@ -522,7 +522,7 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
     Ok(())
 }
 
-fn oom_kills(pods_dir: &Path, v1: bool) -> u64 {
+pub(crate) fn oom_kills(pods_dir: &Path, v1: bool) -> u64 {
     let file = if v1 {
         "memory.oom_control"
     } else {

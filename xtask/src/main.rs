@@ -2,6 +2,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod cmd;
 mod demo;
 mod run;
@@ -26,6 +27,8 @@ enum Command {
     Test(test::TestArgs),
     /// The agent beats the OOM killer on a 1 GiB bounded node (`--runs 10` to repeat).
     Demo(demo::DemoArgs),
+    /// The latency benchmark: event-driven modes against polling, and the agent's costs.
+    Bench(bench::BenchArgs),
     /// Boot a throw-away VM (Debian kernel, busybox initramfs, cgroup v2) and run the
     /// privileged integration tests inside it.
     Vm(vm::VmArgs),
@@ -38,5 +41,6 @@ fn main() -> Result<()> {
         Command::Test(args) => test::run(args),
         Command::Vm(args) => vm::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }

@@ -15,11 +15,11 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 mod cpio;
-mod host;
-mod initramfs;
-mod kernel;
-mod payload;
-mod qemu;
+pub(crate) mod host;
+pub(crate) mod initramfs;
+pub(crate) mod kernel;
+pub(crate) mod payload;
+pub(crate) mod qemu;
 mod report;
 
 use report::Verdict;

@@ -82,6 +82,8 @@ pub struct BootOutcome {
     pub report: GuestReport,
     pub elapsed: Duration,
     pub timed_out: bool,
+    /// Every console line, in order (`cargo xtask bench` reads its results from them).
+    pub console: Vec<String>,
 }
 
 /// After the guest reports DONE, qemu gets this long to power off before it is killed.
@@ -101,6 +103,7 @@ pub fn boot(boot: &Boot<'_>) -> Result<BootOutcome> {
 
     let mut report = GuestReport::default();
     let mut timed_out = false;
+    let mut console = Vec::new();
     let mut deadline = started + boot.timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -109,6 +112,7 @@ pub fn boot(boot: &Boot<'_>) -> Result<BootOutcome> {
                 println!("[{:7.2}] {line}", started.elapsed().as_secs_f64());
                 let was_done = report.done;
                 report.observe(&line);
+                console.push(line);
                 if report.done && !was_done {
                     deadline = deadline.min(Instant::now() + POWEROFF_GRACE);
                 }
@@ -139,6 +143,7 @@ pub fn boot(boot: &Boot<'_>) -> Result<BootOutcome> {
         report,
         elapsed: started.elapsed(),
         timed_out,
+        console,
     })
 }
 

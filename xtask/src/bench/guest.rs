@@ -1,0 +1,81 @@
+//! Inside the VM (`xtask bench --guest`, started by the initramfs's /tests/bench): the
+//! agent's race on cgroup v2 in each mode, then the earlyoom peer; every trial is printed
+//! as one `@@bench@@ <json>` console line for the host to collect.
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use super::race::{self, Mode, Rate, Trial};
+use super::{bpf, peer};
+
+pub(crate) const PREFIX: &str = "@@bench@@ ";
+
+fn emit(mut trial: Trial) {
+    if trial.trial > 1 {
+        trial.curve.clear();
+    }
+    match serde_json::to_string(&trial) {
+        Ok(json) => println!("{PREFIX}{json}"),
+        Err(err) => println!(
+            "bench: {} trial {}: not serialisable: {err}",
+            trial.mode, trial.trial
+        ),
+    }
+}
+
+/// The dynamic loader copied into /bin next to earlyoom.
+fn loader(bin: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(bin)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("ld-linux"))
+        })
+}
+
+pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
+    let bin = PathBuf::from("/bin");
+    // Statistics are for the host's table; the guest goes on without them.
+    let _stats = bpf::StatsEnabled::enable().ok();
+    let setup = race::Setup {
+        bin: &bin,
+        keep: false,
+    };
+    for mode in modes {
+        for n in 1..=trials {
+            match race::trial(&setup, mode, rate, n) {
+                Ok(t) => emit(t),
+                Err(err) => println!("bench: guest {} trial {n}: FAILED: {err:#}", mode.name),
+            }
+        }
+    }
+    match loader(&bin) {
+        Some(loader) => {
+            let command = vec![
+                loader.display().to_string(),
+                "--library-path".into(),
+                "/bin".into(),
+                "/bin/earlyoom".into(),
+            ];
+            for n in 1..=trials {
+                match peer::trial(&bin, &command, n) {
+                    Ok(t) => emit(t),
+                    Err(err) => println!("bench: guest earlyoom trial {n}: FAILED: {err:#}"),
+                }
+            }
+        }
+        None => println!("bench: guest: no dynamic loader in /bin: earlyoom not run"),
+    }
+    Ok(())
+}
+
+/// The trials in the guest's console output.
+pub(crate) fn collect(console: &[String]) -> Vec<Trial> {
+    console
+        .iter()
+        .filter_map(|l| l.split_once(PREFIX).map(|(_, json)| json))
+        .filter_map(|json| serde_json::from_str(json).ok())
+        .collect()
+}

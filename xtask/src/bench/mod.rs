@@ -1,0 +1,383 @@
+//! `cargo xtask bench`: the latency benchmark. The same pressure race (see [`race`]) runs
+//! in every mode — the kubelet's polling (housekeeping every 10 s, its default, then 1 s
+//! and 100 ms, all kernel sources off) and each kernel source alone, then all together —
+//! at full allocation speed and at a slower rate; then the agent's costs (idle CPU and
+//! RSS, eBPF per-event cost, synchronize duration against pod count). Prints a table, and
+//! writes JSON and one SVG plot per mode under `<target>/bench/`.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+
+use crate::cmd::{cargo, run as run_command, workspace_root};
+
+mod bpf;
+mod costs;
+mod guest;
+mod logparse;
+mod peer;
+mod race;
+mod report;
+mod stats;
+mod svg;
+mod vm;
+
+use race::{Mode, Rate, Trial};
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Trials per mode and rate.
+    #[arg(long, default_value_t = 20)]
+    pub trials: u32,
+    /// Modes to run (default: all): poll-10s, poll-1s, poll-100ms, memcg, ebpf, psi, all.
+    #[arg(long, value_delimiter = ',')]
+    pub modes: Vec<String>,
+    /// Allocation rates (default: both): full, slow.
+    #[arg(long, value_delimiter = ',')]
+    pub rates: Vec<String>,
+    /// Seconds the idle agent is watched for its CPU and RSS (0 skips it).
+    #[arg(long, default_value_t = 60)]
+    pub idle_seconds: u64,
+    /// Pod counts for the synchronize duration (empty skips it).
+    #[arg(long, value_delimiter = ',', default_values_t = [10usize, 110, 1000])]
+    pub sync_pods: Vec<usize>,
+    /// Seconds the synchronize measurement waits for its pods to start; it then measures
+    /// with those running (reported).
+    #[arg(long, default_value_t = 180)]
+    pub pod_start_seconds: u64,
+    /// Skip the criterion benchmark of the policy.
+    #[arg(long)]
+    pub no_criterion: bool,
+    /// Skip the VM part (cgroup v2 races and the earlyoom peer).
+    #[arg(long)]
+    pub no_vm: bool,
+    /// Trials per mode inside the VM (8 modes with earlyoom). Fewer than on the host by
+    /// default: without hardware virtualisation qemu emulates (TCG) and a race takes ~10 s.
+    #[arg(long, default_value_t = 10)]
+    pub vm_trials: u32,
+    /// Run inside the benchmark VM (set by its /tests/bench script).
+    #[arg(long, hide = true)]
+    pub guest: bool,
+    /// Keep each run's directory (config, manifests, agent log).
+    #[arg(long)]
+    pub keep: bool,
+    /// Do not rewrite README.md's benchmark section and docs/bench/.
+    #[arg(long)]
+    pub no_readme: bool,
+}
+
+const fn mode(name: &'static str, sources: [bool; 4], housekeeping: &'static str) -> Mode {
+    Mode {
+        name,
+        ebpf: sources[0],
+        memcg_thresholds: sources[1],
+        memory_events: sources[2],
+        psi: sources[3],
+        housekeeping,
+    }
+}
+
+/// [ebpf, memcgThresholds, memoryEvents, psi]. memory.events is cgroup v2 only: on this
+/// v1 host the memcg mode is the threshold eventfd.
+const MODES: &[Mode] = &[
+    mode("poll-10s", [false; 4], "10s"),
+    mode("poll-1s", [false; 4], "1s"),
+    mode("poll-100ms", [false; 4], "100ms"),
+    mode("memcg", [false, true, true, false], "10s"),
+    mode("ebpf", [true, false, false, false], "10s"),
+    mode("psi", [false, false, false, true], "10s"),
+    mode("all", [true; 4], "10s"),
+];
+
+/// The label of the VM's trials in the table (full speed, cgroup v2, under qemu).
+const VM_RATE: &str = "vm-v2";
+
+const RATES: &[Rate] = &[
+    // As fast as the hog can touch pages (about 2 GiB/s here).
+    Rate {
+        name: "full",
+        step_mib: 8,
+        pause_ms: 0,
+    },
+    // 4 MiB every ~15 ms: a few hundred MiB/s (measured per trial).
+    Rate {
+        name: "slow",
+        step_mib: 4,
+        pause_ms: 15,
+    },
+];
+
+fn pick<T: Copy>(
+    all: &[T],
+    wanted: &[String],
+    name: impl Fn(&T) -> &str,
+    what: &str,
+) -> Result<Vec<T>> {
+    if wanted.is_empty() {
+        return Ok(all.to_vec());
+    }
+    wanted
+        .iter()
+        .map(|w| {
+            all.iter().find(|m| name(m) == w).copied().with_context(|| {
+                let names: Vec<&str> = all.iter().map(&name).collect();
+                format!("unknown {what} {w:?} (known: {})", names.join(", "))
+            })
+        })
+        .collect()
+}
+
+/// Everything one run measured: the JSON written under target/bench/.
+#[derive(Debug, Serialize)]
+struct Results {
+    kernel: String,
+    cgroup: &'static str,
+    /// The VM's kernel and how qemu ran it (KVM, or TCG emulation: slower, so compare
+    /// the VM's modes with each other, not with the host's).
+    vm_kernel: Option<String>,
+    vm_accel: Option<String>,
+    node_mib: u64,
+    headroom_mib: u64,
+    trials_per_mode: u32,
+    summaries: Vec<report::Summary>,
+    ratios: Vec<report::Ratio>,
+    bpf: Vec<bpf::ProgCost>,
+    idle: Option<costs::Idle>,
+    sync_scaling: Vec<costs::SyncScaling>,
+    policy_bench: Vec<costs::PolicyBench>,
+    trials: Vec<Trial>,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let modes = pick(MODES, &args.modes, |m| m.name, "mode")?;
+    let rates = pick(RATES, &args.rates, |r| r.name, "rate")?;
+    if args.trials == 0 {
+        bail!("--trials 0: at least one trial per mode is needed");
+    }
+    if args.guest {
+        return guest::run(&modes, &RATES[0], args.trials);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("cargo xtask bench creates cgroups and loads eBPF programs: run it as root");
+    }
+    crate::setup::ensure()?;
+    let root = workspace_root();
+    run_command(cargo().current_dir(&root).args([
+        "build",
+        "--release",
+        "-p",
+        "monitor",
+        "-p",
+        "monitor-tests",
+        "--bins",
+    ]))?;
+    let target = target_dir(&root)?;
+    let bin = target.join("release");
+    let out = target.join("bench");
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let _stats = bpf::StatsEnabled::enable()?;
+    let (_, _, v1) = crate::demo::cgroup_mounts();
+    let setup = race::Setup {
+        bin: &bin,
+        keep: args.keep,
+    };
+
+    let mut trials: Vec<Trial> = Vec::new();
+    for rate in &rates {
+        for mode in &modes {
+            for n in 1..=args.trials {
+                match race::trial(&setup, mode, rate, n) {
+                    Ok(t) => {
+                        println!("{}", report::trial_line(&t));
+                        trials.push(t);
+                    }
+                    // A failed trial is reported and counted, never silently dropped.
+                    Err(err) => println!(
+                        "bench: {} {} trial {n}: FAILED: {err:#}",
+                        rate.name, mode.name
+                    ),
+                }
+            }
+        }
+    }
+
+    let idle = if args.idle_seconds > 0 {
+        println!(
+            "bench: idle agent (all sources, 10 pods) for {} s",
+            args.idle_seconds
+        );
+        match costs::idle(&bin, args.idle_seconds, 10, args.keep) {
+            Ok(idle) => Some(idle),
+            Err(err) => {
+                println!("bench: idle measurement FAILED: {err:#}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut sync_scaling = Vec::new();
+    for pods in &args.sync_pods {
+        println!("bench: synchronize duration with {pods} pods");
+        let limit = Duration::from_secs(args.pod_start_seconds);
+        match costs::sync_scaling(&bin, *pods, Duration::from_secs(10), limit, args.keep) {
+            Ok(s) => sync_scaling.push(s),
+            Err(err) => println!("bench: synchronize with {pods} pods FAILED: {err:#}"),
+        }
+    }
+
+    let vm_run = if args.no_vm {
+        None
+    } else {
+        let trials = args.vm_trials;
+        println!("bench: the VM (cgroup v2) races and the earlyoom peer, {trials} trials each");
+        match vm::run(&root, &target, &args.modes, trials) {
+            Ok(mut run) => {
+                for t in &mut run.trials {
+                    t.rate = VM_RATE.to_string();
+                    println!("{}", report::trial_line(t));
+                }
+                Some(run)
+            }
+            Err(err) => {
+                println!("bench: the VM part FAILED: {err:#}");
+                None
+            }
+        }
+    };
+    if let Some(run) = &vm_run {
+        trials.extend(run.trials.iter().cloned());
+    }
+
+    let policy = if args.no_criterion {
+        Vec::new()
+    } else {
+        println!(
+            "bench: criterion benchmark of the policy (cargo bench -p monitor --bench policy)"
+        );
+        costs::policy_bench(&root).unwrap_or_else(|err| {
+            println!("bench: criterion benchmark FAILED: {err:#}");
+            Vec::new()
+        })
+    };
+
+    let mut groups: Vec<report::Group> = Vec::new();
+    for rate in &rates {
+        for mode in &modes {
+            groups.push(report::Group {
+                rate: rate.name.to_string(),
+                mode: mode.name.to_string(),
+                polling: mode.polling(),
+                planned: args.trials,
+            });
+        }
+    }
+    if vm_run.is_some() {
+        let planned = args.vm_trials;
+        for (mode, polling) in modes
+            .iter()
+            .map(|m| (m.name, m.polling()))
+            .chain([(peer::MODE, false)])
+        {
+            groups.push(report::Group {
+                rate: VM_RATE.to_string(),
+                mode: mode.to_string(),
+                polling,
+                planned,
+            });
+        }
+    }
+    let summaries = report::summaries(&trials, &groups);
+    let ratios = report::ratios(&summaries);
+    let all_bpf: Vec<bpf::ProgStat> = trials.iter().flat_map(|t| t.bpf.iter().cloned()).collect();
+    let results = Results {
+        kernel: kernel_release(),
+        cgroup: if v1 { "v1" } else { "v2" },
+        vm_kernel: vm_run.as_ref().map(|r| r.kernel.clone()),
+        vm_accel: vm_run.as_ref().map(|r| r.accel.clone()),
+        node_mib: race::NODE_MIB,
+        headroom_mib: race::HEADROOM_MIB,
+        trials_per_mode: args.trials,
+        summaries,
+        ratios,
+        bpf: bpf::costs(&all_bpf),
+        idle,
+        sync_scaling,
+        policy_bench: policy,
+        trials,
+    };
+    let table = report::table(
+        &results.summaries,
+        &results.ratios,
+        &results.bpf,
+        results.idle.as_ref(),
+        &results.sync_scaling,
+        &results.policy_bench,
+        &results.trials,
+    );
+    println!("\n{table}");
+
+    let mut plots = Vec::new();
+    for g in &groups {
+        let Some(first) = results
+            .trials
+            .iter()
+            .find(|t| t.rate == g.rate && t.mode == g.mode)
+        else {
+            continue;
+        };
+        let path = out.join(format!("{}-{}.svg", g.rate, g.mode));
+        std::fs::write(&path, svg::plot(first))
+            .with_context(|| format!("writing {}", path.display()))?;
+        plots.push(path);
+    }
+    // The plotted curves stay in the JSON; the others would only bloat it.
+    let mut results = results;
+    for t in &mut results.trials {
+        if t.trial > 1 {
+            t.curve.clear();
+        }
+    }
+    let json_path = out.join("bench.json");
+    let json = serde_json::to_string_pretty(&results).context("serialising the results")?;
+    std::fs::write(&json_path, json).with_context(|| format!("writing {}", json_path.display()))?;
+    println!(
+        "bench: JSON {}; plots {}",
+        json_path.display(),
+        out.join("*.svg").display()
+    );
+    if !args.no_readme {
+        report::update_readme(&root, &table, &plots, &results.kernel, results.cgroup)?;
+    }
+    Ok(())
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Cargo's target directory (honours CARGO_TARGET_DIR and config), from `cargo metadata`.
+fn target_dir(workspace: &Path) -> Result<PathBuf> {
+    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(workspace)
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("parsing cargo metadata's output")?;
+    metadata["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .context("cargo metadata has no target_directory")
+}

@@ -1,0 +1,630 @@
+//! One trial of the pressure race on this host: a bounded node (the pods cgroup limited to
+//! `NODE_MIB`), a guaranteed ballast pod holding most of it, and a best-effort hog pod that
+//! allocates at a set rate once told to. The hard threshold
+//! allocatableMemory.available<HEADROOM_MIB must make the agent kill the hog before the
+//! kernel OOM killer does.
+//!
+//! Crossing time: a 1 ms sampler of the pods cgroup's working set (usage − inactive_file,
+//! the value the kubelet's signal uses), linearly interpolated between the last sample
+//! below and the first at or above the threshold. It is the same clock (CLOCK_MONOTONIC)
+//! as the agent's wake and event timestamps and the same for every mode, which an eBPF
+//! event timestamp is not (it exists only in the eBPF modes and marks the charge that woke
+//! the program, not the crossing itself). Its error is at most one sampling interval
+//! (recorded per trial).
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use super::bpf::{self, ProgStat};
+use super::logparse;
+use crate::demo::{self, Guard, Sample};
+
+pub(crate) const MIB: u64 = 1 << 20;
+/// The node: the pods cgroup's memory limit.
+pub(crate) const NODE_MIB: u64 = 1024;
+/// The hard eviction threshold's headroom (allocatableMemory.available<HEADROOM_MIB).
+pub(crate) const HEADROOM_MIB: u64 = 200;
+/// Memory the guaranteed ballast holds before the race starts.
+const BALLAST_MIB: u64 = 600;
+const NAMESPACE: &str = "bench";
+
+/// Which event sources run and how often the housekeeping timer fires.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct Mode {
+    pub(crate) name: &'static str,
+    pub(crate) ebpf: bool,
+    pub(crate) memcg_thresholds: bool,
+    pub(crate) memory_events: bool,
+    pub(crate) psi: bool,
+    /// The KubeletConfiguration's housekeepingInterval (Go duration).
+    pub(crate) housekeeping: &'static str,
+}
+
+impl Mode {
+    pub(crate) fn polling(&self) -> bool {
+        !(self.ebpf || self.memcg_thresholds || self.memory_events || self.psi)
+    }
+
+    /// The housekeeping interval in nanoseconds (ms and s only, as the modes use).
+    pub(crate) fn housekeeping_ns(&self) -> u64 {
+        let h = self.housekeeping;
+        if let Some(ms) = h.strip_suffix("ms").and_then(|v| v.parse::<u64>().ok()) {
+            return ms.saturating_mul(1_000_000);
+        }
+        h.strip_suffix('s')
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|s| s.saturating_mul(1_000_000_000))
+            .unwrap_or(10_000_000_000)
+    }
+}
+
+/// How fast the hog allocates: `hog anon TOTAL STEP_MIB PAUSE_MS`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct Rate {
+    pub(crate) name: &'static str,
+    pub(crate) step_mib: u64,
+    pub(crate) pause_ms: u64,
+}
+
+/// What one trial saw; times in ms after the hog was told to start.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Trial {
+    pub(crate) mode: String,
+    pub(crate) rate: String,
+    pub(crate) trial: u32,
+    /// The node's size in this trial (the pods cgroup limit, or the VM's MemTotal).
+    pub(crate) node_mib: u64,
+    /// Random delay before the start (polling modes): the phase of the housekeeping timer.
+    pub(crate) phase_delay_ms: u64,
+    /// Working set crossed the threshold (interpolated 1 ms sampler).
+    pub(crate) crossing_ms: Option<f64>,
+    /// Sampling interval around the crossing: the crossing's error bound.
+    pub(crate) crossing_error_ms: Option<f64>,
+    /// Allocation rate measured from the samples between 10 % and 90 % of the climb.
+    pub(crate) measured_rate_mib_s: Option<f64>,
+    /// The wake that led to the kill, or (no kill) the first synchronize after the crossing.
+    pub(crate) wake_ms: Option<f64>,
+    pub(crate) wake_source: Option<String>,
+    pub(crate) sync_start_ms: Option<f64>,
+    pub(crate) sync_end_ms: Option<f64>,
+    /// The agent's Killing event for the hog (SIGKILL follows at once: hard threshold).
+    pub(crate) kill_ms: Option<f64>,
+    /// Working set back under the threshold after the kill.
+    pub(crate) freed_ms: Option<f64>,
+    pub(crate) freed_mib: Option<u64>,
+    pub(crate) peak_mib: u64,
+    /// oom_kill count of the pods cgroup at the end of the trial.
+    pub(crate) oom_kills: u64,
+    /// When the trial first saw the OOM kill count rise (2 ms polling).
+    pub(crate) oom_ms: Option<f64>,
+    /// The kernel OOM killer fired before the agent's kill (or without one).
+    pub(crate) oom_first: bool,
+    pub(crate) crossing_to_wake_ms: Option<f64>,
+    pub(crate) crossing_to_kill_ms: Option<f64>,
+    /// Synchronize durations of this agent run (ms), for the cost summary.
+    pub(crate) sync_durations_ms: Vec<f64>,
+    #[serde(skip)]
+    pub(crate) bpf: Vec<ProgStat>,
+    /// (ms, MiB) of the working set for the plot; emptied after plotting but for trial 1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) curve: Vec<(f64, f64)>,
+}
+
+pub(crate) struct Setup<'a> {
+    pub(crate) bin: &'a Path,
+    pub(crate) keep: bool,
+}
+
+fn config(dir: &Path, id: &str, mode: &Mode, extra: &str) -> String {
+    format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {pods}\n\
+         housekeepingInterval: {hk}\n{extra}\
+         evictionHard: {{allocatableMemory.available: {HEADROOM_MIB}Mi, memory.available: 100Mi}}\n\
+         monitor:\n  podsMemoryLimit: {NODE_MIB}Mi\n  cgroupRoot: {id}\n  stateDir: {state}\n  podLogDir: {logs}\n  socket: {sock}\n\
+         \x20 sources: {{ebpf: {e}, memcgThresholds: {m}, memoryEvents: {v}, psi: {p}}}\n",
+        pods = dir.join("pods").display(),
+        hk = mode.housekeeping,
+        state = dir.join("state").display(),
+        logs = dir.join("logs").display(),
+        sock = dir.join("monitor.sock").display(),
+        e = mode.ebpf,
+        m = mode.memcg_thresholds,
+        v = mode.memory_events,
+        p = mode.psi,
+    )
+}
+
+/// A pod manifest; `restartPolicy: Never` so an OOM-killed hog does not come back.
+pub(crate) fn manifest(name: &str, command: &[String], resources: &str, env: &str) -> String {
+    let command: Vec<String> = command.iter().map(|c| format!("\"{c}\"")).collect();
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {NAMESPACE}}}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: main\n    image: none\n    command: [{}]\n{env}{resources}",
+        command.join(", ")
+    )
+}
+
+/// Starts the agent on a fresh run directory; the guard stops it and removes the cgroups.
+pub(crate) fn start_agent(
+    bin: &Path,
+    id: &str,
+    mode: &Mode,
+    extra_config: &str,
+    keep: bool,
+) -> Result<(Guard, PathBuf)> {
+    let dir = std::env::temp_dir().join(id);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("pods"))
+        .with_context(|| format!("creating {}", dir.join("pods").display()))?;
+    let mut guard = Guard {
+        agent: None,
+        cgroup_root: id.to_string(),
+        dir: dir.clone(),
+        keep,
+    };
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config(&dir, id, mode, extra_config))
+        .with_context(|| format!("writing {}", path.display()))?;
+    spawn_agent(&mut guard, bin, &dir)?;
+    Ok((guard, dir))
+}
+
+fn spawn_agent(guard: &mut Guard, bin: &Path, dir: &Path) -> Result<()> {
+    let log_path = dir.join("agent.log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    guard.agent = Some(
+        Command::new(bin.join("monitor"))
+            .args(["run", "--config"])
+            .arg(dir.join("config.yaml"))
+            // Debug of the manager only: its "synchronize done" lines carry the duration.
+            .env("RUST_LOG", "info,monitor::manager=debug")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {} run", bin.join("monitor").display()))?,
+    );
+    Ok(())
+}
+
+/// The pods cgroup in the memory hierarchy and whether it is cgroup v1.
+pub(crate) fn pods_cgroup(id: &str) -> Result<(PathBuf, bool)> {
+    let (_, memory_root, v1) = demo::cgroup_mounts();
+    let root = memory_root.context("no cgroup hierarchy with the memory controller")?;
+    Ok((root.join(id).join("kubepods"), v1))
+}
+
+fn working_set(dir: &Path, v1: bool) -> u64 {
+    let (usage_file, inactive_key) = if v1 {
+        ("memory.usage_in_bytes", "total_inactive_file ")
+    } else {
+        ("memory.current", "inactive_file ")
+    };
+    let usage: u64 = std::fs::read_to_string(dir.join(usage_file))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0);
+    let inactive: u64 = std::fs::read_to_string(dir.join("memory.stat"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(inactive_key)
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0);
+    usage.saturating_sub(inactive)
+}
+
+/// Runs one trial; the guard cleans up whichever way it ends.
+pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<Trial> {
+    let id = format!(
+        "monitor-bench-{}-{}-{}-{n}",
+        std::process::id(),
+        mode.name,
+        rate.name
+    );
+    let (guard, dir) = start_agent(setup.bin, &id, mode, "", setup.keep)?;
+    let hog = setup.bin.join("hog").display().to_string();
+    let go = dir.join("go");
+    let args = |total: u64, step: u64, pause: u64| -> Vec<String> {
+        vec![
+            hog.clone(),
+            "anon".into(),
+            total.to_string(),
+            step.to_string(),
+            pause.to_string(),
+            "3600".into(),
+        ]
+    };
+    let ballast = manifest(
+        "ballast",
+        &args(BALLAST_MIB, 32, 0),
+        &format!(
+            "    resources:\n      requests: {{cpu: 2, memory: {m}Mi}}\n      limits: {{cpu: 2, memory: {m}Mi}}\n",
+            m = BALLAST_MIB + 40
+        ),
+        "",
+    );
+    let hog_pod = manifest(
+        "hog",
+        &args(NODE_MIB * 2, rate.step_mib, rate.pause_ms),
+        "",
+        &format!(
+            "    env:\n    - {{name: HOG_START_FILE, value: \"{}\"}}\n",
+            go.display()
+        ),
+    );
+    for (name, text) in [("ballast", ballast), ("hog", hog_pod)] {
+        let path = dir.join("pods").join(format!("{name}.yaml"));
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let state = dir.join("state");
+    demo::wait(
+        "the ballast and hog pods running",
+        Duration::from_secs(30),
+        || {
+            let r = demo::records(&state);
+            r.len() == 2 && r.iter().all(|r| r.phase == "Running" && !r.pids.is_empty())
+        },
+    )?;
+    let (pods_dir, v1) = pods_cgroup(&id)?;
+    demo::wait(
+        &format!(
+            "the ballast holding {BALLAST_MIB} MiB in {}",
+            pods_dir.display()
+        ),
+        Duration::from_secs(30),
+        || working_set(&pods_dir, v1) >= (BALLAST_MIB - 8) * MIB,
+    )?;
+    // The kubelet's timer has no relation to when a workload spikes: start the race at a
+    // uniformly random phase of the housekeeping period, or a polling mode would always
+    // be measured at the same point of its period (the agent starts just before).
+    let phase_ms = if mode.polling() {
+        random_below(mode.housekeeping_ns()) / 1_000_000
+    } else {
+        0
+    };
+    std::thread::sleep(Duration::from_millis(phase_ms));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = demo::sampler(pods_dir.clone(), v1, stop.clone());
+    std::thread::sleep(Duration::from_millis(100));
+    let oom_before = oom_kills(&pods_dir, v1);
+    let mut oom_seen = oom_before;
+    let start_ns = demo::monotonic_ns();
+    std::fs::write(&go, "").with_context(|| format!("writing {}", go.display()))?;
+
+    // Until the hog is killed by the agent or the kernel; then, so that a polling mode's
+    // wake is measured even when it comes after the OOM kill, until the first synchronize
+    // after the crossing (bounded by one housekeeping interval).
+    let log_path = dir.join("agent.log");
+    let threshold = (NODE_MIB - HEADROOM_MIB) * MIB;
+    let object = format!("{NAMESPACE}/hog");
+    let mut oom_ns = None;
+    let mut ended_ns = None;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        std::thread::sleep(Duration::from_millis(2));
+        let now = demo::monotonic_ns();
+        // The hog's cgroup goes away with it: keep the highest count seen.
+        oom_seen = oom_seen.max(oom_kills(&pods_dir, v1));
+        if oom_ns.is_none() && oom_seen > oom_before {
+            oom_ns = Some(now);
+        }
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let killed = logparse::event(&log, "Killing", &object, start_ns);
+        if ended_ns.is_none() && (killed.is_some() || oom_ns.is_some()) {
+            ended_ns = Some(now);
+        }
+        if let Some(end) = ended_ns {
+            let settled = now.saturating_sub(end) >= 300_000_000;
+            let woke = logparse::syncs(&log).iter().any(|s| s.started_ns >= end);
+            let waited_out =
+                now.saturating_sub(end) >= mode.housekeeping_ns().saturating_add(500_000_000);
+            if settled && (killed.is_some() || woke || waited_out) {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            break;
+        }
+    }
+    let bpf_stats = guard
+        .agent
+        .as_ref()
+        .map(|a| bpf::prog_stats(a.id()))
+        .unwrap_or_default();
+    stop.store(true, Ordering::Relaxed);
+    let samples = sampler
+        .join()
+        .map_err(|_| anyhow::anyhow!("the 1 ms sampler thread panicked"))?;
+    let oom_kills = oom_seen
+        .max(oom_kills(&pods_dir, v1))
+        .saturating_sub(oom_before);
+    let log = std::fs::read_to_string(&log_path)
+        .with_context(|| format!("reading {}", log_path.display()))?;
+    drop(guard);
+    if ended_ns.is_none() {
+        bail!(
+            "{} {} trial {n}: neither the agent nor the OOM killer ended the hog within 30 s (log {})",
+            mode.name,
+            rate.name,
+            log_path.display()
+        );
+    }
+    let mut trial = analyse(
+        mode, rate, n, start_ns, threshold, &samples, &log, oom_ns, oom_kills, bpf_stats,
+    );
+    trial.phase_delay_ms = phase_ms;
+    Ok(trial)
+}
+
+/// A uniformly distributed number below `bound` (0 when bound is 0), from getrandom(2).
+fn random_below(bound: u64) -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most the buffer's length into our buffer.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    let value = if got == 8 {
+        u64::from_ne_bytes(bytes)
+    } else {
+        // No entropy source: the clock's low bits are still unrelated to the timer.
+        demo::monotonic_ns().wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    };
+    value.checked_rem(bound).unwrap_or(0)
+}
+
+/// Kernel OOM kills under the pods cgroup. cgroup v2's memory.events counts the subtree;
+/// cgroup v1 counts `oom_kill` in memory.oom_control of the victim's own memcg only, so on
+/// v1 the whole subtree is summed.
+fn oom_kills(dir: &Path, v1: bool) -> u64 {
+    if !v1 {
+        return demo::oom_kills(dir, false);
+    }
+    let mut total = demo::oom_kills(dir, true);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            total = total.saturating_add(oom_kills(&entry.path(), true));
+        }
+    }
+    total
+}
+
+/// Interpolated crossing time (ns) and the sampling interval around it.
+pub(crate) fn crossing(
+    samples: &[(u64, u64)],
+    after_ns: u64,
+    threshold: u64,
+) -> Option<(f64, f64)> {
+    let i = samples
+        .iter()
+        .position(|&(at, ws)| at >= after_ns && ws >= threshold)?;
+    let (t1, w1) = samples[i];
+    let Some(&(t0, w0)) = i.checked_sub(1).and_then(|j| samples.get(j)) else {
+        return Some((t1 as f64, 0.0));
+    };
+    let span = w1.saturating_sub(w0) as f64;
+    let fraction = if span > 0.0 {
+        threshold.saturating_sub(w0) as f64 / span
+    } else {
+        1.0
+    };
+    let at = t0 as f64 + fraction.clamp(0.0, 1.0) * t1.saturating_sub(t0) as f64;
+    Some((at, t1.saturating_sub(t0) as f64))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn analyse(
+    mode: &Mode,
+    rate: &Rate,
+    n: u32,
+    start_ns: u64,
+    threshold: u64,
+    samples: &[Sample],
+    log: &str,
+    oom_ns: Option<u64>,
+    oom_kills: u64,
+    bpf: Vec<ProgStat>,
+) -> Trial {
+    let points: Vec<(u64, u64)> = samples.iter().map(|s| (s.at_ns, s.working_set)).collect();
+    let crossed = crossing(&points, start_ns, threshold);
+    let syncs = logparse::syncs(log);
+    let kill_ns = logparse::event(log, "Killing", &format!("{NAMESPACE}/hog"), start_ns);
+    let sync = match (kill_ns, crossed) {
+        (Some(k), _) => logparse::deciding_sync(&syncs, k),
+        (None, Some((c, _))) => logparse::first_sync_after(&syncs, c as u64),
+        (None, None) => None,
+    };
+    from_points(Observed {
+        mode: mode.name,
+        rate: rate.name,
+        n,
+        node_mib: NODE_MIB,
+        start_ns,
+        threshold,
+        points: &points,
+        wake: sync.map(|s| {
+            (
+                s.first_wake_ns,
+                s.sources.join("+"),
+                Some(s.started_ns),
+                s.finished_ns(),
+            )
+        }),
+        kill_ns,
+        oom_ns,
+        oom_kills,
+        sync_durations_ms: syncs
+            .iter()
+            .filter_map(|s| s.duration_ns)
+            .map(|d| d as f64 / 1e6)
+            .collect(),
+        bpf,
+    })
+}
+
+/// What a trial observed, in CLOCK_MONOTONIC nanoseconds: the input of [`from_points`].
+pub(crate) struct Observed<'a> {
+    pub(crate) mode: &'a str,
+    pub(crate) rate: &'a str,
+    pub(crate) n: u32,
+    pub(crate) node_mib: u64,
+    pub(crate) start_ns: u64,
+    /// Usage at which the threshold is crossed, bytes.
+    pub(crate) threshold: u64,
+    /// (ns, bytes used) from the 1 ms sampler.
+    pub(crate) points: &'a [(u64, u64)],
+    /// (wake received, its source, synchronize start, synchronize end).
+    pub(crate) wake: Option<(u64, String, Option<u64>, Option<u64>)>,
+    pub(crate) kill_ns: Option<u64>,
+    pub(crate) oom_ns: Option<u64>,
+    pub(crate) oom_kills: u64,
+    pub(crate) sync_durations_ms: Vec<f64>,
+    pub(crate) bpf: Vec<ProgStat>,
+}
+
+/// The trial's record, times made relative to the start.
+pub(crate) fn from_points(o: Observed) -> Trial {
+    let start_ns = o.start_ns;
+    let threshold = o.threshold;
+    let points = o.points;
+    let rel = |ns: f64| (ns - start_ns as f64) / 1e6;
+    let crossed = crossing(points, start_ns, threshold);
+    let kill_ns = o.kill_ns;
+    let freed = kill_ns.and_then(|k| points.iter().find(|(at, ws)| *at > k && *ws < threshold));
+    let at_kill = kill_ns.and_then(|k| points.iter().find(|(at, _)| *at >= k).map(|p| p.1));
+    let after_min =
+        kill_ns.and_then(|k| points.iter().filter(|(at, _)| *at >= k).map(|p| p.1).min());
+    let peak = points
+        .iter()
+        .filter(|(at, _)| *at >= start_ns)
+        .map(|p| p.1)
+        .max()
+        .unwrap_or(0);
+    let oom_first = o.oom_kills > 0 && kill_ns.is_none_or(|k| o.oom_ns.is_none_or(|t| t < k));
+    let crossing_ms = crossed.map(|(c, _)| rel(c));
+    let wake_ms = o.wake.as_ref().map(|w| rel(w.0 as f64));
+    let kill_ms = kill_ns.map(|k| rel(k as f64));
+    let diff = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
+    // A plot needs a few hundred points, not thousands.
+    let window: Vec<(u64, u64)> = points
+        .iter()
+        .copied()
+        .filter(|(at, _)| *at + 50_000_000 >= start_ns)
+        .collect();
+    let step = (window.len() / 600).max(1);
+    Trial {
+        mode: o.mode.to_string(),
+        rate: o.rate.to_string(),
+        trial: o.n,
+        node_mib: o.node_mib,
+        phase_delay_ms: 0,
+        crossing_ms,
+        crossing_error_ms: crossed.map(|(_, e)| e / 1e6),
+        measured_rate_mib_s: measured_rate(points, start_ns, threshold),
+        wake_ms,
+        wake_source: o.wake.as_ref().map(|w| w.1.clone()),
+        sync_start_ms: o.wake.as_ref().and_then(|w| w.2).map(|s| rel(s as f64)),
+        sync_end_ms: o.wake.as_ref().and_then(|w| w.3).map(|f| rel(f as f64)),
+        kill_ms,
+        freed_ms: freed.map(|(at, _)| rel(*at as f64)),
+        freed_mib: at_kill
+            .zip(after_min)
+            .map(|(a, m)| a.saturating_sub(m) / MIB),
+        peak_mib: peak / MIB,
+        oom_kills: o.oom_kills,
+        oom_ms: o.oom_ns.map(|t| rel(t as f64)),
+        oom_first,
+        crossing_to_wake_ms: diff(crossing_ms, wake_ms),
+        crossing_to_kill_ms: diff(crossing_ms, kill_ms),
+        sync_durations_ms: o.sync_durations_ms,
+        bpf: o.bpf,
+        curve: window
+            .iter()
+            .step_by(step)
+            .map(|&(at, ws)| (rel(at as f64), ws as f64 / MIB as f64))
+            .collect(),
+    }
+}
+
+/// MiB/s between the first samples after the start at 10 % and 90 % of the climb from the
+/// starting working set to the threshold.
+pub(crate) fn measured_rate(points: &[(u64, u64)], start_ns: u64, threshold: u64) -> Option<f64> {
+    let base = points.iter().find(|(at, _)| *at >= start_ns)?.1;
+    let climb = threshold.checked_sub(base)?;
+    let level = |f: u64| base.saturating_add(climb / 10 * f);
+    let lo = points
+        .iter()
+        .find(|(at, ws)| *at >= start_ns && *ws >= level(1))?;
+    let hi = points
+        .iter()
+        .find(|(at, ws)| *at >= lo.0 && *ws >= level(9))?;
+    let seconds = hi.0.checked_sub(lo.0)? as f64 / 1e9;
+    (seconds > 0.0).then(|| hi.1.saturating_sub(lo.1) as f64 / MIB as f64 / seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::halfway(&[(0, 0), (1_000_000, 100), (2_000_000, 200)], 150, Some((1_500_000.0, 1_000_000.0)))]
+    #[case::exact_sample(&[(0, 0), (1_000_000, 100)], 100, Some((1_000_000.0, 1_000_000.0)))]
+    #[case::first_sample_already_over(&[(5, 300)], 100, Some((5.0, 0.0)))]
+    #[case::never(&[(0, 0), (1, 50)], 100, None)]
+    #[case::before_start_ignored(&[(0, 500), (10, 0), (20, 200)], 100, Some((15.0, 10.0)))]
+    fn crossing_is_interpolated(
+        #[case] samples: &[(u64, u64)],
+        #[case] threshold: u64,
+        #[case] expected: Option<(f64, f64)>,
+    ) {
+        let after = if samples.len() == 3 && samples[0].1 == 500 {
+            10
+        } else {
+            0
+        };
+        assert_eq!(crossing(samples, after, threshold), expected);
+    }
+
+    #[test]
+    fn rate_is_measured_over_the_climb() {
+        // 1 MiB per ms from 0 to 100 MiB: 1000 MiB/s.
+        let points: Vec<(u64, u64)> = (0..=100).map(|i| (i * 1_000_000, i * MIB)).collect();
+        let rate = measured_rate(&points, 0, 100 * MIB).expect("a rate");
+        assert!((rate - 1000.0).abs() < 1.0, "rate {rate}");
+        assert_eq!(measured_rate(&points, 0, 0), None, "no climb, no rate");
+    }
+
+    #[rstest]
+    #[case::zero(0)]
+    #[case::one(1)]
+    #[case::ten_seconds(10_000_000_000)]
+    fn random_is_below_the_bound(#[case] bound: u64) {
+        for _ in 0..100 {
+            let r = random_below(bound);
+            assert!(r < bound.max(1), "{r} not below {bound}");
+        }
+    }
+
+    #[rstest]
+    #[case::hundred_ms("100ms", 100_000_000)]
+    #[case::one_s("1s", 1_000_000_000)]
+    #[case::ten_s("10s", 10_000_000_000)]
+    fn housekeeping(#[case] text: &'static str, #[case] ns: u64) {
+        let mode = Mode {
+            name: "x",
+            ebpf: false,
+            memcg_thresholds: false,
+            memory_events: false,
+            psi: false,
+            housekeeping: text,
+        };
+        assert_eq!(mode.housekeeping_ns(), ns);
+        assert!(mode.polling());
+    }
+}

@@ -1,0 +1,365 @@
+//! Summaries of the trials, the table printed on stdout and put in README.md.
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::bpf::ProgCost;
+use super::costs::{Idle, PolicyBench, SyncScaling};
+use super::race::Trial;
+use super::stats::{Spread, ms, ratio};
+
+/// One mode at one rate.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Summary {
+    pub(crate) rate: String,
+    pub(crate) mode: String,
+    pub(crate) polling: bool,
+    /// Trials asked for and trials that completed.
+    pub(crate) planned: u32,
+    pub(crate) trials: usize,
+    pub(crate) crossing_to_wake: Spread,
+    pub(crate) crossing_to_kill: Spread,
+    /// Trials in which the kernel OOM killer did not fire / completed trials.
+    pub(crate) oom_avoided: usize,
+    pub(crate) oom_avoided_fraction: Option<f64>,
+    /// Wake sources of the deciding synchronizes, with counts.
+    pub(crate) wake_sources: Vec<(String, usize)>,
+    pub(crate) measured_rate_mib_s_p50: Option<f64>,
+    pub(crate) crossing_error_ms_max: Option<f64>,
+}
+
+/// A row of the table: trials of one mode at one rate.
+pub(crate) struct Group {
+    pub(crate) rate: String,
+    pub(crate) mode: String,
+    pub(crate) polling: bool,
+    pub(crate) planned: u32,
+}
+
+pub(crate) fn summaries(trials: &[Trial], groups: &[Group]) -> Vec<Summary> {
+    let mut out = Vec::new();
+    for g in groups {
+        {
+            let ts: Vec<&Trial> = trials
+                .iter()
+                .filter(|t| t.rate == g.rate && t.mode == g.mode)
+                .collect();
+            let values = |f: fn(&Trial) -> Option<f64>| -> Vec<f64> {
+                ts.iter().filter_map(|t| f(t)).collect()
+            };
+            let avoided = ts.iter().filter(|t| t.oom_kills == 0).count();
+            let mut sources: Vec<(String, usize)> = Vec::new();
+            for t in &ts {
+                let s = t.wake_source.clone().unwrap_or_else(|| "none".into());
+                match sources.iter_mut().find(|(n, _)| *n == s) {
+                    Some((_, c)) => *c += 1,
+                    None => sources.push((s, 1)),
+                }
+            }
+            sources.sort_by_key(|s| std::cmp::Reverse(s.1));
+            out.push(Summary {
+                rate: g.rate.clone(),
+                mode: g.mode.clone(),
+                polling: g.polling,
+                planned: g.planned,
+                trials: ts.len(),
+                crossing_to_wake: Spread::of(&values(|t| t.crossing_to_wake_ms)),
+                crossing_to_kill: Spread::of(&values(|t| t.crossing_to_kill_ms)),
+                oom_avoided: avoided,
+                oom_avoided_fraction: (!ts.is_empty()).then(|| avoided as f64 / ts.len() as f64),
+                wake_sources: sources,
+                measured_rate_mib_s_p50: super::stats::percentile(
+                    &values(|t| t.measured_rate_mib_s),
+                    50.0,
+                ),
+                crossing_error_ms_max: values(|t| t.crossing_error_ms).into_iter().reduce(f64::max),
+            });
+        }
+    }
+    out
+}
+
+/// How many times longer polling took than an event-driven mode, p50 over p50.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Ratio {
+    pub(crate) rate: String,
+    pub(crate) mode: String,
+    pub(crate) baseline: String,
+    pub(crate) wake_ratio: Option<f64>,
+    pub(crate) kill_ratio: Option<f64>,
+}
+
+pub(crate) fn ratios(summaries: &[Summary]) -> Vec<Ratio> {
+    let mut out = Vec::new();
+    for s in summaries.iter().filter(|s| !s.polling) {
+        for b in summaries.iter().filter(|b| b.polling && b.rate == s.rate) {
+            out.push(Ratio {
+                rate: s.rate.clone(),
+                mode: s.mode.clone(),
+                baseline: b.mode.clone(),
+                wake_ratio: ratio(b.crossing_to_wake.p50_ms, s.crossing_to_wake.p50_ms),
+                kill_ratio: ratio(b.crossing_to_kill.p50_ms, s.crossing_to_kill.p50_ms),
+            });
+        }
+    }
+    out
+}
+
+pub(crate) fn trial_line(t: &Trial) -> String {
+    format!(
+        "bench: {:<4} {:<10} #{:<2} crossing {:>7} ms  wake {:>7} ({})  kill {:>7}  freed {:>7}  oom_kills {}{}",
+        t.rate,
+        t.mode,
+        t.trial,
+        ms(t.crossing_ms),
+        ms(t.wake_ms),
+        t.wake_source.as_deref().unwrap_or("none"),
+        ms(t.kill_ms),
+        ms(t.freed_ms),
+        t.oom_kills,
+        if t.oom_first {
+            " (OOM killer first)"
+        } else {
+            ""
+        }
+    )
+}
+
+fn spread(s: &Spread) -> String {
+    format!("{} / {} / {}", ms(s.p50_ms), ms(s.p99_ms), ms(s.max_ms))
+}
+
+fn times(r: Option<f64>) -> String {
+    match r {
+        Some(r) if r >= 10.0 => format!("{r:.0}×"),
+        Some(r) => format!("{r:.1}×"),
+        None => "n/a".into(),
+    }
+}
+
+/// The whole table, Markdown, as printed and as put in README.md.
+pub(crate) fn table(
+    summaries: &[Summary],
+    ratios: &[Ratio],
+    bpf: &[ProgCost],
+    idle: Option<&Idle>,
+    sync: &[SyncScaling],
+    policy: &[PolicyBench],
+    trials: &[Trial],
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Latency (ms from the working set crossing the threshold; p50 / p99 / max; \"none\" = never within the trial):\n"
+    );
+    let _ = writeln!(
+        s,
+        "| rate | mode | trials | rate MiB/s | crossing→wake | crossing→kill | woke | OOM killer avoided | wake sources |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    for x in summaries {
+        let sources: Vec<String> = x
+            .wake_sources
+            .iter()
+            .map(|(n, c)| format!("{n}×{c}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {}/{} | {} | {} | {} | {}/{} | {}/{} ({}) | {} |",
+            x.rate,
+            x.mode,
+            x.trials,
+            x.planned,
+            x.measured_rate_mib_s_p50
+                .map(|r| format!("{r:.0}"))
+                .unwrap_or_else(|| "?".into()),
+            spread(&x.crossing_to_wake),
+            spread(&x.crossing_to_kill),
+            x.crossing_to_wake.count,
+            x.trials,
+            x.oom_avoided,
+            x.trials,
+            x.oom_avoided_fraction
+                .map(|f| format!("{:.0} %", f * 100.0))
+                .unwrap_or_else(|| "n/a".into()),
+            sources.join(" "),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nPolling p50 / event-driven p50 (same run; n/a where either never happened):\n"
+    );
+    let _ = writeln!(
+        s,
+        "| rate | mode | vs poll-10s wake / kill | vs poll-1s wake / kill | vs poll-100ms wake / kill |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|");
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for r in ratios {
+        let k = (r.rate.clone(), r.mode.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (rate, mode) in keys {
+        let cell = |baseline: &str| {
+            ratios
+                .iter()
+                .find(|r| r.rate == rate && r.mode == mode && r.baseline == baseline)
+                .map(|r| format!("{} / {}", times(r.wake_ratio), times(r.kill_ratio)))
+                .unwrap_or_else(|| "not run".into())
+        };
+        let _ = writeln!(
+            s,
+            "| {rate} | {mode} | {} | {} | {} |",
+            cell("poll-10s"),
+            cell("poll-1s"),
+            cell("poll-100ms")
+        );
+    }
+    let _ = writeln!(s, "\nCosts:\n");
+    match idle {
+        Some(i) => {
+            let _ = writeln!(
+                s,
+                "- idle agent (all sources, {} pods) over {} s: CPU {:.3} % ({:.0} ms), RSS {} KiB (peak {} KiB)",
+                i.pods, i.seconds, i.cpu_percent, i.cpu_ms, i.rss_kib, i.rss_peak_kib
+            );
+        }
+        None => {
+            let _ = writeln!(s, "- idle agent: not measured (--idle-seconds 0)");
+        }
+    }
+    if bpf.is_empty() {
+        let _ = writeln!(
+            s,
+            "- eBPF programs: none seen (no eBPF mode ran, or run-time statistics unavailable)"
+        );
+    }
+    for p in bpf {
+        let _ = writeln!(
+            s,
+            "- eBPF {}: {} runs, {} ns total, {} ns per run (kernel.bpf_stats_enabled, summed over the eBPF trials)",
+            p.name,
+            p.run_cnt,
+            p.run_time_ns,
+            p.ns_per_run
+                .map(|n| format!("{n:.0}"))
+                .unwrap_or_else(|| "n/a".into())
+        );
+    }
+    for x in sync {
+        let _ = writeln!(
+            s,
+            "- synchronize with {} pods ({} running; real cgroups, {} synchronizes): p50 / p99 / max {} ms, agent RSS {} KiB",
+            x.pods,
+            x.running,
+            x.synchronizes,
+            spread(&x.duration),
+            x.rss_kib
+        );
+    }
+    for p in policy {
+        let _ = writeln!(
+            s,
+            "- policy alone (criterion, EvictionManager::synchronize, {} pods, threshold met): {:.1} µs [{:.1} – {:.1}]",
+            p.pods, p.estimate_us, p.low_us, p.high_us
+        );
+    }
+    let race_syncs: Vec<f64> = trials
+        .iter()
+        .flat_map(|t| t.sync_durations_ms.iter().copied())
+        .collect();
+    let all = Spread::of(&race_syncs);
+    let _ = writeln!(
+        s,
+        "- synchronize during the races (3 pods): p50 / p99 / max {} ms over {} synchronizes",
+        spread(&all),
+        all.count
+    );
+    s
+}
+
+const START: &str = "<!-- bench:start -->";
+const END: &str = "<!-- bench:end -->";
+
+/// Rewrites README.md's section between the bench markers (appending them when missing)
+/// and copies the plots to docs/bench/ so that the README can show them.
+pub(crate) fn update_readme(
+    root: &Path,
+    table: &str,
+    plots: &[PathBuf],
+    kernel: &str,
+    cgroup: &str,
+) -> Result<()> {
+    let docs = root.join("docs/bench");
+    std::fs::create_dir_all(&docs).with_context(|| format!("creating {}", docs.display()))?;
+    let mut names = Vec::new();
+    for plot in plots {
+        let Some(name) = plot.file_name() else {
+            continue;
+        };
+        let to = docs.join(name);
+        std::fs::copy(plot, &to)
+            .with_context(|| format!("copying {} to {}", plot.display(), to.display()))?;
+        names.push(name.to_string_lossy().to_string());
+    }
+    let mut section = format!(
+        "{START}\n## Benchmark\n\nProduced by `sudo -E cargo xtask bench` (kernel {kernel}, cgroup {cgroup}; node = pods cgroup limited to 1 GiB, hard threshold allocatableMemory.available<200Mi, a guaranteed 600 MiB ballast and a best-effort hog; crossing from a 1 ms sampler of the pods cgroup's working set). JSON and plots: `target/bench/`.\n\n{table}\n"
+    );
+    for preferred in ["full-all.svg", "full-poll-10s.svg"] {
+        if names.iter().any(|n| n == preferred) {
+            let _ = writeln!(section, "![{preferred}](docs/bench/{preferred})\n");
+        }
+    }
+    let others: Vec<String> = names
+        .iter()
+        .map(|n| format!("[{n}](docs/bench/{n})"))
+        .collect();
+    let _ = writeln!(
+        section,
+        "All plots (first trial of each mode): {}\n{END}",
+        others.join(" · ")
+    );
+    let path = root.join("README.md");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    std::fs::write(&path, splice(&text, &section))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// The text with the section between the markers replaced, or the section appended.
+fn splice(text: &str, section: &str) -> String {
+    if let (Some(a), Some(b)) = (text.find(START), text.find(END))
+        && a < b
+    {
+        return format!("{}{section}{}", &text[..a], &text[b + END.len()..]);
+    }
+    let sep = if text.ends_with('\n') { "\n" } else { "\n\n" };
+    format!("{text}{sep}{section}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::appended("# T\n", "# T\n\n<!-- bench:start -->new<!-- bench:end -->\n")]
+    #[case::replaced(
+        "# T\n<!-- bench:start -->old<!-- bench:end -->\ntail\n",
+        "# T\n<!-- bench:start -->new<!-- bench:end -->\ntail\n"
+    )]
+    #[case::markers_reversed_appends(
+        "<!-- bench:end --><!-- bench:start -->",
+        "<!-- bench:end --><!-- bench:start -->\n\n<!-- bench:start -->new<!-- bench:end -->\n"
+    )]
+    fn readme_section(#[case] text: &str, #[case] expected: &str) {
+        assert_eq!(
+            splice(text, "<!-- bench:start -->new<!-- bench:end -->"),
+            expected
+        );
+    }
+}
