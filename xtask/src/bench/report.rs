@@ -307,7 +307,7 @@ pub(crate) fn update_readme(
         names.push(name.to_string_lossy().to_string());
     }
     let mut section = format!(
-        "{START}\n## Benchmark\n\nProduced by `sudo -E cargo xtask bench` (kernel {kernel}, cgroup {cgroup}; node = pods cgroup limited to 1 GiB, hard threshold allocatableMemory.available<200Mi, a guaranteed 600 MiB ballast and a best-effort hog; crossing from a 1 ms sampler of the pods cgroup's working set). JSON and plots: `target/bench/`.\n\n{table}\n"
+        "{START}\n## Benchmark\n\nProduced by `cargo xtask bench`, as root (kernel {kernel}, cgroup {cgroup}; node = pods cgroup limited to 1 GiB, hard threshold allocatableMemory.available<200Mi, a guaranteed 600 MiB ballast and a best-effort hog; crossing from a 1 ms sampler of the pods cgroup's working set). JSON and plots: `target/bench/`.\n\n{table}\n"
     );
     for preferred in ["full-all.svg", "full-poll-10s.svg"] {
         if names.iter().any(|n| n == preferred) {
