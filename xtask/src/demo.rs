@@ -150,7 +150,11 @@ pub(crate) struct Sample {
 }
 
 /// Samples the pods cgroup's working set every millisecond (usage − inactive_file).
-pub(crate) fn sampler(dir: PathBuf, v1: bool, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Sample>> {
+pub(crate) fn sampler(
+    dir: PathBuf,
+    v1: bool,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Vec<Sample>> {
     std::thread::spawn(move || {
         let (usage_file, inactive_key) = if v1 {
             ("memory.usage_in_bytes", "total_inactive_file")
