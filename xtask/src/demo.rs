@@ -149,6 +149,28 @@ pub(crate) struct Sample {
     pub(crate) working_set: u64,
 }
 
+/// The working set of a cgroup now: usage − inactive_file, as the kubelet computes it.
+pub(crate) fn working_set(dir: &Path, v1: bool) -> u64 {
+    let (usage_file, inactive_key) = if v1 {
+        ("memory.usage_in_bytes", "total_inactive_file ")
+    } else {
+        ("memory.current", "inactive_file ")
+    };
+    let usage: u64 = std::fs::read_to_string(dir.join(usage_file))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0);
+    let inactive: u64 = std::fs::read_to_string(dir.join("memory.stat"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(inactive_key)
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0);
+    usage.saturating_sub(inactive)
+}
+
 /// Samples the pods cgroup's working set every millisecond (usage − inactive_file).
 pub(crate) fn sampler(
     dir: PathBuf,
@@ -156,28 +178,12 @@ pub(crate) fn sampler(
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Vec<Sample>> {
     std::thread::spawn(move || {
-        let (usage_file, inactive_key) = if v1 {
-            ("memory.usage_in_bytes", "total_inactive_file")
-        } else {
-            ("memory.current", "inactive_file")
-        };
         let mut samples = Vec::new();
         while !stop.load(Ordering::Relaxed) {
-            let usage: u64 = std::fs::read_to_string(dir.join(usage_file))
-                .ok()
-                .and_then(|t| t.trim().parse().ok())
-                .unwrap_or(0);
-            let inactive: u64 = std::fs::read_to_string(dir.join("memory.stat"))
-                .unwrap_or_default()
-                .lines()
-                .find_map(|l| {
-                    l.strip_prefix(inactive_key)
-                        .and_then(|v| v.trim().parse().ok())
-                })
-                .unwrap_or(0);
+            let working_set = working_set(&dir, v1);
             samples.push(Sample {
                 at_ns: monotonic_ns(),
-                working_set: usage.saturating_sub(inactive),
+                working_set,
             });
             std::thread::sleep(Duration::from_millis(1));
         }

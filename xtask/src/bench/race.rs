@@ -200,27 +200,6 @@ pub(crate) fn pods_cgroup(id: &str) -> Result<(PathBuf, bool)> {
     Ok((root.join(id).join("kubepods"), v1))
 }
 
-fn working_set(dir: &Path, v1: bool) -> u64 {
-    let (usage_file, inactive_key) = if v1 {
-        ("memory.usage_in_bytes", "total_inactive_file ")
-    } else {
-        ("memory.current", "inactive_file ")
-    };
-    let usage: u64 = std::fs::read_to_string(dir.join(usage_file))
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(0);
-    let inactive: u64 = std::fs::read_to_string(dir.join("memory.stat"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(inactive_key)
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0);
-    usage.saturating_sub(inactive)
-}
-
 /// Runs one trial; the guard cleans up whichever way it ends.
 pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<Trial> {
     let id = format!(
@@ -280,7 +259,7 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
             pods_dir.display()
         ),
         Duration::from_secs(30),
-        || working_set(&pods_dir, v1) >= (BALLAST_MIB - 8) * MIB,
+        || crate::demo::working_set(&pods_dir, v1) >= (BALLAST_MIB - 8) * MIB,
     )?;
     // The kubelet's timer has no relation to when a workload spikes: start the race at a
     // uniformly random phase of the housekeeping period, or a polling mode would always
