@@ -36,3 +36,39 @@ pub fn workspace_root() -> std::path::PathBuf {
         .expect("workspace root")
         .to_path_buf()
 }
+
+/// Cargo's target directory (honours `CARGO_TARGET_DIR` and config), from `cargo metadata`.
+pub fn target_dir(workspace: &std::path::Path) -> Result<std::path::PathBuf> {
+    let out = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(workspace)
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("parsing cargo metadata's output")?;
+    metadata["target_directory"]
+        .as_str()
+        .map(std::path::PathBuf::from)
+        .context("cargo metadata has no target_directory")
+}
+
+/// Builds the agent and the test helpers (the hog) in release mode; returns the
+/// directory holding the binaries.
+pub fn build_release_bins(workspace: &std::path::Path) -> Result<std::path::PathBuf> {
+    run(cargo().current_dir(workspace).args([
+        "build",
+        "--release",
+        "-p",
+        "monitor",
+        "-p",
+        "monitor-tests",
+        "--bins",
+    ]))?;
+    Ok(target_dir(workspace)?.join("release"))
+}

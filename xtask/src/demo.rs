@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cmd::{cargo, run as run_command, workspace_root};
+use crate::cmd::workspace_root;
 
 const MIB: u64 = 1 << 20;
 const NODE_MIB: u64 = 1024;
@@ -34,16 +34,7 @@ pub struct DemoArgs {
 pub fn run(args: DemoArgs) -> Result<()> {
     crate::setup::ensure()?;
     let root = workspace_root();
-    run_command(cargo().current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        "monitor",
-        "-p",
-        "monitor-tests",
-        "--bins",
-    ]))?;
-    let bin = root.join("target/release");
+    let bin = crate::cmd::build_release_bins(&root)?;
     let mut failures = 0;
     for run in 1..=args.runs {
         println!("\n=== demo run {run}/{} ===", args.runs);

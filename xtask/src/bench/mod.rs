@@ -4,14 +4,13 @@
 //! at full allocation speed and at a slower rate; then the agent's costs (idle CPU and
 //! RSS, eBPF per-event cost, synchronize duration against pod count). Prints a table, and
 //! writes JSON and one SVG plot per mode under `<target>/bench/`.
-use std::path::{Path, PathBuf};
-use std::process::Command;
+
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
-use crate::cmd::{cargo, run as run_command, workspace_root};
+use crate::cmd::{target_dir, workspace_root};
 
 mod bpf;
 mod costs;
@@ -165,17 +164,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     crate::setup::ensure()?;
     let root = workspace_root();
-    run_command(cargo().current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        "monitor",
-        "-p",
-        "monitor-tests",
-        "--bins",
-    ]))?;
+    let bin = crate::cmd::build_release_bins(&root)?;
     let target = target_dir(&root)?;
-    let bin = target.join("release");
     let out = target.join("bench");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let _stats = bpf::StatsEnabled::enable()?;
@@ -359,25 +349,4 @@ fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
-}
-
-/// Cargo's target directory (honours CARGO_TARGET_DIR and config), from `cargo metadata`.
-fn target_dir(workspace: &Path) -> Result<PathBuf> {
-    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(workspace)
-        .output()
-        .context("running cargo metadata")?;
-    if !out.status.success() {
-        bail!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let metadata: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("parsing cargo metadata's output")?;
-    metadata["target_directory"]
-        .as_str()
-        .map(PathBuf::from)
-        .context("cargo metadata has no target_directory")
 }

@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use super::run_checked;
+use crate::cmd::run as run_checked;
 
 /// The Rust target of the guest's binaries: static, so the initramfs needs no libc.
 pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";

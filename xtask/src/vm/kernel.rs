@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use super::run_checked;
+use crate::cmd::run as run_checked;
 
 /// A kernel series the matrix knows by name, and the meta package that points at its
 /// current image.

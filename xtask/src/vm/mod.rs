@@ -8,11 +8,12 @@
 //! ([`qemu`]) and judge its console output ([`report`]).
 use std::{
     path::{Path, PathBuf},
-    process::Command,
     time::Duration,
 };
 
 use anyhow::{Context, Result, bail};
+
+use crate::cmd::{target_dir, workspace_root};
 
 mod cpio;
 pub(crate) mod host;
@@ -193,44 +194,4 @@ impl Drop for RemoveOnDrop {
         // Already gone (or never written) is fine.
         let _ = std::fs::remove_file(&self.0);
     }
-}
-
-/// The workspace root: xtask lives one directory below it.
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// Cargo's target directory (honours `CARGO_TARGET_DIR` and config), from `cargo metadata`.
-fn target_dir(workspace: &Path) -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(workspace)
-        .output()
-        .context("running cargo metadata")?;
-    if !out.status.success() {
-        bail!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let metadata: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("parsing cargo metadata")?;
-    let dir = metadata
-        .get("target_directory")
-        .and_then(|d| d.as_str())
-        .context("cargo metadata has no target_directory")?;
-    Ok(PathBuf::from(dir))
-}
-
-/// Runs a command with inherited stdio and fails with the command line if it fails.
-fn run_checked(cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
-    if !status.success() {
-        bail!("{cmd:?} failed: {status}");
-    }
-    Ok(())
 }
