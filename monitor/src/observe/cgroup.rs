@@ -48,21 +48,11 @@ impl CgroupLayout {
     ) -> Option<Self> {
         let mut v1_memory = None;
         let mut unified = None;
-        for line in mountinfo.lines() {
-            // "36 35 0:30 / /sys/fs/cgroup/memory rw,relatime shared:1 - cgroup cgroup rw,memory"
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let mount_point = left.split_whitespace().nth(4);
-            let mut right = right.split_whitespace();
-            let fstype = right.next();
-            let super_options = right.nth(1).unwrap_or("");
-            match (fstype, mount_point) {
-                (Some("cgroup"), Some(mp)) if super_options.split(',').any(|o| o == "memory") => {
-                    v1_memory = Some(PathBuf::from(mp));
-                }
-                (Some("cgroup2"), Some(mp)) => unified = Some(PathBuf::from(mp)),
-                _ => {}
+        for mount in cgroup_mounts(mountinfo) {
+            if mount.v2 {
+                unified = Some(mount.mount_point);
+            } else if mount.options.iter().any(|o| o == "memory") {
+                v1_memory = Some(mount.mount_point);
             }
         }
         if let Some(memory_root) = v1_memory {
@@ -82,6 +72,63 @@ impl CgroupLayout {
             unified_root: Some(root),
         })
     }
+}
+
+/// One cgroup hierarchy mounted on this host, from /proc/self/mountinfo.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupMount {
+    pub mount_point: PathBuf,
+    /// cgroup2 (else a v1 hierarchy).
+    pub v2: bool,
+    /// Super options: a v1 hierarchy's controllers ("rw", "memory", "cpu", …).
+    pub options: Vec<String>,
+}
+
+/// Every cgroup and cgroup2 mount in mountinfo text
+/// ("36 35 0:30 / /sys/fs/cgroup/memory rw,relatime shared:1 - cgroup cgroup rw,memory").
+pub fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mount_point = left.split_whitespace().nth(4)?;
+            let mut right = right.split_whitespace();
+            let v2 = match right.next()? {
+                "cgroup" => false,
+                "cgroup2" => true,
+                _ => return None,
+            };
+            let options = right.nth(1).unwrap_or("");
+            Some(CgroupMount {
+                mount_point: PathBuf::from(unescape_mount_path(mount_point)),
+                v2,
+                options: options.split(',').map(str::to_string).collect(),
+            })
+        })
+        .collect()
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo` octal.
+fn unescape_mount_path(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match octal.and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 8).ok()) {
+            Some(byte) => {
+                out.push(byte);
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Memory statistics of one cgroup.

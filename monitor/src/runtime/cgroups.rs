@@ -822,48 +822,13 @@ fn v1_hierarchies(layout: &CgroupLayout, mountinfo: &str) -> Vec<Hierarchy> {
     hierarchies
 }
 
-/// Mount points and super options of the cgroup v1 mounts in mountinfo text
-/// ("36 35 0:30 / /sys/fs/cgroup/memory rw,relatime shared:1 - cgroup cgroup rw,memory").
+/// Mount points and super options of the cgroup v1 mounts in mountinfo text.
 fn v1_mounts(mountinfo: &str) -> Vec<(PathBuf, Vec<String>)> {
-    mountinfo
-        .lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let mount_point = left.split_whitespace().nth(4)?;
-            let mut right = right.split_whitespace();
-            if right.next()? != "cgroup" {
-                return None;
-            }
-            let options = right.nth(1).unwrap_or("");
-            Some((
-                PathBuf::from(unescape_mount_path(mount_point)),
-                options.split(',').map(str::to_string).collect(),
-            ))
-        })
+    crate::observe::cgroup::cgroup_mounts(mountinfo)
+        .into_iter()
+        .filter(|m| !m.v2)
+        .map(|m| (m.mount_point, m.options))
         .collect()
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo` octal.
-fn unescape_mount_path(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        match octal.and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 8).ok()) {
-            Some(byte) => {
-                out.push(byte);
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn join(parent: &str, child: &str) -> String {
