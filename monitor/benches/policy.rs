@@ -37,8 +37,8 @@ fn pods(count: usize) -> Vec<PodWithStats> {
                 match i % 3 {
                     0 => {
                         for list in [&mut resources.requests, &mut resources.limits] {
-                            list.insert("memory".to_string(), memory.clone());
-                            list.insert("cpu".to_string(), cpu.clone());
+                            list.insert("memory".to_string(), memory);
+                            list.insert("cpu".to_string(), cpu);
                         }
                     }
                     1 => {
@@ -89,7 +89,7 @@ fn synchronize(c: &mut Criterion) {
             b.iter(|| {
                 // A fresh manager each time: every pass sees the threshold first met.
                 let mut manager = EvictionManager::new(EvictionConfig {
-                    thresholds: vec![Threshold::hard(Signal::MemoryAvailable, value.clone())],
+                    thresholds: vec![Threshold::hard(Signal::MemoryAvailable, value)],
                     ..EvictionConfig::default()
                 });
                 manager.synchronize(input, &mut NoNodeReclaim, Duration::from_secs(10))
