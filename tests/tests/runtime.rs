@@ -481,6 +481,7 @@ fn soft_threshold_evicts_after_its_grace_period_with_sigterm() {
     assert!(!term.exists(), "SIGTERM before the grace period");
     let evicted = node.wait_phase("grower", Phase::Failed, Duration::from_secs(10));
     assert_eq!(evicted.reason.as_deref(), Some("Evicted"));
+    // The hog writes "term <ns>" to a temporary and renames it, so the file is whole.
     wait_until(
         "the pod records its SIGTERM",
         Duration::from_secs(5),
@@ -488,10 +489,9 @@ fn soft_threshold_evicts_after_its_grace_period_with_sigterm() {
     );
     let text = std::fs::read_to_string(&term).unwrap();
     let term_ns: u64 = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|t| t.parse().ok())
-        .expect("term <ns>");
+        .strip_prefix("term ")
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{}: want \"term <ns>\", got {text:?}", term.display()));
     let waited = Duration::from_nanos(term_ns.saturating_sub(crossed));
     assert!(
         waited >= Duration::from_millis(2900),

@@ -37,27 +37,59 @@ fn usage(problem: &str) -> ! {
     std::process::exit(2);
 }
 
-static TERM_FILE: std::sync::OnceLock<(std::ffi::CString, u64)> = std::sync::OnceLock::new();
+/// Where SIGTERM is recorded: the final path and a temporary beside it, so a reader never
+/// sees a half-written file (the handler writes the temporary and renames it).
+struct TermFile {
+    path: std::ffi::CString,
+    tmp: std::ffi::CString,
+    linger_ms: u64,
+}
+
+static TERM_FILE: std::sync::OnceLock<TermFile> = std::sync::OnceLock::new();
+
+/// "term <ns>\n" into `buf` without allocating (the hog may be inside malloc when the
+/// signal lands); returns the length.
+fn term_line(ns: u64, buf: &mut [u8; 32]) -> usize {
+    let mut digits = [0u8; 20];
+    let mut n = ns;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    buf[..5].copy_from_slice(b"term ");
+    for i in 0..len {
+        buf[5 + i] = digits[len - 1 - i];
+    }
+    buf[5 + len] = b'\n';
+    6 + len
+}
 
 extern "C" fn on_term(_: libc::c_int) {
-    if let Some((path, linger_ms)) = TERM_FILE.get() {
-        let line = format!("term {}\n", monotonic_ns());
-        // SAFETY: open/write/close/nanosleep/_exit are async-signal-safe; format! allocates,
-        // which is tolerable in a test helper that exits right after.
+    if let Some(term) = TERM_FILE.get() {
+        let mut line = [0u8; 32];
+        let len = term_line(monotonic_ns(), &mut line);
+        // SAFETY: open/write/fsync/close/rename/nanosleep/_exit are async-signal-safe and
+        // nothing here allocates.
         unsafe {
             let fd = libc::open(
-                path.as_ptr(),
+                term.tmp.as_ptr(),
                 libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
                 0o644,
             );
             if fd >= 0 {
-                libc::write(fd, line.as_ptr().cast(), line.len());
+                libc::write(fd, line.as_ptr().cast(), len);
                 libc::fsync(fd);
                 libc::close(fd);
+                libc::rename(term.tmp.as_ptr(), term.path.as_ptr());
             }
             let ts = libc::timespec {
-                tv_sec: (*linger_ms / 1000) as i64,
-                tv_nsec: ((*linger_ms % 1000) * 1_000_000) as i64,
+                tv_sec: (term.linger_ms / 1000) as i64,
+                tv_nsec: ((term.linger_ms % 1000) * 1_000_000) as i64,
             };
             libc::nanosleep(&ts, std::ptr::null_mut());
             libc::_exit(0);
@@ -71,7 +103,11 @@ fn main() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        let _ = TERM_FILE.set((std::ffi::CString::new(path).expect("path"), linger));
+        let _ = TERM_FILE.set(TermFile {
+            tmp: std::ffi::CString::new(format!("{path}.tmp")).expect("path"),
+            path: std::ffi::CString::new(path).expect("path"),
+            linger_ms: linger,
+        });
         // SAFETY: installs a handler that only touches the OnceLock set above.
         unsafe { libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t) };
     }
