@@ -19,6 +19,8 @@ struct Node {
     cgroup_root: String,
     agent: Option<Child>,
     runs: u32,
+    /// A small tmpfs that is the node filesystem (nodefs and the pods' logs), if any.
+    disk: Option<PathBuf>,
     // Dropped last: kills whatever the agent left running in our cgroups, removes them.
     _trees: TestTrees,
 }
@@ -26,18 +28,49 @@ struct Node {
 impl Node {
     /// `eviction` is YAML for the eviction keys of the KubeletConfiguration.
     fn new(eviction: &str) -> Node {
+        Node::build(eviction, None)
+    }
+
+    /// A node whose filesystem (nodefs signals and pod logs) is a tmpfs of `disk_mib` MiB
+    /// of our own, so disk pressure is real and bounded.
+    fn with_disk(eviction: &str, disk_mib: u64) -> Node {
+        Node::build(eviction, Some(disk_mib))
+    }
+
+    fn build(eviction: &str, disk_mib: Option<u64>) -> Node {
         let _trees = TestTrees;
         let cgroup_root = TestTrees::root("node");
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("pods")).unwrap();
+        let disk = disk_mib.map(|mib| {
+            let disk = dir.path().join("disk");
+            std::fs::create_dir(&disk).unwrap();
+            nix::mount::mount(
+                Some("monitor-test"),
+                &disk,
+                Some("tmpfs"),
+                nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+                Some(format!("size={mib}m,mode=0700").as_str()),
+            )
+            .expect("mount a tmpfs for the node filesystem");
+            disk
+        });
+        let logs = match &disk {
+            Some(disk) => disk.join("logs"),
+            None => dir.path().join("logs"),
+        };
+        let nodefs = match &disk {
+            Some(disk) => format!("  nodefsPath: {}\n", disk.display()),
+            None => String::new(),
+        };
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              staticPodPath: {pods}\n{housekeeping}{eviction}\n\
              monitor:\n  podsMemoryLimit: 512Mi\n  cgroupRoot: {cgroup_root}\n  stateDir: {state}\n  \
-             podLogDir: {logs}\n  socket: {sock}\n  restartBackoff: 1s\n",
+             podLogDir: {logs}\n  socket: {sock}\n  restartBackoff: 1s\n{nodefs}",
             pods = dir.path().join("pods").display(),
             state = dir.path().join("state").display(),
-            logs = dir.path().join("logs").display(),
+            logs = logs.display(),
             sock = dir.path().join("monitor.sock").display(),
             housekeeping = if eviction.contains("housekeepingInterval") {
                 ""
@@ -51,8 +84,16 @@ impl Node {
             cgroup_root,
             agent: None,
             runs: 0,
+            disk,
             _trees,
         }
+    }
+
+    /// Bytes available on the node filesystem tmpfs (what nodefs.available reads).
+    fn disk_available(&self) -> u64 {
+        let disk = self.disk.as_ref().expect("a node with a disk");
+        let st = nix::sys::statvfs::statvfs(disk).unwrap();
+        st.blocks_available() as u64 * st.fragment_size() as u64
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -165,6 +206,10 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.stop();
+        if let Some(disk) = &self.disk {
+            // Lazy: pods still holding log files open are killed when the trees drop.
+            let _ = nix::mount::umount2(disk.as_path(), nix::mount::MntFlags::MNT_DETACH);
+        }
     }
 }
 
@@ -514,6 +559,157 @@ fn soft_threshold_evicts_after_its_grace_period_with_sigterm() {
         agent_log.contains("grace period of 2 s"),
         "min(pod 10 s, max 2 s) owed:\n{agent_log}"
     );
+}
+
+/// The log directory of one container of a pod on a node with a disk.
+fn container_logs(node: &Node, record: &PodRecord) -> PathBuf {
+    let disk = node.disk.as_ref().expect("a node with a disk");
+    disk.join("logs").join(format!(
+        "demo_{}_{}/main",
+        record.pod.metadata.name, record.uid
+    ))
+}
+
+#[test]
+fn disk_pressure_collects_dead_containers_logs_before_evicting() {
+    if !require(
+        "disk_pressure_collects_dead_containers_logs",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    // The node filesystem is a 64 MiB tmpfs; hard nodefs.available<24Mi. A chatty pod logs
+    // 16 MiB per run and exits; restartPolicy Always runs it again (1 s, then 2 s later).
+    // Its third run leaves 48 MiB of logs, 16 MiB available: under the threshold. Deleting
+    // the two dead runs' logs (node-level reclaim) frees 32 MiB, which is enough, so
+    // nothing is evicted. Disk signals have no kernel notifier: the 1 s timer sees them.
+    let mut node = Node::with_disk(
+        "evictionHard: {nodefs.available: 24Mi}\nhousekeepingInterval: 1s",
+        64,
+    );
+    let hog = helper_binary("hog").display().to_string();
+    node.manifest(
+        "chatty.yaml",
+        &pod(
+            "chatty",
+            "",
+            &[&hog, "log", "16"],
+            "  restartPolicy: Always\n",
+        ),
+    );
+    node.start();
+    assert!(
+        poll(Duration::from_secs(20), || node.record("chatty").is_some()),
+        "the pod never started:\n{}",
+        node.log(1)
+    );
+    let logs = container_logs(&node, &node.record("chatty").unwrap());
+    wait_until("a node-level reclaim", Duration::from_secs(30), || {
+        node.log(1)
+            .contains("node-level reclaim for ephemeral-storage")
+    });
+    let agent_log = node.log(1);
+    let line = agent_log
+        .lines()
+        .find(|l| l.contains("node-level reclaim for ephemeral-storage"))
+        .unwrap();
+    assert!(line.contains("(nodefs.available)"), "{line}");
+    let freed: u64 = line
+        .split("freed ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no freed bytes in {line:?}"));
+    assert!(
+        freed >= 32 << 20,
+        "two dead runs of 16 MiB each should go, freed {freed}: {line}"
+    );
+    assert!(
+        !logs.join("0.log").exists(),
+        "the first run's log is still there"
+    );
+    assert!(
+        !logs.join("1.log").exists(),
+        "the second run's log is still there"
+    );
+    // Enough was freed: the pod keeps running (restarting) and is never evicted.
+    std::thread::sleep(Duration::from_secs(3));
+    let record = node.record("chatty").unwrap();
+    assert_ne!(record.phase, Phase::Failed, "{record:?}");
+    assert!(record.containers[0].restart_count >= 2, "{record:?}");
+    assert!(
+        !node.log(1).contains("Evicted"),
+        "node-level reclaim was enough, yet a pod was evicted:\n{}",
+        node.log(1)
+    );
+}
+
+#[test]
+fn disk_pressure_evicts_the_pod_using_the_most_disk_when_gc_is_not_enough() {
+    if !require(
+        "disk_pressure_evicts_the_biggest_disk_user",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    // 64 MiB node filesystem, hard nodefs.available<24Mi. Two pods that log and stay:
+    // "quiet" 2 MiB, "filler" 44 MiB (18 MiB available). No container has died, so
+    // node-level reclaim frees nothing; the filler uses the most disk and is evicted.
+    // Its logs belong to a dead container then, and a later reclaim deletes them.
+    let mut node = Node::with_disk(
+        "evictionHard: {nodefs.available: 24Mi}\nhousekeepingInterval: 1s",
+        64,
+    );
+    let hog = helper_binary("hog").display().to_string();
+    node.manifest(
+        "quiet.yaml",
+        &pod(
+            "quiet",
+            "",
+            &[&hog, "log", "2", "600"],
+            "  restartPolicy: Never\n",
+        ),
+    );
+    node.start();
+    let quiet = node.wait_running("quiet");
+    node.manifest(
+        "filler.yaml",
+        &pod(
+            "filler",
+            "",
+            &[&hog, "log", "44", "600"],
+            "  restartPolicy: Never\n",
+        ),
+    );
+    let filler_running = node.wait_running("filler");
+    let filler_logs = container_logs(&node, &filler_running);
+    let evicted = node.wait_phase("filler", Phase::Failed, Duration::from_secs(20));
+    assert_eq!(evicted.reason.as_deref(), Some("Evicted"));
+    let message = evicted.message.unwrap_or_default();
+    assert!(
+        message.contains("low on resource: ephemeral-storage"),
+        "{message}"
+    );
+    let still = node.record("quiet").unwrap();
+    assert_eq!(still.phase, Phase::Running);
+    assert!(alive(quiet.containers[0].pid.unwrap()));
+    wait_until(
+        "the evicted pod's logs are collected",
+        Duration::from_secs(15),
+        || !filler_logs.exists(),
+    );
+    wait_until(
+        "nodefs.available back above the threshold",
+        Duration::from_secs(5),
+        || node.disk_available() >= 24 << 20,
+    );
+    assert!(
+        container_logs(&node, &quiet).join("0.log").exists(),
+        "the running pod's log was deleted"
+    );
+    // One eviction: the quiet pod is not touched after the filler freed the disk.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(node.record("quiet").unwrap().phase, Phase::Running);
 }
 
 #[test]

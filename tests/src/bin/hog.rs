@@ -7,6 +7,9 @@
 //!   With HOG_START_FILE set, anon waits until that file exists before allocating.
 //!   With HOG_TERM_FILE set, SIGTERM writes "term <monotonic ns>" there, and the hog
 //!   exits HOG_TERM_LINGER_MS later (default 0): a pod that records the signal it got.
+//!   hog log MIB [HOLD_S]
+//!       write MIB MiB to stdout (a container's log file), print "logged <MiB> <ns>" to
+//!       stderr, then hold HOLD_S s and exit 0: a pod that fills the node filesystem.
 //!   hog file PATH SECONDS
 //!       re-read an existing file for SECONDS: in a cgroup smaller than the file this is
 //!       clean page-cache churn, reclaim (and stall) without any OOM kill. Write the file
@@ -32,7 +35,7 @@ fn arg<T: std::str::FromStr>(args: &[String], index: usize, default: Option<T>, 
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "hog: {problem}\nusage: hog anon TOTAL_MIB [STEP_MIB] [PAUSE_MS] [HOLD_S] | hog file PATH SECONDS"
+        "hog: {problem}\nusage: hog anon TOTAL_MIB [STEP_MIB] [PAUSE_MS] [HOLD_S] | hog log MIB [HOLD_S] | hog file PATH SECONDS"
     );
     std::process::exit(2);
 }
@@ -115,6 +118,7 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("anon") => anon(&args),
         Some("file") => file(&args),
+        Some("log") => log(&args),
         _ => usage("unknown mode"),
     }
 }
@@ -145,6 +149,23 @@ fn anon(args: &[String]) {
     let _ = writeln!(stdout.lock(), "done {allocated} {}", monotonic_ns());
     std::thread::sleep(Duration::from_secs(hold));
     std::hint::black_box(&blocks);
+}
+
+fn log(args: &[String]) {
+    let total: usize = arg(args, 1, None, "MIB");
+    let hold: u64 = arg(args, 2, Some(0), "HOLD_S");
+    // 1 MiB of 64-byte lines: plain text, as a chatty container would log.
+    let line = [b"x".repeat(63), b"\n".to_vec()].concat();
+    let chunk = line.repeat(MIB / line.len());
+    let mut stdout = std::io::stdout().lock();
+    for _ in 0..total {
+        if let Err(e) = stdout.write_all(&chunk) {
+            usage(&format!("writing the log: {e}"));
+        }
+    }
+    let _ = stdout.flush();
+    eprintln!("logged {total} {}", monotonic_ns());
+    std::thread::sleep(Duration::from_secs(hold));
 }
 
 fn file(args: &[String]) {
