@@ -567,7 +567,8 @@ async fn idle_agent_wakes_only_for_the_timer() {
     let cpu = process_cpu() - cpu_before;
     let timer_wakes = got
         .iter()
-        .filter(|r| r.sources() == [WakeSource::Timer])
+        // A kernel event may share a synchronize with a tick: count every tick.
+        .filter(|r| r.sources().contains(&WakeSource::Timer))
         .count();
     assert!(
         (5..=7).contains(&timer_wakes),
