@@ -111,7 +111,7 @@ impl Agent {
             memcg_tx = Some(tx);
             statuses.push(SourceStatus::running(
                 WakeSource::MemcgThreshold,
-                "cgroup v2: memory.high of the pods cgroup at its hard allocatable threshold; crossings wake through memory.events",
+                "cgroup v2: memory.high of the pods cgroup at the nearest hard memory threshold (allocatable, or the node's while the rest of the node holds still), re-armed after every synchronize; crossings wake through memory.events",
             ));
         } else {
             statuses.push(SourceStatus::unsupported(

@@ -104,6 +104,47 @@ pub fn threshold_specs(
     specs
 }
 
+/// The memory.high values that stand in for usage thresholds on cgroup v2 (see
+/// [`crate::notify::memcg::spawn_v2_high`]), from the specs of [`threshold_specs`]:
+/// - only hard thresholds (soft ones may be exceeded for their grace period);
+/// - the root has no memory.high, so the node's thresholds ride on the pods cgroup: the
+///   node crosses once its usage grows by (threshold usage − node usage now), and while
+///   the rest of the node holds still that growth is the pods'. Re-armed after every
+///   synchronize, the offset follows the rest of the node;
+/// - thresholds already crossed are left out: the synchronize at hand acts on them, and a
+///   memory.high below the usage would only throttle the pods.
+pub fn v2_high_specs(
+    specs: &[ThresholdSpec],
+    observation: &NodeObservation,
+    memory_root: &Path,
+    pods_cgroup: Option<&str>,
+) -> Vec<ThresholdSpec> {
+    let (Some(cgroup), Some(pods)) = (pods_cgroup, &observation.allocatable) else {
+        return Vec::new();
+    };
+    let pods_dir = memory_root.join(cgroup.trim_start_matches('/'));
+    let pods_usage = pods.stats.usage_bytes;
+    let node_usage = observation.memory.usage_bytes;
+    specs
+        .iter()
+        .filter(|spec| spec.hard)
+        .filter_map(|spec| {
+            let usage_bytes = if spec.cgroup == pods_dir {
+                spec.usage_bytes
+            } else if spec.cgroup == memory_root {
+                pods_usage.checked_add(spec.usage_bytes.checked_sub(node_usage)?)?
+            } else {
+                return None;
+            };
+            (usage_bytes > pods_usage).then(|| ThresholdSpec {
+                cgroup: pods_dir.clone(),
+                usage_bytes,
+                hard: true,
+            })
+        })
+        .collect()
+}
+
 /// One synchronize, as published to subscribers (API, metrics, tests).
 #[derive(Clone, Debug)]
 pub struct SyncReport {
@@ -276,12 +317,12 @@ impl<S: Synchronizer> Manager<S> {
         let Some(tx) = &self.memcg_thresholds else {
             return;
         };
-        let specs = threshold_specs(
-            observation,
-            &self.memory_thresholds,
-            self.observer.reader().root(),
-            self.observer.config().pods_cgroup.as_deref(),
-        );
+        let root = self.observer.reader().root();
+        let pods_cgroup = self.observer.config().pods_cgroup.as_deref();
+        let mut specs = threshold_specs(observation, &self.memory_thresholds, root, pods_cgroup);
+        if self.observer.reader().version() == crate::observe::CgroupVersion::V2 {
+            specs = v2_high_specs(&specs, observation, root, pods_cgroup);
+        }
         // Only a changed set re-registers with the kernel.
         tx.send_if_modified(|current| {
             if *current == specs {
@@ -403,6 +444,34 @@ mod tests {
                 spec("/cg/pods", 1_800, true),
             ]
         );
+    }
+
+    #[test]
+    fn v2_node_thresholds_ride_on_the_pods_cgroup_and_crossed_ones_are_left_out() {
+        let spec = |cgroup: &str, usage_bytes, hard| ThresholdSpec {
+            cgroup: cgroup.into(),
+            usage_bytes,
+            hard,
+        };
+        // Node usage 5000, pods usage 500 (see observation()).
+        let specs = vec![
+            // The node may grow by 1000 more: the pods cgroup by as much, to 1500.
+            spec("/cg", 6_000, true),
+            // Soft: never a memory.high.
+            spec("/cg", 5_500, false),
+            // Already crossed (node usage 5000 ≥ 4000): left out.
+            spec("/cg", 4_000, true),
+            // The pods cgroup's own threshold stays as it is.
+            spec("/cg/pods", 1_800, true),
+            // Crossed on the pods cgroup (usage 500): left out.
+            spec("/cg/pods", 450, true),
+        ];
+        assert_eq!(
+            v2_high_specs(&specs, &observation(), Path::new("/cg"), Some("/pods")),
+            vec![spec("/cg/pods", 1_500, true), spec("/cg/pods", 1_800, true)]
+        );
+        // Without a pods cgroup nothing can carry them.
+        assert!(v2_high_specs(&specs, &observation(), Path::new("/cg"), None).is_empty());
     }
 
     #[test]

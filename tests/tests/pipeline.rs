@@ -325,6 +325,95 @@ async fn memory_threshold_wakes_at_the_crossing_and_not_before() {
     }
 }
 
+/// memory.available as the agent computes it on cgroup v2: MemFree + Inactive(file)
+/// (capacity − (MemTotal − MemFree − inactive file)).
+fn node_available_v2() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let map = monitor::observe::parse::flat_keyed(&meminfo);
+    map["MemFree"] + map["Inactive(file)"]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_memory_threshold_wakes_through_the_pods_cgroup_on_v2() {
+    if !require(
+        "node_memory_threshold_wakes_through_the_pods_cgroup",
+        &[Feature::Root, Feature::CgroupV2Memory],
+    ) {
+        return;
+    }
+    init_tracing();
+    // The root cgroup has no memory.high, so the agent puts the node's hard threshold on
+    // the pods cgroup: the node crosses memory.available<T once the pods grow by
+    // (available − T). Here T is 96 MiB below what the node has available now.
+    let cgroup = TestCgroup::new("pods", 512 * MIB);
+    let threshold = node_available_v2() - 96 * MIB;
+    let mut config = config(
+        only(&[WakeSource::MemcgThreshold, WakeSource::MemoryEvents]),
+        Some(&cgroup.relative),
+        vec![],
+    );
+    config.memory_thresholds.node = vec![hard(threshold)];
+    let (agent, mut reports) = start(config);
+    collect(&mut reports, Duration::from_secs(5), |r| r.sequence >= 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let high: u64 = cgroup
+        .read("memory.high")
+        .trim()
+        .parse()
+        .expect("memory.high armed on the pods cgroup for the node's threshold");
+    let usage: u64 = cgroup.read("memory.current").trim().parse().unwrap();
+    assert!(
+        (80 * MIB..=112 * MIB).contains(&high.saturating_sub(usage)),
+        "memory.high {high} should be ~96 MiB above the pods' usage {usage}"
+    );
+
+    // 4 MiB steps, 30 ms apart, up to 200 MiB: the node crosses about half-way.
+    let mut child = cgroup.spawn({
+        let mut c = hog(&["anon", "200", "4", "30", "30"]);
+        c.stdout(Stdio::null());
+        c
+    });
+    // When the rest of the node shrank since the last synchronize (memory freed outside
+    // the pods), the pods cgroup reaches memory.high before the node crosses: an early
+    // wake, after which the synchronize re-arms with the new offset. So: the wake whose
+    // fresh observation shows the threshold met must come from memory.events, promptly.
+    let met = |r: &SyncReport| {
+        r.observation
+            .as_ref()
+            .is_ok_and(|o| o.memory.available_bytes <= threshold + 4 * MIB)
+    };
+    let got = collect(&mut reports, Duration::from_secs(30), |r| met(r)).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let woke = got.iter().find(|r| met(r)).unwrap_or_else(|| {
+        panic!(
+            "no synchronize saw the node threshold met; reports: {:?}",
+            got.iter().map(|r| r.sources()).collect::<Vec<_>>()
+        )
+    });
+    assert!(
+        got.iter()
+            .all(|r| r.sources() == [WakeSource::MemoryEvents]),
+        "every wake should come through memory.events: {:?}",
+        got.iter().map(|r| r.sources()).collect::<Vec<_>>()
+    );
+    let node = woke.observation.as_ref().unwrap().memory;
+    // Not long after the crossing: two allocation steps, plus what the rest of the VM
+    // moved meanwhile.
+    assert!(
+        node.available_bytes + 16 * MIB >= threshold,
+        "woke late: available {} vs threshold {threshold}",
+        node.available_bytes
+    );
+    assert_eq!(cgroup.oom_kills(), 0);
+    agent.shutdown().await;
+    assert_eq!(
+        cgroup.read("memory.high").trim(),
+        "max",
+        "the agent lifts memory.high when it stops"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_threshold_stays_quiet_below_the_threshold() {
     if !require("memory_threshold_stays_quiet", &[Feature::Root]) {

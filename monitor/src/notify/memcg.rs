@@ -136,7 +136,8 @@ pub fn spawn(mut specs: watch::Receiver<Vec<ThresholdSpec>>, wakes: WakeSender) 
 }
 
 /// cgroup v2 has no usage thresholds. Its stand-in: `memory.high` at the usage where the
-/// pods cgroup crosses its HARD threshold. The kernel then raises the `high` counter of
+/// pods cgroup crosses a HARD threshold, its own or the node's carried by it (the specs
+/// come from [`crate::manager::v2_high_specs`]). The kernel then raises the `high` counter of
 /// memory.events (which the memory.events source watches) the moment usage crosses, and
 /// throttles the allocating task in reclaim above it, which buys time for the eviction
 /// that follows at once. Only hard thresholds: soft ones allow running over them for a
