@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
@@ -34,7 +34,7 @@ impl Drop for StatsEnabled {
 }
 
 /// One program's counters at one moment.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ProgStat {
     pub(crate) name: String,
     pub(crate) prog_id: u32,

@@ -136,7 +136,7 @@ fn usage(pid: u32) -> Result<(f64, u64, u64)> {
 /// The agent with every source on and `pods` sleeping pods, left alone for `seconds`.
 pub(crate) fn idle(bin: &Path, seconds: u64, pods: usize, keep: bool) -> Result<Idle> {
     let id = format!("monitor-bench-{}-idle", std::process::id());
-    let (guard, dir) = race::start_agent(bin, &id, &ALL_SOURCES, "", keep)?;
+    let (guard, dir) = race::start_agent(bin, &id, &ALL_SOURCES, "", keep, race::Level::Pods)?;
     write_idle_pods(&dir, pods)?;
     wait_running(&dir, pods, Duration::from_secs(60))?;
     // Let pod start-up settle before the window opens.
@@ -172,7 +172,7 @@ pub(crate) fn sync_scaling(
     let id = format!("monitor-bench-{}-sync-{pods}", std::process::id());
     // maxPods above the count: admission must not refuse any of them.
     let extra = format!("maxPods: {}\n", pods.saturating_add(10));
-    let (guard, dir) = race::start_agent(bin, &id, &TIMER_ONLY, &extra, keep)?;
+    let (guard, dir) = race::start_agent(bin, &id, &TIMER_ONLY, &extra, keep, race::Level::Pods)?;
     write_idle_pods(&dir, pods)?;
     // Measured with however many run by then: the count is reported next to the result.
     let running = match wait_running(&dir, pods, start_limit) {

@@ -35,22 +35,38 @@ fn loader(bin: &Path) -> Option<PathBuf> {
         })
 }
 
+/// The races in the guest: every mode on the bounded pods cgroup (rate label `vm-v2`),
+/// then the node-level race (`vm-v2-node`) with the agent's "all" mode and with the
+/// earlyoom peer, side by side on the same workload.
 pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
     let bin = PathBuf::from("/bin");
     // Statistics are for the host's table; the guest goes on without them.
     let _stats = bpf::StatsEnabled::enable().ok();
-    let setup = race::Setup {
+    let mut setup = race::Setup {
         bin: &bin,
         keep: false,
+        level: race::Level::Pods,
     };
-    for mode in modes {
-        for n in 1..=trials {
-            match race::trial(&setup, mode, rate, n) {
-                Ok(t) => emit(t),
-                Err(err) => println!("bench: guest {} trial {n}: FAILED: {err:#}", mode.name),
+    let races = |setup: &race::Setup, modes: &[&Mode], label: &str| {
+        for mode in modes {
+            for n in 1..=trials {
+                match race::trial(setup, mode, rate, n) {
+                    Ok(mut t) => {
+                        t.rate = label.to_string();
+                        emit(t)
+                    }
+                    Err(err) => println!(
+                        "bench: guest {label} {} trial {n}: FAILED: {err:#}",
+                        mode.name
+                    ),
+                }
             }
         }
-    }
+    };
+    races(&setup, &modes.iter().collect::<Vec<_>>(), super::VM_RATE);
+    setup.level = race::Level::Node;
+    let node_modes: Vec<&Mode> = modes.iter().filter(|m| m.name == "all").collect();
+    races(&setup, &node_modes, super::VM_NODE_RATE);
     match loader(&bin) {
         Some(loader) => {
             let command = vec![
@@ -61,7 +77,10 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
             ];
             for n in 1..=trials {
                 match peer::trial(&bin, &command, n) {
-                    Ok(t) => emit(t),
+                    Ok(mut t) => {
+                        t.rate = super::VM_NODE_RATE.to_string();
+                        emit(t)
+                    }
                     Err(err) => println!("bench: guest earlyoom trial {n}: FAILED: {err:#}"),
                 }
             }

@@ -92,6 +92,8 @@ const MODES: &[Mode] = &[
 
 /// The label of the VM's trials in the table (full speed, cgroup v2, under qemu).
 const VM_RATE: &str = "vm-v2";
+/// The VM's node-level race (memory.available): the agent and the earlyoom peer.
+const VM_NODE_RATE: &str = "vm-v2-node";
 
 const RATES: &[Rate] = &[
     // As fast as the hog can touch pages (about 2 GiB/s here).
@@ -143,6 +145,7 @@ struct Results {
     summaries: Vec<report::Summary>,
     ratios: Vec<report::Ratio>,
     bpf: Vec<bpf::ProgCost>,
+    bpf_vm: Vec<bpf::ProgCost>,
     idle: Option<costs::Idle>,
     sync_scaling: Vec<costs::SyncScaling>,
     policy_bench: Vec<costs::PolicyBench>,
@@ -173,6 +176,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let setup = race::Setup {
         bin: &bin,
         keep: args.keep,
+        level: race::Level::Pods,
     };
 
     let mut trials: Vec<Trial> = Vec::new();
@@ -225,9 +229,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let trials = args.vm_trials;
         println!("bench: the VM (cgroup v2) races and the earlyoom peer, {trials} trials each");
         match vm::run(&root, &target, &args.modes, trials) {
-            Ok(mut run) => {
-                for t in &mut run.trials {
-                    t.rate = VM_RATE.to_string();
+            Ok(run) => {
+                for t in &run.trials {
                     println!("{}", report::trial_line(t));
                 }
                 Some(run)
@@ -267,22 +270,38 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     if vm_run.is_some() {
         let planned = args.vm_trials;
-        for (mode, polling) in modes
+        let node_modes = modes
             .iter()
-            .map(|m| (m.name, m.polling()))
-            .chain([(peer::MODE, false)])
+            .filter(|m| m.name == "all")
+            .map(|m| (VM_NODE_RATE, m.name));
+        for (rate, mode) in modes
+            .iter()
+            .map(|m| (VM_RATE, m.name))
+            .chain(node_modes)
+            .chain([(VM_NODE_RATE, peer::MODE)])
         {
             groups.push(report::Group {
-                rate: VM_RATE.to_string(),
+                rate: rate.to_string(),
                 mode: mode.to_string(),
-                polling,
+                polling: MODES.iter().any(|m| m.name == mode && m.polling()),
                 planned,
             });
         }
     }
     let summaries = report::summaries(&trials, &groups);
     let ratios = report::ratios(&summaries);
-    let all_bpf: Vec<bpf::ProgStat> = trials.iter().flat_map(|t| t.bpf.iter().cloned()).collect();
+    // The host's kernel and the VM's are reported apart.
+    let in_vm = |t: &Trial| t.rate == VM_RATE || t.rate == VM_NODE_RATE;
+    let host_bpf: Vec<bpf::ProgStat> = trials
+        .iter()
+        .filter(|t| !in_vm(t))
+        .flat_map(|t| t.bpf.iter().cloned())
+        .collect();
+    let vm_bpf: Vec<bpf::ProgStat> = trials
+        .iter()
+        .filter(|t| in_vm(t))
+        .flat_map(|t| t.bpf.iter().cloned())
+        .collect();
     let results = Results {
         kernel: kernel_release(),
         cgroup: if v1 { "v1" } else { "v2" },
@@ -293,7 +312,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         trials_per_mode: args.trials,
         summaries,
         ratios,
-        bpf: bpf::costs(&all_bpf),
+        bpf: bpf::costs(&host_bpf),
+        bpf_vm: bpf::costs(&vm_bpf),
         idle,
         sync_scaling,
         policy_bench: policy,
@@ -303,6 +323,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         &results.summaries,
         &results.ratios,
         &results.bpf,
+        &results.bpf_vm,
+        results.vm_kernel.as_deref(),
         results.idle.as_ref(),
         &results.sync_scaling,
         &results.policy_bench,

@@ -19,13 +19,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::race::{self, HEADROOM_MIB, MIB, Trial};
+use super::race::{self, HEADROOM_MIB, HOG_TO_CROSSING_MIB, MIB, Trial};
 use crate::demo;
 
 pub(crate) const MODE: &str = "earlyoom";
 const CGROUP: &str = "/sys/fs/cgroup/bench-peer";
-/// How far into the hog's allocation the crossing comes, as in the agent's race.
-const HOG_TO_CROSSING_MIB: u64 = 224;
 
 fn meminfo_kib(key: &str) -> Option<u64> {
     std::fs::read_to_string("/proc/meminfo")
@@ -36,7 +34,7 @@ fn meminfo_kib(key: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-fn vmstat(key: &str) -> u64 {
+pub(crate) fn vmstat(key: &str) -> u64 {
     std::fs::read_to_string("/proc/vmstat")
         .unwrap_or_default()
         .lines()

@@ -32,6 +32,20 @@ pub(crate) const HEADROOM_MIB: u64 = 200;
 /// Memory the guaranteed ballast holds before the race starts.
 const BALLAST_MIB: u64 = 600;
 const NAMESPACE: &str = "bench";
+/// Node-level race: how far into the hog's allocation the crossing comes (as in the
+/// earlyoom peer's race, so both see the same climb).
+pub(crate) const HOG_TO_CROSSING_MIB: u64 = 224;
+
+/// What the race bounds and which signal it watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Level {
+    /// The pods cgroup limited to NODE_MIB, allocatableMemory.available<HEADROOM_MIB.
+    Pods,
+    /// The whole node (the VM), memory.available<HEADROOM_MIB: the race the earlyoom peer
+    /// runs, for a like-for-like comparison. On cgroup v2 the agent's kernel notifier for
+    /// it is memory.high on the pods cgroup, offset by the rest of the node.
+    Node,
+}
 
 /// Which event sources run and how often the housekeeping timer fires.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -108,7 +122,9 @@ pub(crate) struct Trial {
     pub(crate) crossing_to_kill_ms: Option<f64>,
     /// Synchronize durations of this agent run (ms), for the cost summary.
     pub(crate) sync_durations_ms: Vec<f64>,
-    #[serde(skip)]
+    /// The agent's eBPF programs' run-time counters at the end of the trial (the guest
+    /// sends them too: the VM's kernel runs the node-level programs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) bpf: Vec<ProgStat>,
     /// (ms, MiB) of the working set for the plot; emptied after plotting but for trial 1.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -118,14 +134,25 @@ pub(crate) struct Trial {
 pub(crate) struct Setup<'a> {
     pub(crate) bin: &'a Path,
     pub(crate) keep: bool,
+    pub(crate) level: Level,
 }
 
-fn config(dir: &Path, id: &str, mode: &Mode, extra: &str) -> String {
+fn config(dir: &Path, id: &str, mode: &Mode, extra: &str, level: Level) -> String {
+    let (eviction, limit) = match level {
+        Level::Pods => (
+            format!("{{allocatableMemory.available: {HEADROOM_MIB}Mi, memory.available: 100Mi}}"),
+            format!("  podsMemoryLimit: {NODE_MIB}Mi\n"),
+        ),
+        Level::Node => (
+            format!("{{memory.available: {HEADROOM_MIB}Mi}}"),
+            String::new(),
+        ),
+    };
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {pods}\n\
          housekeepingInterval: {hk}\n{extra}\
-         evictionHard: {{allocatableMemory.available: {HEADROOM_MIB}Mi, memory.available: 100Mi}}\n\
-         monitor:\n  podsMemoryLimit: {NODE_MIB}Mi\n  cgroupRoot: {id}\n  stateDir: {state}\n  podLogDir: {logs}\n  socket: {sock}\n\
+         evictionHard: {eviction}\n\
+         monitor:\n{limit}  cgroupRoot: {id}\n  stateDir: {state}\n  podLogDir: {logs}\n  socket: {sock}\n\
          \x20 sources: {{ebpf: {e}, memcgThresholds: {m}, memoryEvents: {v}, psi: {p}}}\n",
         pods = dir.join("pods").display(),
         hk = mode.housekeeping,
@@ -155,6 +182,7 @@ pub(crate) fn start_agent(
     mode: &Mode,
     extra_config: &str,
     keep: bool,
+    level: Level,
 ) -> Result<(Guard, PathBuf)> {
     let dir = std::env::temp_dir().join(id);
     let _ = std::fs::remove_dir_all(&dir);
@@ -167,7 +195,7 @@ pub(crate) fn start_agent(
         keep,
     };
     let path = dir.join("config.yaml");
-    std::fs::write(&path, config(&dir, id, mode, extra_config))
+    std::fs::write(&path, config(&dir, id, mode, extra_config, level))
         .with_context(|| format!("writing {}", path.display()))?;
     spawn_agent(&mut guard, bin, &dir)?;
     Ok((guard, dir))
@@ -203,12 +231,29 @@ pub(crate) fn pods_cgroup(id: &str) -> Result<(PathBuf, bool)> {
 /// Runs one trial; the guard cleans up whichever way it ends.
 pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<Trial> {
     let id = format!(
-        "monitor-bench-{}-{}-{}-{n}",
+        "monitor-bench-{}-{}-{}-{}-{n}",
         std::process::id(),
         mode.name,
-        rate.name
+        rate.name,
+        match setup.level {
+            Level::Pods => "pods",
+            Level::Node => "node",
+        }
     );
-    let (guard, dir) = start_agent(setup.bin, &id, mode, "", setup.keep)?;
+    // The node's size, the usage at which the threshold is crossed, and the ballast.
+    let (node_bytes, ballast_mib) = match setup.level {
+        Level::Pods => (NODE_MIB * MIB, BALLAST_MIB),
+        Level::Node => {
+            let node = node_memory().context("reading /proc/meminfo")?;
+            let available_mib = node.total.saturating_sub(node.working_set) / MIB;
+            (
+                node.total,
+                available_mib.saturating_sub(HEADROOM_MIB + HOG_TO_CROSSING_MIB),
+            )
+        }
+    };
+    let threshold = node_bytes.saturating_sub(HEADROOM_MIB * MIB);
+    let (guard, dir) = start_agent(setup.bin, &id, mode, "", setup.keep, setup.level)?;
     let hog = setup.bin.join("hog").display().to_string();
     let go = dir.join("go");
     let args = |total: u64, step: u64, pause: u64| -> Vec<String> {
@@ -223,16 +268,16 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     };
     let ballast = manifest(
         "ballast",
-        &args(BALLAST_MIB, 32, 0),
+        &args(ballast_mib, 32, 0),
         &format!(
             "    resources:\n      requests: {{cpu: 2, memory: {m}Mi}}\n      limits: {{cpu: 2, memory: {m}Mi}}\n",
-            m = BALLAST_MIB + 40
+            m = ballast_mib + 40
         ),
         "",
     );
     let hog_pod = manifest(
         "hog",
-        &args(NODE_MIB * 2, rate.step_mib, rate.pause_ms),
+        &args(node_bytes / MIB * 2, rate.step_mib, rate.pause_ms),
         "",
         &format!(
             "    env:\n    - {{name: HOG_START_FILE, value: \"{}\"}}\n",
@@ -255,11 +300,11 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     let (pods_dir, v1) = pods_cgroup(&id)?;
     demo::wait(
         &format!(
-            "the ballast holding {BALLAST_MIB} MiB in {}",
+            "the ballast holding {ballast_mib} MiB in {}",
             pods_dir.display()
         ),
-        Duration::from_secs(30),
-        || crate::demo::working_set(&pods_dir, v1) >= (BALLAST_MIB - 8) * MIB,
+        Duration::from_secs(60),
+        || crate::demo::working_set(&pods_dir, v1) >= ballast_mib.saturating_sub(8) * MIB,
     )?;
     // The kubelet's timer has no relation to when a workload spikes: start the race at a
     // uniformly random phase of the housekeeping period, or a polling mode would always
@@ -271,9 +316,18 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     };
     std::thread::sleep(Duration::from_millis(phase_ms));
     let stop = Arc::new(AtomicBool::new(false));
-    let sampler = demo::sampler(pods_dir.clone(), v1, stop.clone());
+    let sampler = match setup.level {
+        Level::Pods => demo::sampler(pods_dir.clone(), v1, stop.clone()),
+        Level::Node => node_sampler(stop.clone()),
+    };
+    // Kernel OOM kills: in the pods cgroup, or anywhere on the node.
+    let level = setup.level;
+    let oom_kills = move || match level {
+        Level::Pods => oom_kills(&pods_dir, v1),
+        Level::Node => super::peer::vmstat("oom_kill "),
+    };
     std::thread::sleep(Duration::from_millis(100));
-    let oom_before = oom_kills(&pods_dir, v1);
+    let oom_before = oom_kills();
     let mut oom_seen = oom_before;
     let start_ns = demo::monotonic_ns();
     std::fs::write(&go, "").with_context(|| format!("writing {}", go.display()))?;
@@ -282,7 +336,6 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     // wake is measured even when it comes after the OOM kill, until the first synchronize
     // after the crossing (bounded by one housekeeping interval).
     let log_path = dir.join("agent.log");
-    let threshold = (NODE_MIB - HEADROOM_MIB) * MIB;
     let object = format!("{NAMESPACE}/hog");
     let mut oom_ns = None;
     let mut ended_ns = None;
@@ -291,7 +344,7 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         std::thread::sleep(Duration::from_millis(2));
         let now = demo::monotonic_ns();
         // The hog's cgroup goes away with it: keep the highest count seen.
-        oom_seen = oom_seen.max(oom_kills(&pods_dir, v1));
+        oom_seen = oom_seen.max(oom_kills());
         if oom_ns.is_none() && oom_seen > oom_before {
             oom_ns = Some(now);
         }
@@ -322,9 +375,7 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     let samples = sampler
         .join()
         .map_err(|_| anyhow::anyhow!("the 1 ms sampler thread panicked"))?;
-    let oom_kills = oom_seen
-        .max(oom_kills(&pods_dir, v1))
-        .saturating_sub(oom_before);
+    let oom_kills = oom_seen.max(oom_kills()).saturating_sub(oom_before);
     let log = std::fs::read_to_string(&log_path)
         .with_context(|| format!("reading {}", log_path.display()))?;
     drop(guard);
@@ -337,10 +388,61 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         );
     }
     let mut trial = analyse(
-        mode, rate, n, start_ns, threshold, &samples, &log, oom_ns, oom_kills, bpf_stats,
+        mode,
+        rate,
+        n,
+        node_bytes / MIB,
+        start_ns,
+        threshold,
+        &samples,
+        &log,
+        oom_ns,
+        oom_kills,
+        bpf_stats,
     );
     trial.phase_delay_ms = phase_ms;
     Ok(trial)
+}
+
+/// The node's memory as the agent reads it on cgroup v2: total, and the working set
+/// MemTotal − MemFree − Inactive(file).
+pub(crate) struct NodeMemory {
+    pub(crate) total: u64,
+    pub(crate) working_set: u64,
+}
+
+pub(crate) fn node_memory() -> Option<NodeMemory> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = |key: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|v| v * 1024)
+    };
+    let total = kib("MemTotal:")?;
+    let used = total.saturating_sub(kib("MemFree:")?);
+    Some(NodeMemory {
+        total,
+        working_set: used.saturating_sub(kib("Inactive(file):")?),
+    })
+}
+
+/// Samples the node's working set every millisecond (the memory.available signal).
+fn node_sampler(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Sample>> {
+    std::thread::spawn(move || {
+        let mut samples = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            if let Some(node) = node_memory() {
+                samples.push(Sample {
+                    at_ns: demo::monotonic_ns(),
+                    working_set: node.working_set,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        samples
+    })
 }
 
 /// A uniformly distributed number below `bound` (0 when bound is 0), from getrandom(2).
@@ -401,6 +503,7 @@ fn analyse(
     mode: &Mode,
     rate: &Rate,
     n: u32,
+    node_mib: u64,
     start_ns: u64,
     threshold: u64,
     samples: &[Sample],
@@ -422,7 +525,7 @@ fn analyse(
         mode: mode.name,
         rate: rate.name,
         n,
-        node_mib: NODE_MIB,
+        node_mib,
         start_ns,
         threshold,
         points: &points,

@@ -107,6 +107,27 @@ pub(crate) fn ratios(summaries: &[Summary]) -> Vec<Ratio> {
     out
 }
 
+/// The agent (all sources) against the earlyoom peer on the same node-level race.
+fn versus_peer(summaries: &[Summary]) -> Option<String> {
+    let peer = summaries.iter().find(|x| x.mode == super::peer::MODE)?;
+    let agent = summaries
+        .iter()
+        .find(|x| x.rate == peer.rate && x.mode == "all")?;
+    let fraction = |x: &Summary| format!("{}/{}", x.oom_avoided, x.trials);
+    Some(format!(
+        "Same node-level race ({}), agent (all sources) vs earlyoom: crossing→kill p50 {} ms vs {} ms (earlyoom p50 / agent p50 = {}), OOM killer avoided {} vs {}.",
+        peer.rate,
+        ms(agent.crossing_to_kill.p50_ms),
+        ms(peer.crossing_to_kill.p50_ms),
+        times(ratio(
+            peer.crossing_to_kill.p50_ms,
+            agent.crossing_to_kill.p50_ms
+        )),
+        fraction(agent),
+        fraction(peer),
+    ))
+}
+
 pub(crate) fn trial_line(t: &Trial) -> String {
     format!(
         "bench: {:<4} {:<10} #{:<2} crossing {:>7} ms  wake {:>7} ({})  kill {:>7}  freed {:>7}  oom_kills {}{}",
@@ -144,6 +165,8 @@ pub(crate) fn table(
     summaries: &[Summary],
     ratios: &[Ratio],
     bpf: &[ProgCost],
+    bpf_vm: &[ProgCost],
+    vm_kernel: Option<&str>,
     idle: Option<&Idle>,
     sync: &[SyncScaling],
     policy: &[PolicyBench],
@@ -219,6 +242,9 @@ pub(crate) fn table(
             cell("poll-100ms")
         );
     }
+    if let Some(line) = versus_peer(summaries) {
+        let _ = writeln!(s, "\n{line}");
+    }
     let _ = writeln!(s, "\nCosts:\n");
     match idle {
         Some(i) => {
@@ -238,10 +264,18 @@ pub(crate) fn table(
             "- eBPF programs: none seen (no eBPF mode ran, or run-time statistics unavailable)"
         );
     }
-    for p in bpf {
+    let vm = format!(
+        "in the VM ({}, under qemu)",
+        vm_kernel.unwrap_or("kernel unknown")
+    );
+    for (p, place) in bpf
+        .iter()
+        .map(|p| (p, "on this host"))
+        .chain(bpf_vm.iter().map(|p| (p, vm.as_str())))
+    {
         let _ = writeln!(
             s,
-            "- eBPF {}: {} runs, {} ns total, {} ns per run (kernel.bpf_stats_enabled, summed over the eBPF trials)",
+            "- eBPF {} {place}: {} runs, {} ns total, {} ns per run (kernel.bpf_stats_enabled, summed over the eBPF trials)",
             p.name,
             p.run_cnt,
             p.run_time_ns,
