@@ -36,8 +36,8 @@ fn loader(bin: &Path) -> Option<PathBuf> {
 }
 
 /// The races in the guest: every mode on the bounded pods cgroup (rate label `vm-v2`),
-/// then the node-level race (`vm-v2-node`) with the agent's "all" mode and with the
-/// earlyoom peer, side by side on the same workload.
+/// then the node-level race (`vm-v2-node`) with the agent's modes of `VM_NODE_MODES` and
+/// with the earlyoom peer, side by side on the same workload.
 pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
     let bin = PathBuf::from("/bin");
     // Statistics are for the host's table; the guest goes on without them.
@@ -65,7 +65,10 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
     };
     races(&setup, &modes.iter().collect::<Vec<_>>(), super::VM_RATE);
     setup.level = race::Level::Node;
-    let node_modes: Vec<&Mode> = modes.iter().filter(|m| m.name == "all").collect();
+    let node_modes: Vec<&Mode> = modes
+        .iter()
+        .filter(|m| super::VM_NODE_MODES.contains(&m.name))
+        .collect();
     races(&setup, &node_modes, super::VM_NODE_RATE);
     match loader(&bin) {
         Some(loader) => {

@@ -39,8 +39,8 @@ pub struct BenchArgs {
     /// Seconds the idle agent is watched for its CPU and RSS (0 skips it).
     #[arg(long, default_value_t = 60)]
     pub idle_seconds: u64,
-    /// Pod counts for the synchronize duration (empty skips it).
-    #[arg(long, value_delimiter = ',', default_values_t = [10usize, 110, 1000])]
+    /// Pod counts for the synchronize duration (`--sync-pods` alone skips it).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = [10usize, 110, 1000])]
     pub sync_pods: Vec<usize>,
     /// Seconds the synchronize measurement waits for its pods to start; it then measures
     /// with those running (reported).
@@ -94,6 +94,9 @@ const MODES: &[Mode] = &[
 const VM_RATE: &str = "vm-v2";
 /// The VM's node-level race (memory.available): the agent and the earlyoom peer.
 const VM_NODE_RATE: &str = "vm-v2-node";
+/// The agent's modes in the node-level race: polling at earlyoom's own pace, the eBPF
+/// programs alone (kswapd and direct reclaim are node-level events), and all sources.
+const VM_NODE_MODES: &[&str] = &["poll-100ms", "ebpf", "all"];
 
 const RATES: &[Rate] = &[
     // As fast as the hog can touch pages (about 2 GiB/s here).
@@ -272,7 +275,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let planned = args.vm_trials;
         let node_modes = modes
             .iter()
-            .filter(|m| m.name == "all")
+            .filter(|m| VM_NODE_MODES.contains(&m.name))
             .map(|m| (VM_NODE_RATE, m.name));
         for (rate, mode) in modes
             .iter()

@@ -83,9 +83,9 @@ pub(crate) fn run(root: &Path, target: &Path, modes: &[String], trials: u32) -> 
     let image = vm_dir.join(format!("bench-initramfs-{}.cpio", std::process::id()));
     initramfs::write(&image, &payload, &[])?;
     let accel = qemu::choose_accel(qemu::Accel::Auto, qemu::KvmProbe::of_this_host());
-    // 7 modes on the pods cgroup, the agent and earlyoom on the node: 9 sets of `trials`
-    // races; under emulation a race takes seconds.
-    let timeout = Duration::from_secs(300 + 30 * 9 * u64::from(trials));
+    // 7 modes on the pods cgroup, 3 of the agent's and earlyoom on the node: 11 sets of
+    // `trials` races; under emulation a race takes seconds.
+    let timeout = Duration::from_secs(300 + 30 * 11 * u64::from(trials));
     let outcome = qemu::boot(&qemu::Boot {
         kernel: &kernel,
         initramfs: &image,
