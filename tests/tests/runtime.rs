@@ -570,6 +570,15 @@ fn container_logs(node: &Node, record: &PodRecord) -> PathBuf {
     ))
 }
 
+/// A node whose filesystem is a 64 MiB tmpfs with a hard nodefs.available<24Mi. Disk
+/// signals have no kernel notifier: a 1 s timer paces them.
+fn disk_node() -> Node {
+    Node::with_disk(
+        "evictionHard: {nodefs.available: 24Mi}\nhousekeepingInterval: 1s",
+        64,
+    )
+}
+
 #[test]
 fn disk_pressure_collects_dead_containers_logs_before_evicting() {
     if !require(
@@ -582,11 +591,8 @@ fn disk_pressure_collects_dead_containers_logs_before_evicting() {
     // 16 MiB per run and exits; restartPolicy Always runs it again (1 s, then 2 s later).
     // Its third run leaves 48 MiB of logs, 16 MiB available: under the threshold. Deleting
     // the two dead runs' logs (node-level reclaim) frees 32 MiB, which is enough, so
-    // nothing is evicted. Disk signals have no kernel notifier: the 1 s timer sees them.
-    let mut node = Node::with_disk(
-        "evictionHard: {nodefs.available: 24Mi}\nhousekeepingInterval: 1s",
-        64,
-    );
+    // nothing is evicted.
+    let mut node = disk_node();
     let hog = helper_binary("hog").display().to_string();
     node.manifest(
         "chatty.yaml",
@@ -652,14 +658,11 @@ fn disk_pressure_evicts_the_pod_using_the_most_disk_when_gc_is_not_enough() {
     ) {
         return;
     }
-    // 64 MiB node filesystem, hard nodefs.available<24Mi. Two pods that log and stay:
+    // The same node. Two pods that log and stay:
     // "quiet" 2 MiB, "filler" 44 MiB (18 MiB available). No container has died, so
     // node-level reclaim frees nothing; the filler uses the most disk and is evicted.
     // Its logs belong to a dead container then, and a later reclaim deletes them.
-    let mut node = Node::with_disk(
-        "evictionHard: {nodefs.available: 24Mi}\nhousekeepingInterval: 1s",
-        64,
-    );
+    let mut node = disk_node();
     let hog = helper_binary("hog").display().to_string();
     node.manifest(
         "quiet.yaml",
