@@ -341,7 +341,7 @@ pub(crate) fn update_readme(
         names.push(name.to_string_lossy().to_string());
     }
     let mut section = format!(
-        "{START}\n## Benchmark\n\nProduced by `cargo xtask bench`, as root (kernel {kernel}, cgroup {cgroup}; node = pods cgroup limited to 1 GiB, hard threshold allocatableMemory.available<200Mi, a guaranteed 600 MiB ballast and a best-effort hog; crossing from a 1 ms sampler of the pods cgroup's working set). JSON and plots: `target/bench/`.\n\n{table}\n"
+        "{START}\n## Benchmark\n\nProduced by `cargo xtask bench`, as root (kernel {kernel}, cgroup {cgroup}; node = pods cgroup limited to 1 GiB, hard threshold allocatableMemory.available<200Mi, a guaranteed 600 MiB ballast and a best-effort hog; crossing from a 1 ms sampler of the pods cgroup's working set). Rows `vm-v2` run the same race in a 2 GiB VM on cgroup v2 under qemu emulation (TCG: compare them with each other, not with the host); rows `vm-v2-node` race on the whole VM instead (memory.available<200Mi, no pods limit, crossing from a 1 ms sampler of /proc/meminfo), the race earlyoom (Debian package, `-M` at the same 200 MiB) runs beside them. JSON and plots: `target/bench/`.\n\n{table}\n"
     );
     for preferred in ["full-all.svg", "full-poll-10s.svg"] {
         if names.iter().any(|n| n == preferred) {
