@@ -25,13 +25,16 @@ use crate::demo;
 pub(crate) const MODE: &str = "earlyoom";
 const CGROUP: &str = "/sys/fs/cgroup/bench-peer";
 
-fn meminfo_kib(key: &str) -> Option<u64> {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()?
-        .lines()
+/// One "Key: N kB" field of /proc/meminfo text, in KiB; `key` includes the colon.
+pub(crate) fn meminfo_field(text: &str, key: &str) -> Option<u64> {
+    text.lines()
         .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
+}
+
+fn meminfo_kib(key: &str) -> Option<u64> {
+    meminfo_field(&std::fs::read_to_string("/proc/meminfo").ok()?, key)
 }
 
 pub(crate) fn vmstat(key: &str) -> u64 {

@@ -413,13 +413,7 @@ pub(crate) struct NodeMemory {
 
 pub(crate) fn node_memory() -> Option<NodeMemory> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib = |key: &str| -> Option<u64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|v| v * 1024)
-    };
+    let kib = |key: &str| super::peer::meminfo_field(&text, key).map(|v| v * 1024);
     let total = kib("MemTotal:")?;
     let used = total.saturating_sub(kib("MemFree:")?);
     Some(NodeMemory {
