@@ -2,6 +2,7 @@ use rstest::rstest;
 
 use super::*;
 use crate::policy::quantity::parse_quantity;
+use crate::policy::testing::container;
 
 /// Trimmed from real `kubectl get pods -A -o json` output: a Deployment's pod with
 /// status, a pod with an init container and a sidecar, and a static pod's mirror.
@@ -409,29 +410,6 @@ fn pod_with(containers: Vec<Container>, init: Vec<Container>) -> Pod {
             containers,
             init_containers: init,
             ..Default::default()
-        },
-        ..Default::default()
-    }
-}
-
-/// A container from "cpu=100m,memory=1Gi" style requests and limits ("" for none).
-fn container(name: &str, requests: &str, limits: &str) -> Container {
-    let list = |text: &str| {
-        text.split(',')
-            .filter(|s| !s.is_empty())
-            .map(|kv| {
-                let (k, v) = kv
-                    .split_once('=')
-                    .unwrap_or_else(|| panic!("bad resource list {text}"));
-                (k.to_string(), q(v))
-            })
-            .collect()
-    };
-    Container {
-        name: name.into(),
-        resources: ResourceRequirements {
-            requests: list(requests),
-            limits: list(limits),
         },
         ..Default::default()
     }
