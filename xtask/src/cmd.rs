@@ -58,17 +58,20 @@ pub fn target_dir(workspace: &std::path::Path) -> Result<std::path::PathBuf> {
         .context("cargo metadata has no target_directory")
 }
 
-/// Builds the agent and the test helpers (the hog) in release mode; returns the
+/// Builds the agent and the test helpers (the hog), in release mode or not; returns the
 /// directory holding the binaries.
+pub fn build_bins(workspace: &std::path::Path, release: bool) -> Result<std::path::PathBuf> {
+    let mut build = cargo();
+    build.current_dir(workspace).arg("build");
+    if release {
+        build.arg("--release");
+    }
+    run(build.args(["-p", "monitor", "-p", "monitor-tests", "--bins"]))?;
+    let profile = if release { "release" } else { "debug" };
+    Ok(target_dir(workspace)?.join(profile))
+}
+
+/// [`build_bins`] in release mode (the demo and the benchmark).
 pub fn build_release_bins(workspace: &std::path::Path) -> Result<std::path::PathBuf> {
-    run(cargo().current_dir(workspace).args([
-        "build",
-        "--release",
-        "-p",
-        "monitor",
-        "-p",
-        "monitor-tests",
-        "--bins",
-    ]))?;
-    Ok(target_dir(workspace)?.join("release"))
+    build_bins(workspace, true)
 }

@@ -141,14 +141,7 @@ pub fn run(args: TestArgs) -> Result<()> {
             features.join(", ")
         );
         // The agent binary and the hog are run by the tests: build them first.
-        crate::cmd::run(cargo().current_dir(&root).args([
-            "build",
-            "-p",
-            "monitor",
-            "-p",
-            "monitor-tests",
-            "--bins",
-        ]))?;
+        crate::cmd::build_bins(&root, false)?;
         let (ok, t) = run_counted(
             cargo()
                 .current_dir(&root)
