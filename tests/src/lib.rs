@@ -384,6 +384,20 @@ impl Drop for TestTrees {
     }
 }
 
+/// `monitor run --config CONFIG`, uncoloured, stdin closed, stdout and stderr appended
+/// to `log`; the caller adds what else it needs and spawns it.
+pub fn monitor_run(config: &Path, log: &std::fs::File) -> Command {
+    let mut command = Command::new(helper_binary("monitor"));
+    command
+        .args(["run", "--config"])
+        .arg(config)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log file"))
+        .stderr(log.try_clone().expect("log file"));
+    command
+}
+
 /// Finds a helper binary: beside the test executables (cargo's target directory), else on
 /// PATH (the VM puts helpers in /bin).
 pub fn helper_binary(name: &str) -> PathBuf {

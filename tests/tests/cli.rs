@@ -1,10 +1,10 @@
 //! The `monitor` binary as a user runs it: `monitor run` logs which event sources started,
 //! and the client subcommands talk to it over its root-only socket.
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use monitor_tests::{Feature, TestTrees, helper_binary, require, wait_until};
+use monitor_tests::{Feature, TestTrees, helper_binary, monitor_run, require, wait_until};
 
 fn monitor(args: &[&str]) -> std::process::Output {
     Command::new(helper_binary("monitor"))
@@ -40,13 +40,7 @@ fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
     std::fs::write(dir.path().join("config.yaml"), config).unwrap();
     let log_path = dir.path().join("agent.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut agent = Command::new(helper_binary("monitor"))
-        .args(["run", "--config"])
-        .arg(dir.path().join("config.yaml"))
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
+    let mut agent = monitor_run(&dir.path().join("config.yaml"), &log)
         .spawn()
         .expect("start monitor run");
     let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();

@@ -3,12 +3,12 @@
 //! Run as root, one test at a time (`cargo xtask test`).
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use monitor::observe::CgroupVersion;
 use monitor::runtime::store::{Phase, PodRecord, StateStore};
-use monitor_tests::{Feature, TestTrees, helper_binary, require, wait_until};
+use monitor_tests::{Feature, TestTrees, helper_binary, monitor_run, require, wait_until};
 
 const MIB: u64 = 1 << 20;
 
@@ -104,14 +104,8 @@ impl Node {
     fn start(&mut self) {
         self.runs += 1;
         let log = std::fs::File::create(self.log_path(self.runs)).unwrap();
-        let child = Command::new(helper_binary("monitor"))
-            .args(["run", "--config"])
-            .arg(self.path("config.yaml"))
+        let child = monitor_run(&self.path("config.yaml"), &log)
             .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
             .spawn()
             .expect("start monitor run");
         self.agent = Some(child);
