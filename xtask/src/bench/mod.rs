@@ -322,17 +322,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         policy_bench: policy,
         trials,
     };
-    let table = report::table(
-        &results.summaries,
-        &results.ratios,
-        &results.bpf,
-        &results.bpf_vm,
-        results.vm_kernel.as_deref(),
-        results.idle.as_ref(),
-        &results.sync_scaling,
-        &results.policy_bench,
-        &results.trials,
-    );
+    let table = report::table(&results);
     println!("\n{table}");
 
     let mut plots = Vec::new();

@@ -5,8 +5,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::bpf::ProgCost;
-use super::costs::{Idle, PolicyBench, SyncScaling};
 use super::race::Trial;
 use super::stats::{Spread, ms, ratio};
 
@@ -161,17 +159,14 @@ fn times(r: Option<f64>) -> String {
 }
 
 /// The whole table, Markdown, as printed and as put in README.md.
-pub(crate) fn table(
-    summaries: &[Summary],
-    ratios: &[Ratio],
-    bpf: &[ProgCost],
-    bpf_vm: &[ProgCost],
-    vm_kernel: Option<&str>,
-    idle: Option<&Idle>,
-    sync: &[SyncScaling],
-    policy: &[PolicyBench],
-    trials: &[Trial],
-) -> String {
+pub(crate) fn table(results: &super::Results) -> String {
+    let summaries = &results.summaries;
+    let ratios = &results.ratios;
+    let (bpf, bpf_vm) = (&results.bpf, &results.bpf_vm);
+    let vm_kernel = results.vm_kernel.as_deref();
+    let idle = results.idle.as_ref();
+    let (sync, policy) = (&results.sync_scaling, &results.policy_bench);
+    let trials = &results.trials;
     let mut s = String::new();
     let _ = writeln!(
         s,
