@@ -1,4 +1,4 @@
-//! Criterion benchmark of the eviction policy alone: `EvictionManager::synchronize` with
+//! Criterion benchmark of the eviction policy alone: `EvictionManager::decide` with
 //! 10, 110 (the kubelet's default maxPods) and 1000 pods under a met hard memory threshold,
 //! so the whole path runs: signal comparison, node conditions, ranking of every pod
 //! (kubelet: pkg/kubelet/eviction/helpers.go rankMemoryPressure) and the choice of one
@@ -8,12 +8,11 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use monitor::policy::eviction::{
-    EvictionConfig, EvictionManager, NoNodeReclaim, PodStats, PodWithStats, SyncInput,
-};
+use monitor::policy::eviction::{EvictionConfig, EvictionManager, Step, SyncInput};
 use monitor::policy::pod::{Container, Pod};
 use monitor::policy::quantity::{parse_quantity, parse_quantity_or_percent};
 use monitor::policy::signal::{Observations, Signal, SignalObservation, Threshold};
+use monitor::policy::stats::{PodStats, PodWithStats};
 
 const MI: u64 = 1 << 20;
 
@@ -92,7 +91,11 @@ fn synchronize(c: &mut Criterion) {
                     thresholds: vec![Threshold::hard(Signal::MemoryAvailable, value)],
                     ..EvictionConfig::default()
                 });
-                manager.synchronize(input, &mut NoNodeReclaim, Duration::from_secs(10))
+                match manager.decide(input, Duration::from_secs(10)) {
+                    Step::Done(outcome) => outcome,
+                    // Memory has no node-level reclaim: never reached.
+                    Step::Reclaim(pending) => pending.outcome().clone(),
+                }
             })
         });
     }

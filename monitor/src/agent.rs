@@ -1,34 +1,19 @@
 //! Wires the agent together: detect the cgroup layout, start every configured event source
-//! (each reports whether it started), and run the manager on the one wake channel.
+//! (each reports whether it started), and run the synchronize loop ([`crate::sync`]) on
+//! the one wake channel, with the pods and kills of the runtime behind `ports`.
 use std::path::PathBuf;
-use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use crate::config::agent::AgentSettings;
-use crate::manager::{Manager, MemoryThresholds, SyncReport, Synchronizer};
+use crate::config::agent::AgentConfig;
+use crate::config::kubelet::KubeletConfig;
 use crate::notify::ebpf::{EbpfSettings, EbpfSource, KernelCounters};
 use crate::notify::{self, SourceStatus, WakeDetail, WakeSender, WakeSource};
-use crate::observe::{
-    CgroupLayout, CgroupReader, CgroupVersion, Observer, ObserverConfig, monotonic_ns,
-};
-
-/// Everything the agent needs to start.
-#[derive(Clone, Debug)]
-pub struct AgentConfig {
-    pub settings: AgentSettings,
-    /// The housekeeping interval (the fallback timer).
-    pub housekeeping: Duration,
-    /// Memory eviction thresholds, armed as memcg notifiers.
-    pub memory_thresholds: MemoryThresholds,
-    /// The cgroup layout; `None` detects the host's.
-    pub layout: Option<CgroupLayout>,
-    /// Load this eBPF object instead of the embedded one (tests make loading fail with it).
-    pub ebpf_object_override: Option<Vec<u8>>,
-    /// Shared with the API and the pod runtime.
-    pub state: crate::state::SharedState,
-}
+use crate::observe::{CgroupLayout, CgroupReader, CgroupVersion, Observer, ObserverConfig};
+use crate::runtime::port::Ports;
+use crate::state::SharedState;
+use crate::sync::{Arming, EvictionSync, SyncLoop, SyncReport};
 
 /// A running agent.
 pub struct Agent {
@@ -46,8 +31,14 @@ pub struct Agent {
 const REPORT_BUFFER: usize = 256;
 
 impl Agent {
-    /// Starts the sources and the manager. Must run inside a tokio runtime.
-    pub fn start<S: Synchronizer>(config: AgentConfig, synchronizer: S) -> anyhow::Result<Agent> {
+    /// Starts the sources and the synchronize loop, which decides with `kubelet`'s
+    /// eviction settings over the pods of `ports`. Must run inside a tokio runtime.
+    pub fn start(
+        config: AgentConfig,
+        kubelet: KubeletConfig,
+        ports: Ports,
+        state: SharedState,
+    ) -> anyhow::Result<Agent> {
         let layout = match config.layout.clone() {
             Some(layout) => layout,
             None => CgroupLayout::detect()?,
@@ -89,13 +80,13 @@ impl Agent {
 
         // Memory thresholds: eventfd notifiers on cgroup v1; memory.high on cgroup v2
         // (whose crossings the memory.events source then reports).
-        let mut memcg_tx = None;
+        let mut levels_tx = None;
         if !settings.sources.memcg_thresholds {
             statuses.push(SourceStatus::disabled(WakeSource::MemcgThreshold));
         } else if layout.version == CgroupVersion::V1 {
             let (tx, rx) = watch::channel(Vec::new());
             tasks.push(notify::memcg::spawn(rx, wakes.clone()));
-            memcg_tx = Some(tx);
+            levels_tx = Some(tx);
             statuses.push(SourceStatus::running(
                 WakeSource::MemcgThreshold,
                 format!(
@@ -108,7 +99,7 @@ impl Agent {
         } else if settings.sources.memory_events && settings.pods_cgroup.is_some() {
             let (tx, rx) = watch::channel(Vec::new());
             tasks.push(notify::memcg::spawn_v2_high(rx, layout.memory_root.clone()));
-            memcg_tx = Some(tx);
+            levels_tx = Some(tx);
             statuses.push(SourceStatus::running(
                 WakeSource::MemcgThreshold,
                 "cgroup v2: memory.high of the pods cgroup at the nearest hard memory threshold (allocatable, or the node's while the rest of the node holds still), re-armed after every synchronize; crossings wake through memory.events",
@@ -211,17 +202,23 @@ impl Agent {
             status.log();
         }
 
-        let manager = Manager {
+        let arming = levels_tx.map(|levels| Arming {
+            thresholds: config.memory_thresholds.clone(),
+            version: layout.version,
+            memory_root: layout.memory_root.clone(),
+            pods_cgroup: settings.pods_cgroup.clone(),
+            levels,
+        });
+        let sync_loop = SyncLoop {
             observer,
-            synchronizer,
-            memory_thresholds: config.memory_thresholds.clone(),
-            memcg_thresholds: memcg_tx,
+            eviction: EvictionSync::new(kubelet, ports, state.clone(), wakes.clone()),
+            arming,
             reports: reports.clone(),
-            origin_ns: monotonic_ns(),
-            state: config.state.clone(),
+            state: state.clone(),
+            origin: tokio::time::Instant::now(),
         };
-        config.state.lock().sources = statuses.clone();
-        tasks.push(tokio::spawn(manager.run(wake_rx)));
+        state.lock().sources = statuses.clone();
+        tasks.push(tokio::spawn(sync_loop.run(wake_rx)));
         // The first synchronize: observe and arm thresholds right away.
         wakes.wake(WakeSource::Request, WakeDetail::None);
         Ok(Agent {
@@ -261,11 +258,11 @@ impl Agent {
 
     /// Stops every task and detaches the eBPF programs.
     pub async fn shutdown(mut self) {
-        // The manager first (it was started last): dropping its threshold sender lets the
+        // The loop first (it was started last): dropping its threshold sender lets the
         // cgroup v2 memory.high task put `max` back before it ends.
-        if let Some(manager) = self.tasks.pop() {
-            manager.abort();
-            let _ = manager.await;
+        if let Some(sync_loop) = self.tasks.pop() {
+            sync_loop.abort();
+            let _ = sync_loop.await;
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         for task in &self.tasks {

@@ -18,7 +18,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the agent on this host (root): event sources, manager, policy.
+    /// Run the agent on this host (root): event sources, synchronize loop, policy.
     Run(RunArgs),
     /// Run the policy offline on a snapshot or a scenario and print its decisions as JSON.
     Simulate(monitor::simulate::SimulateArgs),
@@ -90,7 +90,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let node = monitor::node::start(config).await?;
+        let node = monitor::node::start(config, monitor::state::SharedState::default()).await?;
         let agent = &node.agent;
         tracing::info!(
             "agent running: memory controller on cgroup {:?} at {}",

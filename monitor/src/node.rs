@@ -1,18 +1,16 @@
 //! The whole agent on a node: the pod runtime (when pods run here), the event sources and
-//! manager with the eviction policy, all sharing one [`SharedState`].
+//! the synchronize loop with the eviction policy, all sharing one [`SharedState`].
 use std::path::PathBuf;
 
 use anyhow::Context;
 
 use crate::agent::Agent;
 use crate::config::LoadedConfig;
-use crate::decide::{NoPods, PodRuntime, PolicySynchronizer};
 use crate::observe::CgroupLayout;
-use crate::policy::eviction::{EvictionDecision, NodeReclaimer, PodWithStats};
 use crate::policy::pod::ResourceList;
 use crate::policy::qos::{AGENT_OOM_SCORE_ADJ, CgroupOptions};
 use crate::policy::quantity::Quantity;
-use crate::policy::types::NodeConditionType;
+use crate::runtime::port::Ports;
 use crate::runtime::{LocalRuntime, RuntimeConfig};
 use crate::state::SharedState;
 
@@ -29,38 +27,6 @@ impl NodeAgent {
     pub async fn shutdown(self) {
         self.api.shutdown().await;
         self.agent.shutdown().await;
-    }
-}
-
-/// Either the agent's own runtime or none.
-enum Pods {
-    Local(LocalRuntime),
-    None(NoPods),
-}
-
-impl PodRuntime for Pods {
-    fn pods(&mut self) -> Vec<PodWithStats> {
-        match self {
-            Pods::Local(r) => r.pods(),
-            Pods::None(r) => r.pods(),
-        }
-    }
-    fn reclaimer(&mut self) -> &mut dyn NodeReclaimer {
-        match self {
-            Pods::Local(r) => r.reclaimer(),
-            Pods::None(r) => r.reclaimer(),
-        }
-    }
-    fn conditions_changed(&mut self, conditions: &[NodeConditionType]) {
-        if let Pods::Local(r) = self {
-            r.conditions_changed(conditions);
-        }
-    }
-    fn evict(&mut self, decision: EvictionDecision) -> crate::decide::BoxFuture<bool> {
-        match self {
-            Pods::Local(r) => r.evict(decision),
-            Pods::None(r) => r.evict(decision),
-        }
     }
 }
 
@@ -89,13 +55,13 @@ fn node_allocatable(loaded: &LoadedConfig, memory_capacity: i64) -> ResourceList
     ])
 }
 
-/// Starts everything. Must run inside a tokio runtime, as root.
-pub async fn start(mut loaded: LoadedConfig) -> anyhow::Result<NodeAgent> {
+/// Starts everything, sharing `state` between the runtime, the loop and the API. Must run
+/// inside a tokio runtime, as root.
+pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Result<NodeAgent> {
     // The agent must outlive every pod under memory pressure.
     if let Err(err) = std::fs::write("/proc/self/oom_score_adj", AGENT_OOM_SCORE_ADJ.to_string()) {
         tracing::warn!("cannot set the agent's oom_score_adj to {AGENT_OOM_SCORE_ADJ}: {err}");
     }
-    let state = loaded.agent.state.clone();
     let layout = match loaded.agent.layout.clone() {
         Some(layout) => layout,
         None => CgroupLayout::detect().context("detecting the cgroup layout")?,
@@ -154,12 +120,16 @@ pub async fn start(mut loaded: LoadedConfig) -> anyhow::Result<NodeAgent> {
     } else {
         None
     };
-    let pods = match &runtime {
-        Some(r) => Pods::Local(r.clone()),
-        None => Pods::None(NoPods::default()),
+    let ports = match &runtime {
+        Some(runtime) => Ports::of(std::sync::Arc::new(runtime.clone())),
+        None => Ports::none(),
     };
-    let synchronizer = PolicySynchronizer::with_state(loaded.kubelet.clone(), pods, state.clone());
-    let agent = Agent::start(loaded.agent.clone(), synchronizer)?;
+    let agent = Agent::start(
+        loaded.agent.clone(),
+        loaded.kubelet.clone(),
+        ports,
+        state.clone(),
+    )?;
     Ok(NodeAgent {
         agent,
         runtime,

@@ -1,5 +1,6 @@
-//! What the agent knows right now, shared between the manager (which writes it after every
-//! synchronize), the pod runtime (pods and events) and the API (which only reads it).
+//! What the agent knows right now, shared between the synchronize loop (which writes it
+//! after every synchronize), the pod runtime (pods and events) and the API (which only
+//! reads it).
 //! Everything here is plain data with `Serialize`, so the API returns it as JSON as is.
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -96,8 +97,10 @@ pub struct Event {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Metrics {
-    /// Evictions by signal name.
+    /// Evictions carried out, by signal name (or resource, for local storage limits).
     pub evictions: BTreeMap<String, u64>,
+    /// Eviction attempts by how they ended ([`crate::runtime::port::EvictionOutcome::name`]).
+    pub eviction_outcomes: BTreeMap<String, u64>,
     /// Wake-to-synchronize-start latency samples by source, as histogram buckets.
     pub wake_latency: BTreeMap<WakeSource, Histogram>,
     pub sync_duration: Histogram,
@@ -156,7 +159,31 @@ pub struct AgentState {
     /// Events dropped from the front so far: `events[i]` is event number
     /// `events_dropped + i` since startup, which lets API clients page with `?since=N`.
     pub events_dropped: u64,
+    /// The newest evictions and how they ended, oldest first, at most [`EVICTIONS_KEPT`].
+    pub evictions: VecDeque<EvictionView>,
     pub metrics: Metrics,
+}
+
+/// Evictions kept in memory for the API.
+pub const EVICTIONS_KEPT: usize = 64;
+
+/// One eviction as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictionView {
+    /// "namespace/name".
+    pub pod: String,
+    /// The signal whose threshold drove it; the resource for local storage limits.
+    pub signal: String,
+    pub grace_period_seconds: i64,
+    /// "evicted", "already_gone", "timed_out" or "kill_failed".
+    pub outcome: String,
+    /// Details of a failure ("3 process(es) still alive after the kill timeout").
+    pub detail: Option<String>,
+    /// Kill attempts made (a failed kill is retried).
+    pub attempts: u32,
+    /// Wall-clock time it ended (RFC 3339).
+    pub finished_at: String,
 }
 
 /// Events kept in memory (older ones are dropped).
@@ -189,14 +216,14 @@ impl SharedState {
             tracing::warn!(
                 reason,
                 object,
-                at_ns = crate::observe::monotonic_ns(),
+                at_ns = crate::clock::monotonic_ns(),
                 "{message}"
             );
         } else {
             tracing::info!(
                 reason,
                 object,
-                at_ns = crate::observe::monotonic_ns(),
+                at_ns = crate::clock::monotonic_ns(),
                 "{message}"
             );
         }

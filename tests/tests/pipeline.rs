@@ -4,13 +4,15 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::Duration;
 
-use monitor::agent::{Agent, AgentConfig};
-use monitor::config::agent::{AgentSettings, SourcesSettings};
+use monitor::agent::Agent;
+use monitor::config::agent::{AgentConfig, AgentSettings, SourcesSettings};
 use monitor::config::kubelet::default_kubelet_config;
-use monitor::decide::{NoPods, PolicySynchronizer};
-use monitor::manager::{MemoryThreshold, MemoryThresholds, SyncReport};
+use monitor::notify::arming::{MemoryThreshold, MemoryThresholds};
 use monitor::notify::{SourceState, WakeDetail, WakeSource};
 use monitor::policy::quantity::{Quantity, QuantityOrPercent};
+use monitor::runtime::port::Ports;
+use monitor::state::SharedState;
+use monitor::sync::SyncReport;
 use monitor_common::EventKind;
 use monitor_tests::{Feature, TestCgroup, hog, init_tracing, require};
 use tokio::sync::broadcast;
@@ -46,13 +48,17 @@ fn config(
         },
         layout: None,
         ebpf_object_override: None,
-        state: Default::default(),
     }
 }
 
 fn start(config: AgentConfig) -> (Agent, broadcast::Receiver<SyncReport>) {
-    let synchronizer = PolicySynchronizer::new(default_kubelet_config(), NoPods::default());
-    let agent = Agent::start(config, synchronizer).expect("agent starts");
+    let agent = Agent::start(
+        config,
+        default_kubelet_config(),
+        Ports::none(),
+        SharedState::default(),
+    )
+    .expect("agent starts");
     let reports = agent.subscribe();
     (agent, reports)
 }

@@ -2,8 +2,8 @@
 //! Prometheus `/metrics` on TCP, and the blocking client behind `monitor status | pods |
 //! events | metrics`.
 //!
-//! The API only READS [`crate::state::SharedState`]: the manager and the pod runtime fill
-//! it, nothing here changes the agent. That is why a socket with mode 0600 is enough access
+//! The API only READS [`crate::state::SharedState`]: the synchronize loop and the pod
+//! runtime fill it, nothing here changes the agent. That is why a socket with mode 0600 is enough access
 //! control (the kubelet's read-only port made the same choice for the same data, on TCP).
 //!
 //! | route | answer |

@@ -6,13 +6,30 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::notify::arming::MemoryThresholds;
 use crate::notify::psi::PsiTrigger;
+use crate::observe::CgroupLayout;
 use crate::policy::quantity::Quantity;
 
 /// `#[serde(deserialize_with = "go_duration")]`: a Go duration string ("200ms", "2s").
 fn go_duration<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     super::kubelet::parse_go_duration(&text).map_err(serde::de::Error::custom)
+}
+
+/// Everything the agent needs to start its sources and synchronize loop: plain settings,
+/// no live state (the state shared with the API is handed to [`crate::agent::Agent::start`]).
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub settings: AgentSettings,
+    /// The housekeeping interval (the fallback timer).
+    pub housekeeping: Duration,
+    /// Memory eviction thresholds, armed as memcg notifiers.
+    pub memory_thresholds: MemoryThresholds,
+    /// The cgroup layout; `None` detects the host's.
+    pub layout: Option<CgroupLayout>,
+    /// Load this eBPF object instead of the embedded one (tests make loading fail with it).
+    pub ebpf_object_override: Option<Vec<u8>>,
 }
 
 /// Which event sources run, and how.

@@ -4,8 +4,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use crate::agent::AgentConfig;
-use crate::manager::{MemoryThreshold, MemoryThresholds};
+use crate::notify::arming::{MemoryThreshold, MemoryThresholds};
 use crate::policy::signal::Signal;
 
 pub mod agent;
@@ -18,7 +17,7 @@ pub const DEFAULT_CONFIG: &str = include_str!("../../config/default.yaml");
 #[derive(Clone, Debug)]
 pub struct LoadedConfig {
     pub kubelet: kubelet::KubeletConfig,
-    pub agent: AgentConfig,
+    pub agent: agent::AgentConfig,
     /// Keys accepted but not understood (already logged by [`load_agent_config`]).
     pub warnings: Vec<kubelet::ConfigWarning>,
 }
@@ -52,13 +51,12 @@ pub fn parse_agent_config(
     let (kubelet, warnings) =
         kubelet::load_kubelet_config_with_flags(text, origin, flags).map_err(|e| e.to_string())?;
     let settings = agent::AgentSettings::from_value(kubelet.monitor.clone(), origin)?;
-    let agent = AgentConfig {
+    let agent = agent::AgentConfig {
         settings,
         housekeeping: kubelet.housekeeping_interval,
         memory_thresholds: memory_thresholds(&kubelet),
         layout: None,
         ebpf_object_override: None,
-        state: crate::state::SharedState::default(),
     };
     Ok(LoadedConfig {
         kubelet,

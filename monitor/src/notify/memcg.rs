@@ -4,7 +4,7 @@
 //!
 //! As the kubelet's memory threshold notifier does, the value is
 //! `capacity − eviction threshold + inactive_file`: usage counts reclaimable page cache,
-//! the signal does not. Because inactive_file moves, the manager re-arms every threshold
+//! the signal does not. Because inactive_file moves, the synchronize loop re-arms every threshold
 //! after each synchronize through the `watch` channel given to [`spawn`].
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -100,7 +100,7 @@ impl Registration {
 }
 
 /// Runs the source: keeps exactly the thresholds in `specs` armed, re-arming whenever the
-/// manager publishes a new set. Registration failures are logged once per change.
+/// loop publishes a new set. Registration failures are logged once per change.
 pub fn spawn(mut specs: watch::Receiver<Vec<ThresholdSpec>>, wakes: WakeSender) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {

@@ -1,5 +1,6 @@
-//! Event sources. Each runs as its own task and only WAKES the manager through one
-//! bounded channel; no source carries decisions or stats (the manager observes afresh).
+//! Event sources. Each runs as its own task and only WAKES the synchronize loop
+//! ([`crate::sync`]) through one bounded channel; no source carries decisions or stats
+//! (the loop observes afresh).
 //!
 //! | source | kernel interface | min kernel |
 //! |---|---|---|
@@ -14,6 +15,7 @@ use std::path::PathBuf;
 use monitor_common::{EventKind, PressureEvent};
 use tokio::sync::mpsc;
 
+pub mod arming;
 pub mod ebpf;
 pub mod memcg;
 pub mod memory_events;
@@ -29,14 +31,16 @@ pub enum WakeSource {
     MemoryEvents,
     Psi,
     Timer,
-    /// The manager's own first synchronize at startup, and explicit requests (API, tests).
+    /// The loop's own first synchronize at startup, and explicit requests (API, tests).
     Request,
-    /// A soft threshold's grace period ends now: the manager woke itself for it.
+    /// A soft threshold's grace period ends now: the loop woke itself for it.
     Deadline,
+    /// An eviction finished: decide again at once, on fresh stats.
+    Eviction,
 }
 
 impl WakeSource {
-    pub const ALL: [WakeSource; 7] = [
+    pub const ALL: [WakeSource; 8] = [
         WakeSource::Ebpf,
         WakeSource::MemcgThreshold,
         WakeSource::MemoryEvents,
@@ -44,6 +48,7 @@ impl WakeSource {
         WakeSource::Timer,
         WakeSource::Request,
         WakeSource::Deadline,
+        WakeSource::Eviction,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +60,7 @@ impl WakeSource {
             WakeSource::Timer => "timer",
             WakeSource::Request => "request",
             WakeSource::Deadline => "deadline",
+            WakeSource::Eviction => "eviction",
         }
     }
 }
@@ -110,7 +116,7 @@ pub struct Wake {
 }
 
 /// Capacity of the wake channel. A full channel already holds a pending wake, so a
-/// source that finds it full drops its wake: the manager will synchronize anyway.
+/// source that finds it full drops its wake: the loop will synchronize anyway.
 pub const WAKE_CHANNEL_CAPACITY: usize = 1024;
 
 /// The sending half every source holds.
@@ -123,7 +129,7 @@ impl WakeSender {
     pub fn wake(&self, source: WakeSource, detail: WakeDetail) {
         let wake = Wake {
             source,
-            received_ns: crate::observe::monotonic_ns(),
+            received_ns: crate::clock::monotonic_ns(),
             detail,
         };
         // Full: a synchronize is already due. Closed: the agent is shutting down.

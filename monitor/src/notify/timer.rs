@@ -8,7 +8,7 @@ use super::{WakeDetail, WakeSender, WakeSource};
 
 pub fn spawn(period: Duration, wakes: WakeSender) -> JoinHandle<()> {
     tokio::spawn(async move {
-        // The manager runs its first synchronize at startup; the first tick is one period later.
+        // The loop runs its first synchronize at startup; the first tick is one period later.
         let mut ticks = interval_at(tokio::time::Instant::now() + period, period);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {

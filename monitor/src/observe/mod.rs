@@ -33,14 +33,6 @@ pub(crate) fn read_file(path: &Path) -> Result<String, ObserveError> {
     })
 }
 
-/// CLOCK_MONOTONIC in nanoseconds: the clock `bpf_ktime_get_ns` uses, so kernel event
-/// timestamps and observation times compare directly.
-pub fn monotonic_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .expect("CLOCK_MONOTONIC is always available on Linux");
-    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
-}
-
 /// Where to look.
 #[derive(Clone, Debug)]
 pub struct ObserverConfig {
@@ -100,7 +92,7 @@ pub struct PidStats {
 /// One fresh look at the node.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct NodeObservation {
-    /// When it was taken ([`monotonic_ns`]).
+    /// When it was taken ([`crate::clock::monotonic_ns`]).
     pub taken_at_ns: u64,
     pub memory: NodeMemory,
     pub allocatable: Option<AllocatableMemory>,
@@ -135,7 +127,7 @@ impl Observer {
     /// Reads everything now. Optional parts (PSI, imagefs) that fail are left out; the
     /// parts every signal needs fail the observation with an error naming the file.
     pub fn observe(&self) -> Result<NodeObservation, ObserveError> {
-        let taken_at_ns = monotonic_ns();
+        let taken_at_ns = crate::clock::monotonic_ns();
         let memory = self.node_memory()?;
         let allocatable = match &self.config.pods_cgroup {
             Some(cgroup) => Some(self.allocatable(cgroup, memory.capacity_bytes)?),

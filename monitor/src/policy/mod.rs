@@ -11,8 +11,10 @@ pub mod qos;
 pub mod quantity;
 pub mod rank;
 pub mod signal;
+pub mod stats;
+pub mod summary;
 pub mod threshold;
 pub mod types;
 
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;

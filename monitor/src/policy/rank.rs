@@ -8,9 +8,9 @@
 //! order (the kubelet's sort is not stable; ties are arbitrary there).
 use std::cmp::Ordering;
 
-use super::eviction::{PodStats, PodWithStats};
 use super::pod::Pod;
 use super::signal::Signal;
+use super::stats::{PodStats, PodWithStats};
 use super::types::Resource;
 
 /// One rule of a ranking; `Less` means `a` is evicted before `b`.

@@ -9,6 +9,7 @@ use nix::sys::signal::Signal as UnixSignal;
 
 use super::cgroups::PodCgroup;
 use super::lifecycle::{kill, publish, remove_cgroups, update_tiers};
+use super::port::EvictionOutcome;
 use super::{Exit, LivePod, Shared};
 
 /// Re-takes the pods of an earlier run: running containers are watched again (through a
@@ -63,7 +64,9 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
                 let _ = shared.tree.signal(&cgroup, UnixSignal::SIGKILL);
                 let shared = shared.clone();
                 tokio::spawn(async move {
-                    if kill(&shared, &cgroup, 0, Duration::from_secs(5)).await {
+                    if kill(&shared, &cgroup, 0, Duration::from_secs(5)).await
+                        == EvictionOutcome::Evicted
+                    {
                         remove_cgroups(&shared, &key, &cgroup);
                     }
                 });
@@ -91,7 +94,9 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
         if !known.contains(&uid) {
             let shared = shared.clone();
             tokio::spawn(async move {
-                if kill(&shared, &cgroup, 0, Duration::from_secs(5)).await {
+                if kill(&shared, &cgroup, 0, Duration::from_secs(5)).await
+                    == EvictionOutcome::Evicted
+                {
                     remove_cgroups(&shared, &format!("orphan pod{uid}"), &cgroup);
                 }
             });

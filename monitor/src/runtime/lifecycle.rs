@@ -13,8 +13,10 @@ use tokio::time::Instant;
 
 use super::cgroups::PodCgroup;
 use super::manifests::{self, Manifest};
+use super::port::EvictionOutcome;
 use super::store::{ContainerRecord, Phase, PodRecord};
 use super::{Exit, LivePod, MAX_BACKOFF, Shared, container, logs};
+use crate::policy::eviction::{MIN_KILL_TIMEOUT, kill_timeout};
 use crate::policy::pod::Pod;
 use crate::policy::preemption::{AdmissionOutcome, admit_with_preemption};
 use crate::policy::qos;
@@ -225,10 +227,6 @@ fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
             );
         }
     }
-}
-
-fn kill_timeout(grace_seconds: i64) -> Duration {
-    crate::policy::eviction::kill_timeout(grace_seconds)
 }
 
 /// Records a pod that is not (yet) running.
@@ -522,30 +520,46 @@ fn run_due_restarts(shared: &Arc<Shared>) {
 }
 
 /// Kills a pod: SIGTERM to every process in its cgroups, SIGKILL once the grace period
-/// ends (at once for grace 0), then waits until the cgroups are empty.
+/// ends (at once for grace 0), then waits until the cgroups are empty or `timeout` (never
+/// below [`MIN_KILL_TIMEOUT`]) runs out.
 pub(super) async fn kill(
     shared: &Shared,
     cgroup: &PodCgroup,
     grace_seconds: i64,
     timeout: Duration,
-) -> bool {
-    let deadline = Instant::now() + timeout.max(Duration::from_secs(2));
+) -> EvictionOutcome {
+    let deadline = Instant::now() + timeout.max(MIN_KILL_TIMEOUT);
     if grace_seconds > 0 {
-        let _ = shared.tree.signal(cgroup, UnixSignal::SIGTERM);
-        let grace_end = Instant::now() + Duration::from_secs(grace_seconds as u64);
+        // A failed SIGTERM only shortens the grace period: SIGKILL follows regardless.
+        if let Err(err) = shared.tree.signal(cgroup, UnixSignal::SIGTERM) {
+            tracing::warn!("SIGTERM to {}: {err}", cgroup.relative);
+        }
+        let grace = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
+        let grace_end = Instant::now() + grace;
         while !shared.tree.is_empty(cgroup) && Instant::now() < grace_end {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
     // SIGKILL until empty: a process may fork while we signal.
-    while !shared.tree.is_empty(cgroup) {
-        let _ = shared.tree.signal(cgroup, UnixSignal::SIGKILL);
-        if Instant::now() >= deadline {
-            return false;
+    let mut last_error = None;
+    loop {
+        let alive = shared.tree.pids(cgroup).len();
+        if alive == 0 {
+            return EvictionOutcome::Evicted;
         }
+        if Instant::now() >= deadline {
+            return match last_error {
+                Some(err) => EvictionOutcome::KillFailed(err),
+                None => EvictionOutcome::TimedOut { alive },
+            };
+        }
+        last_error = shared
+            .tree
+            .signal(cgroup, UnixSignal::SIGKILL)
+            .err()
+            .map(|e| e.to_string());
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    true
 }
 
 pub(super) fn remove_cgroups(shared: &Shared, key: &str, cgroup: &PodCgroup) {
@@ -558,7 +572,8 @@ pub(super) fn remove_cgroups(shared: &Shared, key: &str, cgroup: &PodCgroup) {
 
 /// Evicts (or preempts) the pod with this key. The record says Failed/`reason` before the
 /// first signal is sent and is persisted, so a restarted agent neither restarts it nor
-/// evicts it again.
+/// evicts it again. A pod whose earlier kill failed (Failed, cgroups still there) is
+/// killed again.
 pub(super) async fn evict(
     shared: &Arc<Shared>,
     key: &str,
@@ -566,13 +581,15 @@ pub(super) async fn evict(
     reason: &str,
     message: &str,
     timeout: Duration,
-) -> bool {
+) -> EvictionOutcome {
     let (uid, cgroup, record) = {
         let mut inner = shared.lock();
         let Some((uid, live)) = inner.pods.iter_mut().find(|(_, p)| {
-            p.record.pod.key() == key && !p.terminating && !p.record.phase.is_terminal()
+            p.record.pod.key() == key
+                && !p.terminating
+                && (!p.record.phase.is_terminal() || p.cgroup.is_some())
         }) else {
-            return false;
+            return EvictionOutcome::AlreadyGone;
         };
         live.terminating = true;
         live.restart_at.clear();
@@ -593,10 +610,11 @@ pub(super) async fn evict(
         key,
         format!("{reason}: stopping with a grace period of {grace_seconds} s"),
     );
-    let gone = match &cgroup {
+    let outcome = match &cgroup {
         Some(cgroup) => kill(shared, cgroup, grace_seconds, timeout).await,
-        None => true,
+        None => EvictionOutcome::Evicted,
     };
+    let gone = outcome == EvictionOutcome::Evicted;
     if let Some(cgroup) = &cgroup
         && gone
     {
@@ -619,11 +637,11 @@ pub(super) async fn evict(
         if gone {
             message.to_string()
         } else {
-            format!("{message} (processes still alive after the kill timeout)")
+            format!("{message} ({outcome})")
         },
     );
     publish(shared);
-    gone
+    outcome
 }
 
 /// Stops a pod whose manifest is gone or changed, and forgets it.
@@ -648,8 +666,14 @@ async fn stop(shared: &Arc<Shared>, uid: &str) {
             &key,
             "manifest removed or changed: stopping",
         );
-        if kill(shared, cgroup, grace, kill_timeout(grace)).await {
-            remove_cgroups(shared, &key, cgroup);
+        match kill(shared, cgroup, grace, kill_timeout(grace)).await {
+            EvictionOutcome::Evicted => remove_cgroups(shared, &key, cgroup),
+            outcome => shared.state.event(
+                "Warning",
+                "FailedKill",
+                &key,
+                format!("stopping: {outcome}; its cgroups are left for the next start to clean"),
+            ),
         }
     }
     shared.lock().pods.remove(uid);

@@ -13,14 +13,12 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::decide::PodRuntime;
 use crate::observe::CgroupLayout;
-use crate::policy::eviction::{
-    ContainerStats, EvictionDecision, NodeReclaimer, PodStats, PodWithStats, ReclaimResult,
-};
+use crate::policy::eviction::{EvictionDecision, ReclaimResult};
 use crate::policy::pod::ResourceList;
 use crate::policy::qos::CgroupOptions;
 use crate::policy::signal::Signal;
+use crate::policy::stats::{ContainerStats, PodStats, PodWithStats};
 use crate::policy::types::{NodeConditionType, Resource};
 use crate::state::SharedState;
 
@@ -32,9 +30,11 @@ mod lifecycle;
 pub use lifecycle::has_cap_sys_resource;
 pub mod logs;
 pub mod manifests;
+pub mod port;
 pub mod store;
 
 use cgroups::{CgroupTree, PodCgroup};
+use port::{ActivePods, BoxFuture, ConditionsSink, EvictionOutcome, NodeReclaim, PodKiller};
 use store::{PodRecord, StateStore};
 
 /// Where and how the runtime runs pods.
@@ -115,7 +115,6 @@ impl Shared {
 #[derive(Clone)]
 pub struct LocalRuntime {
     shared: Arc<Shared>,
-    reclaimer: LogReclaimer,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -154,12 +153,7 @@ impl LocalRuntime {
         });
         adopt::adopt(&shared);
         tokio::spawn(lifecycle::supervise(shared.clone(), exits_rx, reconcile_rx));
-        Ok(LocalRuntime {
-            reclaimer: LogReclaimer {
-                shared: shared.clone(),
-            },
-            shared,
-        })
+        Ok(LocalRuntime { shared })
     }
 
     /// The pods root relative to the memory hierarchy (the allocatableMemory.available
@@ -170,8 +164,8 @@ impl LocalRuntime {
 
     /// Evicts a pod now: marks it Failed/Evicted (persisted first, so it is never evicted
     /// twice nor restarted), then kills it (SIGTERM, SIGKILL after the grace period) and
-    /// removes its cgroups. Returns whether the pod was found running and is now gone.
-    pub async fn evict(&self, decision: &EvictionDecision) -> bool {
+    /// removes its cgroups.
+    pub async fn evict(&self, decision: &EvictionDecision) -> EvictionOutcome {
         lifecycle::evict(
             &self.shared,
             &decision.pod_key,
@@ -189,8 +183,8 @@ impl LocalRuntime {
     }
 }
 
-impl PodRuntime for LocalRuntime {
-    fn pods(&mut self) -> Vec<PodWithStats> {
+impl ActivePods for LocalRuntime {
+    fn active_pods(&self) -> Vec<PodWithStats> {
         let shared = &self.shared;
         let inner = shared.lock();
         inner
@@ -208,18 +202,19 @@ impl PodRuntime for LocalRuntime {
             })
             .collect()
     }
+}
 
-    fn reclaimer(&mut self) -> &mut dyn NodeReclaimer {
-        &mut self.reclaimer
-    }
-
-    fn conditions_changed(&mut self, conditions: &[NodeConditionType]) {
+impl ConditionsSink for LocalRuntime {
+    fn conditions_changed(&self, conditions: &[NodeConditionType]) {
         self.shared.lock().conditions = conditions.to_vec();
     }
+}
 
-    fn evict(&mut self, decision: EvictionDecision) -> crate::decide::BoxFuture<bool> {
+impl PodKiller for LocalRuntime {
+    fn evict(&self, decision: &EvictionDecision) -> BoxFuture<EvictionOutcome> {
         let runtime = self.clone();
-        Box::pin(async move { runtime.evict(&decision).await })
+        let decision = decision.clone();
+        Box::pin(async move { LocalRuntime::evict(&runtime, &decision).await })
     }
 }
 
@@ -263,40 +258,37 @@ fn pod_stats(shared: &Shared, record: &PodRecord, cgroup: &PodCgroup) -> PodStat
 
 /// Node-level reclaim for this runtime: container GC. The logs of dead containers go:
 /// every run but the newest of each live container, and everything of finished pods.
-/// There are no images to collect.
-#[derive(Clone)]
-struct LogReclaimer {
-    shared: Arc<Shared>,
-}
-
-impl NodeReclaimer for LogReclaimer {
-    fn reclaim(&mut self, resource: Resource, signal: Signal) -> ReclaimResult {
+/// There are no images to collect. The runtime's lock is held only to list what to
+/// delete, never while deleting.
+impl NodeReclaim for LocalRuntime {
+    fn reclaim(&self, resource: Resource, signal: Signal) -> ReclaimResult {
         let shared = &self.shared;
-        let inner = shared.lock();
-        let mut freed = ReclaimResult::default();
-        let mut add = |(bytes, inodes): (u64, u64)| {
-            freed.freed_bytes += bytes;
-            freed.freed_inodes += inodes;
-        };
-        for p in inner.pods.values() {
-            let pod = &p.record.pod;
-            let dir = logs::pod_dir(
-                &shared.config.log_dir,
-                pod.namespace(),
-                &pod.metadata.name,
-                &p.record.uid,
-            );
-            if p.record.phase.is_terminal() && p.cgroup.is_none() {
-                add(logs::remove(&dir));
-            } else {
-                for c in &p.record.containers {
-                    for old in logs::old_runs(&dir.join(&c.name)) {
-                        add(logs::remove(&old));
+        let mut doomed = Vec::new();
+        {
+            let inner = shared.lock();
+            for p in inner.pods.values() {
+                let pod = &p.record.pod;
+                let dir = logs::pod_dir(
+                    &shared.config.log_dir,
+                    pod.namespace(),
+                    &pod.metadata.name,
+                    &p.record.uid,
+                );
+                if p.record.phase.is_terminal() && p.cgroup.is_none() {
+                    doomed.push(dir);
+                } else {
+                    for c in &p.record.containers {
+                        doomed.extend(logs::old_runs(&dir.join(&c.name)));
                     }
                 }
             }
         }
-        drop(inner);
+        let mut freed = ReclaimResult::default();
+        for path in doomed {
+            let (bytes, inodes) = logs::remove(&path);
+            freed.freed_bytes += bytes;
+            freed.freed_inodes += inodes;
+        }
         shared.state.event(
             "Normal",
             "ContainerGC",

@@ -92,7 +92,11 @@ impl Simulation {
             dedicated_imagefs: dedicated,
         };
         let mut reclaimer = StepReclaimer::new(self.images.as_mut(), &step.reclaim, dedicated, now);
-        let outcome = self.manager.synchronize(&input, &mut reclaimer, now);
+        let outcome = self
+            .manager
+            .synchronize_with(&input, now, |resource, signal| {
+                reclaimer.reclaim(resource, signal)
+            });
         let mut images_removed = std::mem::take(&mut reclaimer.removed);
         let freed_on_image_fs = if images_removed.is_empty() {
             0

@@ -3,7 +3,8 @@
 //! makeMemoryAvailableSignalObservation (helpers_linux.go) build them.
 use super::summary::{FsStats, Summary};
 use super::timestamp::Timestamp;
-use crate::policy::signal::{Observations, Signal, SignalObservation};
+use crate::policy::signal::Observations;
+use crate::policy::summary::{self, AllocatableStat, FsStat, MemoryStat, NodeStats, PidStat};
 use crate::policy::types::Time;
 
 /// What the summary alone does not say, needed for allocatableMemory.available when the
@@ -47,7 +48,8 @@ fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Builds the observations of one synchronize.
+/// Builds the observations of one synchronize, with the policy's one builder
+/// ([`crate::policy::summary::make_signal_observations`]) over the summary's stats:
 ///
 /// * memory.available: node.memory.availableBytes; capacity = available + workingSet.
 /// * allocatableMemory.available: from the "pods" system container the same way; when the
@@ -65,122 +67,60 @@ pub fn make_signal_observations(
     dedicated_image_fs: bool,
     step_time: Time,
 ) -> Observations {
-    let mut result = Observations::new();
-    let node = &summary.node;
-    if let Some(memory) = &node.memory
-        && let (Some(available), Some(working_set)) =
-            (memory.available_bytes, memory.working_set_bytes)
-    {
-        result.insert(
-            Signal::MemoryAvailable,
-            SignalObservation {
-                available: to_i64(available),
-                capacity: to_i64(available.saturating_add(working_set)),
-                time: stat_time(memory.time, step_time),
-            },
-        );
-    }
-    let pods_container = node
-        .system_container("pods")
-        .and_then(|c| c.memory.as_ref());
-    if let Some(memory) = pods_container
-        && let (Some(available), Some(working_set)) =
-            (memory.available_bytes, memory.working_set_bytes)
-    {
-        result.insert(
-            Signal::AllocatableMemoryAvailable,
-            SignalObservation {
-                available: to_i64(available),
-                capacity: to_i64(available.saturating_add(working_set)),
-                time: stat_time(memory.time, step_time),
-            },
-        );
-    } else if let Some(limit) = pods_limit.memory_bytes {
-        let working_set: u64 = summary
-            .pods
-            .iter()
-            .map(|p| pod_working_set(p).unwrap_or(0))
-            .fold(0u64, u64::saturating_add);
-        let time = node.memory.as_ref().and_then(|m| m.time);
-        result.insert(
-            Signal::AllocatableMemoryAvailable,
-            SignalObservation {
-                available: limit.saturating_sub(to_i64(working_set)),
-                capacity: limit,
-                time: stat_time(time, step_time),
-            },
-        );
-    }
-    let image_fs = node.runtime.as_ref().and_then(|r| r.image_fs.as_ref());
-    let container_fs = node.runtime.as_ref().and_then(|r| r.container_fs.as_ref());
-    let container_fs = container_fs.or(if dedicated_image_fs {
-        image_fs
-    } else {
-        node.fs.as_ref()
-    });
-    for (fs, bytes_signal, inodes_signal) in [
-        (
-            node.fs.as_ref(),
-            Signal::NodeFsAvailable,
-            Signal::NodeFsInodesFree,
-        ),
-        (
-            image_fs,
-            Signal::ImageFsAvailable,
-            Signal::ImageFsInodesFree,
-        ),
-        (
-            container_fs,
-            Signal::ContainerFsAvailable,
-            Signal::ContainerFsInodesFree,
-        ),
-    ] {
-        if let Some(fs) = fs {
-            insert_fs(&mut result, fs, bytes_signal, inodes_signal, step_time);
-        }
-    }
-    if let Some(rlimit) = &node.rlimit
-        && let (Some(max), Some(current)) = (rlimit.maxpid, rlimit.curproc)
-    {
-        result.insert(
-            Signal::PidAvailable,
-            SignalObservation {
-                available: to_i64(max).saturating_sub(to_i64(current)),
-                capacity: to_i64(max),
-                time: stat_time(rlimit.time, step_time),
-            },
-        );
-    }
-    result
+    summary::make_signal_observations(
+        &node_stats(summary, pods_limit, step_time),
+        dedicated_image_fs,
+    )
 }
 
-fn insert_fs(
-    result: &mut Observations,
-    fs: &FsStats,
-    bytes: Signal,
-    inodes: Signal,
-    step_time: Time,
-) {
-    let time = stat_time(fs.time, step_time);
-    if let (Some(available), Some(capacity)) = (fs.available_bytes, fs.capacity_bytes) {
-        result.insert(
-            bytes,
-            SignalObservation {
-                available: to_i64(available),
-                capacity: to_i64(capacity),
-                time,
-            },
-        );
-    }
-    if let (Some(free), Some(total)) = (fs.inodes_free, fs.inodes) {
-        result.insert(
-            inodes,
-            SignalObservation {
-                available: to_i64(free),
-                capacity: to_i64(total),
-                time,
-            },
-        );
+/// The summary's node stats in the policy's shape.
+fn node_stats(summary: &Summary, pods_limit: PodsCgroupLimit, step_time: Time) -> NodeStats {
+    let node = &summary.node;
+    let memory_stat = |memory: &super::summary::MemoryStats| {
+        Some(MemoryStat {
+            available_bytes: memory.available_bytes?,
+            working_set_bytes: memory.working_set_bytes?,
+            time: stat_time(memory.time, step_time),
+        })
+    };
+    let pods_container = node
+        .system_container("pods")
+        .and_then(|c| c.memory.as_ref())
+        .and_then(memory_stat);
+    let allocatable = match (pods_container, pods_limit.memory_bytes) {
+        (Some(pods), _) => Some(AllocatableStat::PodsCgroup(pods)),
+        (None, Some(limit_bytes)) => Some(AllocatableStat::Derived {
+            limit_bytes,
+            pods_working_set_bytes: summary
+                .pods
+                .iter()
+                .map(|p| pod_working_set(p).unwrap_or(0))
+                .fold(0u64, u64::saturating_add),
+            time: stat_time(node.memory.as_ref().and_then(|m| m.time), step_time),
+        }),
+        (None, None) => None,
+    };
+    let fs_stat = |fs: &FsStats| FsStat {
+        available_bytes: fs.available_bytes,
+        capacity_bytes: fs.capacity_bytes,
+        inodes_free: fs.inodes_free,
+        inodes: fs.inodes,
+        time: stat_time(fs.time, step_time),
+    };
+    let runtime = node.runtime.as_ref();
+    NodeStats {
+        memory: node.memory.as_ref().and_then(memory_stat),
+        allocatable,
+        nodefs: node.fs.as_ref().map(fs_stat),
+        imagefs: runtime.and_then(|r| r.image_fs.as_ref()).map(fs_stat),
+        containerfs: runtime.and_then(|r| r.container_fs.as_ref()).map(fs_stat),
+        pids: node.rlimit.as_ref().and_then(|r| {
+            Some(PidStat {
+                max: r.maxpid?,
+                current: r.curproc?,
+                time: stat_time(r.time, step_time),
+            })
+        }),
     }
 }
 
@@ -220,6 +160,7 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
+    use crate::policy::signal::Signal;
 
     const GI: u64 = 1 << 30;
     const MI: u64 = 1 << 20;

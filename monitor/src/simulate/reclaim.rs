@@ -1,10 +1,10 @@
-//! Node-level reclaim in the simulation: the eviction manager's [`NodeReclaimer`], backed
-//! by the scenario's image model when it has one, else by the step's `reclaim:` bytes.
+//! Node-level reclaim in the simulation, for the eviction pass's reclaim step: backed by
+//! the scenario's image model when it has one, else by the step's `reclaim:` bytes.
 use std::collections::BTreeMap;
 
 use super::images::ImageModel;
 use super::scenario::Filesystem;
-use crate::policy::eviction::{NodeReclaimer, ReclaimResult};
+use crate::policy::eviction::ReclaimResult;
 use crate::policy::signal::Signal;
 use crate::policy::types::{Resource, Time};
 
@@ -61,11 +61,11 @@ impl<'a> StepReclaimer<'a> {
     }
 }
 
-impl NodeReclaimer for StepReclaimer<'_> {
+impl StepReclaimer<'_> {
     /// Dead containers are not modelled (the Summary API does not list them), so reclaim is
     /// the image deletion step, or the scenario's stated bytes. Inodes freed are unknown
     /// and reported as 0, so inode pressure is never resolved by node-level reclaim here.
-    fn reclaim(&mut self, _resource: Resource, signal: Signal) -> ReclaimResult {
+    pub fn reclaim(&mut self, _resource: Resource, signal: Signal) -> ReclaimResult {
         if self.spent {
             return ReclaimResult::default();
         }

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use super::observe::pod_working_set;
 use super::summary::{self, Summary};
-use crate::policy::eviction::{ContainerStats, PodStats, PodWithStats, VolumeStats};
 use crate::policy::pod::Pod;
+use crate::policy::stats::{ContainerStats, PodStats, PodWithStats, VolumeStats};
 
 /// Pairs every running pod with its stats. The kubelet keys pod stats by UID; hand-written
 /// pod lists often have no UID, so a pod without one (or whose UID the summary lacks) is

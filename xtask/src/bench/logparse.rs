@@ -1,4 +1,4 @@
-//! Reads the agent's log (RUST_LOG=info,monitor::manager=debug, NO_COLOR=1): the wakes of
+//! Reads the agent's log (RUST_LOG=info,monitor::sync=debug, NO_COLOR=1): the wakes of
 //! each synchronize, when each synchronize ran, and the pod events.
 //!
 //! Wake lines carry `sequence`, `source`, `at_ns` (CLOCK_MONOTONIC when userspace received
@@ -110,10 +110,10 @@ mod tests {
     use rstest::rstest;
 
     const LOG: &str = "\
-2026-01-01T00:00:00Z  INFO monitor::manager: wake sequence=3 source=timer at_ns=1000000 latency_us=5
-2026-01-01T00:00:00Z DEBUG monitor::manager: synchronize done: nothing sequence=3 duration_us=40
-2026-01-01T00:00:00Z  INFO monitor::manager: wake sequence=4 source=ebpf at_ns=5000000 latency_us=20 kernel_to_sync_us=30 kind=high
-2026-01-01T00:00:00Z  INFO monitor::manager: wake sequence=4 source=psi at_ns=4990000 latency_us=30 file=/proc/pressure/memory
+2026-01-01T00:00:00Z  INFO monitor::sync::run: wake sequence=3 source=timer at_ns=1000000 latency_us=5
+2026-01-01T00:00:00Z DEBUG monitor::sync::run: synchronize done: nothing sequence=3 duration_us=40
+2026-01-01T00:00:00Z  INFO monitor::sync::run: wake sequence=4 source=ebpf at_ns=5000000 latency_us=20 kernel_to_sync_us=30 kind=high
+2026-01-01T00:00:00Z  INFO monitor::sync::run: wake sequence=4 source=psi at_ns=4990000 latency_us=30 file=/proc/pressure/memory
 2026-01-01T00:00:00Z  INFO monitor::state: event type=Normal reason=\"Killing\" object=\"demo/hog\" at_ns=5200000
 2026-01-01T00:00:00Z  INFO monitor::state: event type=Normal reason=\"Evicted\" object=\"demo/hog\" at_ns=9000000
 ";

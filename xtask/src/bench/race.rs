@@ -209,8 +209,8 @@ fn spawn_agent(guard: &mut Guard, bin: &Path, dir: &Path) -> Result<()> {
         Command::new(bin.join("monitor"))
             .args(["run", "--config"])
             .arg(dir.join("config.yaml"))
-            // Debug of the manager only: its "synchronize done" lines carry the duration.
-            .env("RUST_LOG", "info,monitor::manager=debug")
+            // Debug of the synchronize loop only: its "synchronize done" lines carry the duration.
+            .env("RUST_LOG", "info,monitor::sync=debug")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

@@ -1,11 +1,10 @@
 //! Evictions for local storage limits, independent of node pressure (kubelet:
 //! eviction_manager.go localStorageEviction, emptyDirLimitEviction,
 //! podEphemeralStorageLimitEviction, containerEphemeralStorageLimitEviction).
-use super::{
-    EvictionDecision, EvictionReason, IMMEDIATE_GRACE_PERIOD_SECONDS, PodWithStats, kill_timeout,
-};
+use super::{EvictionDecision, EvictionReason, IMMEDIATE_GRACE_PERIOD_SECONDS, kill_timeout};
 use crate::policy::pod::Pod;
 use crate::policy::quantity::Quantity;
+use crate::policy::stats::PodWithStats;
 use crate::policy::types::Resource;
 
 const EPHEMERAL_STORAGE: &str = "ephemeral-storage";

@@ -1,8 +1,8 @@
 //! Eviction messages worded as the kubelet's (kubelet: helpers.go evictionMessage,
 //! getThresholdMetInfo), so users searching for them find the Kubernetes docs.
-use super::PodWithStats;
 use crate::policy::quantity::{Quantity, QuantityOrPercent};
 use crate::policy::signal::{Observations, Threshold, format_amount};
+use crate::policy::stats::PodWithStats;
 use crate::policy::types::Resource;
 
 /// "The node was low on resource: memory. Threshold quantity: 500Mi, available: 300Mi.

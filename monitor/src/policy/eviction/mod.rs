@@ -1,10 +1,12 @@
 //! The eviction manager's synchronize as a state machine over explicit time
 //! (kubelet: pkg/kubelet/eviction/eviction_manager.go synchronize).
 //!
-//! One call to [`EvictionManager::synchronize`] is one pass of the kubelet's loop, minus
-//! its I/O: the caller brings fresh observations and pod stats, a [`NodeReclaimer`] for
-//! node-level reclaim, and `now`; it gets back what the kubelet would have decided. The
-//! steps, in the kubelet's order:
+//! One pass of the kubelet's loop, minus its I/O, is [`EvictionManager::decide`] and, when
+//! node-level reclaim is due, [`EvictionManager::after_reclaim`]: the caller brings fresh
+//! observations and pod stats and `now`; `decide` either finishes the pass or stops at
+//! [`Step::Reclaim`], naming the resource and filesystem to garbage-collect. The caller
+//! runs that reclaim (it deletes files: I/O that does not belong here), then hands what it
+//! freed to `after_reclaim`, which finishes the pass. The steps, in the kubelet's order:
 //!
 //! 1. thresholds met by the observations, plus those met earlier and not yet resolved by
 //!    their minimum reclaim;
@@ -30,6 +32,7 @@ use std::time::Duration;
 
 use super::pod::Pod;
 use super::signal::{Observations, Signal, SignalObservation, Threshold};
+use super::stats::PodWithStats;
 use super::threshold::{self, NodeConditionsObservedAt, ThresholdsObservedAt};
 use super::types::{NodeConditionType, Resource, Time};
 
@@ -77,50 +80,6 @@ impl Default for EvictionConfig {
     }
 }
 
-/// A container's filesystem stats (Summary API `containers[].rootfs/logs`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ContainerStats {
-    pub name: String,
-    pub rootfs_used_bytes: Option<u64>,
-    pub rootfs_inodes_used: Option<u64>,
-    pub logs_used_bytes: Option<u64>,
-    pub logs_inodes_used: Option<u64>,
-}
-
-/// A pod volume's usage (Summary API `volume[]`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct VolumeStats {
-    pub name: String,
-    pub used_bytes: Option<u64>,
-    pub inodes_used: Option<u64>,
-}
-
-/// A pod's usage (Summary API `pods[]`). `PodStats::default()` stands for "no stats were
-/// found for this pod", which the rankings treat as the kubelet does (such pods first).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodStats {
-    pub memory_working_set_bytes: Option<u64>,
-    pub containers: Vec<ContainerStats>,
-    pub volumes: Vec<VolumeStats>,
-    /// Total local ephemeral storage the pod uses (rootfs, logs, emptyDirs, etc-hosts).
-    pub ephemeral_storage_used_bytes: Option<u64>,
-    pub process_count: Option<u64>,
-}
-
-impl PodStats {
-    /// True when nothing at all is known about the pod's usage.
-    pub fn is_missing(&self) -> bool {
-        *self == PodStats::default()
-    }
-}
-
-/// An active pod and its current usage.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PodWithStats {
-    pub pod: Pod,
-    pub stats: PodStats,
-}
-
 /// Everything one synchronize looks at.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SyncInput {
@@ -137,25 +96,6 @@ pub struct SyncInput {
 pub struct ReclaimResult {
     pub freed_bytes: u64,
     pub freed_inodes: u64,
-}
-
-/// Node-level reclaim: the kubelet's container GC and image GC, behind a trait so tests
-/// and the simulator can stand in for the runtime.
-pub trait NodeReclaimer {
-    /// Reclaims `resource` on the filesystem of `signal`, running the steps
-    /// [`node_reclaim_funcs`] lists for that signal in order (dead containers, then unused
-    /// images), and reports what was freed. Called only when that list is not empty.
-    fn reclaim(&mut self, resource: Resource, signal: Signal) -> ReclaimResult;
-}
-
-/// A reclaimer that frees nothing (no runtime to garbage-collect).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoNodeReclaim;
-
-impl NodeReclaimer for NoNodeReclaim {
-    fn reclaim(&mut self, _resource: Resource, _signal: Signal) -> ReclaimResult {
-        ReclaimResult::default()
-    }
 }
 
 /// A threshold found met at this pass (or still unresolved by its minimum reclaim).
@@ -225,6 +165,48 @@ pub struct SyncOutcome {
     pub evictions: Vec<EvictionDecision>,
 }
 
+/// Where [`EvictionManager::decide`] stopped.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// The pass is complete.
+    Done(SyncOutcome),
+    /// Node-level reclaim is due before anyone is ranked: the caller reclaims
+    /// [`PendingReclaim::resource`] on the filesystem of [`PendingReclaim::signal`] and
+    /// finishes with [`EvictionManager::after_reclaim`].
+    Reclaim(PendingReclaim),
+}
+
+/// A pass waiting for node-level reclaim.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingReclaim {
+    /// The pass so far (thresholds, conditions, starved resources).
+    outcome: SyncOutcome,
+    /// The thresholds in force at this pass (containerfs ones derived).
+    configured: Vec<Threshold>,
+    /// Thresholds whose grace period passed, on fresh stats.
+    updated: Vec<Threshold>,
+    /// The threshold that picked the resource to reclaim.
+    to_reclaim: Threshold,
+    resource: Resource,
+}
+
+impl PendingReclaim {
+    /// The resource to reclaim.
+    pub fn resource(&self) -> Resource {
+        self.resource
+    }
+
+    /// The signal whose filesystem to collect.
+    pub fn signal(&self) -> Signal {
+        self.to_reclaim.signal
+    }
+
+    /// The pass so far, before reclaim (for reporting while it runs).
+    pub fn outcome(&self) -> &SyncOutcome {
+        &self.outcome
+    }
+}
+
 /// The kubelet's eviction manager state, driven by explicit time.
 #[derive(Clone, Debug)]
 pub struct EvictionManager {
@@ -271,13 +253,10 @@ impl EvictionManager {
             .min()
     }
 
-    /// One pass of the eviction loop at `now`.
-    pub fn synchronize(
-        &mut self,
-        input: &SyncInput,
-        reclaimer: &mut dyn NodeReclaimer,
-        now: Time,
-    ) -> SyncOutcome {
+    /// Steps 1 to 6 of one pass at `now`: either the whole pass ([`Step::Done`]) or a
+    /// stop for node-level reclaim ([`Step::Reclaim`]), to be finished by
+    /// [`EvictionManager::after_reclaim`] with what the reclaim freed.
+    pub fn decide(&mut self, input: &SyncInput, now: Time) -> Step {
         let observations = &input.observations;
         let configured = threshold::update_container_fs_thresholds(
             &self.config.thresholds,
@@ -340,41 +319,69 @@ impl EvictionManager {
             outcome.evictions =
                 local_storage::local_storage_evictions(&input.pods, input.dedicated_imagefs);
             if !outcome.evictions.is_empty() {
-                return outcome;
+                return Step::Done(outcome);
             }
         }
 
         // 6. The resource to reclaim, and node-level reclaim first.
         let Some((to_reclaim, resource)) = threshold::reclaimable_threshold(&updated) else {
-            return outcome;
+            return Step::Done(outcome);
         };
-        if !node_reclaim_funcs(to_reclaim.signal, input.dedicated_imagefs).is_empty() {
-            let freed = reclaimer.reclaim(resource, to_reclaim.signal);
-            let credited = credit_reclaim(
-                observations,
-                to_reclaim.signal,
-                input.dedicated_imagefs,
-                freed,
-            );
-            let of_resource: Vec<Threshold> = configured
-                .iter()
-                .filter(|t| t.signal.resource() == resource)
-                .copied()
-                .collect();
-            let sufficient = threshold::thresholds_met(&of_resource, &credited, true).is_empty();
-            outcome.node_reclaim = NodeReclaimOutcome {
-                attempted: true,
-                signal: Some(to_reclaim.signal),
-                freed_bytes: freed.freed_bytes,
-                freed_inodes: freed.freed_inodes,
-                sufficient,
-            };
-            if sufficient {
-                return outcome;
-            }
+        let pending = PendingReclaim {
+            outcome,
+            configured,
+            updated,
+            to_reclaim,
+            resource,
+        };
+        if node_reclaim_funcs(to_reclaim.signal, input.dedicated_imagefs).is_empty() {
+            return Step::Done(self.rank_and_evict(pending, input));
         }
+        Step::Reclaim(pending)
+    }
 
-        // 7. Rank and evict at most one pod, never a critical one.
+    /// Finishes a pass stopped at [`Step::Reclaim`]: credits what node-level reclaim freed
+    /// to the observations; when every threshold of the starved resource is then resolved
+    /// past its minimum reclaim nobody is evicted, else step 7 ranks and evicts. `input`
+    /// is the one given to [`EvictionManager::decide`].
+    pub fn after_reclaim(
+        &self,
+        pending: PendingReclaim,
+        input: &SyncInput,
+        freed: ReclaimResult,
+    ) -> SyncOutcome {
+        let signal = pending.to_reclaim.signal;
+        let credited = credit_reclaim(&input.observations, signal, input.dedicated_imagefs, freed);
+        let of_resource: Vec<Threshold> = pending
+            .configured
+            .iter()
+            .filter(|t| t.signal.resource() == pending.resource)
+            .copied()
+            .collect();
+        let sufficient = threshold::thresholds_met(&of_resource, &credited, true).is_empty();
+        let mut pending = pending;
+        pending.outcome.node_reclaim = NodeReclaimOutcome {
+            attempted: true,
+            signal: Some(signal),
+            freed_bytes: freed.freed_bytes,
+            freed_inodes: freed.freed_inodes,
+            sufficient,
+        };
+        if sufficient {
+            return pending.outcome;
+        }
+        self.rank_and_evict(pending, input)
+    }
+
+    /// 7. Rank and evict at most one pod, never a critical one.
+    fn rank_and_evict(&self, pending: PendingReclaim, input: &SyncInput) -> SyncOutcome {
+        let PendingReclaim {
+            mut outcome,
+            updated,
+            to_reclaim,
+            resource,
+            ..
+        } = pending;
         let ranked =
             super::rank::rank_pods(to_reclaim.signal, input.dedicated_imagefs, &input.pods);
         outcome.ranking = ranked.iter().map(|p| p.pod.key()).collect();
@@ -387,10 +394,29 @@ impl EvictionManager {
                 reason: EvictionReason::Threshold,
                 grace_period_seconds,
                 kill_timeout: kill_timeout(grace_period_seconds),
-                message: message::eviction_message(resource, victim, &updated, observations),
+                message: message::eviction_message(resource, victim, &updated, &input.observations),
             });
         }
         outcome
+    }
+
+    /// A whole pass, with node-level reclaim done by `reclaim` (given the resource and the
+    /// signal whose filesystem to collect) when the pass calls for it. For callers whose
+    /// reclaim is itself pure (the simulator, tests); the agent runs the two halves itself
+    /// so that its reclaim runs off the decision path.
+    pub fn synchronize_with(
+        &mut self,
+        input: &SyncInput,
+        now: Time,
+        reclaim: impl FnOnce(Resource, Signal) -> ReclaimResult,
+    ) -> SyncOutcome {
+        match self.decide(input, now) {
+            Step::Done(outcome) => outcome,
+            Step::Reclaim(pending) => {
+                let freed = reclaim(pending.resource, pending.to_reclaim.signal);
+                self.after_reclaim(pending, input, freed)
+            }
+        }
     }
 
     /// The grace period for evicting `pod` because of `threshold`: immediate for a hard

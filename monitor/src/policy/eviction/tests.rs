@@ -14,7 +14,7 @@ struct RecordingReclaimer {
     frees: ReclaimResult,
 }
 
-impl NodeReclaimer for RecordingReclaimer {
+impl RecordingReclaimer {
     fn reclaim(&mut self, resource: Resource, signal: Signal) -> ReclaimResult {
         self.calls.push((resource, signal));
         self.frees
@@ -92,7 +92,7 @@ fn evicted(outcome: &SyncOutcome) -> Vec<&str> {
 }
 
 fn sync(m: &mut EvictionManager, input: &SyncInput, at: u64) -> SyncOutcome {
-    m.synchronize(input, &mut NoNodeReclaim, secs(at))
+    m.synchronize_with(input, secs(at), |_, _| ReclaimResult::default())
 }
 
 #[test]
@@ -340,7 +340,9 @@ fn seed_node_reclaim_credits_freed_bytes(#[case] freed: u64, #[case] sufficient:
         },
         ..Default::default()
     };
-    let outcome = m.synchronize(&nodefs_input(900 * MI, 0), &mut reclaimer, secs(0));
+    let outcome = m.synchronize_with(&nodefs_input(900 * MI, 0), secs(0), |r, s| {
+        reclaimer.reclaim(r, s)
+    });
     assert_eq!(
         reclaimer.calls,
         vec![(Resource::EphemeralStorage, Signal::NodeFsAvailable)]
@@ -390,7 +392,7 @@ fn node_reclaim_with_and_without_imagefs(
         pods: vec![pod("p").build()],
         dedicated_imagefs: dedicated,
     };
-    let outcome = m.synchronize(&input, &mut reclaimer, secs(0));
+    let outcome = m.synchronize_with(&input, secs(0), |r, s| reclaimer.reclaim(r, s));
     assert_eq!(outcome.node_reclaim.attempted, attempted);
     assert_eq!(reclaimer.calls.len(), usize::from(attempted));
     assert_eq!(
@@ -425,7 +427,7 @@ fn reclaim_on_a_dedicated_imagefs_does_not_relieve_nodefs() {
         pods: vec![pod("p").container_fs(GI, GI, 1, 1).build()],
         dedicated_imagefs: true,
     };
-    let outcome = m.synchronize(&input, &mut reclaimer, secs(0));
+    let outcome = m.synchronize_with(&input, secs(0), |r, s| reclaimer.reclaim(r, s));
     assert_eq!(
         reclaimer.calls,
         vec![(Resource::EphemeralStorage, Signal::ImageFsAvailable)]
@@ -455,7 +457,7 @@ fn memory_is_handled_before_disk() {
         pods: three_pods(),
         dedicated_imagefs: false,
     };
-    let outcome = m.synchronize(&input, &mut reclaimer, secs(0));
+    let outcome = m.synchronize_with(&input, secs(0), |r, s| reclaimer.reclaim(r, s));
     assert_eq!(
         outcome.starved_resources,
         vec![Resource::Memory, Resource::EphemeralStorage]

@@ -1,0 +1,244 @@
+//! Arming the kernel's memory notifiers: which usage levels, on which cgroups, must wake
+//! the agent. Recomputed after every synchronize from the fresh observation (the levels
+//! move with inactive_file and, on cgroup v2, with the rest of the node), and handed to
+//! [`super::memcg`] only when they changed.
+use std::path::{Path, PathBuf};
+
+use super::memcg::ThresholdSpec;
+use crate::observe::{CgroupVersion, NodeObservation};
+use crate::policy::quantity::QuantityOrPercent;
+
+/// The memory thresholds to arm as kernel notifiers, as eviction threshold values of the
+/// memory.available (node) and allocatableMemory.available (pods cgroup) signals.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemoryThresholds {
+    pub node: Vec<MemoryThreshold>,
+    pub pods: Vec<MemoryThreshold>,
+}
+
+/// One memory eviction threshold.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryThreshold {
+    pub value: QuantityOrPercent,
+    /// A hard threshold (acts at once); soft ones wait for their grace period.
+    pub hard: bool,
+}
+
+/// The usage values at which the kernel must wake us: for each threshold T on a signal
+/// with capacity C, the signal crosses when working set = C − T, i.e. when
+/// usage = C − T + inactive_file (the kubelet's memory threshold notifier computes the
+/// same). Thresholds at or above capacity are skipped (always met: nothing to wait for).
+pub fn threshold_specs(
+    observation: &NodeObservation,
+    thresholds: &MemoryThresholds,
+    memory_root: &Path,
+    pods_cgroup: Option<&str>,
+) -> Vec<ThresholdSpec> {
+    let mut specs = Vec::new();
+    let mut add =
+        |cgroup: PathBuf, capacity: u64, inactive_file: u64, values: &[MemoryThreshold]| {
+            for threshold in values {
+                let quantity = threshold.value.resolve(capacity as i64).max(0) as u64;
+                if quantity >= capacity {
+                    continue;
+                }
+                let usage_bytes = capacity - quantity + inactive_file;
+                let spec = ThresholdSpec {
+                    cgroup: cgroup.clone(),
+                    usage_bytes,
+                    hard: threshold.hard,
+                };
+                if !specs.contains(&spec) {
+                    specs.push(spec);
+                }
+            }
+        };
+    let memory = &observation.memory;
+    add(
+        memory_root.to_path_buf(),
+        memory.capacity_bytes,
+        memory.inactive_file_bytes,
+        &thresholds.node,
+    );
+    if let (Some(cgroup), Some(pods)) = (pods_cgroup, &observation.allocatable) {
+        add(
+            memory_root.join(cgroup.trim_start_matches('/')),
+            pods.capacity_bytes,
+            pods.stats.inactive_file_bytes.unwrap_or(0),
+            &thresholds.pods,
+        );
+    }
+    specs
+}
+
+/// The memory.high values that stand in for usage thresholds on cgroup v2 (see
+/// [`crate::notify::memcg::spawn_v2_high`]), from the specs of [`threshold_specs`]:
+/// - only hard thresholds (soft ones may be exceeded for their grace period);
+/// - the root has no memory.high, so the node's thresholds ride on the pods cgroup: the
+///   node crosses once its usage grows by (threshold usage − node usage now), and while
+///   the rest of the node holds still that growth is the pods'. Re-armed after every
+///   synchronize, the offset follows the rest of the node;
+/// - thresholds already crossed are left out: the synchronize at hand acts on them, and a
+///   memory.high below the usage would only throttle the pods.
+pub fn v2_high_specs(
+    specs: &[ThresholdSpec],
+    observation: &NodeObservation,
+    memory_root: &Path,
+    pods_cgroup: Option<&str>,
+) -> Vec<ThresholdSpec> {
+    let (Some(cgroup), Some(pods)) = (pods_cgroup, &observation.allocatable) else {
+        return Vec::new();
+    };
+    let pods_dir = memory_root.join(cgroup.trim_start_matches('/'));
+    let pods_usage = pods.stats.usage_bytes;
+    let node_usage = observation.memory.usage_bytes;
+    specs
+        .iter()
+        .filter(|spec| spec.hard)
+        .filter_map(|spec| {
+            let usage_bytes = if spec.cgroup == pods_dir {
+                spec.usage_bytes
+            } else if spec.cgroup == memory_root {
+                pods_usage.checked_add(spec.usage_bytes.checked_sub(node_usage)?)?
+            } else {
+                return None;
+            };
+            (usage_bytes > pods_usage).then(|| ThresholdSpec {
+                cgroup: pods_dir.clone(),
+                usage_bytes,
+                hard: true,
+            })
+        })
+        .collect()
+}
+
+/// The levels to arm for this observation: usage thresholds on cgroup v1, their
+/// memory.high stand-ins on cgroup v2.
+pub fn specs_for(
+    observation: &NodeObservation,
+    thresholds: &MemoryThresholds,
+    version: CgroupVersion,
+    memory_root: &Path,
+    pods_cgroup: Option<&str>,
+) -> Vec<ThresholdSpec> {
+    let specs = threshold_specs(observation, thresholds, memory_root, pods_cgroup);
+    match version {
+        CgroupVersion::V1 => specs,
+        CgroupVersion::V2 => v2_high_specs(&specs, observation, memory_root, pods_cgroup),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::{AllocatableMemory, FsStats, MemoryStats, NodeMemory, PidStats};
+    use crate::policy::quantity::Quantity;
+
+    fn observation() -> NodeObservation {
+        NodeObservation {
+            taken_at_ns: 0,
+            memory: NodeMemory {
+                capacity_bytes: 10_000,
+                usage_bytes: 5_000,
+                inactive_file_bytes: 1_000,
+                working_set_bytes: 4_000,
+                available_bytes: 6_000,
+            },
+            allocatable: Some(AllocatableMemory {
+                capacity_bytes: 2_000,
+                stats: MemoryStats {
+                    usage_bytes: 500,
+                    inactive_file_bytes: Some(100),
+                    limit_bytes: Some(2_000),
+                    working_set_bytes: 400,
+                },
+                available_bytes: 1_600,
+            }),
+            nodefs: FsStats::default(),
+            imagefs: None,
+            pids: PidStats::default(),
+            psi: None,
+        }
+    }
+
+    fn hard(units: i64) -> MemoryThreshold {
+        MemoryThreshold {
+            value: QuantityOrPercent::Quantity(Quantity::from_units(units)),
+            hard: true,
+        }
+    }
+
+    #[test]
+    fn thresholds_follow_capacity_and_inactive_file() {
+        let thresholds = MemoryThresholds {
+            node: vec![
+                hard(1_000),
+                MemoryThreshold {
+                    value: QuantityOrPercent::Percent(0.5),
+                    hard: false,
+                },
+            ],
+            pods: vec![hard(300)],
+        };
+        let specs = threshold_specs(&observation(), &thresholds, Path::new("/cg"), Some("/pods"));
+        let spec = |cgroup: &str, usage_bytes, hard| ThresholdSpec {
+            cgroup: cgroup.into(),
+            usage_bytes,
+            hard,
+        };
+        assert_eq!(
+            specs,
+            vec![
+                // 10000 − 1000 + 1000 inactive
+                spec("/cg", 10_000, true),
+                // 10000 − 5000 + 1000
+                spec("/cg", 6_000, false),
+                // 2000 − 300 + 100
+                spec("/cg/pods", 1_800, true),
+            ]
+        );
+    }
+
+    #[test]
+    fn v2_node_thresholds_ride_on_the_pods_cgroup_and_crossed_ones_are_left_out() {
+        let spec = |cgroup: &str, usage_bytes, hard| ThresholdSpec {
+            cgroup: cgroup.into(),
+            usage_bytes,
+            hard,
+        };
+        // Node usage 5000, pods usage 500 (see observation()).
+        let specs = vec![
+            // The node may grow by 1000 more: the pods cgroup by as much, to 1500.
+            spec("/cg", 6_000, true),
+            // Soft: never a memory.high.
+            spec("/cg", 5_500, false),
+            // Already crossed (node usage 5000 ≥ 4000): left out.
+            spec("/cg", 4_000, true),
+            // The pods cgroup's own threshold stays as it is.
+            spec("/cg/pods", 1_800, true),
+            // Crossed on the pods cgroup (usage 500): left out.
+            spec("/cg/pods", 450, true),
+        ];
+        assert_eq!(
+            v2_high_specs(&specs, &observation(), Path::new("/cg"), Some("/pods")),
+            vec![spec("/cg/pods", 1_500, true), spec("/cg/pods", 1_800, true)]
+        );
+        // Without a pods cgroup nothing can carry them.
+        assert!(v2_high_specs(&specs, &observation(), Path::new("/cg"), None).is_empty());
+    }
+
+    #[test]
+    fn thresholds_at_or_above_capacity_are_not_armed() {
+        let thresholds = MemoryThresholds {
+            node: vec![
+                hard(10_000),
+                MemoryThreshold {
+                    value: QuantityOrPercent::Percent(1.0),
+                    hard: true,
+                },
+            ],
+            pods: vec![],
+        };
+        assert!(threshold_specs(&observation(), &thresholds, Path::new("/cg"), None).is_empty());
+    }
+}

@@ -1,0 +1,383 @@
+//! The eviction part of a synchronize: a fresh observation becomes the kubelet's signal
+//! observations, the pure policy ([`EvictionManager`]) decides, node-level reclaim runs
+//! when the policy stops for it, and the evictions it asks for are started through the
+//! runtime's ports. Evictions run as their own tasks, so a soft eviction's grace period
+//! never holds up the next decision; when one ends, it wakes the loop to decide again on
+//! fresh stats.
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::signals::node_stats;
+use crate::config::kubelet::{KubeletConfig, format_go_duration};
+use crate::notify::{WakeDetail, WakeSender, WakeSource};
+use crate::observe::NodeObservation;
+use crate::policy::eviction::{
+    EvictionDecision, EvictionManager, MIN_KILL_TIMEOUT, ReclaimResult, Step, SyncInput,
+    SyncOutcome,
+};
+use crate::policy::signal::{Observations, Signal, format_value};
+use crate::policy::summary::make_signal_observations;
+use crate::policy::types::Time;
+use crate::runtime::port::{EvictionOutcome, PodKiller, Ports};
+use crate::state::{EVICTIONS_KEPT, EvictionView, SharedState, SignalStatus, ThresholdStatus};
+
+/// Kill attempts per eviction: the first with the decision's grace period, the retries at
+/// once (the pod already had its grace period).
+pub const MAX_KILL_ATTEMPTS: u32 = 3;
+
+/// How long past its kill timeout the loop waits for a runtime's answer before it counts
+/// the attempt as timed out (the runtime bounds its own kill by the kill timeout).
+const KILL_ANSWER_SLACK: Duration = Duration::from_secs(1);
+
+/// What one synchronize decided and did about evictions.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EvictionPass {
+    /// The signals as observed at this pass.
+    pub observations: Observations,
+    /// The policy's outcome.
+    pub outcome: SyncOutcome,
+    /// Evictions started at this pass.
+    pub started: Vec<EvictionDecision>,
+    /// Evictions the policy asked for but held back because an eviction that counts as
+    /// much is still running (see [`EvictionSync::may_start`]); decided again once it ends.
+    pub deferred: Vec<EvictionDecision>,
+    /// Evictions that ended since the previous pass.
+    pub finished: Vec<FinishedEviction>,
+}
+
+/// An eviction that ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinishedEviction {
+    pub decision: EvictionDecision,
+    pub outcome: EvictionOutcome,
+    pub attempts: u32,
+}
+
+/// Runs the eviction policy at every synchronize and carries out its decisions.
+pub struct EvictionSync {
+    manager: EvictionManager,
+    kubelet: KubeletConfig,
+    ports: Ports,
+    state: SharedState,
+    /// Wakes the loop when an eviction ends.
+    wakes: WakeSender,
+    /// Evictions under way.
+    in_flight: Vec<EvictionDecision>,
+    finished_tx: mpsc::UnboundedSender<FinishedEviction>,
+    finished_rx: mpsc::UnboundedReceiver<FinishedEviction>,
+}
+
+impl EvictionSync {
+    pub fn new(
+        kubelet: KubeletConfig,
+        ports: Ports,
+        state: SharedState,
+        wakes: WakeSender,
+    ) -> Self {
+        let (finished_tx, finished_rx) = mpsc::unbounded_channel();
+        EvictionSync {
+            manager: EvictionManager::new(kubelet.eviction.clone()),
+            kubelet,
+            ports,
+            state,
+            wakes,
+            in_flight: Vec::new(),
+            finished_tx,
+            finished_rx,
+        }
+    }
+
+    /// The evictions under way.
+    pub fn in_flight(&self) -> &[EvictionDecision] {
+        &self.in_flight
+    }
+
+    /// When the decision will change with time alone (a grace period ends).
+    pub fn next_deadline(&self, now: Time) -> Option<Time> {
+        self.manager.next_grace_deadline(now)
+    }
+
+    /// One pass on a fresh observation at `now`.
+    pub async fn synchronize(&mut self, node: &NodeObservation, now: Time) -> EvictionPass {
+        let finished = self.collect_finished();
+        let pods = self
+            .ports
+            .pods
+            .active_pods()
+            .into_iter()
+            .filter(|p| !self.in_flight.iter().any(|e| e.pod_key == p.pod.key()))
+            .collect::<Vec<_>>();
+        let stats = node_stats(node, &self.kubelet, &pods, now);
+        let dedicated_imagefs = node.imagefs.is_some();
+        let input = SyncInput {
+            observations: make_signal_observations(&stats, dedicated_imagefs),
+            pods,
+            dedicated_imagefs,
+        };
+        let outcome = match self.manager.decide(&input, now) {
+            Step::Done(outcome) => outcome,
+            Step::Reclaim(pending) => {
+                let freed = self.reclaim(pending.resource(), pending.signal()).await;
+                self.manager.after_reclaim(pending, &input, freed)
+            }
+        };
+        self.ports
+            .conditions
+            .conditions_changed(&outcome.conditions);
+        self.publish(&input.observations, &outcome);
+        let (started, deferred): (Vec<_>, Vec<_>) = outcome
+            .evictions
+            .iter()
+            .cloned()
+            .partition(|d| self.may_start(d));
+        for decision in &started {
+            self.start(decision.clone());
+        }
+        for decision in &deferred {
+            tracing::debug!(
+                pod = %decision.pod_key,
+                "eviction deferred: an eviction under way already answers this pressure"
+            );
+        }
+        EvictionPass {
+            observations: input.observations,
+            outcome,
+            started,
+            deferred,
+            finished,
+        }
+    }
+
+    /// Node-level reclaim on a blocking thread: it deletes files, and nothing of the
+    /// runtime stays locked meanwhile.
+    async fn reclaim(
+        &self,
+        resource: crate::policy::types::Resource,
+        signal: Signal,
+    ) -> ReclaimResult {
+        let port = self.ports.reclaim.clone();
+        match tokio::task::spawn_blocking(move || port.reclaim(resource, signal)).await {
+            Ok(freed) => freed,
+            Err(err) => {
+                tracing::error!("node-level reclaim for {}: {err}", signal.as_str());
+                ReclaimResult::default()
+            }
+        }
+    }
+
+    /// Whether an eviction may start while others run. One eviction per pass, and no new
+    /// one while an eviction that counts as much is under way (its pod still holds the
+    /// memory or disk it is being evicted for, so the same stats would pick a second
+    /// victim for the same pressure). The exception: an immediate eviction (a hard
+    /// threshold) starts while only graceful ones (soft thresholds in their grace period)
+    /// run, so a hard crossing never waits out a soft eviction's grace period (the
+    /// kubelet does wait: kubernetes#123872).
+    fn may_start(&self, decision: &EvictionDecision) -> bool {
+        if self.in_flight.iter().any(|e| e.pod_key == decision.pod_key) {
+            return false;
+        }
+        self.in_flight.is_empty()
+            || (decision.grace_period_seconds == 0
+                && self.in_flight.iter().all(|e| e.grace_period_seconds > 0))
+    }
+
+    fn start(&mut self, decision: EvictionDecision) {
+        self.in_flight.push(decision.clone());
+        let killer = self.ports.killer.clone();
+        let finished = self.finished_tx.clone();
+        let wakes = self.wakes.clone();
+        tokio::spawn(async move {
+            let (outcome, attempts) = carry_out(killer.as_ref(), &decision).await;
+            // The record first, then the wake: the pass the wake causes sees it.
+            let _ = finished.send(FinishedEviction {
+                decision,
+                outcome,
+                attempts,
+            });
+            wakes.wake(WakeSource::Eviction, WakeDetail::None);
+        });
+    }
+
+    /// Takes the evictions that ended, records them in metrics, events and the API.
+    fn collect_finished(&mut self) -> Vec<FinishedEviction> {
+        let mut finished = Vec::new();
+        while let Ok(done) = self.finished_rx.try_recv() {
+            self.in_flight
+                .retain(|e| e.pod_key != done.decision.pod_key);
+            self.record(&done);
+            finished.push(done);
+        }
+        finished
+    }
+
+    fn record(&self, done: &FinishedEviction) {
+        let decision = &done.decision;
+        let signal = decision
+            .signal
+            .map(|s| s.as_str())
+            .unwrap_or(decision.resource.as_str())
+            .to_string();
+        if !done.outcome.is_final() {
+            self.state.event(
+                "Warning",
+                "EvictionFailed",
+                &decision.pod_key,
+                format!(
+                    "gave up after {} kill attempt(s): {}",
+                    done.attempts, done.outcome
+                ),
+            );
+        }
+        let mut state = self.state.lock();
+        if done.outcome == EvictionOutcome::Evicted {
+            *state.metrics.evictions.entry(signal.clone()).or_default() += 1;
+        }
+        *state
+            .metrics
+            .eviction_outcomes
+            .entry(done.outcome.name().to_string())
+            .or_default() += 1;
+        if state.evictions.len() >= EVICTIONS_KEPT {
+            state.evictions.pop_front();
+        }
+        state.evictions.push_back(EvictionView {
+            pod: decision.pod_key.clone(),
+            signal,
+            grace_period_seconds: decision.grace_period_seconds,
+            outcome: done.outcome.name().to_string(),
+            detail: match &done.outcome {
+                EvictionOutcome::TimedOut { .. } | EvictionOutcome::KillFailed(_) => {
+                    Some(done.outcome.to_string())
+                }
+                EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone => None,
+            },
+            attempts: done.attempts,
+            finished_at: crate::state::now_rfc3339(),
+        });
+    }
+
+    /// Publishes each signal against its thresholds, and the conditions.
+    fn publish(&self, observations: &Observations, outcome: &SyncOutcome) {
+        let mut signals = Vec::new();
+        for (signal, observed) in observations {
+            let thresholds: Vec<ThresholdStatus> = self
+                .kubelet
+                .eviction
+                .thresholds
+                .iter()
+                .filter(|t| t.signal == *signal)
+                .map(|t| {
+                    let met = outcome.thresholds_met.iter().find(|m| m.threshold == *t);
+                    ThresholdStatus {
+                        value: format_value(t.value),
+                        quantity: t.quantity(observed.capacity),
+                        kind: if t.is_hard() { "hard" } else { "soft" }.to_string(),
+                        grace_period: (!t.is_hard()).then(|| format_go_duration(t.grace_period)),
+                        met: met.is_some(),
+                        grace_period_met: met.is_some_and(|m| m.grace_period_met),
+                    }
+                })
+                .collect();
+            signals.push(SignalStatus {
+                signal: signal.as_str().to_string(),
+                available: observed.available,
+                capacity: observed.capacity,
+                thresholds,
+            });
+        }
+        let mut state = self.state.lock();
+        state.signals = signals;
+        state.conditions = outcome
+            .conditions
+            .iter()
+            .map(|c| c.as_str().to_string())
+            .collect();
+    }
+}
+
+/// One eviction to its end: the kill with the decision's grace period, then, while the
+/// pod is still there (processes alive after the kill timeout, or the kill failed), up to
+/// [`MAX_KILL_ATTEMPTS`] − 1 immediate retries.
+async fn carry_out(killer: &dyn PodKiller, decision: &EvictionDecision) -> (EvictionOutcome, u32) {
+    let mut attempt = decision.clone();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let wait = attempt.kill_timeout + KILL_ANSWER_SLACK;
+        let outcome = match tokio::time::timeout(wait, killer.evict(&attempt)).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                EvictionOutcome::KillFailed(format!("the runtime did not answer within {wait:?}"))
+            }
+        };
+        // A retry that finds nothing left to kill means the last attempt's processes
+        // went away after all.
+        let outcome = match outcome {
+            EvictionOutcome::AlreadyGone if attempts > 1 => EvictionOutcome::Evicted,
+            other => other,
+        };
+        if outcome.is_final() || attempts >= MAX_KILL_ATTEMPTS {
+            return (outcome, attempts);
+        }
+        tracing::warn!(
+            pod = %decision.pod_key,
+            attempt = attempts,
+            "eviction not finished ({outcome}); killing again"
+        );
+        attempt.grace_period_seconds = 0;
+        attempt.kill_timeout = MIN_KILL_TIMEOUT;
+    }
+}
+
+/// One line for logs and the API's last synchronize.
+pub fn summarize(pass: &EvictionPass) -> String {
+    let observations = &pass.observations;
+    let mib = |b: i64| b / (1 << 20);
+    let mut parts = Vec::new();
+    for signal in [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable] {
+        if let Some(o) = observations.get(&signal) {
+            parts.push(format!("{}={}Mi", signal.as_str(), mib(o.available)));
+        }
+    }
+    let outcome = &pass.outcome;
+    for met in &outcome.thresholds_met {
+        parts.push(format!(
+            "threshold met: {}<{}{}",
+            met.threshold.signal.as_str(),
+            format_value(met.threshold.value),
+            if met.grace_period_met {
+                ""
+            } else {
+                " (grace period running)"
+            }
+        ));
+    }
+    if !outcome.conditions.is_empty() {
+        let names: Vec<&str> = outcome.conditions.iter().map(|c| c.as_str()).collect();
+        parts.push(format!("conditions: {}", names.join(", ")));
+    }
+    for eviction in &pass.started {
+        parts.push(format!(
+            "evict {} (grace {} s): {}",
+            eviction.pod_key, eviction.grace_period_seconds, eviction.message
+        ));
+    }
+    for eviction in &pass.deferred {
+        parts.push(format!(
+            "deferred eviction of {}: an eviction is under way",
+            eviction.pod_key
+        ));
+    }
+    for done in &pass.finished {
+        parts.push(format!(
+            "eviction of {} ended: {}",
+            done.decision.pod_key, done.outcome
+        ));
+    }
+    if parts.is_empty() {
+        "nothing observed".to_string()
+    } else {
+        parts.join("; ")
+    }
+}

@@ -1,0 +1,273 @@
+//! The synchronize loop: wait for any wake, coalesce what is pending, take a FRESH
+//! observation, run the eviction pass on it, re-arm the kernel's memory notifiers, and
+//! publish a report. One task runs it, so a synchronize never runs twice at once and a
+//! burst of wakes becomes one synchronize.
+//!
+//! Time: the policy's `now` and the grace-period deadlines come from one clock,
+//! `tokio::time::Instant` measured from the loop's origin, so tests run the loop on paused
+//! time. CLOCK_MONOTONIC ([`crate::clock`]) only stamps wakes and reports for logs.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::time::Instant;
+
+use super::eviction::{EvictionPass, EvictionSync, summarize};
+use crate::clock::monotonic_ns;
+use crate::notify::arming::{MemoryThresholds, specs_for};
+use crate::notify::memcg::ThresholdSpec;
+use crate::notify::{Wake, WakeDetail, WakeSource};
+use crate::observe::{CgroupVersion, NodeObservation, ObserveError, Observer};
+use crate::policy::types::Time;
+use crate::state::SharedState;
+
+/// Where fresh observations come from: the node's kernel files in the agent, a script in
+/// the loop's tests.
+pub trait Observe: Send + 'static {
+    fn observe(&mut self) -> Result<NodeObservation, ObserveError>;
+}
+
+impl Observe for Observer {
+    fn observe(&mut self) -> Result<NodeObservation, ObserveError> {
+        Observer::observe(self)
+    }
+}
+
+/// The kernel memory notifiers to re-arm after every synchronize.
+pub struct Arming {
+    pub thresholds: MemoryThresholds,
+    pub version: CgroupVersion,
+    /// The memory hierarchy's root directory.
+    pub memory_root: PathBuf,
+    /// The pods cgroup, relative to the memory root.
+    pub pods_cgroup: Option<String>,
+    /// The notifier task's levels; only a changed set is sent.
+    pub levels: watch::Sender<Vec<ThresholdSpec>>,
+}
+
+impl Arming {
+    fn rearm(&self, observation: &NodeObservation) {
+        let specs = specs_for(
+            observation,
+            &self.thresholds,
+            self.version,
+            &self.memory_root,
+            self.pods_cgroup.as_deref(),
+        );
+        // Only a changed set re-registers with the kernel.
+        self.levels.send_if_modified(|current| {
+            if *current == specs {
+                return false;
+            }
+            *current = specs;
+            true
+        });
+    }
+}
+
+/// One synchronize, as published to subscribers (API, metrics, tests).
+#[derive(Clone, Debug)]
+pub struct SyncReport {
+    /// 1 for the first synchronize after start.
+    pub sequence: u64,
+    /// The wakes this synchronize coalesced, in arrival order.
+    pub wakes: Vec<Wake>,
+    /// CLOCK_MONOTONIC ns when the synchronize started and ended.
+    pub started_ns: u64,
+    pub finished_ns: u64,
+    /// Policy time of the synchronize (since the loop started).
+    pub now: Time,
+    pub observation: Result<NodeObservation, String>,
+    /// What the eviction pass decided and did; `None` when the observation failed.
+    pub pass: Option<EvictionPass>,
+    /// The same, in a line.
+    pub summary: String,
+}
+
+impl SyncReport {
+    /// Wake-to-synchronize-start latency of the first wake.
+    pub fn wake_latency(&self) -> Option<Duration> {
+        self.wakes
+            .first()
+            .map(|w| Duration::from_nanos(self.started_ns.saturating_sub(w.received_ns)))
+    }
+
+    pub fn sources(&self) -> Vec<WakeSource> {
+        let mut sources: Vec<WakeSource> = self.wakes.iter().map(|w| w.source).collect();
+        sources.dedup();
+        sources
+    }
+}
+
+/// How many of a batch's wakes are logged one by one at info level.
+const WAKES_LOGGED_PER_SYNC: usize = 8;
+
+/// A grace-period deadline wakes the loop this long after it, so the grace period has
+/// surely passed when the policy looks.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(1);
+
+pub struct SyncLoop<O> {
+    pub observer: O,
+    pub eviction: EvictionSync,
+    /// `None` when no memory notifier runs.
+    pub arming: Option<Arming>,
+    pub reports: broadcast::Sender<SyncReport>,
+    /// Where the API reads the last synchronize, observation and metrics.
+    pub state: SharedState,
+    /// The origin of policy time.
+    pub origin: Instant,
+}
+
+impl<O: Observe> SyncLoop<O> {
+    /// Runs until every wake sender is gone.
+    pub async fn run(mut self, mut wakes: mpsc::Receiver<Wake>) {
+        let mut sequence = 0;
+        let mut deadline: Option<Instant> = None;
+        loop {
+            let mut batch = Vec::new();
+            let next_deadline = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                first = wakes.recv() => match first {
+                    Some(first) => batch.push(first),
+                    None => return,
+                },
+                () = next_deadline => batch.push(Wake {
+                    source: WakeSource::Deadline,
+                    received_ns: monotonic_ns(),
+                    detail: WakeDetail::None,
+                }),
+            }
+            while let Ok(more) = wakes.try_recv() {
+                batch.push(more);
+            }
+            sequence += 1;
+            let report = self.synchronize_once(sequence, batch).await;
+            deadline = self
+                .eviction
+                .next_deadline(report.now)
+                .map(|at| self.origin + at + DEADLINE_MARGIN);
+            self.publish(&report);
+            // No subscribers is fine.
+            let _ = self.reports.send(report);
+        }
+    }
+
+    /// Records the synchronize in the shared state (API, metrics).
+    fn publish(&self, report: &SyncReport) {
+        let mut state = self.state.lock();
+        let duration = Duration::from_nanos(report.finished_ns.saturating_sub(report.started_ns));
+        for wake in &report.wakes {
+            let latency = report.started_ns.saturating_sub(wake.received_ns) as f64 / 1e9;
+            state
+                .metrics
+                .wake_latency
+                .entry(wake.source)
+                .or_default()
+                .observe(latency);
+        }
+        state.metrics.sync_duration.observe(duration.as_secs_f64());
+        state.metrics.synchronizes += 1;
+        state.last_sync = Some(crate::state::LastSync {
+            sequence: report.sequence,
+            at: crate::state::now_rfc3339(),
+            wake_sources: report.sources(),
+            wake_latency_us: report
+                .wake_latency()
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+                .unwrap_or(0),
+            duration_us: u64::try_from(duration.as_micros()).unwrap_or(u64::MAX),
+            summary: report.summary.clone(),
+        });
+        state.observation = report.observation.as_ref().ok().cloned();
+    }
+
+    async fn synchronize_once(&mut self, sequence: u64, wakes: Vec<Wake>) -> SyncReport {
+        let started_ns = monotonic_ns();
+        let now = Instant::now().saturating_duration_since(self.origin);
+        log_wakes(sequence, &wakes, started_ns);
+        let observation = self.observer.observe();
+        let (pass, summary) = match &observation {
+            Ok(observation) => {
+                let pass = self.eviction.synchronize(observation, now).await;
+                if let Some(arming) = &self.arming {
+                    arming.rearm(observation);
+                }
+                let summary = summarize(&pass);
+                if pass.outcome.thresholds_met.is_empty() && pass.finished.is_empty() {
+                    tracing::debug!("synchronize: {summary}");
+                } else {
+                    tracing::info!("synchronize: {summary}");
+                }
+                (Some(pass), summary)
+            }
+            Err(err) => {
+                tracing::error!(
+                    "synchronize {sequence}: observation failed, nothing decided: {err}"
+                );
+                (None, format!("observation failed: {err}"))
+            }
+        };
+        let finished_ns = monotonic_ns();
+        tracing::debug!(
+            sequence,
+            duration_us = finished_ns.saturating_sub(started_ns) / 1000,
+            "synchronize done: {summary}"
+        );
+        SyncReport {
+            sequence,
+            wakes,
+            started_ns,
+            finished_ns,
+            now,
+            observation: observation.map_err(|e| e.to_string()),
+            pass,
+            summary,
+        }
+    }
+}
+
+fn log_wakes(sequence: u64, wakes: &[Wake], started_ns: u64) {
+    for wake in wakes.iter().take(WAKES_LOGGED_PER_SYNC) {
+        let latency_us = started_ns.saturating_sub(wake.received_ns) / 1000;
+        // CLOCK_MONOTONIC, so tools can line wakes up with kernel and hog timestamps.
+        let at_ns = wake.received_ns;
+        match &wake.detail {
+            WakeDetail::Kernel { event, memcg } => tracing::info!(
+                sequence,
+                source = %wake.source,
+                at_ns,
+                latency_us,
+                kernel_to_sync_us = started_ns.saturating_sub(event.timestamp_ns) / 1000,
+                kind = wake.detail.kernel_kind().map(|k| k.name()).unwrap_or("unknown"),
+                pid = event.pid,
+                cgroup_id = event.cgroup_id,
+                memcg = memcg.as_deref().unwrap_or("?"),
+                "wake"
+            ),
+            WakeDetail::Threshold {
+                cgroup,
+                threshold_bytes,
+            } => tracing::info!(
+                sequence, source = %wake.source, at_ns, latency_us, cgroup = %cgroup.display(), threshold_bytes, "wake"
+            ),
+            WakeDetail::MemoryEvents { file } | WakeDetail::Psi { file } => {
+                tracing::info!(sequence, source = %wake.source, at_ns, latency_us, file = %file.display(), "wake")
+            }
+            WakeDetail::None => {
+                tracing::info!(sequence, source = %wake.source, at_ns, latency_us, "wake")
+            }
+        }
+    }
+    if wakes.len() > WAKES_LOGGED_PER_SYNC {
+        tracing::info!(
+            sequence,
+            "… and {} more wakes coalesced",
+            wakes.len() - WAKES_LOGGED_PER_SYNC
+        );
+    }
+}

@@ -1,0 +1,482 @@
+//! The synchronize loop on paused time: scripted observations, a recording fake runtime,
+//! the real policy and the real loop. Time moves only when every task waits, so grace
+//! periods of minutes pass at once and every timing below is exact.
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
+
+use super::*;
+use crate::config::kubelet::load_kubelet_config;
+use crate::notify::{Wake, WakeSender, WakeSource, wake_channel};
+use crate::observe::{FsStats, NodeMemory, NodeObservation, ObserveError, PidStats};
+use crate::policy::eviction::{EvictionDecision, ReclaimResult};
+use crate::policy::signal::Signal;
+use crate::policy::stats::{PodStats, PodWithStats};
+use crate::policy::testing::pod;
+use crate::policy::types::{NodeConditionType, Resource};
+use crate::runtime::port::{
+    ActivePods, BoxFuture, ConditionsSink, EvictionOutcome, NodeReclaim, PodKiller, Ports,
+};
+use crate::state::SharedState;
+
+const GI: u64 = 1 << 30;
+const MI: u64 = 1 << 20;
+
+/// Node memory capacity in the tests.
+const CAPACITY: u64 = 8 * GI;
+
+/// hard memory.available<1Gi; soft memory.available<2Gi for 30 s, pods get at most 10 s.
+const KUBELET: &str = "\
+evictionHard: {memory.available: 1Gi, nodefs.available: 10%}
+evictionSoft: {memory.available: 2Gi}
+evictionSoftGracePeriod: {memory.available: 30s}
+evictionMaxPodGracePeriod: 10
+";
+
+/// One kill the fake runtime was asked for.
+#[derive(Clone, Debug, PartialEq)]
+struct KillCall {
+    pod: String,
+    grace_period_seconds: i64,
+    kill_timeout: Duration,
+    /// Paused-time offset from the test's start.
+    at: Duration,
+}
+
+/// The node as the fake runtime and observer see it.
+struct Node {
+    origin: Instant,
+    /// Memory used outside the pods.
+    base_usage: u64,
+    /// Pods whose processes exist: key, working set, and whether they were told to go
+    /// (a pod being evicted is no candidate any more, but its memory counts until it is
+    /// gone, as with a real runtime).
+    pods: Vec<(String, u64, bool)>,
+    /// How long a kill takes beyond the grace period.
+    kill_delay: Duration,
+    nodefs_available: u64,
+    kills: Vec<KillCall>,
+    /// Outcomes the next kills return, in order; then `Evicted`.
+    scripted: Vec<EvictionOutcome>,
+    reclaims: Vec<(Resource, Signal)>,
+    reclaim_frees: u64,
+    conditions: Vec<NodeConditionType>,
+}
+
+#[derive(Clone)]
+struct Fake(Arc<Mutex<Node>>);
+
+impl Fake {
+    fn new(base_usage: u64, pods: &[(&str, u64)]) -> Fake {
+        Fake(Arc::new(Mutex::new(Node {
+            origin: Instant::now(),
+            base_usage,
+            pods: pods
+                .iter()
+                .map(|(k, ws)| (k.to_string(), *ws, false))
+                .collect(),
+            kill_delay: Duration::ZERO,
+            nodefs_available: 50 * GI,
+            kills: Vec::new(),
+            scripted: Vec::new(),
+            reclaims: Vec::new(),
+            reclaim_frees: 0,
+            conditions: Vec::new(),
+        })))
+    }
+
+    fn node(&self) -> std::sync::MutexGuard<'_, Node> {
+        self.0.lock().expect("fake node lock")
+    }
+
+    fn kills(&self) -> Vec<KillCall> {
+        self.node().kills.clone()
+    }
+}
+
+impl Observe for Fake {
+    fn observe(&mut self) -> Result<NodeObservation, ObserveError> {
+        let node = self.node();
+        let usage = node.base_usage + node.pods.iter().map(|(_, ws, _)| ws).sum::<u64>();
+        Ok(NodeObservation {
+            taken_at_ns: 0,
+            memory: NodeMemory {
+                capacity_bytes: CAPACITY,
+                usage_bytes: usage,
+                inactive_file_bytes: 0,
+                working_set_bytes: usage,
+                available_bytes: CAPACITY - usage,
+            },
+            allocatable: None,
+            nodefs: FsStats {
+                capacity_bytes: 100 * GI,
+                available_bytes: node.nodefs_available,
+                inodes: 1000,
+                inodes_free: 900,
+            },
+            imagefs: None,
+            pids: PidStats {
+                max: 4096,
+                current: 100,
+            },
+            psi: None,
+        })
+    }
+}
+
+impl ActivePods for Fake {
+    fn active_pods(&self) -> Vec<PodWithStats> {
+        self.node()
+            .pods
+            .iter()
+            .filter(|(_, _, evicted)| !evicted)
+            .map(|(key, ws, _)| {
+                let (namespace, name) = key.split_once('/').expect("namespace/name");
+                let mut pod = pod(name, "", "");
+                pod.metadata.namespace = namespace.into();
+                pod.spec.termination_grace_period_seconds = Some(60);
+                PodWithStats {
+                    pod,
+                    stats: PodStats {
+                        memory_working_set_bytes: Some(*ws),
+                        ..PodStats::default()
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+impl PodKiller for Fake {
+    /// A pod leaves when its grace period ends (it handles SIGTERM by exiting at the last
+    /// moment), unless an outcome is scripted.
+    fn evict(&self, decision: &EvictionDecision) -> BoxFuture<EvictionOutcome> {
+        let fake = self.clone();
+        let decision = decision.clone();
+        Box::pin(async move {
+            let scripted = {
+                let mut node = fake.node();
+                let at = node.origin.elapsed();
+                node.kills.push(KillCall {
+                    pod: decision.pod_key.clone(),
+                    grace_period_seconds: decision.grace_period_seconds,
+                    kill_timeout: decision.kill_timeout,
+                    at,
+                });
+                for pod in node.pods.iter_mut().filter(|p| p.0 == decision.pod_key) {
+                    pod.2 = true;
+                }
+                let scripted = (!node.scripted.is_empty()).then(|| node.scripted.remove(0));
+                (scripted, node.kill_delay)
+            };
+            let (scripted, delay) = scripted;
+            let grace = u64::try_from(decision.grace_period_seconds).unwrap_or(0);
+            tokio::time::sleep(Duration::from_secs(grace) + delay).await;
+            match scripted {
+                Some(outcome) => outcome,
+                None => {
+                    fake.node().pods.retain(|(k, _, _)| *k != decision.pod_key);
+                    EvictionOutcome::Evicted
+                }
+            }
+        })
+    }
+}
+
+impl NodeReclaim for Fake {
+    fn reclaim(&self, resource: Resource, signal: Signal) -> ReclaimResult {
+        let mut node = self.node();
+        node.reclaims.push((resource, signal));
+        node.nodefs_available += node.reclaim_frees;
+        ReclaimResult {
+            freed_bytes: node.reclaim_frees,
+            freed_inodes: 0,
+        }
+    }
+}
+
+impl ConditionsSink for Fake {
+    fn conditions_changed(&self, conditions: &[NodeConditionType]) {
+        self.node().conditions = conditions.to_vec();
+    }
+}
+
+/// A running loop and its handles.
+struct Harness {
+    fake: Fake,
+    wakes: WakeSender,
+    reports: broadcast::Receiver<SyncReport>,
+    state: SharedState,
+}
+
+impl Harness {
+    /// Starts the loop after `pending` wakes are already queued (so they coalesce).
+    fn start(fake: Fake, pending: usize) -> Harness {
+        let (kubelet, _) = load_kubelet_config(KUBELET, "kubelet.yaml").expect("test config");
+        let (wakes, rx): (WakeSender, mpsc::Receiver<Wake>) = wake_channel();
+        for _ in 0..pending {
+            wakes.wake(WakeSource::Timer, crate::notify::WakeDetail::None);
+        }
+        let state = SharedState::default();
+        let (reports, subscriber) = broadcast::channel(64);
+        let sync_loop = SyncLoop {
+            observer: fake.clone(),
+            eviction: EvictionSync::new(
+                kubelet,
+                Ports::of(Arc::new(fake.clone())),
+                state.clone(),
+                wakes.clone(),
+            ),
+            arming: None,
+            reports,
+            state: state.clone(),
+            origin: Instant::now(),
+        };
+        tokio::spawn(sync_loop.run(rx));
+        Harness {
+            fake,
+            wakes,
+            reports: subscriber,
+            state,
+        }
+    }
+
+    fn wake(&self) {
+        self.wakes
+            .wake(WakeSource::Timer, crate::notify::WakeDetail::None);
+    }
+
+    /// The next report, failing the test after `within` of paused time.
+    async fn next(&mut self, within: Duration) -> SyncReport {
+        match tokio::time::timeout(within, self.reports.recv()).await {
+            Ok(Ok(report)) => report,
+            Ok(Err(err)) => panic!("report channel: {err}"),
+            Err(_) => panic!("no synchronize within {within:?}"),
+        }
+    }
+
+    /// Asserts that no synchronize happens for `quiet` of paused time.
+    async fn none_for(&mut self, quiet: Duration) {
+        if let Ok(report) = tokio::time::timeout(quiet, self.reports.recv()).await {
+            panic!("unexpected synchronize: {report:?}");
+        }
+    }
+}
+
+fn started(report: &SyncReport) -> Vec<(String, i64)> {
+    report
+        .pass
+        .as_ref()
+        .map(|p| {
+            p.started
+                .iter()
+                .map(|d| (d.pod_key.clone(), d.grace_period_seconds))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_wakes_is_one_synchronize() {
+    let mut h = Harness::start(Fake::new(GI, &[("default/a", GI)]), 5);
+    let report = h.next(secs(1)).await;
+    assert_eq!(report.sequence, 1);
+    assert_eq!(report.wakes.len(), 5, "all pending wakes coalesce");
+    assert_eq!(report.sources(), vec![WakeSource::Timer]);
+    // Calm node: no deadline, no eviction, so nothing wakes the loop again.
+    h.none_for(secs(600)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_soft_threshold_evicts_when_its_grace_period_ends_without_another_wake() {
+    // 8Gi − 6.5Gi = 1.5Gi available: under the soft 2Gi, above the hard 1Gi.
+    let mut h = Harness::start(
+        Fake::new(5 * GI, &[("default/small", GI / 2), ("default/big", GI)]),
+        1,
+    );
+    let first = h.next(secs(1)).await;
+    let pass = first.pass.as_ref().expect("observed");
+    assert_eq!(pass.outcome.thresholds_met.len(), 1);
+    assert!(!pass.outcome.thresholds_met[0].grace_period_met);
+    assert!(started(&first).is_empty(), "grace period running");
+
+    // The loop wakes itself 1 ms past the 30 s grace period: no timer, no kernel event.
+    let second = h.next(secs(60)).await;
+    assert_eq!(second.sources(), vec![WakeSource::Deadline]);
+    assert_eq!(second.now, secs(30) + Duration::from_millis(1));
+    // The biggest user goes, with min(its 60 s, evictionMaxPodGracePeriod 10 s).
+    assert_eq!(started(&second), vec![("default/big".to_string(), 10)]);
+    let kills = h.fake.kills();
+    assert_eq!(kills.len(), 1);
+    assert_eq!(kills[0].kill_timeout, secs(15), "1.5 × grace");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hard_crossing_during_a_soft_grace_period_acts_at_once_on_another_pod() {
+    let mut h = Harness::start(
+        Fake::new(5 * GI, &[("default/small", GI / 2), ("default/big", GI)]),
+        1,
+    );
+    h.next(secs(1)).await;
+    let soft = h.next(secs(60)).await;
+    assert_eq!(started(&soft), vec![("default/big".to_string(), 10)]);
+
+    // Two seconds into big's 10 s grace period the node crosses the hard threshold.
+    tokio::time::sleep(secs(2)).await;
+    h.fake.node().base_usage = 6 * GI + GI / 2;
+    h.wake();
+    let hard = h.next(secs(1)).await;
+    assert_eq!(
+        started(&hard),
+        vec![("default/small".to_string(), 0)],
+        "immediate, on the pod that is not already going: {}",
+        hard.summary
+    );
+    let kills = h.fake.kills();
+    assert_eq!(kills.len(), 2);
+    assert!(
+        kills[1].at < kills[0].at + secs(10),
+        "the hard eviction did not wait for the soft one: {kills:?}"
+    );
+    assert_eq!(kills[1].at, kills[0].at + secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_eviction_at_a_time_and_stale_pressure_never_evicts_twice() {
+    // 8Gi − 7.5Gi = 0.5Gi available: hard threshold met; each pod frees about 100Mi, so
+    // pressure stays after each eviction.
+    let fake = Fake::new(
+        7 * GI + GI / 2 - 300 * MI,
+        &[
+            ("default/a", 100 * MI),
+            ("default/b", 110 * MI),
+            ("default/c", 90 * MI),
+        ],
+    );
+    // A kill takes 500 ms to empty the pod's cgroups.
+    fake.node().kill_delay = Duration::from_millis(500);
+    let mut h = Harness::start(fake, 1);
+    let first = h.next(secs(1)).await;
+    assert_eq!(started(&first), vec![("default/b".to_string(), 0)]);
+    // A wake while b is still going: the stats still count b's memory, so the policy
+    // would pick a; the loop holds that back.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    h.wake();
+    let during = h.next(secs(1)).await;
+    assert!(started(&during).is_empty(), "{}", during.summary);
+    let deferred = &during.pass.as_ref().expect("observed").deferred;
+    assert_eq!(deferred.len(), 1, "{}", during.summary);
+    assert_eq!(deferred[0].pod_key, "default/a");
+    // b is gone: the loop decides again at once on fresh stats, and the next pod goes.
+    let after = h.next(secs(1)).await;
+    assert_eq!(after.sources(), vec![WakeSource::Eviction]);
+    assert_eq!(after.now, first.now + Duration::from_millis(500));
+    let pass = after.pass.as_ref().expect("observed");
+    assert_eq!(pass.finished.len(), 1);
+    assert_eq!(pass.finished[0].outcome, EvictionOutcome::Evicted);
+    assert_eq!(started(&after), vec![("default/a".to_string(), 0)]);
+    let kills: Vec<String> = h.fake.kills().into_iter().map(|k| k.pod).collect();
+    assert_eq!(kills, vec!["default/b", "default/a"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_eviction_under_way_defers_the_next_decision_on_the_same_pressure() {
+    // Soft pressure only; the victim takes its whole 10 s grace period to leave.
+    let mut h = Harness::start(
+        Fake::new(5 * GI, &[("default/small", GI / 2), ("default/big", GI)]),
+        1,
+    );
+    h.next(secs(1)).await;
+    let soft = h.next(secs(60)).await;
+    assert_eq!(started(&soft), vec![("default/big".to_string(), 10)]);
+    // Wakes during big's grace period: the soft threshold is still met on stats that
+    // still count big's memory, so small must not be evicted for it.
+    for _ in 0..3 {
+        tokio::time::sleep(secs(2)).await;
+        h.wake();
+        let report = h.next(secs(1)).await;
+        assert!(started(&report).is_empty(), "{}", report.summary);
+        let pass = report.pass.as_ref().expect("observed");
+        assert_eq!(pass.deferred.len(), 1, "{}", report.summary);
+    }
+    // When big is gone the loop decides again at once, on fresh stats: resolved.
+    let done = h.next(secs(10)).await;
+    assert_eq!(done.sources(), vec![WakeSource::Eviction]);
+    assert_eq!(done.now, soft.now + secs(10));
+    assert!(started(&done).is_empty(), "{}", done.summary);
+    assert_eq!(h.fake.kills().len(), 1);
+    assert_eq!(h.state.read().metrics.evictions["memory.available"], 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_kill_is_retried_at_once_a_bounded_number_of_times_and_reported() {
+    let mut h = Harness::start(Fake::new(7 * GI, &[("default/stuck", 600 * MI)]), 0);
+    h.fake.node().scripted = vec![EvictionOutcome::TimedOut { alive: 2 }; 5];
+    h.wake();
+    let first = h.next(secs(1)).await;
+    assert_eq!(started(&first), vec![("default/stuck".to_string(), 0)]);
+    let done = h.next(secs(60)).await;
+    let pass = done.pass.as_ref().expect("observed");
+    assert_eq!(pass.finished.len(), 1, "{}", done.summary);
+    assert_eq!(pass.finished[0].attempts, eviction::MAX_KILL_ATTEMPTS);
+    assert_eq!(
+        pass.finished[0].outcome,
+        EvictionOutcome::TimedOut { alive: 2 }
+    );
+    let kills = h.fake.kills();
+    assert_eq!(kills.len(), 3);
+    assert!(kills.iter().all(|k| k.grace_period_seconds == 0));
+    let state = h.state.read();
+    assert_eq!(state.metrics.eviction_outcomes["timed_out"], 1);
+    assert!(!state.metrics.evictions.contains_key("memory.available"));
+    let view = state.evictions.back().expect("recorded");
+    assert_eq!((view.outcome.as_str(), view.attempts), ("timed_out", 3));
+    assert!(
+        state
+            .events
+            .iter()
+            .any(|e| e.reason == "EvictionFailed" && e.object == "default/stuck"),
+        "{:?}",
+        state.events
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kill_that_fails_once_succeeds_on_its_retry() {
+    let mut h = Harness::start(Fake::new(7 * GI, &[("default/p", 600 * MI)]), 0);
+    h.fake.node().scripted = vec![EvictionOutcome::KillFailed("EBUSY".into())];
+    h.wake();
+    h.next(secs(1)).await;
+    let done = h.next(secs(60)).await;
+    let finished = &done.pass.as_ref().expect("observed").finished;
+    assert_eq!(finished[0].outcome, EvictionOutcome::Evicted);
+    assert_eq!(finished[0].attempts, 2);
+    assert_eq!(h.state.read().metrics.evictions["memory.available"], 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn node_level_reclaim_runs_off_the_loop_and_spares_the_pods_when_enough() {
+    let fake = Fake::new(GI, &[("default/a", GI)]);
+    // nodefs 5Gi of 100Gi free: under the hard 10 %.
+    fake.node().nodefs_available = 5 * GI;
+    fake.node().reclaim_frees = 20 * GI;
+    let mut h = Harness::start(fake, 1);
+    let report = h.next(secs(1)).await;
+    let pass = report.pass.as_ref().expect("observed");
+    assert_eq!(
+        h.fake.node().reclaims,
+        vec![(Resource::EphemeralStorage, Signal::NodeFsAvailable)]
+    );
+    assert!(pass.outcome.node_reclaim.sufficient, "{}", report.summary);
+    assert!(started(&report).is_empty());
+    assert_eq!(
+        h.fake.node().conditions,
+        vec![NodeConditionType::DiskPressure]
+    );
+}
