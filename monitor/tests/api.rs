@@ -1,5 +1,9 @@
 //! The local API end to end, unprivileged: `serve` on a socket in a temp dir, answered by
 //! the blocking client, raw HTTP, and the `monitor` binary's client subcommands.
+
+mod support {
+    pub mod exposition;
+}
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -7,13 +11,14 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use monitor::api::{ApiError, ApiServer, check_exposition, get, serve};
+use monitor::api::{ApiError, ApiServer, get, serve};
 use monitor::notify::{SourceStatus, WakeSource};
 use monitor::state::{
     ContainerView, Histogram, LastSync, PodView, SharedState, SignalStatus, ThresholdStatus,
 };
 use rstest::rstest;
 use serde_json::Value;
+use support::exposition::check_exposition;
 use tokio::runtime::Runtime;
 
 /// A state as the manager and pod runtime leave it mid-pressure.

@@ -2,6 +2,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod arch;
 mod bench;
 mod cmd;
 mod demo;
@@ -23,7 +24,11 @@ enum Command {
     Setup,
     /// Build and run the agent on this host (root) with the embedded default config.
     Run(run::RunArgs),
-    /// Run every test: unit, privileged integration (root), and the cgroup v2 VM suite.
+    /// Check the monitor crate's architecture from its source: no import circle between
+    /// modules, no I/O or clock read in the policy.
+    Arch,
+    /// Run every check and test: architecture, clippy, unit, privileged integration (root),
+    /// and the cgroup v2 VM suite.
     Test(test::TestArgs),
     /// The agent beats the OOM killer on a 1 GiB bounded node (`--runs 10` to repeat).
     Demo(demo::DemoArgs),
@@ -37,6 +42,7 @@ enum Command {
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Setup => setup::ensure(),
+        Command::Arch => arch::run(),
         Command::Run(args) => run::run(args),
         Command::Test(args) => test::run(args),
         Command::Vm(args) => vm::run(args),

@@ -1,6 +1,7 @@
-//! `cargo xtask test`: every test. Unit tests of the pure parts, then the privileged
-//! integration tests (root, real cgroups and kernel events, one at a time), then the
-//! cgroup v2 suite in a VM. Prints one closing line with the totals, skips included.
+//! `cargo xtask test`: every test. The architecture check and clippy, unit tests of the pure
+//! parts, then the privileged integration tests (root, real cgroups and kernel events, one
+//! at a time), then the cgroup v2 suite in a VM. Prints one closing line with the totals,
+//! skips included.
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -109,11 +110,71 @@ fn nix_is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Counts a check that is not a test binary (the architecture rules, clippy) as one test:
+/// passed, or failed and named among the run's failures.
+fn count_check(
+    totals: &mut Totals,
+    failures: &mut Vec<&'static str>,
+    name: &'static str,
+    ok: bool,
+) {
+    if ok {
+        totals.passed += 1;
+    } else {
+        totals.failed += 1;
+        failures.push(name);
+    }
+}
+
 pub fn run(args: TestArgs) -> Result<()> {
     crate::setup::ensure()?;
     let root = workspace_root();
     let mut totals = Totals::default();
     let mut failures = Vec::new();
+
+    // Checks that need no build come first, so that their findings head the output.
+    println!("== architecture (cargo xtask arch): import circles, I/O or clocks in policy");
+    let arch = crate::arch::check(&root)?;
+    for line in arch.lines() {
+        println!("{line}");
+    }
+    count_check(
+        &mut totals,
+        &mut failures,
+        "architecture: import circles",
+        arch.circles.is_empty(),
+    );
+    count_check(
+        &mut totals,
+        &mut failures,
+        "architecture: I/O or clocks in policy",
+        arch.io_uses.is_empty(),
+    );
+
+    // The same environment as the unit tests below (AYA_BUILD_SKIP as the caller set it):
+    // monitor's build.rs sees the same inputs, so the eBPF object is not rebuilt for
+    // clippy's sake.
+    println!("== clippy (every target, warnings denied)");
+    let clippy = cargo()
+        .current_dir(&root)
+        .args([
+            "clippy",
+            "-p",
+            "monitor",
+            "-p",
+            "monitor-common",
+            "-p",
+            "xtask",
+            "-p",
+            "monitor-tests",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .status()
+        .context("starting cargo clippy")?;
+    count_check(&mut totals, &mut failures, "clippy", clippy.success());
 
     println!("== unit tests (pure policy, parsers, readers)");
     let (ok, t) = run_counted(cargo().current_dir(&root).args([
@@ -199,5 +260,27 @@ mod tests {
                 skipped: 2
             }
         );
+    }
+
+    #[test]
+    fn a_check_counts_as_one_test_and_names_its_failure() {
+        let mut totals = Totals::default();
+        let mut failures = Vec::new();
+        count_check(&mut totals, &mut failures, "clippy", true);
+        count_check(
+            &mut totals,
+            &mut failures,
+            "architecture: import circles",
+            false,
+        );
+        assert_eq!(
+            totals,
+            Totals {
+                passed: 1,
+                failed: 1,
+                skipped: 0
+            }
+        );
+        assert_eq!(failures, ["architecture: import circles"]);
     }
 }

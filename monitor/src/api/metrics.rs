@@ -273,7 +273,7 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::api::check_exposition;
+    use crate::api::exposition::check_exposition;
     use crate::notify::SourceStatus;
     use crate::state::{PodView, SignalStatus, ThresholdStatus};
 

@@ -23,6 +23,9 @@
 use std::path::PathBuf;
 
 mod client;
+/// The test-only checker of the exposition format, shared with the integration tests.
+#[cfg(test)]
+#[path = "../../tests/support/exposition.rs"]
 mod exposition;
 mod metrics;
 mod render;
@@ -30,7 +33,6 @@ mod routes;
 mod server;
 
 pub use client::{ClientArgs, ClientCommand, DEFAULT_SOCKET, get, run_client};
-pub use exposition::check_exposition;
 pub use metrics::{METRICS_CONTENT_TYPE, render_metrics};
 pub use render::{render_events, render_pods, render_status};
 pub use routes::{Reply, Scope, respond};

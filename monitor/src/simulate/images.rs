@@ -1,6 +1,5 @@
 //! The scenario's image model: the node's images (`images:` of the steps), tracked
 //! across steps by the image GC policy, deleted by node-level reclaim and periodic GC.
-use crate::config::kubelet::ImageGcSettings;
 use crate::policy::image_gc::Image;
 use crate::policy::image_gc::{
     ImageGcPolicy, ImageGcState, free_all_eligible, garbage_collect, images_in_use,
@@ -21,14 +20,9 @@ pub struct ImageModel {
 }
 
 impl ImageModel {
-    pub fn new(settings: &ImageGcSettings) -> Self {
+    pub fn new(policy: &ImageGcPolicy) -> Self {
         ImageModel {
-            policy: ImageGcPolicy {
-                high_threshold_percent: settings.high_threshold_percent,
-                low_threshold_percent: settings.low_threshold_percent,
-                min_age: settings.minimum_image_ttl,
-                max_age: settings.maximum_image_gc_age,
-            },
+            policy: *policy,
             images: Vec::new(),
             state: ImageGcState::new(),
             began_gc: None,

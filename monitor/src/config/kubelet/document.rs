@@ -184,12 +184,12 @@ pub(super) fn parse_document(
             "imageMinimumGCAge" => {
                 let age = field.duration(k, &value)?;
                 if !age.is_zero() {
-                    config.image_gc.minimum_image_ttl = age;
+                    config.image_gc.min_age = age;
                 }
             }
             "imageMaximumGCAge" => {
                 let age = field.duration(k, &value)?;
-                config.image_gc.maximum_image_gc_age = (!age.is_zero()).then_some(age);
+                config.image_gc.max_age = (!age.is_zero()).then_some(age);
             }
             "systemReserved" => config.system_reserved = field.reservation(k, &value)?,
             "kubeReserved" => config.kube_reserved = field.reservation(k, &value)?,

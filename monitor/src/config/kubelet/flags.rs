@@ -246,7 +246,7 @@ fn apply_one(
         }
         ("minimum-image-ttl-duration", FlagValue::Duration(d)) => {
             if !d.is_zero() {
-                config.image_gc.minimum_image_ttl = d;
+                config.image_gc.min_age = d;
             }
         }
         ("housekeeping-interval", FlagValue::Duration(d)) => {

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use serde_yaml_ng::Value;
 
+pub use crate::policy::image_gc::ImageGcPolicy;
 use crate::policy::quantity::{Quantity, parse_quantity, parse_quantity_or_percent};
 use crate::policy::signal::Signal;
 
@@ -54,36 +55,12 @@ const ENFORCE_NODE_ALLOCATABLE_VALUES: [&str; 6] = [
     "none",
 ];
 
-/// Image garbage collection settings (kubelet: imageGC* fields, images.ImageGCPolicy).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ImageGcSettings {
-    /// Disk usage percent at or above which image GC runs (default 85).
-    pub high_threshold_percent: i32,
-    /// Disk usage percent image GC frees down to (default 80).
-    pub low_threshold_percent: i32,
-    /// Images younger than this are never collected (imageMinimumGCAge, default 2m).
-    pub minimum_image_ttl: Duration,
-    /// Images unused for longer than this are collected regardless of disk usage
-    /// (imageMaximumGCAge; unset or 0 disables).
-    pub maximum_image_gc_age: Option<Duration>,
-}
-
-impl Default for ImageGcSettings {
-    fn default() -> Self {
-        ImageGcSettings {
-            high_threshold_percent: 85,
-            low_threshold_percent: 80,
-            minimum_image_ttl: Duration::from_secs(120),
-            maximum_image_gc_age: None,
-        }
-    }
-}
-
 /// The settings of a KubeletConfiguration the agent acts on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KubeletConfig {
     pub eviction: EvictionConfig,
-    pub image_gc: ImageGcSettings,
+    /// The imageGC* keys and imageMinimumGCAge / imageMaximumGCAge.
+    pub image_gc: ImageGcPolicy,
     pub system_reserved: BTreeMap<String, Quantity>,
     pub kube_reserved: BTreeMap<String, Quantity>,
     /// Fraction of a tier's requests reserved from lower QoS tiers, by resource
@@ -275,7 +252,7 @@ struct Scalars {
 pub fn default_kubelet_config() -> KubeletConfig {
     let mut config = KubeletConfig {
         eviction: EvictionConfig::default(),
-        image_gc: ImageGcSettings::default(),
+        image_gc: ImageGcPolicy::default(),
         system_reserved: BTreeMap::new(),
         kube_reserved: BTreeMap::new(),
         qos_reserved: BTreeMap::new(),
@@ -359,13 +336,13 @@ fn finish(
     }
     config.image_gc.high_threshold_percent = high as i32;
     config.image_gc.low_threshold_percent = low as i32;
-    if let Some(maximum) = config.image_gc.maximum_image_gc_age
-        && maximum <= config.image_gc.minimum_image_ttl
+    if let Some(maximum) = config.image_gc.max_age
+        && maximum <= config.image_gc.min_age
     {
         return Err(ConfigError::ImageGcAges {
             origin: scalars.origin.clone(),
             maximum: format_go_duration(maximum),
-            minimum: format_go_duration(config.image_gc.minimum_image_ttl),
+            minimum: format_go_duration(config.image_gc.min_age),
         });
     }
     let built = thresholds::build_thresholds(&config.source, &config.enforce_node_allocatable)?;

@@ -62,7 +62,7 @@ fn empty_document_gives_kubelet_defaults() {
     );
     assert_eq!(config.eviction.pressure_transition_period, secs(300));
     assert_eq!(config.eviction.max_pod_grace_period_seconds, 0);
-    assert_eq!(config.image_gc, ImageGcSettings::default());
+    assert_eq!(config.image_gc, ImageGcPolicy::default());
     assert_eq!(
         (
             config.image_gc.high_threshold_percent,
@@ -70,7 +70,7 @@ fn empty_document_gives_kubelet_defaults() {
         ),
         (85, 80)
     );
-    assert_eq!(config.image_gc.minimum_image_ttl, secs(120));
+    assert_eq!(config.image_gc.min_age, secs(120));
     assert_eq!(config.housekeeping_interval, secs(10));
     assert_eq!(config.max_pods, 110);
     assert_eq!(config.enforce_node_allocatable, vec!["pods".to_string()]);
@@ -127,11 +127,11 @@ podPidsLimit: 4096
     assert_eq!(config.eviction.max_pod_grace_period_seconds, 60);
     assert_eq!(
         config.image_gc,
-        ImageGcSettings {
+        ImageGcPolicy {
             high_threshold_percent: 90,
             low_threshold_percent: 70,
-            minimum_image_ttl: secs(300),
-            maximum_image_gc_age: Some(secs(168 * 3600)),
+            min_age: secs(300),
+            max_age: Some(secs(168 * 3600)),
         }
     );
     assert_eq!(
@@ -211,7 +211,7 @@ fn zero_durations_mean_the_default() {
     let (config, _) =
         load("evictionPressureTransitionPeriod: 0s\nimageMinimumGCAge: \"0\"\nmaxPods: 0\n");
     assert_eq!(config.eviction.pressure_transition_period, secs(300));
-    assert_eq!(config.image_gc.minimum_image_ttl, secs(120));
+    assert_eq!(config.image_gc.min_age, secs(120));
     assert_eq!(config.max_pods, 110);
 }
 
@@ -371,7 +371,7 @@ fn flags_override_the_file() {
         ),
         (70, 60)
     );
-    assert_eq!(config.image_gc.minimum_image_ttl, secs(600));
+    assert_eq!(config.image_gc.min_age, secs(600));
     assert_eq!(
         config.system_reserved["memory"],
         parse_quantity("1.5Gi").unwrap()
