@@ -119,11 +119,15 @@ impl Report {
 
     /// What was checked, one line per finding, and the summary line.
     pub fn lines(&self) -> Vec<String> {
-        let mut checked = format!("arch: no circle among {} units", self.units.len());
+        // What the rules cover; the findings and the counts follow.
+        let mut checked = format!(
+            "arch: rules: no import circle among the {} top-level modules",
+            self.units.len()
+        );
         if !self.layered.is_empty() {
             checked += &format!(" nor among the children of {}", self.layered.join(", "));
         }
-        checked += "; no I/O or clock in policy";
+        checked += "; no I/O or clock under policy/";
         let mut lines = vec![checked];
         lines.extend(self.circles.iter().map(Circle::to_string));
         lines.extend(

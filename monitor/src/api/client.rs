@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::ApiError;
+use super::error::ApiError;
 
 /// Where the agent listens unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/monitor/monitor.sock";

@@ -47,9 +47,23 @@ pub fn render_metrics(state: &AgentState) -> String {
     }
 
     out.family(
+        "monitor_eviction_outcomes_total",
+        "counter",
+        "Evictions ended, by outcome: evicted, already_gone, timed_out or kill_failed (after retries).",
+    );
+    for outcome in ["evicted", "already_gone", "timed_out", "kill_failed"] {
+        let count = m.eviction_outcomes.get(outcome).copied().unwrap_or(0);
+        out.sample(
+            "monitor_eviction_outcomes_total",
+            &[("outcome", outcome)],
+            count,
+        );
+    }
+
+    out.family(
         "monitor_synchronizes_total",
         "counter",
-        "Synchronize passes (observe, decide, act) run by the manager.",
+        "Synchronize passes (observe, decide, act) run by the synchronize loop.",
     );
     out.sample("monitor_synchronizes_total", &[], m.synchronizes);
 
@@ -327,6 +341,7 @@ mod tests {
         s.pods = vec![pod("Running"), pod("Running"), pod("Failed")];
         s.metrics.evictions.insert("memory.available".into(), 3);
         s.metrics.synchronizes = 42;
+        s.metrics.eviction_outcomes.insert("timed_out".into(), 2);
         s.metrics.sync_duration.observe(0.0002);
         s.metrics.sync_duration.observe(20.0);
         let mut psi = Histogram::default();
@@ -355,6 +370,8 @@ mod tests {
     #[rstest]
     #[case::eviction_counter("monitor_evictions_total{signal=\"memory.available\"} 3")]
     #[case::synchronizes("monitor_synchronizes_total 42")]
+    #[case::eviction_outcome("monitor_eviction_outcomes_total{outcome=\"timed_out\"} 2")]
+    #[case::eviction_outcome_zero("monitor_eviction_outcomes_total{outcome=\"kill_failed\"} 0")]
     #[case::available("monitor_signal_available{signal=\"memory.available\"} 419430400")]
     #[case::capacity("monitor_signal_capacity{signal=\"memory.available\"} 8589934592")]
     #[case::hard_met(

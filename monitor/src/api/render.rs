@@ -77,6 +77,24 @@ pub fn render_status(state: &AgentState) -> String {
         }
     }
 
+    if !state.evictions.is_empty() {
+        out += "\nEVICTIONS (newest last)\n";
+        for e in state.evictions.iter().rev().take(10).rev() {
+            out += &format!(
+                "  {} {} ({}, grace {} s): {}{}\n",
+                clean(&e.finished_at),
+                clean(&e.pod),
+                clean(&e.signal),
+                e.grace_period_seconds,
+                clean(&e.outcome),
+                match &e.detail {
+                    Some(detail) => format!(" after {} attempt(s): {}", e.attempts, clean(detail)),
+                    None => String::new(),
+                },
+            );
+        }
+    }
+
     out += "\nLAST SYNCHRONIZE\n";
     match &state.last_sync {
         None => out += "  none yet\n",
@@ -300,6 +318,15 @@ mod tests {
             duration_us: 640,
             summary: "soft threshold met, waiting for grace period".into(),
         });
+        s.evictions.push_back(crate::state::EvictionView {
+            pod: "default/stuck".into(),
+            signal: "memory.available".into(),
+            grace_period_seconds: 0,
+            outcome: "timed_out".into(),
+            detail: Some("2 process(es) still alive after the kill timeout".into()),
+            attempts: 3,
+            finished_at: "2025-01-02T03:04:06Z".into(),
+        });
         s
     }
 
@@ -317,6 +344,9 @@ mod tests {
         "#17 at 2025-01-02T03:04:05Z, woken by psi, ebpf: wake latency 1.25ms, took 640µs"
     )]
     #[case::summary("soft threshold met, waiting for grace period")]
+    #[case::eviction(
+        "default/stuck (memory.available, grace 0 s): timed_out after 3 attempt(s): 2 process(es) still alive"
+    )]
     fn status_shows(#[case] expected: &str) {
         let text = render_status(&status_state());
         assert!(text.contains(expected), "{expected:?} not in\n{text}");

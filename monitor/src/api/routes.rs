@@ -85,6 +85,8 @@ struct StatusView<'a> {
     signals: &'a [SignalStatus],
     conditions: &'a [String],
     last_sync: Option<&'a LastSync>,
+    /// The newest evictions and how each ended.
+    evictions: &'a std::collections::VecDeque<crate::state::EvictionView>,
     observation: Option<&'a NodeObservation>,
 }
 
@@ -94,6 +96,7 @@ fn status_view(state: &AgentState) -> StatusView<'_> {
         signals: &state.signals,
         conditions: &state.conditions,
         last_sync: state.last_sync.as_ref(),
+        evictions: &state.evictions,
         observation: state.observation.as_ref(),
     }
 }

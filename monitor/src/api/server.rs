@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::ApiError;
+use super::error::ApiError;
 use super::routes::{ALLOWED_METHODS, Scope, respond};
 use crate::state::SharedState;
 

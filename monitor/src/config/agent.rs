@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::notify::arming::MemoryThresholds;
-use crate::notify::psi::PsiTrigger;
+use crate::notify::psi::{PsiTrigger, PsiTriggerError};
 use crate::observe::CgroupLayout;
 use crate::policy::quantity::Quantity;
 
@@ -15,6 +15,24 @@ use crate::policy::quantity::Quantity;
 fn go_duration<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     super::kubelet::parse_go_duration(&text).map_err(serde::de::Error::custom)
+}
+
+/// A `monitor:` block the agent refuses. Every variant names the file (`origin`).
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// An unknown key or a value of the wrong type (serde names the key).
+    #[error("{origin}: monitor: {source}")]
+    Yaml {
+        origin: String,
+        #[source]
+        source: serde_yaml_ng::Error,
+    },
+    #[error("{origin}: monitor.sources.psiWindow/psiStall: {source}")]
+    PsiTrigger {
+        origin: String,
+        #[source]
+        source: PsiTriggerError,
+    },
 }
 
 /// Everything the agent needs to start its sources and synchronize loop: plain settings,
@@ -127,16 +145,25 @@ impl AgentSettings {
     }
 
     /// Parses the raw `monitor:` value; `origin` names the file in errors.
-    pub fn from_value(value: Option<serde_yaml_ng::Value>, origin: &str) -> Result<Self, String> {
+    pub fn from_value(
+        value: Option<serde_yaml_ng::Value>,
+        origin: &str,
+    ) -> Result<Self, SettingsError> {
         let Some(value) = value else {
             return Ok(AgentSettings::default());
         };
         let settings: AgentSettings =
-            serde_yaml_ng::from_value(value).map_err(|e| format!("{origin}: monitor: {e}"))?;
+            serde_yaml_ng::from_value(value).map_err(|source| SettingsError::Yaml {
+                origin: origin.to_string(),
+                source,
+            })?;
         settings
             .psi_trigger()
             .validate()
-            .map_err(|e| format!("{origin}: monitor.sources.psiWindow/psiStall: {e}"))?;
+            .map_err(|source| SettingsError::PsiTrigger {
+                origin: origin.to_string(),
+                source,
+            })?;
         Ok(settings)
     }
 }
@@ -145,8 +172,10 @@ impl AgentSettings {
 mod tests {
     use super::*;
 
+    /// The error as text: the tests check what a user reads.
     fn parse(yaml: &str) -> Result<AgentSettings, String> {
         AgentSettings::from_value(Some(serde_yaml_ng::from_str(yaml).unwrap()), "agent.yaml")
+            .map_err(|e| e.to_string())
     }
 
     #[test]

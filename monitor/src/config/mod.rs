@@ -22,6 +22,16 @@ pub struct LoadedConfig {
     pub warnings: Vec<kubelet::ConfigWarning>,
 }
 
+/// A configuration file the agent refuses: its kubelet part or its `monitor:` block.
+/// Both messages name the file.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentConfigError {
+    #[error(transparent)]
+    Kubelet(#[from] kubelet::ConfigError),
+    #[error(transparent)]
+    Settings(#[from] agent::SettingsError),
+}
+
 /// Loads a configuration file (or the embedded default), then applies kubelet-style
 /// flags (`--eviction-hard=...`) on top. Warnings are logged.
 pub fn load_agent_config(path: Option<&Path>, flags: &[String]) -> anyhow::Result<LoadedConfig> {
@@ -35,7 +45,8 @@ pub fn load_agent_config(path: Option<&Path>, flags: &[String]) -> anyhow::Resul
             "<embedded default config>".to_string(),
         ),
     };
-    let loaded = parse_agent_config(&text, &origin, flags).map_err(anyhow::Error::msg)?;
+    // As one message: it already includes its causes, which `{:#}` would print again.
+    let loaded = parse_agent_config(&text, &origin, flags).map_err(|e| anyhow::anyhow!("{e}"))?;
     for warning in &loaded.warnings {
         tracing::warn!("configuration: {warning}");
     }
@@ -47,9 +58,8 @@ pub fn parse_agent_config(
     text: &str,
     origin: &str,
     flags: &[String],
-) -> Result<LoadedConfig, String> {
-    let (kubelet, warnings) =
-        kubelet::load_kubelet_config_with_flags(text, origin, flags).map_err(|e| e.to_string())?;
+) -> Result<LoadedConfig, AgentConfigError> {
+    let (kubelet, warnings) = kubelet::load_kubelet_config_with_flags(text, origin, flags)?;
     let settings = agent::AgentSettings::from_value(kubelet.monitor.clone(), origin)?;
     let agent = agent::AgentConfig {
         settings,
@@ -113,13 +123,15 @@ mod tests {
     #[test]
     fn errors_in_either_part_name_the_file() {
         let err = parse_agent_config("evictionHard: {memory.avail: 1Gi}\n", "node.yaml", &[])
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("node.yaml") && err.contains("memory.avail"),
             "{err}"
         );
-        let err =
-            parse_agent_config("monitor: {sources: {psi: maybe}}\n", "node.yaml", &[]).unwrap_err();
+        let err = parse_agent_config("monitor: {sources: {psi: maybe}}\n", "node.yaml", &[])
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("node.yaml") && err.contains("monitor"),
             "{err}"

@@ -171,16 +171,31 @@ pub fn start(settings: &EbpfSettings, wakes: WakeSender) -> Result<EbpfSource, E
     })
 }
 
-fn attach(ebpf: &mut Ebpf, program: &str, category: &str, tracepoint: &str) -> Result<(), String> {
+/// Why one tracepoint program was not attached (the others still may be; the caller
+/// names the tracepoint).
+#[derive(Debug, thiserror::Error)]
+enum AttachError {
+    #[error("program {program} missing from the object")]
+    Missing { program: String },
+    /// Not a tracepoint program, or the kernel refused to load or attach it.
+    #[error(transparent)]
+    Program(#[from] aya::programs::ProgramError),
+}
+
+fn attach(
+    ebpf: &mut Ebpf,
+    program: &str,
+    category: &str,
+    tracepoint: &str,
+) -> Result<(), AttachError> {
     let program: &mut TracePoint = ebpf
         .program_mut(program)
-        .ok_or_else(|| format!("program {program} missing from the object"))?
-        .try_into()
-        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-    program.load().map_err(|e| e.to_string())?;
-    program
-        .attach(category, tracepoint)
-        .map_err(|e| e.to_string())?;
+        .ok_or_else(|| AttachError::Missing {
+            program: program.to_string(),
+        })?
+        .try_into()?;
+    program.load()?;
+    program.attach(category, tracepoint)?;
     Ok(())
 }
 

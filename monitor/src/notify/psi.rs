@@ -34,17 +34,24 @@ impl Default for PsiTrigger {
     }
 }
 
+/// A trigger the kernel would refuse (psi_trigger_create's limits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PsiTriggerError {
+    #[error("window {window:?} must be between 500ms and 10s")]
+    Window { window: Duration },
+    #[error("stall {stall:?} must be above zero and at most the window {window:?}")]
+    Stall { stall: Duration, window: Duration },
+}
+
 impl PsiTrigger {
     /// The kernel's limits: window in [500 ms, 10 s], stall in (0, window].
-    pub fn validate(&self) -> Result<(), String> {
-        let (s, w) = (self.stall, self.window);
-        if !(Duration::from_millis(500)..=Duration::from_secs(10)).contains(&w) {
-            return Err(format!("window {w:?} must be between 500ms and 10s"));
+    pub fn validate(&self) -> Result<(), PsiTriggerError> {
+        let (stall, window) = (self.stall, self.window);
+        if !(Duration::from_millis(500)..=Duration::from_secs(10)).contains(&window) {
+            return Err(PsiTriggerError::Window { window });
         }
-        if s.is_zero() || s > w {
-            return Err(format!(
-                "stall {s:?} must be above zero and at most the window {w:?}"
-            ));
+        if stall.is_zero() || stall > window {
+            return Err(PsiTriggerError::Stall { stall, window });
         }
         Ok(())
     }
@@ -100,8 +107,8 @@ pub fn arm(
     Ok((super::async_fd(f, Interest::PRIORITY)?, used))
 }
 
-/// Per file: the trigger armed, or why none could be.
-pub type ArmReport = Vec<(PathBuf, Result<PsiTrigger, String>)>;
+/// Per file: the trigger armed, or why the kernel refused it (the file is the key).
+pub type ArmReport = Vec<(PathBuf, std::io::Result<PsiTrigger>)>;
 
 /// Arms every file and wakes on each trigger. Returns the task (none when nothing armed)
 /// and the report.
@@ -118,7 +125,7 @@ pub fn spawn(
                 armed.push((file.clone(), fd));
                 report.push((file.clone(), Ok(used)));
             }
-            Err(err) => report.push((file.clone(), Err(err.to_string()))),
+            Err(err) => report.push((file.clone(), Err(err))),
         }
     }
     if armed.is_empty() {
@@ -159,9 +166,17 @@ mod tests {
             stall: Duration::from_millis(s),
             window: Duration::from_millis(w),
         };
-        assert!(t(100, 400).validate().is_err());
+        assert_eq!(
+            t(100, 400).validate(),
+            Err(PsiTriggerError::Window {
+                window: Duration::from_millis(400)
+            })
+        );
         assert!(t(0, 1000).validate().is_err());
-        assert!(t(2000, 1000).validate().is_err());
+        assert_eq!(
+            t(2000, 1000).validate().map_err(|e| e.to_string()),
+            Err("stall 2s must be above zero and at most the window 1s".to_string())
+        );
         assert!(t(100, 11_000).validate().is_err());
     }
 

@@ -3,7 +3,8 @@
 //! moment. Roots are injectable so tests can point a reader at a fake tree.
 use std::path::{Path, PathBuf};
 
-use super::{ObserveError, parse, read_file};
+use super::error::{ObserveError, read_file};
+use super::parse;
 
 /// Which hierarchy carries the memory controller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

@@ -1,7 +1,7 @@
 //! Filesystem bytes and inodes (statvfs), for the nodefs and imagefs signals.
 use std::path::Path;
 
-use super::ObserveError;
+use super::error::ObserveError;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct FsStats {

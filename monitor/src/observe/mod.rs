@@ -2,36 +2,18 @@
 //! (statvfs), pids (sysinfo, pid_max) and PSI. Nothing here caches: every call reads the
 //! kernel's files at that moment, which is what keeps decisions off stale stats
 //! (kubernetes#51745).
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub mod cgroup;
+mod error;
 pub mod fs;
 pub mod parse;
 
 pub use cgroup::{CgroupLayout, CgroupReader, CgroupVersion, MemoryEvents, MemoryStats};
+pub use error::ObserveError;
+use error::read_file;
 pub use fs::FsStats;
 pub use parse::Psi;
-
-/// What went wrong reading a kernel file. Always names the file.
-#[derive(Debug, thiserror::Error)]
-pub enum ObserveError {
-    #[error("reading {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {reason}")]
-    Parse { path: PathBuf, reason: String },
-    #[error("{path}: key {key:?} is missing")]
-    Missing { path: PathBuf, key: String },
-}
-
-pub(crate) fn read_file(path: &Path) -> Result<String, ObserveError> {
-    std::fs::read_to_string(path).map_err(|source| ObserveError::Read {
-        path: path.to_path_buf(),
-        source,
-    })
-}
 
 /// Where to look.
 #[derive(Clone, Debug)]
@@ -238,7 +220,7 @@ mod tests {
 
     use super::*;
 
-    fn write(root: &Path, name: &str, text: &str) {
+    fn write(root: &std::path::Path, name: &str, text: &str) {
         let p = root.join(name);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         fs::write(p, text).unwrap();

@@ -58,7 +58,17 @@ pub struct Psi {
     pub full: Option<PsiLine>,
 }
 
-pub fn psi(text: &str) -> Result<Psi, String> {
+/// A PSI file that does not parse; the caller adds the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PsiParseError {
+    /// `kind` is the line ("some", "full"), `word` the `key=value` that is not a number.
+    #[error("{kind}: bad value {word:?}")]
+    BadValue { kind: String, word: String },
+    #[error("no \"some\" line")]
+    NoSome,
+}
+
+pub fn psi(text: &str) -> Result<Psi, PsiParseError> {
     let mut some = None;
     let mut full = None;
     for line in text.lines() {
@@ -69,7 +79,10 @@ pub fn psi(text: &str) -> Result<Psi, String> {
             let Some((key, value)) = word.split_once('=') else {
                 continue;
             };
-            let bad = || format!("{kind}: bad value {word:?}");
+            let bad = || PsiParseError::BadValue {
+                kind: kind.to_string(),
+                word: word.to_string(),
+            };
             match key {
                 "avg10" => parsed.avg10 = value.parse().map_err(|_| bad())?,
                 "avg60" => parsed.avg60 = value.parse().map_err(|_| bad())?,
@@ -85,7 +98,7 @@ pub fn psi(text: &str) -> Result<Psi, String> {
         }
     }
     Ok(Psi {
-        some: some.ok_or("no \"some\" line")?,
+        some: some.ok_or(PsiParseError::NoSome)?,
         full,
     })
 }
@@ -157,8 +170,11 @@ mod tests {
         assert_eq!(p.some.avg10, 1.5);
         assert_eq!(p.some.total_us, 12345);
         assert_eq!(p.full.unwrap().total_us, 7);
-        assert!(psi("full avg10=0.00 total=1\n").is_err());
-        assert!(psi("some avg10=x total=1\n").is_err());
+        assert_eq!(psi("full avg10=0.00 total=1\n"), Err(PsiParseError::NoSome));
+        assert_eq!(
+            psi("some avg10=x total=1\n").map_err(|e| e.to_string()),
+            Err("some: bad value \"avg10=x\"".to_string())
+        );
     }
 
     #[rstest]

@@ -10,7 +10,7 @@ use nix::sys::signal::Signal as UnixSignal;
 use super::cgroups::PodCgroup;
 use super::lifecycle::{kill, publish, remove_cgroups, update_tiers};
 use super::port::EvictionOutcome;
-use super::{Exit, LivePod, Shared};
+use super::shared::{Exit, LivePod, Shared};
 
 /// Re-takes the pods of an earlier run: running containers are watched again (through a
 /// pidfd: they are not our children any more), containers that died meanwhile go through

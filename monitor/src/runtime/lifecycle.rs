@@ -14,8 +14,9 @@ use tokio::time::Instant;
 use super::cgroups::PodCgroup;
 use super::manifests::{self, Manifest};
 use super::port::EvictionOutcome;
+use super::shared::{Exit, LivePod, MAX_BACKOFF, Shared};
 use super::store::{ContainerRecord, Phase, PodRecord};
-use super::{Exit, LivePod, MAX_BACKOFF, Shared, container, logs};
+use super::{container, logs};
 use crate::policy::eviction::{MIN_KILL_TIMEOUT, kill_timeout};
 use crate::policy::pod::Pod;
 use crate::policy::preemption::{AdmissionOutcome, admit_with_preemption};
@@ -135,7 +136,7 @@ fn report_manifest_errors(shared: &Shared, errors: &[manifests::ManifestError]) 
     let mut inner = shared.lock();
     let now: BTreeMap<_, _> = errors
         .iter()
-        .map(|e| (e.path.clone(), e.message.clone()))
+        .map(|e| (e.path().to_path_buf(), e.to_string()))
         .collect();
     let fresh: Vec<(std::path::PathBuf, String)> = now
         .iter()

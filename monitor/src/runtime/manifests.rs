@@ -16,11 +16,36 @@ pub struct Manifest {
     pub uid: String,
 }
 
-/// A manifest that did not parse.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ManifestError {
-    pub path: PathBuf,
-    pub message: String,
+/// Why a manifest (or the directory) was skipped. Every message names the file, so the
+/// text alone is enough for the BadManifest event.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The pod error already names the file and the field.
+    #[error("{source}")]
+    Pod {
+        path: PathBuf,
+        #[source]
+        source: PodError,
+    },
+    #[error("{}: metadata.name: pod {key} is already defined by another manifest", path.display())]
+    Duplicate { path: PathBuf, key: String },
+}
+
+impl ManifestError {
+    /// The file (or directory) skipped.
+    pub fn path(&self) -> &Path {
+        match self {
+            ManifestError::Read { path, .. }
+            | ManifestError::Pod { path, .. }
+            | ManifestError::Duplicate { path, .. } => path,
+        }
+    }
 }
 
 /// Whether a directory entry is a manifest (editor swap files and dotfiles are not).
@@ -43,10 +68,10 @@ pub fn load_dir(dir: &Path) -> (Vec<Manifest>, Vec<ManifestError>) {
             .map(|e| e.path())
             .collect(),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(err) => {
-            errors.push(ManifestError {
+        Err(source) => {
+            errors.push(ManifestError::Read {
                 path: dir.to_path_buf(),
-                message: format!("{}: {err}", dir.display()),
+                source,
             });
             Vec::new()
         }
@@ -55,7 +80,7 @@ pub fn load_dir(dir: &Path) -> (Vec<Manifest>, Vec<ManifestError>) {
     for path in paths {
         match load_file(&path) {
             Ok(manifest) => manifests.push(manifest),
-            Err(message) => errors.push(ManifestError { path, message }),
+            Err(err) => errors.push(err),
         }
     }
     // Two files may not define the same pod: the first (by name) wins.
@@ -63,13 +88,9 @@ pub fn load_dir(dir: &Path) -> (Vec<Manifest>, Vec<ManifestError>) {
     manifests.retain(|m| {
         let fresh = seen.insert(m.pod.key());
         if !fresh {
-            errors.push(ManifestError {
+            errors.push(ManifestError::Duplicate {
                 path: m.path.clone(),
-                message: format!(
-                    "{}: metadata.name: pod {} is already defined by another manifest",
-                    m.path.display(),
-                    m.pod.key()
-                ),
+                key: m.pod.key(),
             });
         }
         fresh
@@ -77,10 +98,16 @@ pub fn load_dir(dir: &Path) -> (Vec<Manifest>, Vec<ManifestError>) {
     (manifests, errors)
 }
 
-pub fn load_file(path: &Path) -> Result<Manifest, String> {
-    let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{origin}: {e}"))?;
-    let pod = parse_pod(&text, &origin).map_err(|e: PodError| e.to_string())?;
+pub fn load_file(path: &Path) -> Result<Manifest, ManifestError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let pod =
+        parse_pod(&text, &path.display().to_string()).map_err(|source| ManifestError::Pod {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let uid = if pod.metadata.uid.is_empty() {
         format!(
             "{:016x}",
@@ -133,11 +160,12 @@ mod tests {
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].pod.key(), "default/web");
         assert_eq!(bad.len(), 1);
+        let message = bad[0].to_string();
         assert!(
-            bad[0].message.contains("bad.yaml") && bad[0].message.contains("metadata.name"),
-            "{}",
-            bad[0].message
+            message.contains("bad.yaml") && message.contains("metadata.name"),
+            "{message}"
         );
+        assert!(bad[0].path().ends_with("bad.yaml"));
     }
 
     #[test]
@@ -159,11 +187,9 @@ mod tests {
         let (ok, bad) = load_dir(dir.path());
         assert_eq!(ok.len(), 1);
         assert!(ok[0].path.ends_with("a.yaml"));
-        assert!(
-            bad[0].message.contains("already defined"),
-            "{}",
-            bad[0].message
-        );
+        let message = bad[0].to_string();
+        assert!(message.contains("already defined"), "{message}");
+        assert!(bad[0].path().ends_with("b.yaml"));
     }
 
     #[test]

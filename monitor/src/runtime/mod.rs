@@ -7,16 +7,12 @@
 //! through the kubelet's annotations. There are no images: a container's `command` is an
 //! executable on this host. Init containers are not run.
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
 use crate::observe::CgroupLayout;
 use crate::policy::eviction::{EvictionDecision, ReclaimResult};
-use crate::policy::pod::ResourceList;
-use crate::policy::qos::CgroupOptions;
 use crate::policy::signal::Signal;
 use crate::policy::stats::{ContainerStats, PodStats, PodWithStats};
 use crate::policy::types::{NodeConditionType, Resource};
@@ -26,90 +22,19 @@ mod adopt;
 pub mod cgroups;
 pub mod container;
 mod lifecycle;
-
-pub use lifecycle::has_cap_sys_resource;
 pub mod logs;
 pub mod manifests;
 pub mod port;
+mod shared;
 pub mod store;
+
+pub use lifecycle::has_cap_sys_resource;
+pub use shared::{MAX_BACKOFF, RuntimeConfig};
 
 use cgroups::{CgroupTree, PodCgroup};
 use port::{ActivePods, BoxFuture, ConditionsSink, EvictionOutcome, NodeReclaim, PodKiller};
+use shared::{Inner, Shared};
 use store::{PodRecord, StateStore};
-
-/// Where and how the runtime runs pods.
-#[derive(Clone, Debug)]
-pub struct RuntimeConfig {
-    /// The manifest directory (the kubelet's staticPodPath).
-    pub manifest_dir: PathBuf,
-    /// Container logs (`<dir>/<ns>_<name>_<uid>/<container>/<n>.log`).
-    pub log_dir: PathBuf,
-    /// Pod records, for adoption after a restart.
-    pub state_dir: PathBuf,
-    /// The cgroup root, relative to each hierarchy's mount ("monitor": kubepods lives at
-    /// /sys/fs/cgroup/<controller>/monitor/kubepods).
-    pub cgroup_root: String,
-    /// Memory limit of the pods root: node allocatable memory on a bounded node.
-    pub pods_memory_limit: Option<i64>,
-    /// What admission checks requests against (cpu, memory, pods).
-    pub node_allocatable: ResourceList,
-    /// Node memory capacity (oom_score_adj of burstable containers).
-    pub memory_capacity: i64,
-    pub cgroup_options: CgroupOptions,
-    pub qos_reserved_memory_percent: Option<i64>,
-    /// First restart delay of a crashed container; doubles up to [`MAX_BACKOFF`].
-    pub restart_backoff: Duration,
-}
-
-/// The longest restart delay (the kubelet's MaxContainerBackOff).
-pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
-
-/// A pod the runtime knows: its record (as persisted) and what exists of it now.
-struct LivePod {
-    record: PodRecord,
-    cgroup: Option<PodCgroup>,
-    /// Being stopped or evicted: not a candidate for anything, not restarted.
-    terminating: bool,
-    /// Per container: when it may restart, and the delay used last.
-    restart_at: BTreeMap<String, tokio::time::Instant>,
-    backoff: BTreeMap<String, Duration>,
-}
-
-struct Inner {
-    pods: BTreeMap<String, LivePod>,
-    conditions: Vec<NodeConditionType>,
-    /// Manifest errors already reported (path → message), so each is reported once.
-    reported_errors: BTreeMap<PathBuf, String>,
-}
-
-/// A container process ended.
-#[derive(Debug)]
-struct Exit {
-    uid: String,
-    container: String,
-    pid: u32,
-    /// Exit code, 128 + signal, or `None` when unknown (an adopted process).
-    code: Option<i32>,
-}
-
-struct Shared {
-    config: RuntimeConfig,
-    tree: CgroupTree,
-    store: StateStore,
-    state: SharedState,
-    inner: Mutex<Inner>,
-    exits: mpsc::UnboundedSender<Exit>,
-    /// Asks the supervisor to reconcile (manifests changed, a pod finished stopping).
-    reconcile: mpsc::UnboundedSender<()>,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
 
 /// The runtime. Cheap to clone; every clone drives the same pods.
 #[derive(Clone)]

@@ -1,4 +1,4 @@
-//! The simulation loop (SIMULATE.md, "Steps and state"): each step is one eviction
+//! The simulation loop (docs/simulate.md, "Semantics"): each step is one eviction
 //! synchronize at `at`, then admission of that step's pods, then periodic image GC.
 use std::collections::BTreeMap;
 use std::time::Duration;

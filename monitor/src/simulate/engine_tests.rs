@@ -1,4 +1,4 @@
-//! The step loop's own rules (SIMULATE.md "Steps and state"), on small inline scenarios.
+//! The step loop's own rules (docs/simulate.md, "Semantics"), on small inline scenarios.
 use std::path::Path;
 
 use super::*;

@@ -124,13 +124,13 @@ mod tests {
     use super::*;
 
     #[derive(Debug, Deserialize)]
-    #[allow(dead_code, reason = "fields exist to be deserialized")]
+    #[expect(dead_code, reason = "fields exist to be deserialized")]
     struct Doc {
         items: Vec<Item>,
     }
 
     #[derive(Debug, Deserialize)]
-    #[allow(dead_code, reason = "fields exist to be deserialized")]
+    #[expect(dead_code, reason = "fields exist to be deserialized")]
     struct Item {
         size: u64,
     }

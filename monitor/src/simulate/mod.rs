@@ -2,8 +2,8 @@
 //!
 //! Input is either a snapshot (`--config`, `--pods`, `--summary`, optional `--node` and
 //! `--admit`) or a time series (`--scenario FILE`); output is one JSON object per step on
-//! stdout. The formats and the semantics chosen where the kubelet leaves room are in
-//! docs/simulate.md; the rules followed are /work/shared/SIMULATE.md's.
+//! stdout. The formats, and the semantics chosen where the kubelet leaves room, are in
+//! docs/simulate.md.
 //!
 //! Layers: [`scenario`] reads and validates the inputs (every error names file and field),
 //! [`observe`] and [`stats`] turn Summary API documents into the policy's observations and

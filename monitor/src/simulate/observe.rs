@@ -18,7 +18,7 @@ pub struct PodsCgroupLimit {
 
 /// Whether the image filesystem is dedicated (the kubelet's "withImageFs"): an explicit
 /// choice wins; otherwise dedicated iff `node.runtime.imageFs` is present and differs from
-/// `node.fs` in capacity or available bytes (SIMULATE.md, Filesystems).
+/// `node.fs` in capacity or available bytes (docs/simulate.md, "Semantics").
 pub fn has_dedicated_image_fs(summary: &Summary, explicit: Option<bool>) -> bool {
     if let Some(dedicated) = explicit {
         return dedicated;
@@ -39,7 +39,7 @@ pub fn has_dedicated_image_fs(summary: &Summary, explicit: Option<bool>) -> bool
 }
 
 /// The observation time of a statistic: its own timestamp when the summary has one,
-/// otherwise the step's time (SIMULATE.md: a summary without times is always fresh).
+/// otherwise the step's time (docs/simulate.md: a summary without times is always fresh).
 fn stat_time(time: Option<Timestamp>, step_time: Time) -> Time {
     time.map_or(step_time, Timestamp::since_epoch)
 }

@@ -1,6 +1,6 @@
-//! The JSON object printed for each step (one per line). Keys are exactly those of the
-//! policy issue plus SIMULATE.md's `evictedAll`, and `minReclaim` + `gracePeriodMet` in
-//! `thresholdsMet` entries.
+//! The JSON object printed for each step (one per line); docs/simulate.md, "Output",
+//! lists every key, `evictedAll` and the `minReclaim` + `gracePeriodMet` of
+//! `thresholdsMet` entries included.
 use serde::Serialize;
 
 /// The decisions of one step.

@@ -29,11 +29,20 @@ impl<'de> Deserialize<'de> for Timestamp {
     }
 }
 
+/// Text that is not an RFC 3339 timestamp. One error for every defect: the expected form
+/// tells the user more than which part was wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TimestampError {
+    #[error("{text:?} is not an RFC 3339 timestamp (expected e.g. 2024-05-01T10:00:00Z)")]
+    NotRfc3339 { text: String },
+}
+
 /// Parses `2024-05-01T10:00:00Z`, `2024-05-01T10:00:00.123456789+02:00` and the lower-case
 /// `t`/`z` forms RFC 3339 allows.
-pub fn parse_rfc3339(text: &str) -> Result<Timestamp, String> {
-    let bad =
-        || format!("{text:?} is not an RFC 3339 timestamp (expected e.g. 2024-05-01T10:00:00Z)");
+pub fn parse_rfc3339(text: &str) -> Result<Timestamp, TimestampError> {
+    let bad = || TimestampError::NotRfc3339 {
+        text: text.to_string(),
+    };
     let b = text.as_bytes();
     if b.len() < 20
         || b[4] != b'-'
@@ -44,7 +53,7 @@ pub fn parse_rfc3339(text: &str) -> Result<Timestamp, String> {
     {
         return Err(bad());
     }
-    let num = |range: std::ops::Range<usize>| -> Result<i64, String> {
+    let num = |range: std::ops::Range<usize>| -> Result<i64, TimestampError> {
         let s = text.get(range).ok_or_else(bad)?;
         if !s.bytes().all(|c| c.is_ascii_digit()) {
             return Err(bad());
@@ -167,7 +176,7 @@ mod tests {
     #[case("2024-01-01T00:00:00.Z")]
     #[case("2024-01-01T00:00:0éZ")]
     fn rfc3339_rejects_malformed(#[case] text: &str) {
-        let err = parse_rfc3339(text).expect_err(text);
+        let err = parse_rfc3339(text).expect_err(text).to_string();
         assert!(err.contains("RFC 3339"), "{err}");
     }
 }

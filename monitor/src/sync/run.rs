@@ -7,6 +7,7 @@
 //! `tokio::time::Instant` measured from the loop's origin, so tests run the loop on paused
 //! time. CLOCK_MONOTONIC ([`crate::clock`]) only stamps wakes and reports for logs.
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc, watch};
@@ -77,7 +78,9 @@ pub struct SyncReport {
     pub finished_ns: u64,
     /// Policy time of the synchronize (since the loop started).
     pub now: Time,
-    pub observation: Result<NodeObservation, String>,
+    /// The fresh observation, or why it could not be taken (shared: reports are cloned
+    /// to every subscriber).
+    pub observation: Result<NodeObservation, Arc<ObserveError>>,
     /// What the eviction pass decided and did; `None` when the observation failed.
     pub pass: Option<EvictionPass>,
     /// The same, in a line.
@@ -224,7 +227,7 @@ impl<O: Observe> SyncLoop<O> {
             started_ns,
             finished_ns,
             now,
-            observation: observation.map_err(|e| e.to_string()),
+            observation: observation.map_err(Arc::new),
             pass,
             summary,
         }

@@ -52,8 +52,8 @@ pub struct BenchArgs {
     /// Skip the VM part (cgroup v2 races and the earlyoom peer).
     #[arg(long)]
     pub no_vm: bool,
-    /// Trials per mode inside the VM (8 modes with earlyoom); the issue asks for at least
-    /// 20 per mode. Without hardware virtualisation qemu emulates (TCG): ~15 minutes.
+    /// Trials per mode inside the VM (8 modes with earlyoom); 20 per mode by default, enough
+    /// for stable percentiles. Without hardware virtualisation qemu emulates (TCG): ~15 minutes.
     #[arg(long, default_value_t = 20)]
     pub vm_trials: u32,
     /// Run inside the benchmark VM (set by its /tests/bench script).

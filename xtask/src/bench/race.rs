@@ -492,7 +492,10 @@ pub(crate) fn crossing(
     Some((at, t1.saturating_sub(t0) as f64))
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one trial's analysis reads every measurement of the trial"
+)]
 fn analyse(
     mode: &Mode,
     rate: &Rate,

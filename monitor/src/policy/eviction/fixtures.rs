@@ -111,7 +111,10 @@ impl PodBuilder {
             ..Default::default()
         };
         // `..Default::default()` keeps this building if the pod model grows volume sources.
-        #[allow(clippy::needless_update)]
+        #[expect(
+            clippy::needless_update,
+            reason = "keeps building if the pod model grows volume sources"
+        )]
         let volume = Volume {
             name: name.to_string(),
             empty_dir: Some(empty_dir),

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Pod, PodList};
-use crate::policy::quantity::{Quantity, parse_quantity};
+use crate::policy::quantity::{Quantity, QuantityError, parse_quantity};
 
 /// Why pods could not be read. Every variant names the file (`origin`) it came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -325,15 +325,27 @@ fn list_items(value: &Value) -> &[Value] {
         .unwrap_or(&[])
 }
 
+/// A tree value that is not a quantity; the caller adds the field path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum QuantityValueError {
+    #[error(transparent)]
+    Malformed(#[from] QuantityError),
+    /// Neither a string nor a number (`found` is e.g. "a list").
+    #[error("expected a quantity, found {found}")]
+    WrongType { found: &'static str },
+}
+
 /// Reads a quantity the way [`Quantity`]'s deserializer does: a string, or a bare number.
-fn quantity_of(value: &Value) -> Result<Quantity, String> {
+fn quantity_of(value: &Value) -> Result<Quantity, QuantityValueError> {
     match value {
-        Value::String(text) => parse_quantity(text).map_err(|e| e.to_string()),
+        Value::String(text) => Ok(parse_quantity(text)?),
         Value::Number(n) => match n.as_i64() {
             Some(units) => Ok(Quantity::from_units(units)),
-            None => parse_quantity(&n.to_string()).map_err(|e| e.to_string()),
+            None => Ok(parse_quantity(&n.to_string())?),
         },
-        other => Err(format!("expected a quantity, found {}", type_name(other))),
+        other => Err(QuantityValueError::WrongType {
+            found: type_name(other),
+        }),
     }
 }
 
@@ -396,7 +408,7 @@ fn checked_list(list: Option<&Value>, path: &str) -> Result<Vec<(String, Quantit
 }
 
 fn checked_quantity(raw: &Value, path: String) -> Result<Quantity, Problem> {
-    let quantity = quantity_of(raw).map_err(|message| Problem::new(path.clone(), message))?;
+    let quantity = quantity_of(raw).map_err(|e| Problem::new(path.clone(), e.to_string()))?;
     if quantity.is_negative() {
         return Err(Problem::new(
             path,

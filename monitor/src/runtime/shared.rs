@@ -1,0 +1,90 @@
+//! The runtime's shared state: its configuration, the pods it knows and the channels of
+//! its supervisor. Every part of the runtime (the public handle, the lifecycle, adoption)
+//! works on one [`Shared`].
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::cgroups::{CgroupTree, PodCgroup};
+use super::store::{PodRecord, StateStore};
+use crate::policy::pod::ResourceList;
+use crate::policy::qos::CgroupOptions;
+use crate::policy::types::NodeConditionType;
+use crate::state::SharedState;
+
+/// Where and how the runtime runs pods.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// The manifest directory (the kubelet's staticPodPath).
+    pub manifest_dir: PathBuf,
+    /// Container logs (`<dir>/<ns>_<name>_<uid>/<container>/<n>.log`).
+    pub log_dir: PathBuf,
+    /// Pod records, for adoption after a restart.
+    pub state_dir: PathBuf,
+    /// The cgroup root, relative to each hierarchy's mount ("monitor": kubepods lives at
+    /// /sys/fs/cgroup/<controller>/monitor/kubepods).
+    pub cgroup_root: String,
+    /// Memory limit of the pods root: node allocatable memory on a bounded node.
+    pub pods_memory_limit: Option<i64>,
+    /// What admission checks requests against (cpu, memory, pods).
+    pub node_allocatable: ResourceList,
+    /// Node memory capacity (oom_score_adj of burstable containers).
+    pub memory_capacity: i64,
+    pub cgroup_options: CgroupOptions,
+    pub qos_reserved_memory_percent: Option<i64>,
+    /// First restart delay of a crashed container; doubles up to [`MAX_BACKOFF`].
+    pub restart_backoff: Duration,
+}
+
+/// The longest restart delay (the kubelet's MaxContainerBackOff).
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// A pod the runtime knows: its record (as persisted) and what exists of it now.
+pub(super) struct LivePod {
+    pub(super) record: PodRecord,
+    pub(super) cgroup: Option<PodCgroup>,
+    /// Being stopped or evicted: not a candidate for anything, not restarted.
+    pub(super) terminating: bool,
+    /// Per container: when it may restart, and the delay used last.
+    pub(super) restart_at: BTreeMap<String, tokio::time::Instant>,
+    pub(super) backoff: BTreeMap<String, Duration>,
+}
+
+pub(super) struct Inner {
+    pub(super) pods: BTreeMap<String, LivePod>,
+    pub(super) conditions: Vec<NodeConditionType>,
+    /// Manifest errors already reported (path → message), so each is reported once.
+    pub(super) reported_errors: BTreeMap<PathBuf, String>,
+}
+
+/// A container process ended.
+#[derive(Debug)]
+pub(super) struct Exit {
+    pub(super) uid: String,
+    pub(super) container: String,
+    pub(super) pid: u32,
+    /// Exit code, 128 + signal, or `None` when unknown (an adopted process).
+    pub(super) code: Option<i32>,
+}
+
+pub(super) struct Shared {
+    pub(super) config: RuntimeConfig,
+    pub(super) tree: CgroupTree,
+    pub(super) store: StateStore,
+    pub(super) state: SharedState,
+    pub(super) inner: Mutex<Inner>,
+    pub(super) exits: mpsc::UnboundedSender<Exit>,
+    /// Asks the supervisor to reconcile (manifests changed, a pod finished stopping).
+    pub(super) reconcile: mpsc::UnboundedSender<()>,
+}
+
+impl Shared {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
