@@ -257,9 +257,9 @@ impl CgroupReader {
 }
 
 fn read_single(path: &Path) -> Result<Option<u64>, ObserveError> {
-    parse::single_value(&read_file(path)?).map_err(|reason| ObserveError::Parse {
+    parse::single_value(&read_file(path)?).map_err(|e| ObserveError::Parse {
         path: path.to_path_buf(),
-        reason,
+        reason: e.to_string(),
     })
 }
 

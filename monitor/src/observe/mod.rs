@@ -192,9 +192,9 @@ impl Observer {
     pub fn pids(&self) -> Result<PidStats, ObserveError> {
         let path = self.config.proc_root.join("sys/kernel/pid_max");
         let max = parse::single_value(&read_file(&path)?)
-            .map_err(|reason| ObserveError::Parse {
+            .map_err(|e| ObserveError::Parse {
                 path: path.clone(),
-                reason,
+                reason: e.to_string(),
             })?
             .unwrap_or(u64::MAX);
         // /proc/loadavg's fourth field is "runnable/total" scheduling entities: the same

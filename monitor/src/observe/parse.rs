@@ -23,16 +23,23 @@ pub fn flat_keyed(text: &str) -> BTreeMap<String, u64> {
     out
 }
 
+/// A single-value file held neither a number nor `max`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("expected a number or \"max\", found {found:?}")]
+pub struct SingleValueError {
+    pub found: String,
+}
+
 /// A single-value file such as memory.usage_in_bytes or memory.max. `max` (v2's "no
 /// limit") is `None`; so is v1's "no limit" value, which is a page-rounded i64::MAX.
-pub fn single_value(text: &str) -> Result<Option<u64>, String> {
+pub fn single_value(text: &str) -> Result<Option<u64>, SingleValueError> {
     let t = text.trim();
     if t == "max" {
         return Ok(None);
     }
-    let v: u64 = t
-        .parse()
-        .map_err(|_| format!("expected a number or \"max\", found {t:?}"))?;
+    let v: u64 = t.parse().map_err(|_| SingleValueError {
+        found: t.to_string(),
+    })?;
     Ok(if v >= 0x7FFF_FFFF_FFFF_F000 {
         None
     } else {
