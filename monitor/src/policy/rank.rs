@@ -140,7 +140,7 @@ fn memory_usage_milli(stats: &PodStats) -> i128 {
 }
 
 fn request_milli(pod: &Pod, resource: &str) -> i128 {
-    i128::from(pod.requests(resource).milli_value())
+    i128::from(pod.ranking_request(resource).milli_value())
 }
 
 /// Pods using more memory than they request first (kubelet: exceedMemoryRequests).

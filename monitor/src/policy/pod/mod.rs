@@ -114,6 +114,15 @@ pub struct PodSpec {
     /// under MemoryPressure.
     #[serde(default, deserialize_with = "nullable")]
     pub tolerations: Vec<Toleration>,
+    /// Pod-level requests and limits (the PodLevelResources feature): for cpu and memory
+    /// (and hugepages) they replace the containers' sums in the QoS class, admission and
+    /// ranking.
+    #[serde(default)]
+    pub resources: Option<ResourceRequirements>,
+    /// What the runtime itself costs per pod (RuntimeClass overhead): added to the pod's
+    /// requests for admission, and to its ranking request when that is not zero.
+    #[serde(default, deserialize_with = "nullable")]
+    pub overhead: ResourceList,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -269,6 +278,36 @@ pub struct PodList {
 /// The resource names the QoS class looks at (qos.go supportedQoSComputeResources).
 const QOS_COMPUTE_RESOURCES: [&str; 2] = ["cpu", "memory"];
 
+/// Resources that may be set at pod level (component-helpers IsSupportedPodLevelResource).
+pub(crate) fn is_pod_level_resource(name: &str) -> bool {
+    QOS_COMPUTE_RESOURCES.contains(&name) || name.starts_with("hugepages-")
+}
+
+/// The QoS class of pod-level resources (kubelet: qos resourceQOS on `spec.resources`):
+/// for cpu and memory alike, a request must equal its limit for Guaranteed, and both be
+/// zero for BestEffort; any mismatch, or one resource set and the other not, is Burstable.
+fn pod_level_qos(resources: &ResourceRequirements) -> QosClass {
+    let mut class = None;
+    for name in QOS_COMPUTE_RESOURCES {
+        let request = resources.requests.get(name).copied().unwrap_or_default();
+        let limit = resources.limits.get(name).copied().unwrap_or_default();
+        if request != limit {
+            return QosClass::Burstable;
+        }
+        let this = if request.is_zero() {
+            QosClass::BestEffort
+        } else {
+            QosClass::Guaranteed
+        };
+        match class {
+            None => class = Some(this),
+            Some(first) if first != this => return QosClass::Burstable,
+            Some(_) => {}
+        }
+    }
+    class.unwrap_or(QosClass::BestEffort)
+}
+
 impl Pod {
     /// The pod's namespace, "default" when unset.
     pub fn namespace(&self) -> &str {
@@ -340,12 +379,17 @@ impl Pod {
             .chain(self.spec.init_containers.iter())
     }
 
-    /// The QoS class computed from the containers' resources, never read from the status
-    /// (pkg/apis/core/v1/helper/qos GetPodQOS): BestEffort when no container sets a
-    /// positive cpu/memory request or limit; Guaranteed when every container (init
+    /// The QoS class, computed, never read from the status (kubelet: pkg/apis/core/v1/helper/qos
+    /// ComputePodQOS). With pod-level resources it is theirs alone (see
+    /// [`pod_level_qos`]). Otherwise from the containers: BestEffort when no container
+    /// sets a positive cpu/memory request or limit; Guaranteed when every container (init
     /// containers included) sets positive cpu and memory limits and the summed requests
-    /// equal the summed limits for each of them; Burstable otherwise.
+    /// equal the summed limits for each of them; Burstable otherwise. Overhead never
+    /// counts.
     pub fn qos_class(&self) -> QosClass {
+        if let Some(resources) = &self.spec.resources {
+            return pod_level_qos(resources);
+        }
         let mut requests: BTreeMap<&str, Quantity> = BTreeMap::new();
         let mut limits: BTreeMap<&str, Quantity> = BTreeMap::new();
         let mut guaranteed = true;
@@ -382,35 +426,108 @@ impl Pod {
         }
     }
 
-    /// The pod's effective request for `resource` (component-helpers resource PodRequests,
-    /// without pod overhead or pod-level resources): the larger of what runs in steady
-    /// state (regular containers plus sidecars) and the peak during initialisation (each
-    /// init container plus the sidecars started before it).
+    /// Whether the pod sets pod-level requests or limits for a resource that supports
+    /// them (component-helpers IsPodLevelResourcesSet).
+    pub fn has_pod_level_resources(&self) -> bool {
+        self.spec.resources.as_ref().is_some_and(|r| {
+            r.requests
+                .keys()
+                .chain(r.limits.keys())
+                .any(|name| is_pod_level_resource(name))
+        })
+    }
+
+    /// The pod-level request for `resource`, when set and supported at pod level.
+    fn pod_level_request(&self, resource: &str) -> Option<Quantity> {
+        if !is_pod_level_resource(resource) {
+            return None;
+        }
+        self.spec
+            .resources
+            .as_ref()?
+            .requests
+            .get(resource)
+            .copied()
+    }
+
+    /// The pod's request for `resource` as admission counts it (component-helpers
+    /// PodRequests): the containers' aggregate (KEP-753: the larger of steady state, with
+    /// sidecars, and the peak during initialisation), replaced by the pod-level request
+    /// where one is set for a resource that supports it, plus the pod overhead.
     pub fn requests(&self, resource: &str) -> Quantity {
-        self.aggregate(|c| c.resources.requests.get(resource).copied())
+        let own = self.pod_level_request(resource).unwrap_or_else(|| {
+            self.aggregate(|c| c.resources.requests.get(resource).copied())
+                .unwrap_or_default()
+        });
+        own + self.overhead(resource)
+    }
+
+    /// The pod's request for `resource` as eviction ranking counts it (kubelet:
+    /// GetResourceRequestQuantity): with pod-level resources, only the pod-level requests
+    /// count (none for the resources they do not cover, e.g. ephemeral-storage);
+    /// otherwise the containers' aggregate; the overhead is added only to a request that
+    /// is not zero.
+    pub fn ranking_request(&self, resource: &str) -> Quantity {
+        let own = if self.has_pod_level_resources() {
+            self.pod_level_request(resource).unwrap_or_default()
+        } else {
+            self.aggregate(|c| c.resources.requests.get(resource).copied())
+                .unwrap_or_default()
+        };
+        if own.is_zero() {
+            own
+        } else {
+            own + self.overhead(resource)
+        }
+    }
+
+    fn overhead(&self, resource: &str) -> Quantity {
+        self.spec
+            .overhead
+            .get(resource)
+            .copied()
             .unwrap_or_default()
     }
 
-    /// The pod's effective limit for `resource`, aggregated like [`Pod::requests`], or
-    /// `None` when any container (init containers included) leaves it unlimited: a pod
-    /// is only bounded when every container is (kubelet: pkg/kubelet/cm ResourceConfigForPod
-    /// cpuLimitsDeclared / memoryLimitsDeclared).
+    /// The pod's effective limit for `resource`, or `None` when unlimited. A pod-level
+    /// limit wins where set; otherwise the containers' aggregate, and only when every
+    /// container (init containers included) sets one: a pod is bounded only when every
+    /// container is (kubelet: pkg/kubelet/cm ResourceConfigForPod cpuLimitsDeclared /
+    /// memoryLimitsDeclared). A limit includes the pod overhead (component-helpers
+    /// PodLimits adds it to non-zero limits).
     pub fn limits(&self, resource: &str) -> Option<Quantity> {
-        let every_container_limited = self.all_containers().all(|c| {
-            c.resources
-                .limits
-                .get(resource)
-                .is_some_and(|q| !q.is_zero())
-        });
-        if !every_container_limited {
-            return None;
-        }
-        self.aggregate(|c| c.resources.limits.get(resource).copied())
+        let pod_level = is_pod_level_resource(resource)
+            .then(|| self.spec.resources.as_ref())
+            .flatten()
+            .and_then(|r| r.limits.get(resource).copied());
+        let own = match pod_level {
+            Some(limit) => limit,
+            None => {
+                let every_container_limited = self.all_containers().all(|c| {
+                    c.resources
+                        .limits
+                        .get(resource)
+                        .is_some_and(|q| !q.is_zero())
+                });
+                if !every_container_limited {
+                    return None;
+                }
+                self.aggregate(|c| c.resources.limits.get(resource).copied())?
+            }
+        };
+        Some(if own.is_zero() {
+            own
+        } else {
+            own + self.overhead(resource)
+        })
     }
 
     /// KEP-753 aggregation of one resource over the containers; `None` when the pod has
     /// no container at all.
-    fn aggregate(&self, of: impl Fn(&Container) -> Option<Quantity>) -> Option<Quantity> {
+    pub(crate) fn aggregate(
+        &self,
+        of: impl Fn(&Container) -> Option<Quantity>,
+    ) -> Option<Quantity> {
         if self.spec.containers.is_empty() && self.spec.init_containers.is_empty() {
             return None;
         }

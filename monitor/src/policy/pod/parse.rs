@@ -379,6 +379,30 @@ fn check_quantities(pod: &Value, prefix: &str) -> Result<(), Problem> {
             }
         }
     }
+    // Pod-level resources: the same rules as a container's (ValidatePodResources).
+    let resources = spec.and_then(|s| s.get("resources"));
+    let base = format!("{prefix}spec.resources");
+    let requests = checked_list(
+        resources.and_then(|r| r.get("requests")),
+        &format!("{base}.requests"),
+    )?;
+    let limits = checked_list(
+        resources.and_then(|r| r.get("limits")),
+        &format!("{base}.limits"),
+    )?;
+    for (name, request) in &requests {
+        let limit = limits.iter().find(|(n, _)| n == name).map(|(_, q)| q);
+        if let Some(limit) = limit.filter(|limit| request > *limit) {
+            return Err(Problem::new(
+                format!("{base}.requests.{name}"),
+                format!("{request} must be less than or equal to the {name} limit of {limit}"),
+            ));
+        }
+    }
+    checked_list(
+        spec.and_then(|s| s.get("overhead")),
+        &format!("{prefix}spec.overhead"),
+    )?;
     let volumes = spec
         .and_then(|s| s.get("volumes"))
         .and_then(Value::as_array);
@@ -419,8 +443,13 @@ fn checked_quantity(raw: &Value, path: String) -> Result<Quantity, Problem> {
 }
 
 /// The API server's defaulting the kubelet always sees (pkg/apis/core/v1 defaults.go
-/// SetDefaults_Pod): a container that sets a limit but no request for a resource requests
-/// its limit. Pods from `kubectl get` already carry this; manifests may not.
+/// SetDefaults_Pod). Pods from `kubectl get` already carry it; manifests may not.
+/// - A container that sets a limit but no request for a resource requests its limit.
+/// - Then, with pod-level limits (defaultPodRequests): a pod-level cpu/memory request not
+///   given is the containers' aggregate request when any container requests it, else the
+///   pod-level limit.
+/// - With pod-level requests but no pod-level limits (defaultPodLimits): a pod-level
+///   cpu/memory limit is the containers' aggregate limit when every container sets one.
 fn apply_defaults(pod: &mut Pod) {
     let containers = pod
         .spec
@@ -432,6 +461,64 @@ fn apply_defaults(pod: &mut Pod) {
         for (name, limit) in &resources.limits {
             resources.requests.entry(name.clone()).or_insert(*limit);
         }
+    }
+    default_pod_level_requests(pod);
+    default_pod_level_limits(pod);
+}
+
+/// The overcommittable resources that may be set at pod level.
+const POD_LEVEL_DEFAULTED: [&str; 2] = ["cpu", "memory"];
+
+fn default_pod_level_requests(pod: &mut Pod) {
+    let Some(resources) = &pod.spec.resources else {
+        return;
+    };
+    if resources.limits.is_empty() {
+        return;
+    }
+    let mut requests = resources.requests.clone();
+    for name in POD_LEVEL_DEFAULTED {
+        let requested = pod
+            .all_containers()
+            .any(|c| c.resources.requests.contains_key(name));
+        if requested && !requests.contains_key(name) {
+            let aggregate = pod
+                .aggregate(|c| c.resources.requests.get(name).copied())
+                .unwrap_or_default();
+            requests.insert(name.to_string(), aggregate);
+        }
+    }
+    for (name, limit) in &resources.limits {
+        if super::is_pod_level_resource(name) {
+            requests.entry(name.clone()).or_insert(*limit);
+        }
+    }
+    if let Some(resources) = &mut pod.spec.resources {
+        resources.requests = requests;
+    }
+}
+
+fn default_pod_level_limits(pod: &mut Pod) {
+    let Some(resources) = &pod.spec.resources else {
+        return;
+    };
+    let set = |list: &super::ResourceList| list.keys().any(|n| super::is_pod_level_resource(n));
+    if set(&resources.limits) || !set(&resources.requests) {
+        return;
+    }
+    let mut limits = resources.limits.clone();
+    for name in POD_LEVEL_DEFAULTED {
+        let every_container_limited = pod
+            .all_containers()
+            .all(|c| c.resources.limits.contains_key(name));
+        if every_container_limited && !limits.contains_key(name) {
+            if let Some(aggregate) = pod.aggregate(|c| c.resources.limits.get(name).copied()) {
+                limits.insert(name.to_string(), aggregate);
+            }
+        }
+    }
+    if let Some(resources) = &mut pod.spec.resources {
+        resources.limits = limits;
     }
 }
 

@@ -576,3 +576,140 @@ fn toleration_matches_taint(#[case] toleration: Toleration, #[case] expected: bo
         expected
     );
 }
+
+/// A pod parsed from `spec` (JSON), defaulted as the API server would.
+fn pod_spec(spec: &str) -> Pod {
+    parse_pod(
+        &format!(r#"{{"metadata":{{"name":"p"}},"spec":{spec}}}"#),
+        "p.json",
+    )
+    .unwrap_or_else(|e| panic!("{spec}: {e}"))
+}
+
+// kubelet: qos_test.go TestComputePodQOSWithPodLevelResources: with `spec.resources`
+// the pod-level values alone decide, whatever the containers say.
+#[rstest]
+#[case::guaranteed_at_pod_level_best_effort_containers(
+    r#"{"resources":{"requests":{"cpu":"1","memory":"1Gi"},"limits":{"cpu":"1","memory":"1Gi"}},"containers":[{"name":"c"}]}"#,
+    QosClass::Guaranteed
+)]
+#[case::burstable_at_pod_level_guaranteed_containers(
+    r#"{"resources":{"limits":{"memory":"2Gi"}},"containers":[{"name":"c","resources":{"limits":{"cpu":"1","memory":"1Gi"}}}]}"#,
+    QosClass::Burstable
+)]
+#[case::limits_only_default_requests_to_limits(
+    r#"{"resources":{"limits":{"cpu":"500m","memory":"256Mi"}},"containers":[{"name":"c"}]}"#,
+    QosClass::Guaranteed
+)]
+#[case::memory_only_is_burstable(
+    r#"{"resources":{"requests":{"memory":"256Mi"},"limits":{"memory":"256Mi"}},"containers":[{"name":"c"}]}"#,
+    QosClass::Burstable
+)]
+#[case::empty_pod_level_resources_are_best_effort(
+    r#"{"resources":{},"containers":[{"name":"c","resources":{"requests":{"cpu":"1"}}}]}"#,
+    QosClass::BestEffort
+)]
+fn pod_level_resources_decide_the_qos_class(#[case] spec: &str, #[case] expected: QosClass) {
+    assert_eq!(pod_spec(spec).qos_class(), expected, "{spec}");
+}
+
+#[test]
+fn pod_level_requests_default_from_containers_then_from_limits() {
+    // kubelet: defaults_test.go TestPodLevelResourcesDefaults (defaultPodRequests): memory
+    // is requested by a container, so the pod requests the containers' aggregate; cpu is
+    // requested by nobody, so the pod requests its cpu limit.
+    let pod = pod_spec(
+        r#"{"resources":{"limits":{"cpu":"2","memory":"4Gi"}},"containers":[{"name":"a","resources":{"requests":{"memory":"1Gi"}}},{"name":"b","resources":{"requests":{"memory":"512Mi"}}}]}"#,
+    );
+    let resources = pod.spec.resources.as_ref().expect("pod-level resources");
+    assert_eq!(resources.requests["memory"], q("1536Mi"));
+    assert_eq!(resources.requests["cpu"], q("2"));
+    // defaultPodLimits: pod-level requests without limits take the containers' aggregate
+    // limit when every container sets one (memory), and stay unlimited otherwise (cpu).
+    let pod = pod_spec(
+        r#"{"resources":{"requests":{"cpu":"1","memory":"1Gi"}},"containers":[{"name":"a","resources":{"limits":{"cpu":"1","memory":"2Gi"}}},{"name":"b","resources":{"limits":{"memory":"1Gi"}}}]}"#,
+    );
+    let resources = pod.spec.resources.as_ref().expect("pod-level resources");
+    assert_eq!(resources.limits.get("memory"), Some(&q("3Gi")));
+    assert_eq!(resources.limits.get("cpu"), None);
+}
+
+// component-helpers helpers_test.go TestPodRequests "pod-level resources" and "pod overhead":
+// admission counts the pod-level request where set, the containers' aggregate elsewhere,
+// plus the overhead.
+#[test]
+fn admission_requests_use_pod_level_values_and_add_the_overhead() {
+    let pod = pod_spec(
+        r#"{"resources":{"requests":{"memory":"1Gi"},"limits":{"memory":"1Gi"}},"overhead":{"memory":"100Mi","cpu":"250m"},"containers":[{"name":"a","resources":{"requests":{"cpu":"500m","memory":"128Mi","ephemeral-storage":"1Gi"}}}]}"#,
+    );
+    assert_eq!(
+        pod.requests("memory"),
+        q("1124Mi"),
+        "pod-level 1Gi + overhead"
+    );
+    assert_eq!(pod.requests("cpu"), q("750m"), "containers' cpu + overhead");
+    assert_eq!(
+        pod.requests("ephemeral-storage"),
+        q("1Gi"),
+        "not a pod-level resource"
+    );
+    assert_eq!(
+        pod.limits("memory"),
+        Some(q("1124Mi")),
+        "pod-level limit + overhead"
+    );
+    assert_eq!(pod.limits("cpu"), None);
+}
+
+// kubelet: pkg/api/v1/resource helpers_test.go TestGetResourceRequest, pod-level and
+// overhead cases: ranking counts only pod-level requests when the pod has them (so
+// ephemeral-storage requests of containers drop out), and adds the overhead only to a
+// request that is not zero.
+#[test]
+fn ranking_requests_follow_get_resource_request_quantity() {
+    let pod_level = pod_spec(
+        r#"{"resources":{"requests":{"memory":"1Gi"},"limits":{"memory":"1Gi"}},"overhead":{"memory":"100Mi","ephemeral-storage":"1Mi"},"containers":[{"name":"a","resources":{"requests":{"memory":"128Mi","ephemeral-storage":"1Gi"}}}]}"#,
+    );
+    assert_eq!(pod_level.ranking_request("memory"), q("1124Mi"));
+    assert_eq!(
+        pod_level.ranking_request("ephemeral-storage"),
+        Quantity::ZERO
+    );
+    let containers_only = pod_spec(
+        r#"{"overhead":{"memory":"100Mi","cpu":"1"},"containers":[{"name":"a","resources":{"requests":{"memory":"128Mi"}}}]}"#,
+    );
+    assert_eq!(containers_only.ranking_request("memory"), q("228Mi"));
+    assert_eq!(
+        containers_only.ranking_request("cpu"),
+        Quantity::ZERO,
+        "no overhead on a zero request"
+    );
+    assert_eq!(
+        containers_only.requests("cpu"),
+        q("1"),
+        "admission adds it anyway"
+    );
+    // Without pod-level resources or overhead nothing changes.
+    let plain =
+        pod_spec(r#"{"containers":[{"name":"a","resources":{"requests":{"memory":"128Mi"}}}]}"#);
+    assert_eq!(plain.ranking_request("memory"), plain.requests("memory"));
+}
+
+#[rstest]
+#[case::pod_level_request_above_limit(
+    r#"{"resources":{"requests":{"memory":"2Gi"},"limits":{"memory":"1Gi"}},"containers":[{"name":"c"}]}"#,
+    "p.json: spec.resources.requests.memory"
+)]
+#[case::negative_overhead(
+    r#"{"overhead":{"memory":"-1Mi"},"containers":[{"name":"c"}]}"#,
+    "p.json: spec.overhead.memory"
+)]
+#[case::malformed_pod_level_limit(
+    r#"{"resources":{"limits":{"cpu":"lots"}},"containers":[{"name":"c"}]}"#,
+    "p.json: spec.resources.limits.cpu"
+)]
+fn bad_pod_level_resources_name_the_field(#[case] spec: &str, #[case] expected: &str) {
+    let text = format!(r#"{{"metadata":{{"name":"p"}},"spec":{spec}}}"#);
+    let err = parse_pod(&text, "p.json").expect_err(spec).to_string();
+    assert!(err.contains(expected), "{err}");
+}

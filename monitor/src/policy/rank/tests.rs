@@ -296,3 +296,27 @@ fn ties_keep_input_order() {
         vec!["first", "second", "third"]
     );
 }
+
+// kubelet: eviction helpers_test.go TestOrderedByExceedsRequestMemory with pod-level
+// resources: a pod whose pod-level request covers its usage does not exceed it, even when
+// its containers request less.
+#[test]
+fn memory_ranking_reads_pod_level_requests() {
+    let mut covered = pod("covered")
+        .request("memory", "100Mi")
+        .working_set(900 * MI)
+        .build();
+    covered.pod.spec.resources = Some(crate::policy::pod::ResourceRequirements {
+        requests: crate::policy::testing::list("memory=1Gi"),
+        limits: crate::policy::testing::list("memory=1Gi"),
+    });
+    let over = pod("over")
+        .request("memory", "100Mi")
+        .working_set(200 * MI)
+        .build();
+    assert_eq!(exceed_memory_requests(&covered, &over), Ordering::Greater);
+    // Without the pod-level request, 900Mi against 100Mi exceeds and the bigger pod leads.
+    covered.pod.spec.resources = None;
+    assert_eq!(exceed_memory_requests(&covered, &over), Ordering::Equal);
+    assert_eq!(memory(&covered, &over), Ordering::Less);
+}
