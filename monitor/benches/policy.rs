@@ -73,7 +73,7 @@ fn input(count: usize) -> SyncInput {
     SyncInput {
         observations,
         pods: pods(count),
-        dedicated_imagefs: false,
+        fs_layout: monitor::policy::types::FsLayout::Shared,
     }
 }
 

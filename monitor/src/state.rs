@@ -105,6 +105,8 @@ pub struct Metrics {
     pub wake_latency: BTreeMap<WakeSource, Histogram>,
     pub sync_duration: Histogram,
     pub synchronizes: u64,
+    /// Synchronize passes that panicked (the loop survives them; each is a bug).
+    pub synchronize_panics: u64,
 }
 
 /// A Prometheus-style cumulative histogram in seconds.

@@ -104,6 +104,7 @@ const STEP_KEYS: [&str; 11] = [
 #[case::soft_grace("soft-grace")]
 #[case::memory_ranking("memory-ranking")]
 #[case::critical_pod("critical-pod")]
+#[case::critical_pod_predicates("critical-pod-predicates")]
 #[case::image_reclaim("image-reclaim")]
 #[case::admission("admission")]
 #[case::stale_stats("stale-stats")]
@@ -155,6 +156,7 @@ fn every_documented_example_is_tested() {
     let tested = [
         "admission",
         "critical-pod",
+        "critical-pod-predicates",
         "image-reclaim",
         "memory-ranking",
         "min-reclaim",
@@ -270,6 +272,41 @@ macro_rules! scenario_with {
     &["--scenario", "s.yaml"],
     &["gone.json"]
 )]
+#[case::node_list_of_three_nodes(
+    &[("config.yaml", GOOD_CONFIG), ("pods.json", GOOD_PODS), ("summary.json", GOOD_SUMMARY),
+      ("node.json", r#"{"apiVersion": "v1", "kind": "List", "items": [{"kind": "Node", "metadata": {"name": "a"}}, {"kind": "Node", "metadata": {"name": "b"}}, {"kind": "Node", "metadata": {"name": "c"}}]}"#)],
+    &["--config", "config.yaml", "--pods", "pods.json", "--summary", "summary.json", "--node", "node.json"],
+    &["node.json: items: a List with 3 nodes; pass one Node (kubectl get node NAME -o json)"]
+)]
+#[case::node_list_without_nodes(
+    &[("config.yaml", GOOD_CONFIG), ("pods.json", GOOD_PODS), ("summary.json", GOOD_SUMMARY),
+      ("node.json", r#"{"apiVersion": "v1", "kind": "NodeList", "items": []}"#)],
+    &["--config", "config.yaml", "--pods", "pods.json", "--summary", "summary.json", "--node", "node.json"],
+    &["node.json: items: a NodeList with no nodes"]
+)]
+#[case::node_file_holding_a_pod(
+    &[("config.yaml", GOOD_CONFIG), ("pods.json", GOOD_PODS), ("summary.json", GOOD_SUMMARY),
+      ("node.json", r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}}"#)],
+    &["--config", "config.yaml", "--pods", "pods.json", "--summary", "summary.json", "--node", "node.json"],
+    &["node.json: kind: \"Pod\" is not a Node"]
+)]
+#[case::node_file_holding_a_pod_list(
+    &[("config.yaml", GOOD_CONFIG), ("pods.json", GOOD_PODS), ("summary.json", GOOD_SUMMARY),
+      ("kubectl-pods.json", r#"{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}}]}"#)],
+    &["--config", "config.yaml", "--pods", "pods.json", "--summary", "summary.json", "--node", "kubectl-pods.json"],
+    &["kubectl-pods.json: items[0].kind: \"Pod\" is not a Node"]
+)]
+#[case::scenario_inline_node_list_of_two(
+    &[("s.yaml", scenario_with!("  evictionHard: {memory.available: 500Mi}\n", "  - at: 0s\n    summary: {}\n    node: {kind: NodeList, items: [{metadata: {name: a}}, {metadata: {name: b}}]}\n"))],
+    &["--scenario", "s.yaml"],
+    &["s.yaml: steps[0].node.items: a NodeList with 2 nodes"]
+)]
+#[case::scenario_node_file_of_another_kind(
+    &[("s.yaml", scenario_with!("  evictionHard: {memory.available: 500Mi}\n", "  - at: 0s\n    summary: {}\n    node: nodes.json\n")),
+      ("nodes.json", r#"{"kind": "PodList", "items": []}"#)],
+    &["--scenario", "s.yaml"],
+    &["nodes.json: kind: \"PodList\" is not a Node"]
+)]
 #[case::no_inputs(&[], &[], &["--scenario"])]
 fn bad_input_exits_non_zero_naming_file_and_field(
     #[case] files: &[(&str, &str)],
@@ -306,4 +343,97 @@ fn bad_input_exits_non_zero_naming_file_and_field(
         out.stdout.is_empty(),
         "nothing printed on stdout for rejected input"
     );
+}
+
+/// `monitor.hardEvictionGracePeriodSeconds` reaches the policy: 0 by default, 1 as the
+/// kubelet >= 1.31 passes; anything else is refused naming the file and the key.
+#[rstest]
+#[case("", Some(0))]
+#[case("monitor:\n  hardEvictionGracePeriodSeconds: 0\n", Some(0))]
+#[case("monitor:\n  hardEvictionGracePeriodSeconds: 1\n", Some(1))]
+#[case("monitor:\n  hardEvictionGracePeriodSeconds: 30\n", None)]
+fn the_hard_eviction_grace_period_setting(#[case] monitor_block: &str, #[case] grace: Option<i64>) {
+    let config = format!("{GOOD_CONFIG}{monitor_block}");
+    let dir = temp_files(&[
+        ("config.yaml", &config),
+        ("pods.json", GOOD_PODS),
+        ("summary.json", GOOD_SUMMARY),
+    ]);
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let (config, pods, summary) = (path("config.yaml"), path("pods.json"), path("summary.json"));
+    let out = monitor(&["--config", &config, "--pods", &pods, "--summary", &summary]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match grace {
+        Some(seconds) => {
+            assert!(out.status.success(), "stderr: {stderr}");
+            let steps = parse_lines(&String::from_utf8_lossy(&out.stdout), "stdout");
+            assert_eq!(steps[0]["evicted"]["gracePeriodSeconds"], seconds);
+        }
+        None => {
+            assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+            for needle in ["config.yaml", "hardEvictionGracePeriodSeconds", "0 or 1"] {
+                assert!(stderr.contains(needle), "{needle:?} in {stderr}");
+            }
+        }
+    }
+}
+
+/// A one-node List (what `kubectl get nodes -o json` prints on a one-node cluster) is the
+/// Node: its allocatable (1536Mi, where the summary alone would give about 5Gi) makes the
+/// critical pod 512Mi short, and its name decides the NodeName check. A critical pod short
+/// of memory preempts `default/a`; bound to another node it is rejected and preempts
+/// nobody, since evicting pods cannot fix the node name.
+#[rstest]
+#[case::bound_here(Some("worker-1"), true, "", &["default/a"])]
+#[case::not_bound(None, true, "", &["default/a"])]
+#[case::bound_elsewhere(Some("worker-2"), false, "NodeName", &[])]
+fn a_node_list_of_one_node_is_used_for_admission(
+    #[case] node_name: Option<&str>,
+    #[case] admitted: bool,
+    #[case] reason: &str,
+    #[case] preempted: &[&str],
+) {
+    let node_list = r#"{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "worker-1"},
+        "status": {"allocatable": {"cpu": "2", "memory": "1536Mi", "pods": "110"}}}]}"#;
+    let running = r#"{"kind": "List", "items": [{"metadata": {"name": "a"}, "spec": {"containers":
+        [{"name": "c", "image": "i", "resources": {"requests": {"memory": "1Gi"}}}]}}]}"#;
+    let bound = node_name.map_or(String::new(), |n| format!(r#""nodeName": "{n}","#));
+    let admit = format!(
+        r#"{{"kind": "List", "items": [{{"metadata": {{"name": "agent", "namespace": "kube-system"}},
+        "spec": {{{bound} "priority": 2000001000, "priorityClassName": "system-node-critical",
+        "containers": [{{"name": "c", "image": "i", "resources": {{"requests": {{"memory": "1Gi"}}}}}}]}}}}]}}"#
+    );
+    let summary =
+        r#"{"node": {"memory": {"availableBytes": 4294967296, "workingSetBytes": 1073741824}}}"#;
+    let dir = temp_files(&[
+        ("config.yaml", "evictionHard:\n  memory.available: 100Mi\n"),
+        ("pods.json", running),
+        ("summary.json", summary),
+        ("node.json", node_list),
+        ("admit.json", &admit),
+    ]);
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let args = [
+        "--config".to_string(),
+        path("config.yaml"),
+        "--pods".into(),
+        path("pods.json"),
+        "--summary".into(),
+        path("summary.json"),
+        "--node".into(),
+        path("node.json"),
+        "--admit".into(),
+        path("admit.json"),
+    ];
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = monitor(&arg_refs);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stderr: {stderr}");
+    let steps = parse_lines(&String::from_utf8_lossy(&out.stdout), "stdout");
+    let admission = &steps[0]["admission"][0];
+    assert_eq!(admission["pod"], "kube-system/agent");
+    assert_eq!(admission["admitted"], admitted, "{admission}");
+    assert_eq!(admission["reason"], reason, "{admission}");
+    assert_eq!(steps[0]["preempted"], serde_json::json!(preempted));
 }

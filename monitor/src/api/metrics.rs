@@ -68,6 +68,17 @@ pub fn render_metrics(state: &AgentState) -> String {
     out.sample("monitor_synchronizes_total", &[], m.synchronizes);
 
     out.family(
+        "monitor_synchronize_panics_total",
+        "counter",
+        "Synchronize passes that panicked; the loop went on with the next wake. Each one is a bug.",
+    );
+    out.sample(
+        "monitor_synchronize_panics_total",
+        &[],
+        m.synchronize_panics,
+    );
+
+    out.family(
         "monitor_sync_duration_seconds",
         "histogram",
         "Time one synchronize pass took.",

@@ -9,12 +9,34 @@ use serde::Deserialize;
 use crate::notify::arming::MemoryThresholds;
 use crate::notify::psi::{PsiTrigger, PsiTriggerError};
 use crate::observe::CgroupLayout;
+use crate::policy::eviction::{
+    IMMEDIATE_GRACE_PERIOD_SECONDS, KUBELET_IMMEDIATE_GRACE_PERIOD_SECONDS,
+};
 use crate::policy::quantity::Quantity;
 
 /// `#[serde(deserialize_with = "go_duration")]`: a Go duration string ("200ms", "2s").
 fn go_duration<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     super::kubelet::parse_go_duration(&text).map_err(serde::de::Error::custom)
+}
+
+/// `#[serde(deserialize_with = "hard_eviction_grace")]`: 0 or 1, with an error naming the
+/// key (serde's own errors do not always name it).
+fn hard_eviction_grace<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    let value = serde_yaml_ng::Value::deserialize(deserializer)?;
+    match value.as_i64() {
+        Some(
+            seconds @ (IMMEDIATE_GRACE_PERIOD_SECONDS | KUBELET_IMMEDIATE_GRACE_PERIOD_SECONDS),
+        ) => Ok(seconds),
+        _ => {
+            let found = serde_yaml_ng::to_string(&value)
+                .map(|text| text.trim().to_string())
+                .unwrap_or_else(|_| format!("{value:?}"));
+            Err(serde::de::Error::custom(format!(
+                "hardEvictionGracePeriodSeconds: expected 0 or 1, found {found}"
+            )))
+        }
+    }
 }
 
 /// A `monitor:` block the agent refuses. Every variant names the file (`origin`).
@@ -114,6 +136,10 @@ pub struct AgentSettings {
     pub restart_backoff: Duration,
     /// Where `/metrics` is also served over TCP (e.g. "127.0.0.1:9102"); none by default.
     pub metrics_address: Option<String>,
+    /// Grace period of hard-threshold and local-storage evictions: 0 (SIGKILL at once, the
+    /// documented kubelet behaviour) or 1 (SIGTERM, SIGKILL after 1 s: the kubelet >= 1.31).
+    #[serde(deserialize_with = "hard_eviction_grace")]
+    pub hard_eviction_grace_period_seconds: i64,
 }
 
 impl Default for AgentSettings {
@@ -132,6 +158,7 @@ impl Default for AgentSettings {
             cgroup_root: "monitor".to_string(),
             restart_backoff: Duration::from_secs(10),
             metrics_address: None,
+            hard_eviction_grace_period_seconds: IMMEDIATE_GRACE_PERIOD_SECONDS,
         }
     }
 }
@@ -194,6 +221,36 @@ mod tests {
         assert_eq!(s.sources.psi_stall, Duration::from_millis(50));
         assert_eq!(s.pods_memory_limit.unwrap().value(), 1 << 30);
         assert_eq!(s.pods_cgroup.as_deref(), Some("monitor/pods"));
+    }
+
+    #[rstest::rstest]
+    #[case("", 0)]
+    #[case("hardEvictionGracePeriodSeconds: 0\n", 0)]
+    #[case("hardEvictionGracePeriodSeconds: 1\n", 1)]
+    fn hard_eviction_grace_period(#[case] yaml: &str, #[case] seconds: i64) {
+        let settings = if yaml.is_empty() {
+            AgentSettings::default()
+        } else {
+            parse(yaml).unwrap()
+        };
+        assert_eq!(settings.hard_eviction_grace_period_seconds, seconds);
+    }
+
+    #[rstest::rstest]
+    #[case("hardEvictionGracePeriodSeconds: 2\n", "2")]
+    #[case("hardEvictionGracePeriodSeconds: -1\n", "-1")]
+    #[case("hardEvictionGracePeriodSeconds: 1s\n", "1s")]
+    #[case("hardEvictionGracePeriodSeconds: 0.5\n", "0.5")]
+    fn hard_eviction_grace_period_is_0_or_1(#[case] yaml: &str, #[case] found: &str) {
+        let err = parse(yaml).unwrap_err();
+        for word in [
+            "agent.yaml",
+            "hardEvictionGracePeriodSeconds",
+            "0 or 1",
+            found,
+        ] {
+            assert!(err.contains(word), "{err:?} should contain {word:?}");
+        }
     }
 
     #[test]

@@ -59,8 +59,12 @@ pub fn parse_agent_config(
     origin: &str,
     flags: &[String],
 ) -> Result<LoadedConfig, AgentConfigError> {
-    let (kubelet, warnings) = kubelet::load_kubelet_config_with_flags(text, origin, flags)?;
+    let (mut kubelet, warnings) = kubelet::load_kubelet_config_with_flags(text, origin, flags)?;
     let settings = agent::AgentSettings::from_value(kubelet.monitor.clone(), origin)?;
+    // An agent setting the policy needs: carried in the eviction config, so the agent and
+    // `monitor simulate` (which loads through here) decide alike.
+    kubelet.eviction.hard_eviction_grace_period_seconds =
+        settings.hard_eviction_grace_period_seconds;
     let agent = agent::AgentConfig {
         settings,
         housekeeping: kubelet.housekeeping_interval,
@@ -118,6 +122,24 @@ mod tests {
         assert_eq!(node.len(), 1);
         assert_eq!(node[0].value.resolve(1 << 40), 500 << 20);
         assert!(node[0].hard);
+    }
+
+    #[test]
+    fn the_hard_eviction_grace_period_reaches_the_policy() {
+        let loaded = parse_agent_config(DEFAULT_CONFIG, "default.yaml", &[]).unwrap();
+        assert_eq!(
+            loaded.kubelet.eviction.hard_eviction_grace_period_seconds,
+            0
+        );
+        let text = "monitor: {hardEvictionGracePeriodSeconds: 1}\n";
+        // Kubelet flags rebuild the thresholds, not this setting.
+        let flags = vec!["--eviction-hard=memory.available<500Mi".to_string()];
+        let loaded = parse_agent_config(text, "node.yaml", &flags).unwrap();
+        assert_eq!(
+            loaded.kubelet.eviction.hard_eviction_grace_period_seconds,
+            1
+        );
+        assert_eq!(loaded.agent.settings.hard_eviction_grace_period_seconds, 1);
     }
 
     #[test]

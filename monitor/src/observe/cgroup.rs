@@ -200,15 +200,7 @@ impl CgroupReader {
     }
 
     pub fn memory_stats(&self, cgroup: &str) -> Result<MemoryStats, ObserveError> {
-        let usage_path = self.usage_file(cgroup);
-        let usage_bytes = read_single(&usage_path)?.unwrap_or(0);
-        let stat_path = self.file(cgroup, "memory.stat", "memory.stat");
-        let stat = parse::flat_keyed(&read_file(&stat_path)?);
-        let inactive_key = match self.version {
-            CgroupVersion::V1 => "total_inactive_file",
-            CgroupVersion::V2 => "inactive_file",
-        };
-        let inactive_file_bytes = stat.get(inactive_key).copied();
+        let (usage_bytes, inactive_file_bytes) = self.usage_and_inactive_file(cgroup)?;
         let limit_path = self.file(cgroup, "memory.limit_in_bytes", "memory.max");
         // The v2 root has no memory.max: unlimited.
         let limit_bytes = if limit_path.exists() {
@@ -222,6 +214,24 @@ impl CgroupReader {
             limit_bytes,
             working_set_bytes: usage_bytes.saturating_sub(inactive_file_bytes.unwrap_or(0)),
         })
+    }
+
+    /// The working set alone (usage minus inactive file pages, as cAdvisor computes it):
+    /// two reads, no limit, for callers that poll many cgroups.
+    pub fn working_set_bytes(&self, cgroup: &str) -> Result<u64, ObserveError> {
+        let (usage, inactive_file) = self.usage_and_inactive_file(cgroup)?;
+        Ok(usage.saturating_sub(inactive_file.unwrap_or(0)))
+    }
+
+    fn usage_and_inactive_file(&self, cgroup: &str) -> Result<(u64, Option<u64>), ObserveError> {
+        let usage_bytes = read_single(&self.usage_file(cgroup))?.unwrap_or(0);
+        let stat_path = self.file(cgroup, "memory.stat", "memory.stat");
+        let stat = parse::flat_keyed(&read_file(&stat_path)?);
+        let inactive_key = match self.version {
+            CgroupVersion::V1 => "total_inactive_file",
+            CgroupVersion::V2 => "inactive_file",
+        };
+        Ok((usage_bytes, stat.get(inactive_key).copied()))
     }
 
     pub fn memory_events(&self, cgroup: &str) -> Result<MemoryEvents, ObserveError> {
@@ -319,6 +329,7 @@ mod tests {
         ]);
         let r = CgroupReader::new(CgroupVersion::V1, t.path());
         let m = r.memory_stats("/pods").unwrap();
+        assert_eq!(r.working_set_bytes("pods").unwrap(), 700);
         assert_eq!(
             m,
             MemoryStats {
@@ -347,6 +358,7 @@ mod tests {
         let m = r.memory_stats("p").unwrap();
         // inactive_file above usage (racy reads) must not underflow.
         assert_eq!(m.working_set_bytes, 0);
+        assert_eq!(r.working_set_bytes("p").unwrap(), 0);
         assert_eq!(r.memory_events("p").unwrap().high, Some(3));
     }
 
@@ -360,6 +372,8 @@ mod tests {
             "{err}"
         );
         let err = r.memory_stats("absent").unwrap_err().to_string();
+        assert!(err.contains("absent/memory.current"), "{err}");
+        let err = r.working_set_bytes("absent").unwrap_err().to_string();
         assert!(err.contains("absent/memory.current"), "{err}");
     }
 }

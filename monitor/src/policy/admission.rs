@@ -1,10 +1,14 @@
 //! Pod admission on this node: the eviction manager's pressure check followed by the
-//! resource-fit check, as the kubelet's admit handlers run them in that order.
+//! predicate check (resource fit, node name, NoExecute taints), as the kubelet's admit
+//! handlers run them in that order.
 //!
 //! kubelet: pkg/kubelet/eviction/eviction_manager.go (managerImpl.Admit),
-//! pkg/kubelet/lifecycle/predicate.go (predicateAdmitHandler.Admit) and the scheduler's
-//! noderesources fitsRequest it calls. A failed fit of a critical pod is what
-//! [`super::preemption`] resolves.
+//! pkg/kubelet/lifecycle/predicate.go (predicateAdmitHandler.Admit, generalFilter) and the
+//! scheduler's AdmissionCheck it calls. Every failure is typed ([`AdmissionFailure`]):
+//! [`super::preemption`] may resolve a critical pod's failures only when all of them are
+//! insufficient resources.
+use serde::Deserialize;
+
 use super::pod::{Pod, ResourceList};
 use super::types::{NodeConditionType, QosClass};
 
@@ -16,6 +20,12 @@ pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
 /// The taint a node under memory pressure carries; BestEffort pods tolerating it are
 /// admitted anyway (v1.TaintNodeMemoryPressure, effect NoSchedule).
 pub const TAINT_NODE_MEMORY_PRESSURE: &str = "node.kubernetes.io/memory-pressure";
+/// The predicate that rejects a pod bound to another node (scheduler plugin NodeName).
+pub const NODE_NAME_PREDICATE: &str = "NodeName";
+const NODE_NAME_MISMATCH: &str = "node(s) didn't match the requested node name";
+/// The predicate that rejects a pod not tolerating a NoExecute taint (TaintToleration).
+pub const TAINT_TOLERATION_PREDICATE: &str = "TaintToleration";
+const UNTOLERATED_TAINT: &str = "node(s) had taints that the pod didn't tolerate";
 
 /// The outcome of admitting one pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,9 +36,11 @@ pub struct AdmitResult {
     pub reason: String,
     /// Human-readable detail, as the kubelet writes it to the pod status.
     pub message: String,
-    /// Every resource the node lacks, in the scheduler's order (pods, cpu, memory,
-    /// ephemeral-storage, then the rest by name); empty unless the fit failed.
-    pub insufficient: Vec<InsufficientResource>,
+    /// Every reason the pod failed, in the kubelet's order (resources first: pods, cpu,
+    /// memory, ephemeral-storage, then the rest by name; then node name; then taints);
+    /// `reason` and `message` are the first one's. Empty when admitted, and for a
+    /// rejection that is no predicate's (UnexpectedAdmissionError).
+    pub failures: Vec<AdmissionFailure>,
 }
 
 impl AdmitResult {
@@ -37,16 +49,109 @@ impl AdmitResult {
             admitted: true,
             reason: String::new(),
             message: String::new(),
-            insufficient: Vec::new(),
+            failures: Vec::new(),
         }
     }
 
+    /// A rejection that carries no typed failure.
     pub fn reject(reason: impl Into<String>, message: impl Into<String>) -> Self {
         AdmitResult {
             admitted: false,
             reason: reason.into(),
             message: message.into(),
-            insufficient: Vec::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    /// Admitted when nothing failed; otherwise rejected with the first failure's reason
+    /// and message, as the kubelet reports only the first.
+    pub fn from_failures(failures: Vec<AdmissionFailure>) -> Self {
+        match failures.first() {
+            None => AdmitResult::admit(),
+            Some(first) => AdmitResult {
+                admitted: false,
+                reason: first.reason(),
+                message: first.message(),
+                failures,
+            },
+        }
+    }
+}
+
+/// Why admission turned a pod away (the kubelet's PredicateFailureReason kinds, plus the
+/// eviction manager's rejection, which runs as its own admit handler).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdmissionFailure {
+    /// The node lacks a resource (InsufficientResourceError): the only kind evicting
+    /// pods can fix, so the only kind critical-pod preemption acts on.
+    InsufficientResource(InsufficientResource),
+    /// The node is under pressure (the eviction manager's Admit).
+    NodeCondition(Vec<NodeConditionType>),
+    /// Another predicate failed (PredicateFailureError): `name` is the predicate
+    /// ("NodeName", "TaintToleration"), `description` why.
+    Predicate { name: String, description: String },
+}
+
+impl AdmissionFailure {
+    /// The pod status reason: "OutOf<resource>", "Evicted", or the predicate's name.
+    pub fn reason(&self) -> String {
+        match self {
+            AdmissionFailure::InsufficientResource(r) => format!("OutOf{}", r.resource),
+            AdmissionFailure::NodeCondition(_) => EVICTED_REASON.to_string(),
+            AdmissionFailure::Predicate { name, .. } => name.clone(),
+        }
+    }
+
+    /// The pod status message, in the kubelet's words.
+    pub fn message(&self) -> String {
+        match self {
+            AdmissionFailure::InsufficientResource(r) => r.message(),
+            AdmissionFailure::NodeCondition(conditions) => {
+                let names: Vec<&str> = conditions.iter().map(|c| c.as_str()).collect();
+                format!("The node had condition: [{}]. ", names.join(" "))
+            }
+            AdmissionFailure::Predicate { name, description } => {
+                format!("Predicate {name} failed: {description}")
+            }
+        }
+    }
+
+    fn predicate(name: &str, description: &str) -> Self {
+        AdmissionFailure::Predicate {
+            name: name.to_string(),
+            description: description.to_string(),
+        }
+    }
+}
+
+/// A node taint (`spec.taints[]` of a Node object); `timeAdded` is not read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    /// "NoSchedule", "PreferNoSchedule" or "NoExecute".
+    pub effect: String,
+}
+
+/// What admission knows of the node besides its running pods.
+#[derive(Clone, Copy, Debug)]
+pub struct AdmissionNode<'a> {
+    pub conditions: &'a [NodeConditionType],
+    pub allocatable: &'a ResourceList,
+    /// The node's name; `None` when unknown, which skips the NodeName check.
+    pub name: Option<&'a str>,
+    pub taints: &'a [Taint],
+}
+
+impl<'a> AdmissionNode<'a> {
+    /// A node known only by its conditions and allocatable (the agent's view).
+    pub fn new(conditions: &'a [NodeConditionType], allocatable: &'a ResourceList) -> Self {
+        AdmissionNode {
+            conditions,
+            allocatable,
+            name: None,
+            taints: &[],
         }
     }
 }
@@ -126,29 +231,38 @@ pub fn admit_under_pressure(pod: &Pod, node_conditions: &[NodeConditionType]) ->
             return AdmitResult::admit();
         }
     }
-    let names: Vec<&str> = node_conditions.iter().map(|c| c.as_str()).collect();
-    AdmitResult::reject(
-        EVICTED_REASON,
-        format!("The node had condition: [{}]. ", names.join(" ")),
-    )
+    AdmitResult::from_failures(vec![AdmissionFailure::NodeCondition(
+        node_conditions.to_vec(),
+    )])
 }
 
-/// The resource-fit check (predicateAdmitHandler with noderesources fitsRequest): the
-/// pod's requests against the node's allocatable minus what the running pods request.
-/// The first shortage becomes the reason ("OutOf<resource>"); all are listed for
-/// preemption.
-///
-/// Deviations, all because the agent may not know the whole node: a resource missing
-/// from `node_allocatable` is not checked (the kubelet drops only unknown extended
-/// resources this way, and would read a missing "pods" as 0 allowed pods); the pod
-/// itself and pods that have finished are not counted among `running_pods`. The other
-/// predicates of the kubelet's generalFilter (node name, host ports, node affinity,
-/// taints) are out of scope.
+/// The resource-fit check alone (noderesources fitsRequest): see [`insufficient_resources`].
+/// The first shortage becomes the reason ("OutOf<resource>").
 pub fn admit_resource_fit(
     pod: &Pod,
     running_pods: &[Pod],
     node_allocatable: &ResourceList,
 ) -> AdmitResult {
+    AdmitResult::from_failures(
+        insufficient_resources(pod, running_pods, node_allocatable)
+            .into_iter()
+            .map(AdmissionFailure::InsufficientResource)
+            .collect(),
+    )
+}
+
+/// Every resource the node lacks for `pod`: its requests against the node's allocatable
+/// minus what the running pods request, in the scheduler's order.
+///
+/// Deviations, all because the agent may not know the whole node: a resource missing
+/// from `node_allocatable` is not checked (the kubelet drops only unknown extended
+/// resources this way, and would read a missing "pods" as 0 allowed pods); the pod
+/// itself and pods that have finished are not counted among `running_pods`.
+pub fn insufficient_resources(
+    pod: &Pod,
+    running_pods: &[Pod],
+    node_allocatable: &ResourceList,
+) -> Vec<InsufficientResource> {
     let own_key = pod.key();
     let running: Vec<&Pod> = running_pods
         .iter()
@@ -203,29 +317,73 @@ pub fn admit_resource_fit(
         }
     }
 
-    match insufficient.first() {
-        None => AdmitResult::admit(),
-        Some(first) => AdmitResult {
-            admitted: false,
-            reason: format!("OutOf{}", first.resource),
-            message: first.message(),
-            insufficient,
-        },
-    }
+    insufficient
 }
 
-/// Both checks in the kubelet's order: node pressure first, then resource fit.
+/// The predicate check (predicateAdmitHandler's generalFilter), every failure in the
+/// kubelet's order: insufficient resources, the node name (a pod bound to another node),
+/// then NoExecute taints the pod does not tolerate (static pods skip this one).
+///
+/// Not evaluated, as the pod model does not read the fields they need: required node
+/// affinity and nodeSelector, host ports, and the OS label and field checks.
+pub fn admit_predicates(pod: &Pod, running_pods: &[Pod], node: &AdmissionNode<'_>) -> AdmitResult {
+    let mut failures: Vec<AdmissionFailure> =
+        insufficient_resources(pod, running_pods, node.allocatable)
+            .into_iter()
+            .map(AdmissionFailure::InsufficientResource)
+            .collect();
+    if let (Some(bound_to), Some(name)) = (pod.spec.node_name.as_deref(), node.name)
+        && !bound_to.is_empty()
+        && bound_to != name
+    {
+        failures.push(AdmissionFailure::predicate(
+            NODE_NAME_PREDICATE,
+            NODE_NAME_MISMATCH,
+        ));
+    }
+    if !pod.is_static() && has_untolerated_no_execute_taint(pod, node.taints) {
+        failures.push(AdmissionFailure::predicate(
+            TAINT_TOLERATION_PREDICATE,
+            UNTOLERATED_TAINT,
+        ));
+    }
+    AdmitResult::from_failures(failures)
+}
+
+/// Whether some NoExecute taint is tolerated by none of the pod's tolerations (the
+/// kubelet only cares about NoExecute: the scheduler already honoured NoSchedule).
+fn has_untolerated_no_execute_taint(pod: &Pod, taints: &[Taint]) -> bool {
+    taints.iter().filter(|t| t.effect == "NoExecute").any(|t| {
+        !pod.spec
+            .tolerations
+            .iter()
+            .any(|tol| tol.tolerates(&t.key, &t.value, &t.effect))
+    })
+}
+
+/// Both checks in the kubelet's order, on a node known by its conditions and allocatable
+/// only: see [`admit_pod_on`].
 pub fn admit_pod(
     pod: &Pod,
     node_conditions: &[NodeConditionType],
     running_pods: &[Pod],
     node_allocatable: &ResourceList,
 ) -> AdmitResult {
-    let pressure = admit_under_pressure(pod, node_conditions);
+    admit_pod_on(
+        pod,
+        &AdmissionNode::new(node_conditions, node_allocatable),
+        running_pods,
+    )
+}
+
+/// Both checks in the kubelet's order: node pressure first (a rejection there ends
+/// admission), then the predicates.
+pub fn admit_pod_on(pod: &Pod, node: &AdmissionNode<'_>, running_pods: &[Pod]) -> AdmitResult {
+    let pressure = admit_under_pressure(pod, node.conditions);
     if !pressure.admitted {
         return pressure;
     }
-    admit_resource_fit(pod, running_pods, node_allocatable)
+    admit_predicates(pod, running_pods, node)
 }
 
 #[cfg(test)]
@@ -357,9 +515,14 @@ mod tests {
     ) {
         let result = admit_resource_fit(&new, &running(), &list(allocatable));
         let got: Vec<(&str, i64, i64, i64)> = result
-            .insufficient
+            .failures
             .iter()
-            .map(|r| (r.resource.as_str(), r.requested, r.used, r.capacity))
+            .map(|f| match f {
+                AdmissionFailure::InsufficientResource(r) => {
+                    (r.resource.as_str(), r.requested, r.used, r.capacity)
+                }
+                other => panic!("not a resource failure: {other:?}"),
+            })
             .collect();
         assert_eq!(got, expected);
         assert_eq!(result.admitted, expected.is_empty());
@@ -375,7 +538,9 @@ mod tests {
             result.message,
             "Node didn't have enough resource: cpu, requested: 600, used: 1500, capacity: 2000"
         );
-        assert_eq!(result.insufficient[0].insufficient_amount(), 100);
+        let shortfall =
+            insufficient_resources(&pod("new", "cpu=600m", ""), &running(), &list(NODE));
+        assert_eq!(shortfall[0].insufficient_amount(), 100);
     }
 
     #[test]
@@ -399,5 +564,127 @@ mod tests {
         );
         assert_eq!(result.reason, "OutOfmemory");
         assert!(admit_pod(&burstable(), &[], &running(), &list(NODE)).admitted);
+    }
+
+    // The node of the kubelet's TestGeneralPredicates (predicate_test.go): machine1,
+    // 10 millicores, 20 bytes of memory, 32 pods.
+    const MACHINE1: &str = "cpu=10m,memory=20,pods=32";
+
+    fn taint(key: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            effect: effect.into(),
+            ..Default::default()
+        }
+    }
+
+    fn bound_to(node: &str) -> Pod {
+        let mut p = best_effort();
+        p.spec.node_name = Some(node.into());
+        p
+    }
+
+    fn tolerating_keys(keys: &[&str]) -> Pod {
+        let mut p = best_effort();
+        p.spec.tolerations = keys
+            .iter()
+            .map(|k| Toleration {
+                key: k.to_string(),
+                ..Default::default()
+            })
+            .collect();
+        p
+    }
+
+    fn needs_cpu_and_memory() -> Pod {
+        pod("new", "cpu=8m,memory=10", "")
+    }
+
+    fn short_and_bound_elsewhere() -> Pod {
+        let mut p = needs_cpu_and_memory();
+        p.spec.node_name = Some("machine2".into());
+        p
+    }
+
+    // The cases of the kubelet's TestGeneralPredicates this model can express (host
+    // ports and node affinity are not read by the pod model), plus the order of mixed
+    // failures: resources first, then node name, then taints.
+    #[rstest]
+    #[case::no_resources_port_or_host_always_fits(best_effort(), vec![], vec![])]
+    #[case::not_enough_cpu_and_memory(needs_cpu_and_memory(), vec![], vec!["OutOfcpu", "OutOfmemory"])]
+    #[case::host_not_match(bound_to("machine2"), vec![], vec!["NodeName"])]
+    #[case::host_matches(bound_to("machine1"), vec![], vec![])]
+    #[case::taint_toleration_match(tolerating_keys(&["foo", "bar"]),
+        vec![taint("foo", "NoSchedule"), taint("bar", "NoExecute")], vec![])]
+    #[case::no_schedule_taint_not_matched(best_effort(), vec![taint("foo", "NoSchedule")], vec![])]
+    #[case::no_execute_taint_not_matched(best_effort(), vec![taint("bar", "NoExecute")], vec!["TaintToleration"])]
+    #[case::prefer_no_schedule_taint_not_matched(best_effort(), vec![taint("baz", "PreferNoSchedule")], vec![])]
+    #[case::static_pods_ignore_taints(static_best_effort(),
+        vec![taint("foo", "NoSchedule"), taint("bar", "NoExecute")], vec![])]
+    #[case::resources_then_node_name_then_taint(short_and_bound_elsewhere(),
+        vec![taint("bar", "NoExecute")], vec!["OutOfcpu", "OutOfmemory", "NodeName", "TaintToleration"])]
+    fn general_predicates(
+        #[case] new: Pod,
+        #[case] taints: Vec<Taint>,
+        #[case] expected: Vec<&str>,
+    ) {
+        let running = vec![pod("r", "cpu=5m,memory=19", "")];
+        let allocatable = list(MACHINE1);
+        let node = AdmissionNode {
+            name: Some("machine1"),
+            taints: &taints,
+            ..AdmissionNode::new(&[], &allocatable)
+        };
+        let result = admit_predicates(&new, &running, &node);
+        let reasons: Vec<String> = result.failures.iter().map(|f| f.reason()).collect();
+        assert_eq!(reasons, expected, "{result:?}");
+        assert_eq!(result.admitted, expected.is_empty());
+        assert_eq!(result.reason, expected.first().copied().unwrap_or(""));
+    }
+
+    #[test]
+    fn predicate_failures_carry_the_kubelets_messages() {
+        let allocatable = list(MACHINE1);
+        let taints = [taint("bar", "NoExecute")];
+        let node = AdmissionNode {
+            name: Some("machine1"),
+            taints: &taints,
+            ..AdmissionNode::new(&[], &allocatable)
+        };
+        let result = admit_predicates(&bound_to("machine2"), &[], &node);
+        assert_eq!(
+            result.message,
+            "Predicate NodeName failed: node(s) didn't match the requested node name"
+        );
+        assert_eq!(
+            result.failures[1].message(),
+            "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate"
+        );
+        // The kubelet's own "not enough cpu and memory" numbers.
+        let result = admit_predicates(
+            &needs_cpu_and_memory(),
+            &[pod("r", "cpu=5m,memory=19", "")],
+            &node,
+        );
+        assert_eq!(
+            result.message,
+            "Node didn't have enough resource: cpu, requested: 8, used: 5, capacity: 10"
+        );
+    }
+
+    #[test]
+    fn an_unknown_node_name_skips_the_node_name_check() {
+        let allocatable = list(MACHINE1);
+        let node = AdmissionNode::new(&[], &allocatable);
+        assert!(admit_predicates(&bound_to("machine2"), &[], &node).admitted);
+    }
+
+    #[test]
+    fn pressure_failure_is_typed() {
+        let result = admit_under_pressure(&best_effort(), &[DiskPressure]);
+        assert_eq!(
+            result.failures,
+            vec![AdmissionFailure::NodeCondition(vec![DiskPressure])]
+        );
     }
 }

@@ -1,9 +1,14 @@
-//! Critical-pod preemption at admission: when a critical pod does not fit for lack of
-//! resources, the kubelet evicts running pods to make room instead of rejecting it.
+//! Critical-pod preemption at admission: when a critical pod fails admission only for
+//! lack of resources, the kubelet evicts running pods to make room instead of rejecting
+//! it. Any other failure (node pressure, node name, an untolerated taint) is one evicting
+//! pods cannot fix: the pod is rejected for it and nothing is preempted.
 //!
 //! kubelet: pkg/kubelet/preemption/preemption.go (CriticalPodAdmissionHandler,
 //! getPodsToPreempt, getPodsToPreemptByDistance) and pkg/kubelet/types Preemptable.
-use super::admission::{AdmitResult, UNEXPECTED_ADMISSION_ERROR, admit_pod, request_units};
+use super::admission::{
+    AdmissionFailure, AdmissionNode, AdmitResult, UNEXPECTED_ADMISSION_ERROR, admit_pod_on,
+    request_units,
+};
 use super::pod::{Pod, ResourceList};
 use super::types::{NodeConditionType, QosClass};
 
@@ -93,7 +98,9 @@ fn distance(requirements: &[AdmissionRequirement], pod: &Pod) -> f64 {
         .sum()
 }
 
-/// Whether `a` requests less than `b`, comparing memory then CPU (smallerResourceRequest).
+/// Whether `a` requests no more than `b`, comparing memory then CPU
+/// (smallerResourceRequest). Equal requests count as smaller, as in the kubelet: among
+/// pods equal in distance and requests, the last one scanned wins.
 fn smaller_resource_request(a: &Pod, b: &Pod) -> bool {
     for resource in ["memory", "cpu"] {
         let (ra, rb) = (request_units(a, resource), request_units(b, resource));
@@ -101,14 +108,14 @@ fn smaller_resource_request(a: &Pod, b: &Pod) -> bool {
             return ra < rb;
         }
     }
-    false
+    true
 }
 
 /// Picks pods from `pods` until the requirements are met, each round taking the pod that
-/// leaves the smallest distance (ties: the smaller request, then the earlier pod), which
-/// tends to minimise the number of pods (getPodsToPreemptByDistance). The candidate list
-/// shrinks by swapping the chosen pod with the last one, as the kubelet's does, so tie
-/// breaks follow the same order.
+/// leaves the smallest distance (ties: the smaller request, and among equal ones the
+/// later pod), which tends to minimise the number of pods (getPodsToPreemptByDistance).
+/// The candidate list shrinks by swapping the chosen pod with the last one, as the
+/// kubelet's does, so tie breaks follow the same order.
 fn pods_to_preempt_by_distance(
     mut pods: Vec<&Pod>,
     mut requirements: Vec<AdmissionRequirement>,
@@ -205,9 +212,11 @@ pub fn pods_to_preempt(
 }
 
 /// The kubelet's admission-failure handler (CriticalPodAdmissionHandler.HandleAdmissionFailure):
-/// a non-critical pod, or a failure that is not about resources, stays rejected; a
-/// critical pod short of resources is admitted once the chosen pods are preempted, or
-/// rejected with "UnexpectedAdmissionError" when no set of pods frees enough.
+/// a non-critical pod stays rejected with its first failure. A critical pod with any
+/// failure that is not an insufficient resource is rejected with the first such failure
+/// (resource shortages are dropped from its reasons) and nothing is preempted. A critical
+/// pod short of resources only is admitted once the chosen pods are preempted, or rejected
+/// with "UnexpectedAdmissionError" when no set of pods frees enough.
 pub fn handle_admission_failure(
     pod: &Pod,
     failure: AdmitResult,
@@ -216,17 +225,24 @@ pub fn handle_admission_failure(
     if failure.admitted {
         return AdmissionOutcome::Admitted;
     }
-    if !pod.is_critical() || failure.insufficient.is_empty() {
+    // A rejection without typed failures is not a predicate's: nothing to recover.
+    if !pod.is_critical() || failure.failures.is_empty() {
         return AdmissionOutcome::Rejected(failure);
     }
-    let requirements: Vec<AdmissionRequirement> = failure
-        .insufficient
-        .iter()
-        .map(|r| AdmissionRequirement {
-            resource: r.resource.clone(),
-            quantity: r.insufficient_amount(),
-        })
-        .collect();
+    let mut requirements = Vec::new();
+    let mut others = Vec::new();
+    for f in &failure.failures {
+        match f {
+            AdmissionFailure::InsufficientResource(r) => requirements.push(AdmissionRequirement {
+                resource: r.resource.clone(),
+                quantity: r.insufficient_amount(),
+            }),
+            other => others.push(other.clone()),
+        }
+    }
+    if !others.is_empty() {
+        return AdmissionOutcome::Rejected(AdmitResult::from_failures(others));
+    }
     match pods_to_preempt(pod, running_pods, &requirements) {
         Ok(keys) => AdmissionOutcome::AdmittedAfterPreempting(keys),
         Err(err) => AdmissionOutcome::Rejected(AdmitResult::reject(
@@ -238,14 +254,29 @@ pub fn handle_admission_failure(
     }
 }
 
-/// Admission with preemption, end to end: [`admit_pod`], then [`handle_admission_failure`].
+/// Admission with preemption on a node known by its conditions and allocatable only (the
+/// agent's view): see [`admit_with_preemption_on`].
 pub fn admit_with_preemption(
     pod: &Pod,
     node_conditions: &[NodeConditionType],
     running_pods: &[Pod],
     node_allocatable: &ResourceList,
 ) -> AdmissionOutcome {
-    let result = admit_pod(pod, node_conditions, running_pods, node_allocatable);
+    admit_with_preemption_on(
+        pod,
+        &AdmissionNode::new(node_conditions, node_allocatable),
+        running_pods,
+    )
+}
+
+/// Admission with preemption, end to end: [`admit_pod_on`], then
+/// [`handle_admission_failure`].
+pub fn admit_with_preemption_on(
+    pod: &Pod,
+    node: &AdmissionNode<'_>,
+    running_pods: &[Pod],
+) -> AdmissionOutcome {
+    let result = admit_pod_on(pod, node, running_pods);
     handle_admission_failure(pod, result, running_pods)
 }
 
@@ -254,6 +285,7 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
+    use crate::policy::admission::{InsufficientResource, Taint};
     use crate::policy::testing::{list, pod};
 
     fn critical(mut pod: Pod) -> Pod {
@@ -318,12 +350,87 @@ mod tests {
     }
 
     #[test]
-    fn ties_follow_the_kubelets_swap_remove_order() {
+    fn ties_go_to_the_last_pod_scanned_as_in_the_kubelet() {
+        // Equal distance and requests: the kubelet's comparison is not strict, so each
+        // later pod replaces the best; c first, then (after the swap-remove) b.
         let pods = vec![pod("a", "", ""), pod("b", "", ""), pod("c", "", "")];
         let preemptor = critical(pod("new", "", ""));
         let got = pods_to_preempt(&preemptor, &pods, &req(&[("pods", 2)]))
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(got, ["default/a", "default/c"]);
+        assert_eq!(got, ["default/c", "default/b"]);
+    }
+
+    /// The pods of the kubelet's preemption_test.go getTestPods.
+    fn kubelet_test_pod(name: &str) -> Pod {
+        let mut p = match name {
+            "bestEffort" => pod(name, "", ""),
+            "burstable" => pod(name, "cpu=100m,memory=100Mi", ""),
+            "high-request-burstable" => pod(name, "cpu=300m,memory=300Mi", ""),
+            "guaranteed" => pod(name, "cpu=100m,memory=100Mi", "cpu=100m,memory=100Mi"),
+            "high-request-guaranteed" => {
+                pod(name, "cpu=300m,memory=300Mi", "cpu=300m,memory=300Mi")
+            }
+            "cluster-critical" | "node-critical" => pod(name, "cpu=100m,memory=100Mi", ""),
+            other => panic!("no test pod {other}"),
+        };
+        if name.ends_with("critical") {
+            p.metadata.namespace = "kube-system".into();
+            p.spec.priority = Some(if name == "node-critical" {
+                2_000_000_100
+            } else {
+                2_000_000_000
+            });
+        }
+        p
+    }
+
+    /// getAdmissionRequirementList(cpu millicores, memory Mi, pods) of the kubelet's tests.
+    fn kubelet_requirements(cpu: i64, memory_mi: i64, pods: i64) -> Vec<AdmissionRequirement> {
+        req(&[("cpu", cpu), ("memory", memory_mi * MI), ("pods", pods)])
+            .into_iter()
+            .filter(|r| r.quantity > 0)
+            .collect()
+    }
+
+    // The cases of the kubelet's TestGetPodsToPreempt and TestEvictPodsToFreeRequests
+    // (which compare the chosen pods as sets; the order here is the one getPodsToPreempt
+    // returns). `None`: no set of pods frees enough.
+    #[rstest]
+    #[case::no_requirements("cluster-critical", &[], (0, 0, 0), Some(&[][..]))]
+    #[case::no_pods("cluster-critical", &[], (0, 0, 1), None)]
+    #[case::equal_pods_and_resources_requirements("cluster-critical", &["burstable"], (100, 100, 1), Some(&["burstable"][..]))]
+    #[case::higher_requirements_than_pod_requests("cluster-critical", &["burstable"], (200, 200, 2), None)]
+    #[case::choose_between_best_effort_and_burstable("cluster-critical", &["burstable", "bestEffort"], (0, 0, 1), Some(&["bestEffort"][..]))]
+    #[case::choose_between_burstable_and_guaranteed("cluster-critical", &["burstable", "guaranteed"], (0, 0, 1), Some(&["burstable"][..]))]
+    #[case::choose_lower_request_burstable_if_it_meets_requirements("cluster-critical",
+        &["bestEffort", "high-request-burstable", "burstable"], (100, 100, 0), Some(&["burstable"][..]))]
+    #[case::choose_higher_request_burstable_if_lower_does_not_meet_requirements("cluster-critical",
+        &["bestEffort", "burstable", "high-request-burstable"], (150, 150, 0), Some(&["high-request-burstable"][..]))]
+    #[case::multiple_pods_required("cluster-critical",
+        &["bestEffort", "burstable", "high-request-burstable", "guaranteed", "high-request-guaranteed"],
+        (350, 350, 0), Some(&["high-request-burstable", "burstable"][..]))]
+    #[case::evict_guaranteed_when_we_have_to_and_not_the_extra_burstable("cluster-critical",
+        &["bestEffort", "burstable", "high-request-burstable", "guaranteed", "high-request-guaranteed"],
+        (0, 550, 0), Some(&["high-request-burstable", "high-request-guaranteed"][..]))]
+    #[case::evict_cluster_critical_pod_for_node_critical_pod("node-critical", &["cluster-critical"], (100, 0, 0), Some(&["cluster-critical"][..]))]
+    #[case::cannot_evict_node_critical_pod_for_cluster_critical_pod("cluster-critical", &["node-critical"], (100, 0, 0), None)]
+    #[case::best_effort_pods_free_no_memory("cluster-critical", &["bestEffort"], (0, 1, 0), None)]
+    fn kubelet_get_pods_to_preempt(
+        #[case] preemptor: &str,
+        #[case] running: &[&str],
+        #[case] (cpu, memory_mi, pods): (i64, i64, i64),
+        #[case] expected: Option<&[&str]>,
+    ) {
+        let preemptor = kubelet_test_pod(preemptor);
+        let running: Vec<Pod> = running.iter().map(|n| kubelet_test_pod(n)).collect();
+        let got = pods_to_preempt(
+            &preemptor,
+            &running,
+            &kubelet_requirements(cpu, memory_mi, pods),
+        );
+        let expected: Option<Vec<String>> =
+            expected.map(|names| names.iter().map(|n| kubelet_test_pod(n).key()).collect());
+        assert_eq!(got.ok(), expected);
     }
 
     #[test]
@@ -412,11 +519,142 @@ mod tests {
         );
     }
 
+    fn cpu_short(requested: i64) -> AdmissionFailure {
+        AdmissionFailure::InsufficientResource(InsufficientResource {
+            resource: "cpu".into(),
+            requested,
+            used: 1400,
+            capacity: 2000,
+        })
+    }
+
+    fn bound_elsewhere() -> AdmissionFailure {
+        AdmissionFailure::Predicate {
+            name: "NodeName".into(),
+            description: "node(s) didn't match the requested node name".into(),
+        }
+    }
+
+    // HandleAdmissionFailure: only insufficient resources may be preempted away; with any
+    // other reason the critical pod is rejected for the first such reason, and the
+    // resource shortages are dropped from what it reports.
+    #[rstest]
+    #[case::pressure_alongside_a_shortage(
+        vec![cpu_short(1000), AdmissionFailure::NodeCondition(vec![NodeConditionType::DiskPressure])],
+        "Evicted", "The node had condition: [DiskPressure]. ", 1)]
+    #[case::node_name_after_a_shortage(vec![cpu_short(1000), bound_elsewhere()],
+        "NodeName", "Predicate NodeName failed: node(s) didn't match the requested node name", 1)]
+    #[case::node_name_and_taint(vec![bound_elsewhere(), AdmissionFailure::Predicate {
+            name: "TaintToleration".into(),
+            description: "node(s) had taints that the pod didn't tolerate".into(),
+        }],
+        "NodeName", "Predicate NodeName failed: node(s) didn't match the requested node name", 2)]
+    fn other_failures_reject_the_critical_pod_without_preempting(
+        #[case] failures: Vec<AdmissionFailure>,
+        #[case] reason: &str,
+        #[case] message: &str,
+        #[case] kept: usize,
+    ) {
+        let failure = AdmitResult::from_failures(failures);
+        let outcome =
+            handle_admission_failure(&critical(pod("new", "cpu=1", "")), failure, &running());
+        match outcome {
+            AdmissionOutcome::Rejected(r) => {
+                assert_eq!((r.reason.as_str(), r.message.as_str()), (reason, message));
+                assert_eq!(r.failures.len(), kept, "{r:?}");
+                assert!(
+                    r.failures
+                        .iter()
+                        .all(|f| !matches!(f, AdmissionFailure::InsufficientResource(_))),
+                    "{r:?}"
+                );
+            }
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+
     #[test]
-    fn pressure_rejection_is_not_preempted_away() {
-        let failure = AdmitResult::reject("Evicted", "The node had condition: [DiskPressure]. ");
+    fn only_shortages_are_preempted_away() {
+        // 400m short: bu2 (300m) then bu1 (100m), as in end_to_end_critical_pod_preempts.
+        let failure = AdmitResult::from_failures(vec![cpu_short(1000)]);
+        assert_eq!(
+            handle_admission_failure(&critical(pod("new", "cpu=1", "")), failure, &running()),
+            AdmissionOutcome::AdmittedAfterPreempting(vec![
+                "default/bu2".into(),
+                "default/bu1".into()
+            ])
+        );
+    }
+
+    #[test]
+    fn a_non_critical_pod_keeps_every_reason_and_the_first_one() {
+        let failure = AdmitResult::from_failures(vec![cpu_short(1000), bound_elsewhere()]);
+        let outcome =
+            handle_admission_failure(&pod("new", "cpu=1", ""), failure.clone(), &running());
+        assert_eq!(outcome, AdmissionOutcome::Rejected(failure.clone()));
+        assert_eq!(failure.reason, "OutOfcpu");
+    }
+
+    #[test]
+    fn a_rejection_without_typed_failures_stays_as_it_is() {
+        let failure = AdmitResult::reject(UNEXPECTED_ADMISSION_ERROR, "something broke");
         let outcome =
             handle_admission_failure(&critical(pod("new", "", "")), failure.clone(), &running());
         assert_eq!(outcome, AdmissionOutcome::Rejected(failure));
+    }
+
+    fn tolerating_nothing_node<'a>(
+        allocatable: &'a ResourceList,
+        taints: &'a [Taint],
+    ) -> AdmissionNode<'a> {
+        AdmissionNode {
+            name: Some("machine1"),
+            taints,
+            ..AdmissionNode::new(&[], allocatable)
+        }
+    }
+
+    #[test]
+    fn end_to_end_a_critical_pod_bound_elsewhere_preempts_nobody() {
+        let allocatable = list("cpu=2,memory=4Gi,pods=10");
+        let node = tolerating_nothing_node(&allocatable, &[]);
+        let without_crit: Vec<Pod> = running()
+            .into_iter()
+            .filter(|p| p.metadata.name != "crit")
+            .collect();
+        let mut new = critical(pod("new", "cpu=1", ""));
+        new.spec.node_name = Some("machine2".into());
+        match admit_with_preemption_on(&new, &node, &without_crit) {
+            AdmissionOutcome::Rejected(r) => assert_eq!(r.reason, "NodeName"),
+            other => panic!("expected a NodeName rejection, got {other:?}"),
+        }
+        // Bound here, the same pod preempts (400m short).
+        new.spec.node_name = Some("machine1".into());
+        assert!(matches!(
+            admit_with_preemption_on(&new, &node, &without_crit),
+            AdmissionOutcome::AdmittedAfterPreempting(_)
+        ));
+    }
+
+    #[test]
+    fn end_to_end_an_untolerated_no_execute_taint_preempts_nobody() {
+        let allocatable = list("cpu=2,memory=4Gi,pods=10");
+        let taints = [Taint {
+            key: "node.kubernetes.io/unreachable".into(),
+            effect: "NoExecute".into(),
+            ..Default::default()
+        }];
+        let node = tolerating_nothing_node(&allocatable, &taints);
+        let without_crit: Vec<Pod> = running()
+            .into_iter()
+            .filter(|p| p.metadata.name != "crit")
+            .collect();
+        match admit_with_preemption_on(&critical(pod("new", "cpu=1", "")), &node, &without_crit) {
+            AdmissionOutcome::Rejected(r) => assert_eq!(
+                r.message,
+                "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate"
+            ),
+            other => panic!("expected a TaintToleration rejection, got {other:?}"),
+        }
     }
 }

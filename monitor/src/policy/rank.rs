@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use super::pod::Pod;
 use super::signal::Signal;
 use super::stats::{PodStats, PodWithStats};
-use super::types::Resource;
+use super::types::{FsLayout, Resource};
 
 /// One rule of a ranking; `Less` means `a` is evicted before `b`.
 pub type Comparator<'a> = Box<dyn Fn(&PodWithStats, &PodWithStats) -> Ordering + 'a>;
@@ -48,31 +48,31 @@ pub enum RankFunc {
     },
 }
 
-/// The ranking for `signal` (kubelet: buildSignalToRankFunc, without a split containerfs).
-/// Without a dedicated imagefs every disk signal measures everything a pod writes; with
-/// one, nodefs signals measure logs and local volumes and imagefs/containerfs signals
-/// measure the writable layers.
-pub fn rank_func(signal: Signal, dedicated_imagefs: bool) -> RankFunc {
+/// The ranking for `signal` (kubelet: buildSignalToRankFunc). On one filesystem every
+/// disk signal measures everything a pod writes. With a dedicated imagefs, nodefs signals
+/// measure logs and local volumes, imagefs/containerfs signals the writable layers. With a
+/// split imagefs, nodefs and containerfs signals measure logs, local volumes and writable
+/// layers, and imagefs signals measure nothing a pod owns (images are shared), so pods
+/// rank by priority alone there.
+pub fn rank_func(signal: Signal, layout: FsLayout) -> RankFunc {
     let disk = |fs_stats, resource| RankFunc::Disk { fs_stats, resource };
-    match signal {
-        Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => RankFunc::Memory,
-        Signal::PidAvailable => RankFunc::Pids,
-        _ if !dedicated_imagefs => disk(ALL_FS_STATS, signal.resource()),
-        Signal::NodeFsAvailable | Signal::NodeFsInodesFree => {
-            disk(NODEFS_WITH_IMAGEFS, signal.resource())
-        }
-        _ => disk(IMAGEFS_WITH_IMAGEFS, signal.resource()),
+    let nodefs = matches!(signal, Signal::NodeFsAvailable | Signal::NodeFsInodesFree);
+    let imagefs = matches!(signal, Signal::ImageFsAvailable | Signal::ImageFsInodesFree);
+    match (signal, layout) {
+        (Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable, _) => RankFunc::Memory,
+        (Signal::PidAvailable, _) => RankFunc::Pids,
+        (_, FsLayout::Shared) => disk(ALL_FS_STATS, signal.resource()),
+        (_, FsLayout::DedicatedImageFs) if nodefs => disk(NODEFS_WITH_IMAGEFS, signal.resource()),
+        (_, FsLayout::DedicatedImageFs) => disk(IMAGEFS_WITH_IMAGEFS, signal.resource()),
+        (_, FsLayout::SplitImageFs) if imagefs => disk(&[], signal.resource()),
+        (_, FsLayout::SplitImageFs) => disk(ALL_FS_STATS, signal.resource()),
     }
 }
 
 /// `pods` most evictable first for `signal`.
-pub fn rank_pods(
-    signal: Signal,
-    dedicated_imagefs: bool,
-    pods: &[PodWithStats],
-) -> Vec<&PodWithStats> {
+pub fn rank_pods(signal: Signal, layout: FsLayout, pods: &[PodWithStats]) -> Vec<&PodWithStats> {
     let mut ranked: Vec<&PodWithStats> = pods.iter().collect();
-    let comparators = match rank_func(signal, dedicated_imagefs) {
+    let comparators = match rank_func(signal, layout) {
         RankFunc::Memory => memory_pressure_comparators(),
         RankFunc::Pids => pid_pressure_comparators(),
         RankFunc::Disk { fs_stats, resource } => disk_pressure_comparators(fs_stats, resource),

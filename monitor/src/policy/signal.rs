@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::quantity::{Quantity, QuantityOrPercent};
+use super::quantity::{Format, Quantity, QuantityOrPercent};
 use super::types::{NodeConditionType, Resource, Time};
 
 /// An eviction signal: a named amount of some resource still available on the node.
@@ -223,14 +223,16 @@ pub fn format_value(value: QuantityOrPercent) -> String {
     }
 }
 
-/// Formats an amount of a signal's unit for messages: bytes with binary suffixes
-/// (kubelet: resource.BinarySI), counts as plain numbers.
+/// Formats an observed amount of a signal's unit for messages as the kubelet's
+/// observations print: bytes as BinarySI ("300Mi"), inode and pid counts as DecimalSI
+/// ("200k") (kubelet: makeSignalObservations).
 pub fn format_amount(signal: Signal, amount: i64) -> String {
-    if signal.is_bytes() {
-        Quantity::from_units(amount).to_string()
+    let format = if signal.is_bytes() {
+        Format::BinarySI
     } else {
-        amount.to_string()
-    }
+        Format::DecimalSI
+    };
+    Quantity::new(amount, format).to_string()
 }
 
 /// One reading of a signal: how much is available out of what capacity, and when it was
@@ -376,5 +378,11 @@ mod tests {
     fn amounts_format_by_unit() {
         assert_eq!(format_amount(Signal::MemoryAvailable, 300 << 20), "300Mi");
         assert_eq!(format_amount(Signal::NodeFsInodesFree, 4096), "4096");
+        assert_eq!(format_amount(Signal::NodeFsInodesFree, 200_000), "200k");
+        assert_eq!(format_amount(Signal::NodeFsAvailable, 1000), "1k");
+        assert_eq!(
+            format_amount(Signal::NodeFsAvailable, 7_366_280 << 10),
+            "7366280Ki"
+        );
     }
 }

@@ -2,10 +2,13 @@
 //! Eviction (messages, local storage limits) and ranking both read these.
 use super::pod::Pod;
 
-/// A container's filesystem stats (Summary API `containers[].rootfs/logs`).
+/// A container's stats (Summary API `containers[]`): its memory working set and its
+/// writable layer and logs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerStats {
     pub name: String,
+    /// `memory.workingSetBytes`: names the container in memory eviction messages.
+    pub memory_working_set_bytes: Option<u64>,
     pub rootfs_used_bytes: Option<u64>,
     pub rootfs_inodes_used: Option<u64>,
     pub logs_used_bytes: Option<u64>,

@@ -5,7 +5,7 @@
 //! `monitor simulate` fills it from a Summary API document: both then get the same
 //! observations from [`make_signal_observations`].
 use super::signal::{Observations, Signal, SignalObservation};
-use super::types::Time;
+use super::types::{FsLayout, Time};
 
 /// Memory of the node or of the pods cgroup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,10 +81,10 @@ fn memory_observation(stat: &MemoryStat) -> SignalObservation {
 ///   [`AllocatableStat::Derived`]);
 /// - nodefs / imagefs / containerfs bytes and inodes; without an imagefs of its own the
 ///   image signals read the nodefs (the kubelet's stats provider reports the nodefs as
-///   imagefs then), and a containerfs not reported apart is the imagefs when
-///   `dedicated_imagefs`, else the nodefs;
+///   imagefs then), and a containerfs not reported apart is the imagefs when the
+///   writable layers live there (a dedicated imagefs), else the nodefs;
 /// - pid.available = max − current, capacity max.
-pub fn make_signal_observations(stats: &NodeStats, dedicated_imagefs: bool) -> Observations {
+pub fn make_signal_observations(stats: &NodeStats, layout: FsLayout) -> Observations {
     let mut out = Observations::new();
     if let Some(memory) = &stats.memory {
         out.insert(Signal::MemoryAvailable, memory_observation(memory));
@@ -113,7 +113,7 @@ pub fn make_signal_observations(stats: &NodeStats, dedicated_imagefs: bool) -> O
         None => {}
     }
     let imagefs = stats.imagefs.as_ref().or(stats.nodefs.as_ref());
-    let containerfs = stats.containerfs.as_ref().or(if dedicated_imagefs {
+    let containerfs = stats.containerfs.as_ref().or(if layout.containers_on_imagefs() {
         stats.imagefs.as_ref()
     } else {
         stats.nodefs.as_ref()
@@ -194,7 +194,7 @@ mod tests {
             }),
             ..NodeStats::default()
         };
-        let o = make_signal_observations(&stats, false);
+        let o = make_signal_observations(&stats, FsLayout::with_imagefs(false));
         let a = o[&Signal::AllocatableMemoryAvailable];
         assert_eq!(
             (a.available, a.capacity),
@@ -210,7 +210,7 @@ mod tests {
             nodefs: Some(fs(5, 50, 1)),
             ..NodeStats::default()
         };
-        let o = make_signal_observations(&shared, false);
+        let o = make_signal_observations(&shared, FsLayout::with_imagefs(false));
         assert_eq!(o[&Signal::ImageFsAvailable], o[&Signal::NodeFsAvailable]);
         assert_eq!(
             o[&Signal::ContainerFsAvailable],
@@ -221,12 +221,12 @@ mod tests {
             imagefs: Some(fs(7, 70, 2)),
             ..NodeStats::default()
         };
-        let o = make_signal_observations(&split, true);
+        let o = make_signal_observations(&split, FsLayout::with_imagefs(true));
         assert_eq!(o[&Signal::ImageFsAvailable].available, 7);
         assert_eq!(o[&Signal::ContainerFsAvailable].available, 7);
         assert_eq!(o[&Signal::NodeFsInodesFree].capacity, 100);
         // An imagefs reported but not dedicated: containers' layers stay on nodefs.
-        let o = make_signal_observations(&split, false);
+        let o = make_signal_observations(&split, FsLayout::with_imagefs(false));
         assert_eq!(o[&Signal::ContainerFsAvailable].available, 5);
     }
 
@@ -240,7 +240,7 @@ mod tests {
             }),
             ..NodeStats::default()
         };
-        let o = make_signal_observations(&stats, false);
+        let o = make_signal_observations(&stats, FsLayout::with_imagefs(false));
         assert_eq!(o[&Signal::PidAvailable].available, 4000);
         assert_eq!(o[&Signal::PidAvailable].capacity, 4096);
     }

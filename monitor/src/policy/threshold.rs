@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::signal::{Observations, Signal, Threshold};
-use super::types::{NodeConditionType, Resource, Time};
+use super::types::{FsLayout, NodeConditionType, Resource, Time};
 
 /// When each active threshold was first seen met (kubelet: thresholdsObservedAt). A list
 /// keyed by threshold value, as the kubelet's map is, in the order thresholds were met.
@@ -200,15 +200,13 @@ pub fn starved_resources(thresholds: &[Threshold]) -> Vec<Resource> {
 /// nodefs) or imagefs (a dedicated imagefs that also holds the writable layers)
 /// (kubelet: UpdateContainerFsThresholds). Only thresholds that exist are mirrored: the
 /// kubelet appends an empty, never-met threshold where its source is missing.
-pub fn update_container_fs_thresholds(
-    thresholds: &[Threshold],
-    dedicated_imagefs: bool,
-) -> Vec<Threshold> {
+pub fn update_container_fs_thresholds(thresholds: &[Threshold], layout: FsLayout) -> Vec<Threshold> {
+    let on_imagefs = layout.containers_on_imagefs();
     let mirror = |signal: Signal| match signal {
-        Signal::NodeFsAvailable if !dedicated_imagefs => Some(Signal::ContainerFsAvailable),
-        Signal::NodeFsInodesFree if !dedicated_imagefs => Some(Signal::ContainerFsInodesFree),
-        Signal::ImageFsAvailable if dedicated_imagefs => Some(Signal::ContainerFsAvailable),
-        Signal::ImageFsInodesFree if dedicated_imagefs => Some(Signal::ContainerFsInodesFree),
+        Signal::NodeFsAvailable if !on_imagefs => Some(Signal::ContainerFsAvailable),
+        Signal::NodeFsInodesFree if !on_imagefs => Some(Signal::ContainerFsInodesFree),
+        Signal::ImageFsAvailable if on_imagefs => Some(Signal::ContainerFsAvailable),
+        Signal::ImageFsInodesFree if on_imagefs => Some(Signal::ContainerFsInodesFree),
         _ => None,
     };
     let mut result: Vec<Threshold> = thresholds
@@ -458,7 +456,7 @@ mod tests {
             Threshold::hard(Signal::NodeFsAvailable, value("10%")).with_min_reclaim(value("1Gi"));
         let imagefs = Threshold::soft(Signal::ImageFsAvailable, value("15%"), secs(60));
         let user = Threshold::hard(Signal::ContainerFsAvailable, value("50%"));
-        let result = update_container_fs_thresholds(&[nodefs, user, imagefs], dedicated);
+        let result = update_container_fs_thresholds(&[nodefs, user, imagefs], FsLayout::with_imagefs(dedicated));
         let containerfs: Vec<_> = result
             .iter()
             .filter(|t| t.signal == Signal::ContainerFsAvailable)

@@ -43,6 +43,43 @@ impl NodeConditionType {
     }
 }
 
+/// Where images and containers' writable layers live (kubelet: withImageFs and
+/// KubeletSeparateDiskGC's split image filesystem). It decides which thresholds mirror as
+/// containerfs ones, how pods rank for each disk signal, and what node-level reclaim does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FsLayout {
+    /// One filesystem: nodefs, imagefs and containerfs are the same device.
+    #[default]
+    Shared,
+    /// Images and writable layers together on an image filesystem of their own.
+    DedicatedImageFs,
+    /// Images on their own filesystem; writable layers stay on nodefs (containerfs is
+    /// nodefs).
+    SplitImageFs,
+}
+
+impl FsLayout {
+    /// One filesystem, or (`dedicated`) an image filesystem that holds the writable layers
+    /// too: the two layouts the kubelet knew before the split image filesystem.
+    pub const fn with_imagefs(dedicated: bool) -> FsLayout {
+        if dedicated {
+            FsLayout::DedicatedImageFs
+        } else {
+            FsLayout::Shared
+        }
+    }
+
+    /// Images are on a filesystem other than nodefs.
+    pub fn has_imagefs(self) -> bool {
+        self != FsLayout::Shared
+    }
+
+    /// Containers' writable layers are on the image filesystem.
+    pub fn containers_on_imagefs(self) -> bool {
+        self == FsLayout::DedicatedImageFs
+    }
+}
+
 /// Resources the node can be starved of (the kubelet's `v1.ResourceName` values used by
 /// the eviction manager).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

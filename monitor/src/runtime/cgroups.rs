@@ -540,6 +540,16 @@ impl CgroupTree {
         self.reader().memory_stats(&pod.relative)
     }
 
+    /// Memory working set of one container, from its own memory cgroup only (two small
+    /// reads). `None` when the container has no cgroup to read (not running) or its name
+    /// could not be one: no stats for it, as the kubelet has none for such a container.
+    pub fn container_working_set(&self, pod: &PodCgroup, name: &str) -> Option<u64> {
+        validate_container_name(name).ok()?;
+        self.reader()
+            .working_set_bytes(&join(&pod.relative, name))
+            .ok()
+    }
+
     fn reader(&self) -> CgroupReader {
         CgroupReader::new(self.version, self.memory_root.clone())
     }

@@ -520,6 +520,11 @@ fn run_due_restarts(shared: &Arc<Shared>) {
     publish(shared);
 }
 
+/// An instant no deadline reaches (about thirty years ahead, as tokio's own far future).
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365 * 30)
+}
+
 /// Kills a pod: SIGTERM to every process in its cgroups, SIGKILL once the grace period
 /// ends (at once for grace 0), then waits until the cgroups are empty or `timeout` (never
 /// below [`MIN_KILL_TIMEOUT`]) runs out.
@@ -529,14 +534,17 @@ pub(super) async fn kill(
     grace_seconds: i64,
     timeout: Duration,
 ) -> EvictionOutcome {
-    let deadline = Instant::now() + timeout.max(MIN_KILL_TIMEOUT);
+    // A grace period near i64::MAX seconds must not overflow the clock: such a deadline
+    // is simply never reached.
+    let after = |wait: Duration| Instant::now().checked_add(wait).unwrap_or_else(far_future);
+    let deadline = after(timeout.max(MIN_KILL_TIMEOUT));
     if grace_seconds > 0 {
         // A failed SIGTERM only shortens the grace period: SIGKILL follows regardless.
         if let Err(err) = shared.tree.signal(cgroup, UnixSignal::SIGTERM) {
             tracing::warn!("SIGTERM to {}: {err}", cgroup.relative);
         }
         let grace = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
-        let grace_end = Instant::now() + grace;
+        let grace_end = after(grace);
         while !shared.tree.is_empty(cgroup) && Instant::now() < grace_end {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -143,8 +143,8 @@ impl PodKiller for LocalRuntime {
     }
 }
 
-/// Fresh stats of one pod: memory from its cgroup, disk from its logs, processes from
-/// its cgroups.
+/// Fresh stats of one pod: memory from its cgroup (and each running container's, for the
+/// eviction message), disk from its logs, processes from its cgroups.
 fn pod_stats(shared: &Shared, record: &PodRecord, cgroup: &PodCgroup) -> PodStats {
     let memory = shared
         .tree
@@ -163,8 +163,13 @@ fn pod_stats(shared: &Shared, record: &PodRecord, cgroup: &PodCgroup) -> PodStat
         .iter()
         .map(|c| {
             let (bytes, inodes) = logs::usage(&pod_dir.join(&c.name));
+            // A container without a process has no memory to report.
+            let working_set = c
+                .pid
+                .and_then(|_| shared.tree.container_working_set(cgroup, &c.name));
             ContainerStats {
                 name: c.name.clone(),
+                memory_working_set_bytes: working_set,
                 logs_used_bytes: Some(bytes),
                 logs_inodes_used: Some(inodes),
                 ..ContainerStats::default()

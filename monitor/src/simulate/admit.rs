@@ -1,8 +1,11 @@
 //! Admission of a step's `admit:` pods, after that step's eviction pass: the eviction
-//! manager's pressure check, the resource fit, and for a critical pod that does not fit,
-//! preemption of running pods (kubelet: pkg/kubelet/preemption, HandleAdmissionFailure).
+//! manager's pressure check, the predicates (resource fit, node name, NoExecute taints),
+//! and for a critical pod short of resources only, preemption of running pods (kubelet:
+//! pkg/kubelet/preemption, HandleAdmissionFailure).
+use super::node::Node;
+use crate::policy::admission::AdmissionNode;
 use crate::policy::pod::{Pod, ResourceList};
-use crate::policy::preemption::{AdmissionOutcome, admit_with_preemption};
+use crate::policy::preemption::{AdmissionOutcome, admit_with_preemption_on};
 use crate::policy::types::NodeConditionType;
 
 /// One pod's admission, as printed.
@@ -23,13 +26,20 @@ pub struct AdmissionDecision {
 }
 
 /// Admits `candidates` in order against `running` (which admitted pods join and
-/// preempted pods leave), under `conditions`, with `allocatable` the node's allocatable.
+/// preempted pods leave), under `conditions`, with `allocatable` the node's allocatable;
+/// `node`, when given, supplies the name and taints.
 pub fn admit_pods(
     candidates: &[Pod],
     running: &mut Vec<Pod>,
     conditions: &[NodeConditionType],
     allocatable: &ResourceList,
+    node: Option<&Node>,
 ) -> AdmissionDecision {
+    let node = AdmissionNode {
+        name: node.and_then(Node::name),
+        taints: node.map(|n| n.spec.taints.as_slice()).unwrap_or_default(),
+        ..AdmissionNode::new(conditions, allocatable)
+    };
     let mut decision = AdmissionDecision::default();
     for pod in candidates {
         let row = |admitted: bool, reason: String, message: String| AdmissionRow {
@@ -38,7 +48,7 @@ pub fn admit_pods(
             reason,
             message,
         };
-        match admit_with_preemption(pod, conditions, running, allocatable) {
+        match admit_with_preemption_on(pod, &node, running) {
             AdmissionOutcome::Admitted => {
                 decision
                     .results

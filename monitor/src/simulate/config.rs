@@ -1,16 +1,18 @@
 //! The KubeletConfiguration, loaded with the agent's own loader (so a config the agent
-//! rejects, the simulation rejects with the same message).
+//! rejects, the simulation rejects with the same message), `monitor:` block included: its
+//! `hardEvictionGracePeriodSeconds` changes the policy's decisions.
 use super::error::SimulateError;
 use super::scenario::ConfigSource;
-use crate::config::kubelet::{KubeletConfig, load_kubelet_config};
+use crate::config::kubelet::KubeletConfig;
+use crate::config::parse_agent_config;
 
 /// Loads the configuration; warnings (unknown keys) go to `warnings` for stderr.
 pub fn load_config(
     source: &ConfigSource,
     warnings: &mut Vec<String>,
 ) -> Result<KubeletConfig, SimulateError> {
-    let (config, config_warnings) = load_kubelet_config(&source.text, &source.origin)
+    let loaded = parse_agent_config(&source.text, &source.origin, &[])
         .map_err(|e| SimulateError::Config(e.to_string()))?;
-    warnings.extend(config_warnings.iter().map(ToString::to_string));
-    Ok(config)
+    warnings.extend(loaded.warnings.iter().map(ToString::to_string));
+    Ok(loaded.kubelet)
 }

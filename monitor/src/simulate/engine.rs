@@ -7,7 +7,7 @@ use super::admit::{AdmissionDecision, admit_pods};
 use super::images::ImageModel;
 use super::node::Node;
 use super::observe::{
-    PodsCgroupLimit, has_dedicated_image_fs, make_signal_observations, summary_memory_capacity,
+    PodsCgroupLimit, fs_layout, make_signal_observations, summary_memory_capacity,
 };
 use super::output::{
     AdmissionOutput, EvictedOutput, NodeReclaimOutput, StepOutput, ThresholdMetOutput,
@@ -75,12 +75,12 @@ impl Simulation {
                 .get_or_insert_with(|| ImageModel::new(&self.config.image_gc));
             model.set_images(images.clone());
         }
-        let dedicated = has_dedicated_image_fs(
+        let layout = fs_layout(
             &self.summary,
             step.dedicated_image_fs.or(self.dedicated_image_fs),
         );
         let observations =
-            make_signal_observations(&self.summary, self.pods_cgroup_limit(), dedicated, now);
+            make_signal_observations(&self.summary, self.pods_cgroup_limit(), layout, now);
         if let Some(images) = self.images.as_mut() {
             images.detect(&self.pods, now);
         }
@@ -89,9 +89,9 @@ impl Simulation {
         let input = SyncInput {
             observations: observations.clone(),
             pods: pods_with_stats(&self.pods, &self.summary),
-            dedicated_imagefs: dedicated,
+            fs_layout: layout,
         };
-        let mut reclaimer = StepReclaimer::new(self.images.as_mut(), &step.reclaim, dedicated, now);
+        let mut reclaimer = StepReclaimer::new(self.images.as_mut(), &step.reclaim, layout, now);
         let outcome = self
             .manager
             .synchronize_with(&input, now, |resource, signal| {
@@ -109,11 +109,17 @@ impl Simulation {
         // 2. Admission against the conditions that pass produced.
         let allocatable = self.node_allocatable();
         let conditions = self.manager.conditions();
-        let admission = admit_pods(&step.admit, &mut self.pods, &conditions, &allocatable);
+        let admission = admit_pods(
+            &step.admit,
+            &mut self.pods,
+            &conditions,
+            &allocatable,
+            self.node.as_ref(),
+        );
 
         // 3. Periodic image GC, on the image filesystem as node-level reclaim left it.
         if let Some(images) = self.images.as_mut() {
-            let image_fs = if dedicated {
+            let image_fs = if layout.has_imagefs() {
                 Signal::ImageFsAvailable
             } else {
                 Signal::NodeFsAvailable

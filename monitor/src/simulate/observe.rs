@@ -5,7 +5,7 @@ use super::summary::{FsStats, Summary};
 use super::timestamp::Timestamp;
 use crate::policy::signal::Observations;
 use crate::policy::summary::{self, AllocatableStat, FsStat, MemoryStat, NodeStats, PidStat};
-use crate::policy::types::Time;
+use crate::policy::types::{FsLayout, Time};
 
 /// What the summary alone does not say, needed for allocatableMemory.available when the
 /// summary has no "pods" system container.
@@ -64,13 +64,33 @@ fn to_i64(v: u64) -> i64 {
 pub fn make_signal_observations(
     summary: &Summary,
     pods_limit: PodsCgroupLimit,
-    dedicated_image_fs: bool,
+    layout: FsLayout,
     step_time: Time,
 ) -> Observations {
-    summary::make_signal_observations(
-        &node_stats(summary, pods_limit, step_time),
-        dedicated_image_fs,
-    )
+    summary::make_signal_observations(&node_stats(summary, pods_limit, step_time), layout)
+}
+
+/// The filesystem layout of the summary: one filesystem unless the imagefs is dedicated
+/// (see [`has_dedicated_image_fs`]); a dedicated one is split (images alone on it, the
+/// writable layers on nodefs: KubeletSeparateDiskGC) when the summary reports a
+/// `node.runtime.containerFs` that differs from its `imageFs` in capacity or available
+/// bytes, as a runtime with a separate image store reports it.
+pub fn fs_layout(summary: &Summary, explicit_dedicated: Option<bool>) -> FsLayout {
+    if !has_dedicated_image_fs(summary, explicit_dedicated) {
+        return FsLayout::Shared;
+    }
+    let runtime = summary.node.runtime.as_ref();
+    let image_fs = runtime.and_then(|r| r.image_fs.as_ref());
+    let container_fs = runtime.and_then(|r| r.container_fs.as_ref());
+    match (image_fs, container_fs) {
+        (Some(image), Some(container))
+            if image.capacity_bytes != container.capacity_bytes
+                || image.available_bytes != container.available_bytes =>
+        {
+            FsLayout::SplitImageFs
+        }
+        _ => FsLayout::DedicatedImageFs,
+    }
 }
 
 /// The summary's node stats in the policy's shape.
@@ -179,7 +199,7 @@ mod tests {
         let obs = make_signal_observations(
             &s,
             PodsCgroupLimit::default(),
-            false,
+            FsLayout::with_imagefs(false),
             Duration::from_secs(7),
         );
         let m = obs
@@ -209,7 +229,7 @@ mod tests {
         let limit = PodsCgroupLimit {
             memory_bytes: Some(10_000),
         };
-        let obs = make_signal_observations(&s, limit, false, Duration::from_secs(3));
+        let obs = make_signal_observations(&s, limit, FsLayout::with_imagefs(false), Duration::from_secs(3));
         let a = obs
             .get(&Signal::AllocatableMemoryAvailable)
             .expect("allocatable observed");
@@ -230,7 +250,7 @@ mod tests {
         let limit = PodsCgroupLimit {
             memory_bytes: Some(10_000),
         };
-        let obs = make_signal_observations(&s, limit, false, Duration::ZERO);
+        let obs = make_signal_observations(&s, limit, FsLayout::with_imagefs(false), Duration::ZERO);
         let a = obs
             .get(&Signal::AllocatableMemoryAvailable)
             .expect("allocatable observed");
@@ -249,7 +269,7 @@ mod tests {
                          "runtime": {"imageFs": {"availableBytes": 70, "capacityBytes": 200}}}}"#,
         );
         let obs =
-            make_signal_observations(&s, PodsCgroupLimit::default(), dedicated, Duration::ZERO);
+            make_signal_observations(&s, PodsCgroupLimit::default(), FsLayout::with_imagefs(dedicated), Duration::ZERO);
         assert_eq!(
             obs.get(&Signal::ContainerFsAvailable).map(|o| o.available),
             Some(available)
@@ -272,7 +292,7 @@ mod tests {
     #[test]
     fn pid_available_is_maxpid_minus_curproc() {
         let s = summary(r#"{"node": {"rlimit": {"maxpid": 1000, "curproc": 990}}}"#);
-        let obs = make_signal_observations(&s, PodsCgroupLimit::default(), false, Duration::ZERO);
+        let obs = make_signal_observations(&s, PodsCgroupLimit::default(), FsLayout::with_imagefs(false), Duration::ZERO);
         let p = obs
             .get(&Signal::PidAvailable)
             .expect("pid.available observed");
@@ -302,5 +322,38 @@ mod tests {
         #[case] dedicated: bool,
     ) {
         assert_eq!(has_dedicated_image_fs(&summary(json), explicit), dedicated);
+    }
+
+    #[rstest]
+    #[case::one_filesystem(
+        r#"{"node": {"fs": {"availableBytes": 1, "capacityBytes": 2}}}"#,
+        FsLayout::Shared
+    )]
+    #[case::imagefs_holds_the_writable_layers(
+        r#"{"node": {"fs": {"availableBytes": 1, "capacityBytes": 2}, "runtime": {"imageFs": {"availableBytes": 5, "capacityBytes": 9}, "containerFs": {"availableBytes": 5, "capacityBytes": 9}}}}"#,
+        FsLayout::DedicatedImageFs
+    )]
+    #[case::split_writable_layers_on_nodefs(
+        r#"{"node": {"fs": {"availableBytes": 1, "capacityBytes": 2}, "runtime": {"imageFs": {"availableBytes": 5, "capacityBytes": 9}, "containerFs": {"availableBytes": 1, "capacityBytes": 2}}}}"#,
+        FsLayout::SplitImageFs
+    )]
+    fn fs_layout_detection(#[case] json: &str, #[case] expected: FsLayout) {
+        assert_eq!(fs_layout(&summary(json), None), expected);
+    }
+
+    #[test]
+    fn split_layout_containerfs_signals_read_the_reported_containerfs_else_nodefs() {
+        // kubelet: makeSignalObservations reads runtime.containerFs as is.
+        let s = summary(
+            r#"{"node": {"fs": {"availableBytes": 10, "capacityBytes": 20}, "runtime": {"imageFs": {"availableBytes": 50, "capacityBytes": 90}, "containerFs": {"availableBytes": 10, "capacityBytes": 20}}}}"#,
+        );
+        let obs = make_signal_observations(
+            &s,
+            PodsCgroupLimit::default(),
+            FsLayout::SplitImageFs,
+            Duration::ZERO,
+        );
+        assert_eq!(obs[&Signal::ContainerFsAvailable].available, 10);
+        assert_eq!(obs[&Signal::ImageFsAvailable].available, 50);
     }
 }

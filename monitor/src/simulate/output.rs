@@ -64,8 +64,9 @@ pub struct EvictedOutput {
     /// The signal whose threshold drove the eviction; null for local-storage limit
     /// evictions, which no signal drives.
     pub signal: Option<String>,
-    /// The grace period the pod is killed with: 0 for hard thresholds and local-storage
-    /// limits (docs/simulate.md says why), min(pod's, evictionMaxPodGracePeriod) for soft.
+    /// The grace period the pod is killed with: for hard thresholds and local-storage
+    /// limits `monitor.hardEvictionGracePeriodSeconds` (0 unless set to 1; docs/simulate.md
+    /// says why), min(pod's, evictionMaxPodGracePeriod) for soft.
     pub grace_period_seconds: i64,
     pub message: String,
 }

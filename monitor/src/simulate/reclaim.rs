@@ -6,7 +6,7 @@ use super::images::ImageModel;
 use super::scenario::Filesystem;
 use crate::policy::eviction::ReclaimResult;
 use crate::policy::signal::Signal;
-use crate::policy::types::{Resource, Time};
+use crate::policy::types::{FsLayout, Resource, Time};
 
 /// What one step's node-level reclaim can free.
 pub struct StepReclaimer<'a> {
@@ -15,7 +15,7 @@ pub struct StepReclaimer<'a> {
     pub images: Option<&'a mut ImageModel>,
     /// The step's one-shot `reclaim:` bytes per filesystem, used when images are not modelled.
     pub bytes: &'a BTreeMap<Filesystem, u64>,
-    pub dedicated_image_fs: bool,
+    pub layout: FsLayout,
     pub now: Time,
     /// Image ids removed by this reclaim, in removal order.
     pub removed: Vec<String>,
@@ -27,13 +27,13 @@ impl<'a> StepReclaimer<'a> {
     pub fn new(
         images: Option<&'a mut ImageModel>,
         bytes: &'a BTreeMap<Filesystem, u64>,
-        dedicated_image_fs: bool,
+        layout: FsLayout,
         now: Time,
     ) -> Self {
         StepReclaimer {
             images,
             bytes,
-            dedicated_image_fs,
+            layout,
             now,
             removed: Vec::new(),
             spent: false,
@@ -41,18 +41,29 @@ impl<'a> StepReclaimer<'a> {
     }
 
     /// The `reclaim:` bytes for the filesystem a signal is measured on. Without a dedicated
-    /// imagefs there is one filesystem, so any key names it (nodefs first).
+    /// imagefs there is one filesystem, so any key names it (nodefs first); with a split
+    /// one, containerfs is the nodefs.
     fn bytes_for(&self, signal: Signal) -> u64 {
+        let containerfs = matches!(
+            signal,
+            Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree
+        );
         let keys: &[Filesystem] = match signal {
-            _ if !self.dedicated_image_fs => &[
+            _ if !self.layout.has_imagefs() => &[
                 Filesystem::NodeFs,
                 Filesystem::ImageFs,
                 Filesystem::ContainerFs,
             ],
-            Signal::NodeFsAvailable | Signal::NodeFsInodesFree => &[Filesystem::NodeFs],
-            Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree => {
-                &[Filesystem::ContainerFs, Filesystem::ImageFs]
+            Signal::NodeFsAvailable | Signal::NodeFsInodesFree
+                if self.layout == FsLayout::SplitImageFs =>
+            {
+                &[Filesystem::NodeFs, Filesystem::ContainerFs]
             }
+            Signal::NodeFsAvailable | Signal::NodeFsInodesFree => &[Filesystem::NodeFs],
+            _ if containerfs && self.layout == FsLayout::SplitImageFs => {
+                &[Filesystem::ContainerFs, Filesystem::NodeFs]
+            }
+            _ if containerfs => &[Filesystem::ContainerFs, Filesystem::ImageFs],
             _ => &[Filesystem::ImageFs, Filesystem::ContainerFs],
         };
         keys.iter()
@@ -70,7 +81,11 @@ impl StepReclaimer<'_> {
             return ReclaimResult::default();
         }
         self.spent = true;
-        if let Some(images) = self.images.as_deref_mut() {
+        // With a split imagefs only imagefs pressure deletes images; nodefs and containerfs
+        // pressure collects dead containers, which are not modelled: the step's bytes.
+        let images_help = self.layout != FsLayout::SplitImageFs
+            || matches!(signal, Signal::ImageFsAvailable | Signal::ImageFsInodesFree);
+        if let Some(images) = self.images.as_deref_mut().filter(|_| images_help) {
             let (ids, freed_bytes) = images.delete_unused(self.now);
             self.removed.extend(ids);
             return ReclaimResult {

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_yaml_ng::Value;
 
 use super::error::{SimulateError, deserialize_document, deserialize_value, join_field};
-use super::node::Node;
+use super::node::{Node, NodeDocument};
 use super::summary::Summary;
 use crate::config::kubelet::parse_go_duration;
 use crate::policy::pod::{Pod, parse_pod_list};
@@ -199,11 +199,7 @@ pub fn load_snapshot(files: &SnapshotFiles<'_>) -> Result<Scenario, SimulateErro
     let summary_file = files.summary.display().to_string();
     let summary: Summary = deserialize_document(&read_file(files.summary)?, &summary_file, "")?;
     let node = match files.node {
-        Some(path) => Some(deserialize_document::<Node>(
-            &read_file(path)?,
-            &path.display().to_string(),
-            "",
-        )?),
+        Some(path) => Some(load_node_file(path)?),
         None => None,
     };
     let admit = match files.admit {
@@ -223,6 +219,12 @@ pub fn load_snapshot(files: &SnapshotFiles<'_>) -> Result<Scenario, SimulateErro
         dedicated_image_fs: None,
         steps: vec![step],
     })
+}
+
+/// A Node, or a list holding exactly one (see [`NodeDocument::into_node`]), from a file.
+fn load_node_file(path: &Path) -> Result<Node, SimulateError> {
+    let file = path.display().to_string();
+    deserialize_document::<NodeDocument>(&read_file(path)?, &file, "")?.into_node(&file, "")
 }
 
 fn load_pods_file(path: &Path) -> Result<Vec<Pod>, SimulateError> {
@@ -269,7 +271,7 @@ impl Ctx<'_> {
             }
         };
         let node = match raw.node {
-            Some(v) => Some(self.document::<Node>(v, &format!("{field}.node"))?),
+            Some(v) => Some(self.node(v, &format!("{field}.node"))?),
             None => None,
         };
         let summary = match raw.summary {
@@ -337,6 +339,15 @@ impl Ctx<'_> {
                 deserialize_document(&read_file(&path)?, &path.display().to_string(), "")
             }
             other => deserialize_value(other, self.file, field),
+        }
+    }
+
+    /// A Node (or a one-node list): inline, or a file name.
+    fn node(&self, value: Value, field: &str) -> Result<Node, SimulateError> {
+        match value {
+            Value::String(name) => load_node_file(&self.resolve(&name)),
+            other => deserialize_value::<NodeDocument>(other, self.file, field)?
+                .into_node(self.file, field),
         }
     }
 

@@ -48,6 +48,7 @@ fn convert(stats: &summary::PodStats) -> PodStats {
             .iter()
             .map(|c| ContainerStats {
                 name: c.name.clone(),
+                memory_working_set_bytes: c.memory.as_ref().and_then(|m| m.working_set_bytes),
                 rootfs_used_bytes: c.rootfs.as_ref().and_then(|f| f.used_bytes),
                 rootfs_inodes_used: c.rootfs.as_ref().and_then(|f| f.inodes_used),
                 logs_used_bytes: c.logs.as_ref().and_then(|f| f.used_bytes),
@@ -93,7 +94,7 @@ mod tests {
             r#"{"pods": [
                 {"podRef": {"name": "renamed", "namespace": "x", "uid": "u-a"}, "memory": {"workingSetBytes": 1}},
                 {"podRef": {"name": "b", "namespace": "default"}, "memory": {"workingSetBytes": 2},
-                 "containers": [{"name": "c", "rootfs": {"usedBytes": 5, "inodesUsed": 6}, "logs": {"usedBytes": 7}}],
+                 "containers": [{"name": "c", "memory": {"workingSetBytes": 9}, "rootfs": {"usedBytes": 5, "inodesUsed": 6}, "logs": {"usedBytes": 7}}],
                  "volume": [{"name": "v", "usedBytes": 8}], "ephemeral-storage": {"usedBytes": 20},
                  "process_stats": {"process_count": 3}}
             ]}"#,
@@ -111,6 +112,7 @@ mod tests {
             Some(2),
             "no uid: matched by default/b"
         );
+        assert_eq!(b.containers[0].memory_working_set_bytes, Some(9));
         assert_eq!(b.containers[0].rootfs_used_bytes, Some(5));
         assert_eq!(b.containers[0].rootfs_inodes_used, Some(6));
         assert_eq!(b.containers[0].logs_used_bytes, Some(7));

@@ -18,7 +18,7 @@ use crate::policy::eviction::{
 };
 use crate::policy::signal::{Observations, Signal, format_value};
 use crate::policy::summary::make_signal_observations;
-use crate::policy::types::Time;
+use crate::policy::types::{FsLayout, Time};
 use crate::runtime::port::{EvictionOutcome, PodKiller, Ports};
 use crate::state::{EVICTIONS_KEPT, EvictionView, SharedState, SignalStatus, ThresholdStatus};
 
@@ -109,11 +109,17 @@ impl EvictionSync {
             .filter(|p| !self.in_flight.iter().any(|e| e.pod_key == p.pod.key()))
             .collect::<Vec<_>>();
         let stats = node_stats(node, &self.kubelet, &pods, now);
-        let dedicated_imagefs = node.imagefs.is_some();
+        // The process runtime keeps no images: with an imagefs path configured, it is a
+        // dedicated image filesystem in the kubelet's sense.
+        let fs_layout = if node.imagefs.is_some() {
+            FsLayout::DedicatedImageFs
+        } else {
+            FsLayout::Shared
+        };
         let input = SyncInput {
-            observations: make_signal_observations(&stats, dedicated_imagefs),
+            observations: make_signal_observations(&stats, fs_layout),
             pods,
-            dedicated_imagefs,
+            fs_layout,
         };
         let outcome = match self.manager.decide(&input, now) {
             Step::Done(outcome) => outcome,
@@ -170,16 +176,16 @@ impl EvictionSync {
     /// one while an eviction that counts as much is under way (its pod still holds the
     /// memory or disk it is being evicted for, so the same stats would pick a second
     /// victim for the same pressure). The exception: an immediate eviction (a hard
-    /// threshold) starts while only graceful ones (soft thresholds in their grace period)
-    /// run, so a hard crossing never waits out a soft eviction's grace period (the
-    /// kubelet does wait: kubernetes#123872).
+    /// threshold or a local storage limit) starts while only soft ones run, so a hard
+    /// crossing never waits out a soft eviction's grace period (kubelets that block on the
+    /// soft eviction wait it out: kubernetes#123872). Immediate is the decision's flag, not a grace of 0: with
+    /// `hardEvictionGracePeriodSeconds: 1` hard evictions have a grace of 1 s.
     fn may_start(&self, decision: &EvictionDecision) -> bool {
         if self.in_flight.iter().any(|e| e.pod_key == decision.pod_key) {
             return false;
         }
         self.in_flight.is_empty()
-            || (decision.grace_period_seconds == 0
-                && self.in_flight.iter().all(|e| e.grace_period_seconds > 0))
+            || (decision.immediate && self.in_flight.iter().all(|e| !e.immediate))
     }
 
     fn start(&mut self, decision: EvictionDecision) {
@@ -304,7 +310,7 @@ async fn carry_out(killer: &dyn PodKiller, decision: &EvictionDecision) -> (Evic
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let wait = attempt.kill_timeout + KILL_ANSWER_SLACK;
+        let wait = attempt.kill_timeout.saturating_add(KILL_ANSWER_SLACK);
         let outcome = match tokio::time::timeout(wait, killer.evict(&attempt)).await {
             Ok(outcome) => outcome,
             Err(_) => {

@@ -6,10 +6,12 @@
 //! Time: the policy's `now` and the grace-period deadlines come from one clock,
 //! `tokio::time::Instant` measured from the loop's origin, so tests run the loop on paused
 //! time. CLOCK_MONOTONIC ([`crate::clock`]) only stamps wakes and reports for logs.
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 
@@ -149,7 +151,17 @@ impl<O: Observe> SyncLoop<O> {
                 batch.push(more);
             }
             sequence += 1;
-            let report = self.synchronize_once(sequence, batch).await;
+            // A bug in one pass (a panic in a reader, the policy or a port) must not end
+            // the loop: the node would then never be protected again while the API still
+            // answered. The pass is reported as failed and the next wake runs a new one.
+            let pass = AssertUnwindSafe(self.synchronize_once(sequence, batch)).catch_unwind();
+            let report = match pass.await {
+                Ok(report) => report,
+                Err(panic) => {
+                    self.record_panic(sequence, panic.as_ref());
+                    continue;
+                }
+            };
             deadline = self
                 .eviction
                 .next_deadline(report.now)
@@ -158,6 +170,22 @@ impl<O: Observe> SyncLoop<O> {
             // No subscribers is fine.
             let _ = self.reports.send(report);
         }
+    }
+
+    fn record_panic(&self, sequence: u64, panic: &(dyn std::any::Any + Send)) {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_string());
+        tracing::error!("synchronize {sequence} panicked: {what}; the loop goes on");
+        self.state.event(
+            "Warning",
+            "SynchronizeFailed",
+            "node",
+            format!("synchronize {sequence} panicked: {what}; the next wake runs a new one"),
+        );
+        self.state.lock().metrics.synchronize_panics += 1;
     }
 
     /// Records the synchronize in the shared state (API, metrics).
@@ -271,6 +299,91 @@ fn log_wakes(sequence: u64, wakes: &[Wake], started_ns: u64) {
             sequence,
             "… and {} more wakes coalesced",
             wakes.len() - WAKES_LOGGED_PER_SYNC
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::kubelet::default_kubelet_config;
+    use crate::notify::wake_channel;
+    use crate::observe::{FsStats, NodeMemory, PidStats};
+    use crate::runtime::port::Ports;
+
+    /// Panics on its first observation, then observes a calm node.
+    struct PanicsOnce {
+        calls: u32,
+    }
+
+    impl Observe for PanicsOnce {
+        fn observe(&mut self) -> Result<NodeObservation, ObserveError> {
+            self.calls += 1;
+            assert!(self.calls > 1, "a reader bug");
+            Ok(NodeObservation {
+                taken_at_ns: 0,
+                memory: NodeMemory {
+                    capacity_bytes: 1 << 33,
+                    usage_bytes: 1 << 30,
+                    inactive_file_bytes: 0,
+                    working_set_bytes: 1 << 30,
+                    available_bytes: (1 << 33) - (1 << 30),
+                },
+                allocatable: None,
+                nodefs: FsStats {
+                    capacity_bytes: 1 << 40,
+                    available_bytes: 1 << 39,
+                    inodes: 100,
+                    inodes_free: 90,
+                },
+                imagefs: None,
+                pids: PidStats {
+                    max: 4096,
+                    current: 10,
+                },
+                psi: None,
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_pass_is_reported_and_the_loop_goes_on() {
+        let (wakes, rx) = wake_channel();
+        let state = SharedState::default();
+        let (reports, mut subscriber) = broadcast::channel(8);
+        let sync_loop = SyncLoop {
+            observer: PanicsOnce { calls: 0 },
+            eviction: EvictionSync::new(
+                default_kubelet_config(),
+                Ports::none(),
+                state.clone(),
+                wakes.clone(),
+            ),
+            arming: None,
+            reports,
+            state: state.clone(),
+            origin: Instant::now(),
+        };
+        let task = tokio::spawn(sync_loop.run(rx));
+        wakes.wake(WakeSource::Timer, WakeDetail::None);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        wakes.wake(WakeSource::Timer, WakeDetail::None);
+        let report = tokio::time::timeout(Duration::from_secs(5), subscriber.recv())
+            .await
+            .expect("a synchronize after the panic")
+            .expect("report");
+        assert_eq!(report.sequence, 2, "the first pass panicked");
+        assert!(report.observation.is_ok());
+        assert!(!task.is_finished(), "the loop is still running");
+        let state = state.read();
+        assert_eq!(state.metrics.synchronize_panics, 1);
+        assert!(
+            state
+                .events
+                .iter()
+                .any(|e| e.reason == "SynchronizeFailed" && e.message.contains("a reader bug")),
+            "{:?}",
+            state.events
         );
     }
 }

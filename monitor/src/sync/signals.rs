@@ -68,6 +68,7 @@ pub fn node_stats(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::types::FsLayout;
     use crate::config::kubelet::load_kubelet_config;
     use crate::observe::{AllocatableMemory, MemoryStats, NodeMemory, PidStats};
     use crate::policy::signal::Signal;
@@ -118,7 +119,7 @@ mod tests {
             load_kubelet_config("systemReserved: {memory: 1.5Gi}\n", "k.yaml").unwrap();
         let at = Time::from_secs(1);
         let o =
-            make_signal_observations(&node_stats(&node(3 * GI, None), &kubelet, &[], at), false);
+            make_signal_observations(&node_stats(&node(3 * GI, None), &kubelet, &[], at), FsLayout::with_imagefs(false));
         assert_eq!(o[&Signal::MemoryAvailable].available, (3 * GI) as i64);
         assert_eq!(o[&Signal::MemoryAvailable].capacity, (10 * GI) as i64);
         // 10Gi − 1.5Gi system-reserved − 100Mi default hard threshold.
@@ -134,7 +135,7 @@ mod tests {
         assert!(o.values().all(|obs| obs.time == at));
         let o = make_signal_observations(
             &node_stats(&node(3 * GI, Some(200 * MI)), &kubelet, &[], at),
-            false,
+            FsLayout::with_imagefs(false),
         );
         assert_eq!(
             o[&Signal::AllocatableMemoryAvailable].available,
@@ -155,7 +156,7 @@ mod tests {
             },
         };
         let stats = node_stats(&node(3 * GI, None), &kubelet, &[pod], Time::ZERO);
-        let o = make_signal_observations(&stats, false);
+        let o = make_signal_observations(&stats, FsLayout::with_imagefs(false));
         let a = o[&Signal::AllocatableMemoryAvailable];
         assert_eq!(a.available, a.capacity - GI as i64);
     }

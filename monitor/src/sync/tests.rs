@@ -8,7 +8,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
 use super::*;
-use crate::config::kubelet::load_kubelet_config;
+use crate::config::parse_agent_config;
 use crate::notify::{Wake, WakeSender, WakeSource, wake_channel};
 use crate::observe::{FsStats, NodeMemory, NodeObservation, ObserveError, PidStats};
 use crate::policy::eviction::{EvictionDecision, ReclaimResult};
@@ -214,7 +214,14 @@ struct Harness {
 impl Harness {
     /// Starts the loop after `pending` wakes are already queued (so they coalesce).
     fn start(fake: Fake, pending: usize) -> Harness {
-        let (kubelet, _) = load_kubelet_config(KUBELET, "kubelet.yaml").expect("test config");
+        Harness::start_with(fake, pending, KUBELET)
+    }
+
+    /// [`Harness::start`] with another configuration file (its `monitor:` block applies).
+    fn start_with(fake: Fake, pending: usize, config: &str) -> Harness {
+        let kubelet = parse_agent_config(config, "kubelet.yaml", &[])
+            .expect("test config")
+            .kubelet;
         let (wakes, rx): (WakeSender, mpsc::Receiver<Wake>) = wake_channel();
         for _ in 0..pending {
             wakes.wake(WakeSource::Timer, crate::notify::WakeDetail::None);
@@ -345,6 +352,38 @@ async fn a_hard_crossing_during_a_soft_grace_period_acts_at_once_on_another_pod(
         "the hard eviction did not wait for the soft one: {kills:?}"
     );
     assert_eq!(kills[1].at, kills[0].at + secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_1_s_hard_grace_period_a_hard_crossing_still_counts_as_immediate() {
+    // The kubelet >= 1.31 behaviour: hard evictions get 1 s (SIGTERM, then SIGKILL).
+    let config = format!("{KUBELET}monitor: {{hardEvictionGracePeriodSeconds: 1}}\n");
+    let mut h = Harness::start_with(
+        Fake::new(5 * GI, &[("default/small", GI / 2), ("default/big", GI)]),
+        1,
+        &config,
+    );
+    h.next(secs(1)).await;
+    let soft = h.next(secs(60)).await;
+    assert_eq!(started(&soft), vec![("default/big".to_string(), 10)]);
+
+    // Two seconds into big's 10 s grace period the node crosses the hard threshold: a
+    // grace of 1 s must not make it wait for the soft eviction.
+    tokio::time::sleep(secs(2)).await;
+    h.fake.node().base_usage = 6 * GI + GI / 2;
+    h.wake();
+    let hard = h.next(secs(1)).await;
+    assert_eq!(
+        started(&hard),
+        vec![("default/small".to_string(), 1)],
+        "{}",
+        hard.summary
+    );
+    assert!(hard.pass.as_ref().expect("observed").started[0].immediate);
+    let kills = h.fake.kills();
+    assert_eq!(kills.len(), 2);
+    assert_eq!(kills[1].at, kills[0].at + secs(2));
+    assert_eq!(kills[1].kill_timeout, secs(2), "max(2 s, 1.5 × 1 s)");
 }
 
 #[tokio::test(start_paused = true)]

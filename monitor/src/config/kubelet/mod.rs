@@ -12,7 +12,8 @@
 //! imagefs.inodesFree default on Linux (some docs list one; the code is matched). When
 //! `evictionHard` is given it REPLACES the defaults, unless `mergeDefaultEvictionSettings:
 //! true` (kubelet ≥ 1.34), which keeps the defaults for the signals not given. As in the
-//! kubelet, a threshold of "0%" or "100%" is dropped, which is how a default is switched off.
+//! kubelet, a threshold of "0%" or "100%" is dropped, which is how a default is switched off;
+//! a dropped soft threshold needs no grace period.
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -197,6 +197,102 @@ fn zero_and_full_percent_are_ignored(#[case] value: &str) {
     );
 }
 
+// kubelet: helpers_test.go TestParseThresholdConfig "disable via 0%" and "disable via 100%"
+// (hard and soft at the value, no grace period: no error, no threshold).
+#[rstest]
+#[case("0%")]
+#[case("100%")]
+fn ignored_soft_thresholds_need_no_grace_period(#[case] value: &str) {
+    let (config, warnings) = load(&format!(
+        "evictionHard:\n  memory.available: \"{value}\"\nevictionSoft:\n  memory.available: \"{value}\"\n"
+    ));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(config.eviction.thresholds, vec![]);
+    // The same through the kubelet's flags.
+    let (config, _) = load_kubelet_config_with_flags(
+        "",
+        ORIGIN,
+        &args(&[
+            "--eviction-hard=memory.available<1Gi",
+            &format!("--eviction-soft=memory.available<{value}"),
+            "--enforce-node-allocatable=",
+        ]),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        config.eviction.thresholds,
+        vec![Threshold::hard(Signal::MemoryAvailable, q("1Gi"))]
+    );
+}
+
+// kubelet: helpers.go ParseThresholdConfig looks grace periods up, and attaches minimum
+// reclaims, only for the thresholds it kept: for an ignored one both are unused, not errors.
+#[test]
+fn grace_period_and_min_reclaim_of_an_ignored_threshold_are_unused() {
+    let (config, warnings) = load(
+        "enforceNodeAllocatable: []\nevictionHard:\n  memory.available: 0%\n  nodefs.available: 1Gi\nevictionSoft:\n  memory.available: 100%\nevictionSoftGracePeriod:\n  memory.available: 1m\nevictionMinimumReclaim:\n  memory.available: 100Mi\n",
+    );
+    assert_eq!(
+        config.eviction.thresholds,
+        vec![Threshold::hard(Signal::NodeFsAvailable, q("1Gi"))]
+    );
+    // Loads, but says why the minimum reclaim does nothing.
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].key, "evictionMinimumReclaim.memory.available");
+    assert!(warnings[0].message.contains("0% or 100%"), "{warnings:?}");
+}
+
+// kubelet: helpers.go parseGracePeriods and parseMinimumReclaims check every entry, used or
+// not (TestParseThresholdConfig "soft-negative-grace-period", "negative-reclaim").
+#[rstest]
+#[case(
+    "evictionSoft:\n  memory.available: 0%\nevictionSoftGracePeriod:\n  memory.available: -30s\n",
+    &["evictionSoftGracePeriod", "memory.available", "-30s", "negative"]
+)]
+#[case(
+    "evictionHard:\n  memory.available: 0%\nevictionMinimumReclaim:\n  memory.available: -300Mi\n",
+    &["evictionMinimumReclaim", "memory.available", "-300Mi"]
+)]
+fn entries_of_an_ignored_threshold_are_still_checked(#[case] text: &str, #[case] words: &[&str]) {
+    let message = load_err(text);
+    for word in words.iter().chain(&[ORIGIN]) {
+        assert!(
+            message.contains(word),
+            "{message:?} should contain {word:?}"
+        );
+    }
+}
+
+// kubelet: helpers.go parseThresholdStatement ignores the exact texts "0%" and "100%" only;
+// "0.0%" is a real threshold of 0 (never met) and, soft, needs its grace period.
+#[test]
+fn only_the_exact_texts_are_ignored() {
+    let (config, _) = load("enforceNodeAllocatable: []\nevictionHard:\n  memory.available: 0.0%\n");
+    assert_eq!(
+        config.eviction.thresholds,
+        vec![Threshold::hard(Signal::MemoryAvailable, q("0%"))]
+    );
+    let message = load_err("evictionSoft:\n  memory.available: 0.0%\n");
+    assert!(message.contains("grace period"), "{message}");
+}
+
+// kubelet: helpers_test.go TestParseThresholdConfig "all memory eviction values": a minimum
+// reclaim of exactly "0" is valid (only a threshold must be positive).
+#[test]
+fn zero_min_reclaim_is_valid() {
+    let (config, warnings) = load(
+        "enforceNodeAllocatable: []\nevictionHard:\n  memory.available: 150Mi\nevictionSoft:\n  memory.available: 300Mi\nevictionSoftGracePeriod:\n  memory.available: 30s\nevictionMinimumReclaim:\n  memory.available: \"0\"\n",
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(
+        config.eviction.thresholds,
+        vec![
+            Threshold::hard(Signal::MemoryAvailable, q("150Mi")).with_min_reclaim(q("0")),
+            Threshold::soft(Signal::MemoryAvailable, q("300Mi"), secs(30)).with_min_reclaim(q("0")),
+        ]
+    );
+}
+
 #[test]
 fn null_maps_are_absent() {
     let (config, _) = load("evictionHard: null\nevictionMinimumReclaim: null\n");
@@ -253,9 +349,15 @@ monitor:
 #[case("evictionHard:\n  memory.available: \"<=1Gi\"\n", &["evictionHard", "<=1Gi", "only `<`"])]
 #[case("evictionHard:\n  memory.available: -1Gi\n", &["evictionHard", "memory.available", "-1Gi", "positive"])]
 #[case("evictionHard:\n  memory.available: \"0\"\n", &["evictionHard", "memory.available", "\"0\"", "positive"])]
+// kubelet: helpers.go parseThresholdStatement: a quantity must be positive, soft or hard
+#[case(
+    "evictionSoft:\n  memory.available: \"0\"\nevictionSoftGracePeriod:\n  memory.available: 30s\n",
+    &["evictionSoft", "memory.available", "\"0\"", "positive"]
+)]
 #[case("evictionHard:\n  nodefs.available: 101%\n", &["evictionHard", "nodefs.available", "101%", "<= 100%"])]
 #[case("evictionHard:\n  nodefs.available: -5%\n", &["evictionHard", "nodefs.available", "-5%", ">= 0%"])]
 #[case("evictionHard:\n  memory.available: 1Gb\n", &["evictionHard", "memory.available", "1Gb"])]
+// kubelet: helpers_test.go TestParseThresholdConfig "soft-no-grace-period"
 #[case("evictionSoft:\n  memory.available: 1Gi\n", &["evictionSoft", "memory.available", "grace period"])]
 #[case(
     "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 1m\n  nodefs.available: 30s\n",

@@ -197,7 +197,11 @@ pub(super) fn build_thresholds(
         key: &soft_raw.key,
     };
     for (signal, text) in &soft {
-        let value = threshold_value(&soft_at, *signal, text)?;
+        // kubelet: an ignored threshold (0%, 100%) is dropped before grace periods are
+        // looked up, so it needs none.
+        let Some(value) = threshold_value(&soft_at, *signal, text)? else {
+            continue;
+        };
         let Some(period) = grace_periods.get(signal) else {
             return Err(ConfigError::MissingGracePeriod {
                 origin: soft_raw.origin.clone(),
@@ -206,9 +210,7 @@ pub(super) fn build_thresholds(
                 value: text.to_string(),
             });
         };
-        if let Some(value) = value {
-            thresholds.push(Threshold::soft(*signal, value, *period));
-        }
+        thresholds.push(Threshold::soft(*signal, value, *period));
     }
 
     let reclaim_at = At {
@@ -222,12 +224,17 @@ pub(super) fn build_thresholds(
             threshold.min_reclaim = Some(value);
             used = true;
         }
+        // kubelet: silently unused. It loads here too, with a warning.
         if !used {
+            let message = if hard.contains_key(signal) || soft.contains_key(signal) {
+                "minimum reclaim has no effect: the signal's threshold is 0% or 100%, which switches it off"
+            } else {
+                "minimum reclaim for a signal without a threshold has no effect"
+            };
             warnings.push(ConfigWarning {
                 origin: reclaim_raw.origin.clone(),
                 key: format!("{}.{signal}", reclaim_raw.key),
-                message: "minimum reclaim for a signal without a threshold has no effect"
-                    .to_string(),
+                message: message.to_string(),
             });
         }
     }

@@ -70,9 +70,27 @@ impl PodBuilder {
         self
     }
 
+    /// The pod's working set, which is also that of its one container "main" (as in a
+    /// real summary, which reports both).
     pub fn working_set(mut self, bytes: u64) -> Self {
         self.stats.memory_working_set_bytes = Some(bytes);
+        self.main_stats().memory_working_set_bytes = Some(bytes);
         self
+    }
+
+    /// The stats entry of container "main", created on first use.
+    fn main_stats(&mut self) -> &mut ContainerStats {
+        let at = match self.stats.containers.iter().position(|c| c.name == "main") {
+            Some(at) => at,
+            None => {
+                self.stats.containers.push(ContainerStats {
+                    name: "main".to_string(),
+                    ..ContainerStats::default()
+                });
+                self.stats.containers.len() - 1
+            }
+        };
+        &mut self.stats.containers[at]
     }
 
     pub fn processes(mut self, count: u64) -> Self {
@@ -88,13 +106,11 @@ impl PodBuilder {
         rootfs_inodes: u64,
         logs_inodes: u64,
     ) -> Self {
-        self.stats.containers.push(ContainerStats {
-            name: "main".to_string(),
-            rootfs_used_bytes: Some(rootfs),
-            rootfs_inodes_used: Some(rootfs_inodes),
-            logs_used_bytes: Some(logs),
-            logs_inodes_used: Some(logs_inodes),
-        });
+        let main = self.main_stats();
+        main.rootfs_used_bytes = Some(rootfs);
+        main.rootfs_inodes_used = Some(rootfs_inodes);
+        main.logs_used_bytes = Some(logs);
+        main.logs_inodes_used = Some(logs_inodes);
         self
     }
 

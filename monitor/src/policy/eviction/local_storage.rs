@@ -1,7 +1,7 @@
 //! Evictions for local storage limits, independent of node pressure (kubelet:
 //! eviction_manager.go localStorageEviction, emptyDirLimitEviction,
 //! podEphemeralStorageLimitEviction, containerEphemeralStorageLimitEviction).
-use super::{EvictionDecision, EvictionReason, IMMEDIATE_GRACE_PERIOD_SECONDS, kill_timeout};
+use super::{EvictionDecision, EvictionReason, kill_timeout};
 use crate::policy::pod::Pod;
 use crate::policy::quantity::Quantity;
 use crate::policy::stats::PodWithStats;
@@ -11,10 +11,12 @@ const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 
 /// Every pod over one of its local storage limits, each once, checked in the kubelet's
 /// order: emptyDir sizeLimit, then the pod's total, then each container. Pods without
-/// stats and critical pods are never evicted here.
+/// stats and critical pods are never evicted here. Every eviction is immediate, with
+/// `grace_period_seconds` (the hard-eviction grace period).
 pub fn local_storage_evictions(
     pods: &[PodWithStats],
     dedicated_imagefs: bool,
+    grace_period_seconds: i64,
 ) -> Vec<EvictionDecision> {
     pods.iter()
         .filter(|p| !p.stats.is_missing() && !p.pod.is_critical())
@@ -27,8 +29,9 @@ pub fn local_storage_evictions(
                 signal: None,
                 resource: Resource::EphemeralStorage,
                 reason,
-                grace_period_seconds: IMMEDIATE_GRACE_PERIOD_SECONDS,
-                kill_timeout: kill_timeout(IMMEDIATE_GRACE_PERIOD_SECONDS),
+                grace_period_seconds,
+                immediate: true,
+                kill_timeout: kill_timeout(grace_period_seconds),
                 message,
             })
         })
@@ -53,7 +56,7 @@ fn empty_dir_limit_exceeded(p: &PodWithStats) -> Option<(EvictionReason, String)
             (
                 EvictionReason::EmptyDirSizeLimit,
                 format!(
-                    "Usage of EmptyDir volume {:?} exceeds the limit {:?}.",
+                    "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
                     volume.name,
                     limit.to_string()
                 ),
@@ -86,7 +89,7 @@ fn pod_ephemeral_storage_limit_exceeded(p: &PodWithStats) -> Option<(EvictionRea
         (
             EvictionReason::PodEphemeralStorageLimit,
             format!(
-                "Pod ephemeral local storage usage exceeds the total limit of containers {limit}."
+                "Pod ephemeral local storage usage exceeds the total limit of containers {limit}. "
             ),
         )
     })
@@ -119,7 +122,7 @@ fn container_ephemeral_storage_limit_exceeded(
             (
                 EvictionReason::ContainerEphemeralStorageLimit,
                 format!(
-                    "Container {} exceeded its local ephemeral storage limit {:?}.",
+                    "Container {} exceeded its local ephemeral storage limit {:?}. ",
                     stats.name,
                     limit.to_string()
                 ),

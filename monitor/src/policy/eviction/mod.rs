@@ -23,18 +23,21 @@
 //!    most one pod per pass.
 //!
 //! Grace periods reported in [`EvictionDecision`]: a hard threshold or a local storage
-//! limit evicts immediately, reported as `grace_period_seconds: 0` (the kubelet since 1.31
-//! passes 1 s, because 0 means "the pod's own" in its API; here 0 always means "now"). A
-//! soft threshold gives the pod its `terminationGracePeriodSeconds`, capped by
-//! `evictionMaxPodGracePeriod` when that is positive. The kill timeout, after which the
-//! runtime stops waiting and kills, is max(2 s, 1.5 × grace).
+//! limit evicts immediately (`immediate: true`) with
+//! [`EvictionConfig::hard_eviction_grace_period_seconds`]: 0 by default (SIGKILL at once,
+//! the documented meaning of a hard threshold), or 1 as the kubelet passes since 1.31
+//! (SIGTERM, SIGKILL 1 s later; before 1.31 it passed 0, which its pod workers read as
+//! "the pod's own grace period"). A soft threshold gives the pod its
+//! `terminationGracePeriodSeconds`, capped by `evictionMaxPodGracePeriod` when that is
+//! positive. The kill timeout, after which the runtime stops waiting and kills, is
+//! max(2 s, 1.5 × grace).
 use std::time::Duration;
 
 use super::pod::Pod;
 use super::signal::{Observations, Signal, SignalObservation, Threshold};
 use super::stats::PodWithStats;
 use super::threshold::{self, NodeConditionsObservedAt, ThresholdsObservedAt};
-use super::types::{NodeConditionType, Resource, Time};
+use super::types::{FsLayout, NodeConditionType, Resource, Time};
 
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -46,9 +49,14 @@ mod tests;
 
 pub use reclaim::{NodeReclaimFunc, credit_reclaim, node_reclaim_funcs, same_filesystem_signals};
 
-/// Grace period, in seconds, for evictions that must happen now (hard thresholds and
-/// local storage limits). See the module docs for why this is 0 and not the kubelet's 1.
+/// Default grace period, in seconds, for evictions that must happen now (hard thresholds
+/// and local storage limits): SIGKILL at once. See the module docs.
 pub const IMMEDIATE_GRACE_PERIOD_SECONDS: i64 = 0;
+
+/// The grace period the kubelet passes to immediate evictions since 1.31
+/// (`immediateEvictionGracePeriodSeconds`), the other allowed value of
+/// [`EvictionConfig::hard_eviction_grace_period_seconds`].
+pub const KUBELET_IMMEDIATE_GRACE_PERIOD_SECONDS: i64 = 1;
 
 /// The shortest kill timeout given to any eviction.
 pub const MIN_KILL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -66,6 +74,9 @@ pub struct EvictionConfig {
     /// Evict pods that exceed emptyDir size limits or ephemeral-storage limits
     /// (KubeletConfiguration localStorageCapacityIsolation, default true).
     pub local_storage_capacity_isolation: bool,
+    /// Grace period of immediate evictions (hard thresholds, local storage limits): 0 or
+    /// 1 (the agent's `monitor.hardEvictionGracePeriodSeconds`).
+    pub hard_eviction_grace_period_seconds: i64,
 }
 
 impl Default for EvictionConfig {
@@ -76,6 +87,7 @@ impl Default for EvictionConfig {
             pressure_transition_period: Duration::from_secs(5 * 60),
             max_pod_grace_period_seconds: 0,
             local_storage_capacity_isolation: true,
+            hard_eviction_grace_period_seconds: IMMEDIATE_GRACE_PERIOD_SECONDS,
         }
     }
 }
@@ -86,9 +98,9 @@ pub struct SyncInput {
     pub observations: Observations,
     /// The active pods, the candidates for eviction.
     pub pods: Vec<PodWithStats>,
-    /// The runtime's image filesystem is a separate device from nodefs (kubelet:
-    /// HasDedicatedImageFs, "withImageFs").
-    pub dedicated_imagefs: bool,
+    /// Where images and writable layers live (kubelet: withImageFs, and the split image
+    /// filesystem of KubeletSeparateDiskGC).
+    pub fs_layout: FsLayout,
 }
 
 /// What node-level reclaim freed.
@@ -139,8 +151,11 @@ pub struct EvictionDecision {
     pub signal: Option<Signal>,
     pub resource: Resource,
     pub reason: EvictionReason,
-    /// Seconds between SIGTERM and SIGKILL; 0 is immediate.
+    /// Seconds between SIGTERM and SIGKILL; 0 is SIGKILL at once.
     pub grace_period_seconds: i64,
+    /// A hard threshold or a local storage limit: the pod must go now, whatever
+    /// `grace_period_seconds` (0 or 1) says. Soft thresholds are never immediate.
+    pub immediate: bool,
     /// How long to wait for the pod to stop before killing it outright.
     pub kill_timeout: Duration,
     /// The kubelet's eviction message, for the pod's status and the event.
@@ -260,7 +275,7 @@ impl EvictionManager {
         let observations = &input.observations;
         let configured = threshold::update_container_fs_thresholds(
             &self.config.thresholds,
-            input.dedicated_imagefs,
+            input.fs_layout,
         );
 
         // 1. Met now, plus met before and not yet past their minimum reclaim.
@@ -316,8 +331,11 @@ impl EvictionManager {
 
         // 5. Local storage limits.
         if self.config.local_storage_capacity_isolation {
-            outcome.evictions =
-                local_storage::local_storage_evictions(&input.pods, input.dedicated_imagefs);
+            outcome.evictions = local_storage::local_storage_evictions(
+                &input.pods,
+                input.fs_layout.has_imagefs(),
+                self.config.hard_eviction_grace_period_seconds,
+            );
             if !outcome.evictions.is_empty() {
                 return Step::Done(outcome);
             }
@@ -334,7 +352,7 @@ impl EvictionManager {
             to_reclaim,
             resource,
         };
-        if node_reclaim_funcs(to_reclaim.signal, input.dedicated_imagefs).is_empty() {
+        if node_reclaim_funcs(to_reclaim.signal, input.fs_layout).is_empty() {
             return Step::Done(self.rank_and_evict(pending, input));
         }
         Step::Reclaim(pending)
@@ -351,7 +369,7 @@ impl EvictionManager {
         freed: ReclaimResult,
     ) -> SyncOutcome {
         let signal = pending.to_reclaim.signal;
-        let credited = credit_reclaim(&input.observations, signal, input.dedicated_imagefs, freed);
+        let credited = credit_reclaim(&input.observations, signal, input.fs_layout, freed);
         let of_resource: Vec<Threshold> = pending
             .configured
             .iter()
@@ -383,7 +401,7 @@ impl EvictionManager {
             ..
         } = pending;
         let ranked =
-            super::rank::rank_pods(to_reclaim.signal, input.dedicated_imagefs, &input.pods);
+            super::rank::rank_pods(to_reclaim.signal, input.fs_layout, &input.pods);
         outcome.ranking = ranked.iter().map(|p| p.pod.key()).collect();
         if let Some(victim) = ranked.iter().find(|p| !p.pod.is_critical()) {
             let grace_period_seconds = self.grace_period_seconds(&to_reclaim, &victim.pod);
@@ -393,6 +411,7 @@ impl EvictionManager {
                 resource,
                 reason: EvictionReason::Threshold,
                 grace_period_seconds,
+                immediate: to_reclaim.is_hard(),
                 kill_timeout: kill_timeout(grace_period_seconds),
                 message: message::eviction_message(resource, victim, &updated, &input.observations),
             });
@@ -419,12 +438,12 @@ impl EvictionManager {
         }
     }
 
-    /// The grace period for evicting `pod` because of `threshold`: immediate for a hard
-    /// threshold; for a soft one the pod's own, capped by evictionMaxPodGracePeriod when
-    /// that is positive.
+    /// The grace period for evicting `pod` because of `threshold`: the immediate one for a
+    /// hard threshold; for a soft one the pod's own, capped by evictionMaxPodGracePeriod
+    /// when that is positive.
     pub fn grace_period_seconds(&self, threshold: &Threshold, pod: &Pod) -> i64 {
         if threshold.is_hard() {
-            return IMMEDIATE_GRACE_PERIOD_SECONDS;
+            return self.config.hard_eviction_grace_period_seconds;
         }
         let own = pod.termination_grace_period_seconds().max(0);
         match self.config.max_pod_grace_period_seconds {

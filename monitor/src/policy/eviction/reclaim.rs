@@ -2,6 +2,7 @@
 //! freed to the observations (kubelet: buildSignalToNodeReclaimFuncs, reclaimNodeLevelResources).
 use super::ReclaimResult;
 use crate::policy::signal::{Observations, Signal};
+use crate::policy::types::FsLayout;
 
 /// One node-level reclaim step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,25 +18,36 @@ const CONTAINERS_THEN_IMAGES: &[NodeReclaimFunc] = &[
     NodeReclaimFunc::DeleteUnusedImages,
 ];
 
-/// The reclaim steps for `signal`, in order (kubelet: buildSignalToNodeReclaimFuncs for an
-/// imagefs that also holds the containers, i.e. no split containerfs):
+/// The reclaim steps for `signal`, in order (kubelet: buildSignalToNodeReclaimFuncs):
 /// - memory and pid signals: none (only eviction helps);
-/// - without a dedicated imagefs, every disk signal: dead containers, then unused images;
-/// - with one, imagefs and containerfs signals: dead containers, then unused images;
-///   nodefs signals: none (the kubelet lists no reclaim for nodefs when images and
-///   writable layers live elsewhere; pods are evicted for their logs and volumes).
-pub fn node_reclaim_funcs(signal: Signal, dedicated_imagefs: bool) -> &'static [NodeReclaimFunc] {
-    match signal {
-        Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable => &[],
-        Signal::NodeFsAvailable | Signal::NodeFsInodesFree if dedicated_imagefs => &[],
-        _ => CONTAINERS_THEN_IMAGES,
+/// - one filesystem: every disk signal, dead containers then unused images;
+/// - a dedicated imagefs holding the writable layers too: imagefs and containerfs signals,
+///   dead containers then unused images; nodefs signals none (pods are evicted for their
+///   logs and volumes);
+/// - a split imagefs (images alone on it): imagefs signals delete unused images; nodefs
+///   and containerfs signals (the writable layers live on nodefs) dead containers.
+pub fn node_reclaim_funcs(signal: Signal, layout: FsLayout) -> &'static [NodeReclaimFunc] {
+    const IMAGES: &[NodeReclaimFunc] = &[NodeReclaimFunc::DeleteUnusedImages];
+    const CONTAINERS: &[NodeReclaimFunc] = &[NodeReclaimFunc::DeleteAllUnusedContainers];
+    let nodefs = matches!(signal, Signal::NodeFsAvailable | Signal::NodeFsInodesFree);
+    let imagefs = matches!(signal, Signal::ImageFsAvailable | Signal::ImageFsInodesFree);
+    match (signal, layout) {
+        (Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable, _) => {
+            &[]
+        }
+        (_, FsLayout::Shared) => CONTAINERS_THEN_IMAGES,
+        (_, FsLayout::DedicatedImageFs) if nodefs => &[],
+        (_, FsLayout::DedicatedImageFs) => CONTAINERS_THEN_IMAGES,
+        (_, FsLayout::SplitImageFs) if imagefs => IMAGES,
+        (_, FsLayout::SplitImageFs) => CONTAINERS,
     }
 }
 
 /// The signals measured on the same filesystem as `signal` (bytes then inodes), i.e. the
-/// ones node-level reclaim on that filesystem improves. Without a dedicated imagefs,
-/// nodefs, imagefs and containerfs are one device; with one, containerfs is the imagefs.
-pub fn same_filesystem_signals(signal: Signal, dedicated_imagefs: bool) -> &'static [Signal] {
+/// ones node-level reclaim on that filesystem improves. On one filesystem that is every
+/// disk signal; with a dedicated imagefs, containerfs is the imagefs; with a split one,
+/// containerfs is the nodefs.
+pub fn same_filesystem_signals(signal: Signal, layout: FsLayout) -> &'static [Signal] {
     const ONE_FS: &[Signal] = &[
         Signal::NodeFsAvailable,
         Signal::ImageFsAvailable,
@@ -45,17 +57,30 @@ pub fn same_filesystem_signals(signal: Signal, dedicated_imagefs: bool) -> &'sta
         Signal::ContainerFsInodesFree,
     ];
     const NODEFS: &[Signal] = &[Signal::NodeFsAvailable, Signal::NodeFsInodesFree];
-    const IMAGEFS: &[Signal] = &[
+    const IMAGEFS_WITH_CONTAINERS: &[Signal] = &[
         Signal::ImageFsAvailable,
         Signal::ContainerFsAvailable,
         Signal::ImageFsInodesFree,
         Signal::ContainerFsInodesFree,
     ];
-    match signal {
-        Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable => &[],
-        _ if !dedicated_imagefs => ONE_FS,
-        Signal::NodeFsAvailable | Signal::NodeFsInodesFree => NODEFS,
-        _ => IMAGEFS,
+    const NODEFS_WITH_CONTAINERS: &[Signal] = &[
+        Signal::NodeFsAvailable,
+        Signal::ContainerFsAvailable,
+        Signal::NodeFsInodesFree,
+        Signal::ContainerFsInodesFree,
+    ];
+    const IMAGEFS_ALONE: &[Signal] = &[Signal::ImageFsAvailable, Signal::ImageFsInodesFree];
+    let imagefs = matches!(signal, Signal::ImageFsAvailable | Signal::ImageFsInodesFree);
+    let nodefs = matches!(signal, Signal::NodeFsAvailable | Signal::NodeFsInodesFree);
+    match (signal, layout) {
+        (Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable, _) => {
+            &[]
+        }
+        (_, FsLayout::Shared) => ONE_FS,
+        (_, FsLayout::DedicatedImageFs) if nodefs => NODEFS,
+        (_, FsLayout::DedicatedImageFs) => IMAGEFS_WITH_CONTAINERS,
+        (_, FsLayout::SplitImageFs) if imagefs => IMAGEFS_ALONE,
+        (_, FsLayout::SplitImageFs) => NODEFS_WITH_CONTAINERS,
     }
 }
 
@@ -67,11 +92,11 @@ pub fn same_filesystem_signals(signal: Signal, dedicated_imagefs: bool) -> &'sta
 pub fn credit_reclaim(
     observations: &Observations,
     signal: Signal,
-    dedicated_imagefs: bool,
+    layout: FsLayout,
     freed: ReclaimResult,
 ) -> Observations {
     let mut credited = observations.clone();
-    for affected in same_filesystem_signals(signal, dedicated_imagefs) {
+    for affected in same_filesystem_signals(signal, layout) {
         if let Some(observation) = credited.get_mut(affected) {
             let amount = if affected.is_bytes() {
                 freed.freed_bytes

@@ -68,7 +68,7 @@ fn memory_input(available: u64, at: u64, pods: Vec<PodWithStats>) -> SyncInput {
     SyncInput {
         observations: observe(&[(Signal::MemoryAvailable, available, 10 * GI)], at),
         pods,
-        dedicated_imagefs: false,
+        fs_layout: FsLayout::with_imagefs(false),
     }
 }
 
@@ -119,10 +119,12 @@ fn seed_hard_memory_threshold_evicts_one_pod_at_once() {
     assert_eq!(eviction.reason, EvictionReason::Threshold);
     assert_eq!(eviction.grace_period_seconds, 0);
     assert_eq!(eviction.kill_timeout, secs(2));
+    // kubelet: helpers.go evictionMessage, the container sentence of
+    // TestEvictonMessageWithResourceResize; the trailing space is the kubelet's.
     assert_eq!(
         eviction.message,
         "The node was low on resource: memory. Threshold quantity: 500Mi, available: 300Mi. \
-         Pod hog was using 4Gi, request is 0, has larger consumption of memory."
+         Container main was using 4Gi, request is 0, has larger consumption of memory. "
     );
     let met = &outcome.thresholds_met[0];
     assert!(met.grace_period_met);
@@ -289,7 +291,7 @@ fn nodefs_input(available: u64, at: u64) -> SyncInput {
             pod("writer").container_fs(10 * GI, GI, 100, 10).build(),
             pod("idle").build(),
         ],
-        dedicated_imagefs: false,
+        fs_layout: FsLayout::with_imagefs(false),
     }
 }
 
@@ -390,7 +392,7 @@ fn node_reclaim_with_and_without_imagefs(
     let input = SyncInput {
         observations: observe(&[(signal, 5, 100)], 0),
         pods: vec![pod("p").build()],
-        dedicated_imagefs: dedicated,
+        fs_layout: FsLayout::with_imagefs(dedicated),
     };
     let outcome = m.synchronize_with(&input, secs(0), |r, s| reclaimer.reclaim(r, s));
     assert_eq!(outcome.node_reclaim.attempted, attempted);
@@ -425,7 +427,7 @@ fn reclaim_on_a_dedicated_imagefs_does_not_relieve_nodefs() {
             0,
         ),
         pods: vec![pod("p").container_fs(GI, GI, 1, 1).build()],
-        dedicated_imagefs: true,
+        fs_layout: FsLayout::with_imagefs(true),
     };
     let outcome = m.synchronize_with(&input, secs(0), |r, s| reclaimer.reclaim(r, s));
     assert_eq!(
@@ -455,7 +457,7 @@ fn memory_is_handled_before_disk() {
             0,
         ),
         pods: three_pods(),
-        dedicated_imagefs: false,
+        fs_layout: FsLayout::with_imagefs(false),
     };
     let outcome = m.synchronize_with(&input, secs(0), |r, s| reclaimer.reclaim(r, s));
     assert_eq!(
@@ -485,7 +487,7 @@ fn containerfs_thresholds_follow_nodefs() {
             0,
         ),
         pods: vec![pod("p").build()],
-        dedicated_imagefs: false,
+        fs_layout: FsLayout::with_imagefs(false),
     };
     let outcome = sync(&mut m, &input, 0);
     let signals: Vec<Signal> = outcome
@@ -505,7 +507,7 @@ fn storage_input(pods: Vec<PodWithStats>, dedicated: bool) -> SyncInput {
     SyncInput {
         observations: Observations::new(),
         pods,
-        dedicated_imagefs: dedicated,
+        fs_layout: FsLayout::with_imagefs(dedicated),
     }
 }
 
@@ -569,15 +571,15 @@ fn local_storage_limits_evict_every_offender_without_pressure() {
     }
     assert_eq!(
         outcome.evictions[0].message,
-        "Usage of EmptyDir volume \"cache\" exceeds the limit \"1Gi\"."
+        "Usage of EmptyDir volume \"cache\" exceeds the limit \"1Gi\". "
     );
     assert_eq!(
         outcome.evictions[1].message,
-        "Pod ephemeral local storage usage exceeds the total limit of containers 1Gi."
+        "Pod ephemeral local storage usage exceeds the total limit of containers 1Gi. "
     );
     assert_eq!(
         outcome.evictions[2].message,
-        "Container main exceeded its local ephemeral storage limit \"2Gi\"."
+        "Container main exceeded its local ephemeral storage limit \"2Gi\". "
     );
 }
 
@@ -670,7 +672,7 @@ fn credit_goes_to_the_same_filesystem(
     let after = credit_reclaim(
         &before,
         signal,
-        dedicated,
+        FsLayout::with_imagefs(dedicated),
         ReclaimResult {
             freed_bytes: 200,
             freed_inodes: 5,
@@ -719,4 +721,149 @@ fn the_next_grace_deadline_is_first_observed_plus_grace() {
         None,
         "recovered: no deadline"
     );
+}
+
+fn with_hard_grace(thresholds: Vec<Threshold>, seconds: i64) -> EvictionManager {
+    EvictionManager::new(EvictionConfig {
+        thresholds,
+        max_pod_grace_period_seconds: 5,
+        hard_eviction_grace_period_seconds: seconds,
+        ..EvictionConfig::default()
+    })
+}
+
+// kubelet: eviction_manager_test.go TestMemoryPressure (the hard eviction is killed with a
+// grace period override of 1 since 1.31, 0 before; the soft one with MaxPodGracePeriodSeconds).
+// 0 is our default, 1 the `hardEvictionGracePeriodSeconds: 1` setting; either way immediate.
+#[rstest]
+#[case(0)]
+#[case(1)]
+fn hard_eviction_grace_period_is_the_setting_and_immediate(#[case] seconds: i64) {
+    let mut m = with_hard_grace(
+        vec![
+            hard(Signal::MemoryAvailable, "500Mi"),
+            soft(Signal::MemoryAvailable, "2Gi", 120),
+        ],
+        seconds,
+    );
+    let pods = vec![pod("app").grace(30).working_set(GI).build()];
+    // Soft only, past its grace period: the pod's own 30 s capped at 5, not immediate.
+    sync(&mut m, &memory_input(GI, 0, pods.clone()), 0);
+    let soft = sync(&mut m, &memory_input(GI, 180, pods.clone()), 180);
+    let eviction = &soft.evictions[0];
+    assert_eq!(
+        (eviction.grace_period_seconds, eviction.immediate),
+        (5, false),
+        "the setting leaves soft evictions alone"
+    );
+    // Recovered, then under both thresholds: only the hard one is past its grace period.
+    sync(&mut m, &memory_input(3 * GI, 200, pods.clone()), 200);
+    let hard = sync(&mut m, &memory_input(100 * MI, 210, pods), 210);
+    // The setting's grace, immediate, and the 2 s floor of the kill timeout.
+    let eviction = &hard.evictions[0];
+    assert_eq!(eviction.signal, Some(Signal::MemoryAvailable));
+    assert_eq!(
+        (
+            eviction.grace_period_seconds,
+            eviction.immediate,
+            eviction.kill_timeout
+        ),
+        (seconds, true, secs(2))
+    );
+}
+
+// kubelet: eviction_manager_test.go TestStorageLimitEvictions (every local storage limit
+// eviction uses a grace period override of 1 since 1.31).
+#[rstest]
+#[case(0)]
+#[case(1)]
+fn local_storage_evictions_use_the_hard_grace_period(#[case] seconds: i64) {
+    let mut m = with_hard_grace(Vec::new(), seconds);
+    let pods = vec![
+        pod("scratch")
+            .grace(30)
+            .empty_dir("cache", Some("1Gi"), 2 * GI, 1)
+            .build(),
+    ];
+    let outcome = sync(&mut m, &storage_input(pods, false), 0);
+    let eviction = &outcome.evictions[0];
+    assert_eq!(
+        (
+            eviction.grace_period_seconds,
+            eviction.immediate,
+            eviction.kill_timeout
+        ),
+        (seconds, true, secs(2))
+    );
+}
+
+// kubelet: buildSignalToNodeReclaimFuncs and UpdateContainerFsThresholds for a split image
+// filesystem (KubeletSeparateDiskGC): images alone on the imagefs, writable layers on
+// nodefs. imagefs pressure deletes unused images only; nodefs and containerfs pressure
+// collects dead containers only; containerfs thresholds mirror nodefs ones.
+#[rstest]
+#[case::imagefs_deletes_images(Signal::ImageFsAvailable, &[NodeReclaimFunc::DeleteUnusedImages])]
+#[case::imagefs_inodes_delete_images(Signal::ImageFsInodesFree, &[NodeReclaimFunc::DeleteUnusedImages])]
+#[case::nodefs_collects_containers(Signal::NodeFsAvailable, &[NodeReclaimFunc::DeleteAllUnusedContainers])]
+#[case::containerfs_collects_containers(Signal::ContainerFsInodesFree, &[NodeReclaimFunc::DeleteAllUnusedContainers])]
+#[case::memory_has_none(Signal::MemoryAvailable, &[])]
+fn split_imagefs_reclaim_funcs(#[case] signal: Signal, #[case] expected: &[NodeReclaimFunc]) {
+    assert_eq!(node_reclaim_funcs(signal, FsLayout::SplitImageFs), expected);
+}
+
+#[test]
+fn split_imagefs_mirrors_nodefs_thresholds_as_containerfs_and_credits_nodefs() {
+    let thresholds = [
+        hard(Signal::NodeFsAvailable, "10%"),
+        hard(Signal::ImageFsAvailable, "15%"),
+    ];
+    let configured =
+        crate::policy::threshold::update_container_fs_thresholds(&thresholds, FsLayout::SplitImageFs);
+    let container_fs: Vec<&Threshold> = configured
+        .iter()
+        .filter(|t| t.signal == Signal::ContainerFsAvailable)
+        .collect();
+    assert_eq!(container_fs.len(), 1);
+    assert_eq!(container_fs[0].value, thresholds[0].value, "nodefs's 10%, not imagefs's 15%");
+    // Reclaim on nodefs frees the writable layers' filesystem: containerfs too, not imagefs.
+    assert_eq!(
+        same_filesystem_signals(Signal::NodeFsAvailable, FsLayout::SplitImageFs),
+        &[
+            Signal::NodeFsAvailable,
+            Signal::ContainerFsAvailable,
+            Signal::NodeFsInodesFree,
+            Signal::ContainerFsInodesFree
+        ]
+    );
+    assert_eq!(
+        same_filesystem_signals(Signal::ImageFsAvailable, FsLayout::SplitImageFs),
+        &[Signal::ImageFsAvailable, Signal::ImageFsInodesFree]
+    );
+}
+
+#[test]
+fn split_imagefs_pressure_reclaims_images_only_and_then_evicts_by_priority() {
+    let mut m = manager(vec![hard(Signal::ImageFsAvailable, "1Gi")]);
+    let mut reclaimer = RecordingReclaimer::default();
+    let low = pod("low").priority(0).working_set(GI).build();
+    let high = pod("high").priority(10).working_set(GI).build();
+    let input = SyncInput {
+        observations: observe(
+            &[
+                (Signal::ImageFsAvailable, 500 * MI, 100 * GI),
+                (Signal::NodeFsAvailable, 50 * GI, 100 * GI),
+            ],
+            0,
+        ),
+        pods: vec![high, low],
+        fs_layout: FsLayout::SplitImageFs,
+    };
+    let outcome = m.synchronize_with(&input, secs(0), |r, s| reclaimer.reclaim(r, s));
+    assert_eq!(
+        reclaimer.calls,
+        vec![(Resource::EphemeralStorage, Signal::ImageFsAvailable)]
+    );
+    assert!(!outcome.node_reclaim.sufficient);
+    // Pods own nothing on an image filesystem of images alone: priority decides.
+    assert_eq!(outcome.ranking, vec!["default/low", "default/high"]);
 }

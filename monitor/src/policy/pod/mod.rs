@@ -497,7 +497,7 @@ impl Pod {
     /// PodLimits adds it to non-zero limits).
     pub fn limits(&self, resource: &str) -> Option<Quantity> {
         let pod_level = is_pod_level_resource(resource)
-            .then(|| self.spec.resources.as_ref())
+            .then_some(self.spec.resources.as_ref())
             .flatten()
             .and_then(|r| r.limits.get(resource).copied());
         let own = match pod_level {

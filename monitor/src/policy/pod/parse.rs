@@ -340,7 +340,7 @@ fn quantity_of(value: &Value) -> Result<Quantity, QuantityValueError> {
     match value {
         Value::String(text) => Ok(parse_quantity(text)?),
         Value::Number(n) => match n.as_i64() {
-            Some(units) => Ok(Quantity::from_units(units)),
+            Some(units) => Ok(parse_quantity(&units.to_string())?),
             None => Ok(parse_quantity(&n.to_string())?),
         },
         other => Err(QuantityValueError::WrongType {
@@ -511,10 +511,11 @@ fn default_pod_level_limits(pod: &mut Pod) {
         let every_container_limited = pod
             .all_containers()
             .all(|c| c.resources.limits.contains_key(name));
-        if every_container_limited && !limits.contains_key(name) {
-            if let Some(aggregate) = pod.aggregate(|c| c.resources.limits.get(name).copied()) {
-                limits.insert(name.to_string(), aggregate);
-            }
+        if every_container_limited
+            && !limits.contains_key(name)
+            && let Some(aggregate) = pod.aggregate(|c| c.resources.limits.get(name).copied())
+        {
+            limits.insert(name.to_string(), aggregate);
         }
     }
     if let Some(resources) = &mut pod.spec.resources {

@@ -129,7 +129,7 @@ fn memory_ranking_composes_request_priority_usage() {
         pod("besteffort-small").working_set(100 * MI).build(),
         pod("no-stats").no_stats().build(),
     ];
-    let ranked = rank_pods(Signal::MemoryAvailable, false, &pods);
+    let ranked = rank_pods(Signal::MemoryAvailable, FsLayout::with_imagefs(false), &pods);
     assert_eq!(
         keys(&ranked),
         vec![
@@ -150,7 +150,7 @@ fn pid_ranking_is_priority_then_processes() {
         pod("many-low").processes(900).build(),
     ];
     assert_eq!(
-        keys(&rank_pods(Signal::PidAvailable, false, &pods)),
+        keys(&rank_pods(Signal::PidAvailable, FsLayout::with_imagefs(false), &pods)),
         vec!["many-low", "few-low", "many-high"]
     );
 }
@@ -171,7 +171,7 @@ fn disk_rank_funcs(
     #[case] resource: Resource,
 ) {
     assert_eq!(
-        rank_func(signal, dedicated),
+        rank_func(signal, FsLayout::with_imagefs(dedicated)),
         RankFunc::Disk {
             fs_stats: rank_fs(signal, dedicated),
             resource
@@ -181,7 +181,7 @@ fn disk_rank_funcs(
 }
 
 fn rank_fs(signal: Signal, dedicated: bool) -> &'static [FsStatsType] {
-    match rank_func(signal, dedicated) {
+    match rank_func(signal, FsLayout::with_imagefs(dedicated)) {
         RankFunc::Disk { fs_stats, .. } => fs_stats,
         other => panic!("{signal} is not a disk signal: {other:?}"),
     }
@@ -192,8 +192,8 @@ fn rank_fs(signal: Signal, dedicated: bool) -> &'static [FsStatsType] {
 #[case(Signal::AllocatableMemoryAvailable, RankFunc::Memory)]
 #[case(Signal::PidAvailable, RankFunc::Pids)]
 fn other_rank_funcs(#[case] signal: Signal, #[case] expected: RankFunc) {
-    assert_eq!(rank_func(signal, true), expected);
-    assert_eq!(rank_func(signal, false), expected);
+    assert_eq!(rank_func(signal, FsLayout::with_imagefs(true)), expected);
+    assert_eq!(rank_func(signal, FsLayout::with_imagefs(false)), expected);
 }
 
 #[test]
@@ -251,20 +251,20 @@ fn disk_ranking_with_and_without_imagefs() {
             .build(),
     ];
     assert_eq!(
-        keys(&rank_pods(Signal::NodeFsAvailable, false, &pods)),
+        keys(&rank_pods(Signal::NodeFsAvailable, FsLayout::with_imagefs(false), &pods)),
         vec!["layers", "scratch", "requested"]
     );
     assert_eq!(
-        keys(&rank_pods(Signal::NodeFsAvailable, true, &pods)),
+        keys(&rank_pods(Signal::NodeFsAvailable, FsLayout::with_imagefs(true), &pods)),
         vec!["scratch", "layers", "requested"]
     );
     assert_eq!(
-        keys(&rank_pods(Signal::ImageFsAvailable, true, &pods)),
+        keys(&rank_pods(Signal::ImageFsAvailable, FsLayout::with_imagefs(true), &pods)),
         vec!["layers", "scratch", "requested"]
     );
     // inodes: no request for inodes, so "requested" exceeds too; most inodes first
     assert_eq!(
-        keys(&rank_pods(Signal::NodeFsInodesFree, false, &pods)),
+        keys(&rank_pods(Signal::NodeFsInodesFree, FsLayout::with_imagefs(false), &pods)),
         vec!["scratch", "layers", "requested"]
     );
 }
@@ -279,7 +279,7 @@ fn disk_ranking_priority_breaks_exceeding_ties() {
         pod("low").priority(1).container_fs(GI, 0, 0, 0).build(),
     ];
     assert_eq!(
-        keys(&rank_pods(Signal::NodeFsAvailable, false, &pods)),
+        keys(&rank_pods(Signal::NodeFsAvailable, FsLayout::with_imagefs(false), &pods)),
         vec!["low", "high"]
     );
 }
@@ -292,7 +292,7 @@ fn ties_keep_input_order() {
         pod("third").build(),
     ];
     assert_eq!(
-        keys(&rank_pods(Signal::MemoryAvailable, false, &pods)),
+        keys(&rank_pods(Signal::MemoryAvailable, FsLayout::with_imagefs(false), &pods)),
         vec!["first", "second", "third"]
     );
 }
@@ -319,4 +319,28 @@ fn memory_ranking_reads_pod_level_requests() {
     covered.pod.spec.resources = None;
     assert_eq!(exceed_memory_requests(&covered, &over), Ordering::Equal);
     assert_eq!(memory(&covered, &over), Ordering::Less);
+}
+
+// kubelet: buildSignalToRankFunc with a split image filesystem: nodefs and containerfs
+// rank by logs, local volumes and writable layers; imagefs by images, which no pod owns.
+#[test]
+fn split_imagefs_rank_funcs() {
+    let layout = FsLayout::SplitImageFs;
+    for signal in [Signal::NodeFsAvailable, Signal::ContainerFsAvailable] {
+        assert_eq!(
+            rank_func(signal, layout),
+            RankFunc::Disk {
+                fs_stats: ALL_FS_STATS,
+                resource: Resource::EphemeralStorage
+            },
+            "{signal:?}"
+        );
+    }
+    assert_eq!(
+        rank_func(Signal::ImageFsInodesFree, layout),
+        RankFunc::Disk {
+            fs_stats: &[],
+            resource: Resource::Inodes
+        }
+    );
 }

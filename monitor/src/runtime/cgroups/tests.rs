@@ -503,3 +503,31 @@ fn remove_pod_and_remove_all_leave_nothing_of_ours() {
     assert!(!t.path().join("cpu/test-1").exists(), "empty: removed");
     assert!(!t.path().join("unified/test-1").exists());
 }
+
+#[test]
+fn a_container_working_set_reads_only_its_own_memory_cgroup() {
+    let t = tempdir();
+    let tree = v1_tree(t.path(), "monitor");
+    let pod = PodCgroup {
+        uid: "abc".to_string(),
+        qos: QosClass::Burstable,
+        relative: "monitor/kubepods/burstable/podabc".to_string(),
+    };
+    let memory = t.path().join("memory").join(&pod.relative);
+    // The pod's own figures differ, so reading them instead would show.
+    write(&memory.join("memory.usage_in_bytes"), "9000\n");
+    write(&memory.join("memory.stat"), "total_inactive_file 1000\n");
+    write(&memory.join("app/memory.usage_in_bytes"), "5000\n");
+    write(
+        &memory.join("app/memory.stat"),
+        "total_inactive_file 1200\n",
+    );
+    assert_eq!(tree.container_working_set(&pod, "app"), Some(3800));
+    // Not running (no cgroup), or a name that could climb out of the pod (the tier above
+    // has readable files): no stats.
+    let tier = t.path().join("memory/monitor/kubepods/burstable");
+    write(&tier.join("memory.usage_in_bytes"), "7000\n");
+    write(&tier.join("memory.stat"), "total_inactive_file 0\n");
+    assert_eq!(tree.container_working_set(&pod, "gone"), None);
+    assert_eq!(tree.container_working_set(&pod, ".."), None);
+}
