@@ -113,11 +113,14 @@ pub fn make_signal_observations(stats: &NodeStats, layout: FsLayout) -> Observat
         None => {}
     }
     let imagefs = stats.imagefs.as_ref().or(stats.nodefs.as_ref());
-    let containerfs = stats.containerfs.as_ref().or(if layout.containers_on_imagefs() {
-        stats.imagefs.as_ref()
-    } else {
-        stats.nodefs.as_ref()
-    });
+    let containerfs = stats
+        .containerfs
+        .as_ref()
+        .or(if layout.containers_on_imagefs() {
+            stats.imagefs.as_ref()
+        } else {
+            stats.nodefs.as_ref()
+        });
     for (fs, bytes, inodes) in [
         (
             stats.nodefs.as_ref(),

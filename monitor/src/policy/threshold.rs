@@ -200,7 +200,10 @@ pub fn starved_resources(thresholds: &[Threshold]) -> Vec<Resource> {
 /// nodefs) or imagefs (a dedicated imagefs that also holds the writable layers)
 /// (kubelet: UpdateContainerFsThresholds). Only thresholds that exist are mirrored: the
 /// kubelet appends an empty, never-met threshold where its source is missing.
-pub fn update_container_fs_thresholds(thresholds: &[Threshold], layout: FsLayout) -> Vec<Threshold> {
+pub fn update_container_fs_thresholds(
+    thresholds: &[Threshold],
+    layout: FsLayout,
+) -> Vec<Threshold> {
     let on_imagefs = layout.containers_on_imagefs();
     let mirror = |signal: Signal| match signal {
         Signal::NodeFsAvailable if !on_imagefs => Some(Signal::ContainerFsAvailable),
@@ -456,7 +459,10 @@ mod tests {
             Threshold::hard(Signal::NodeFsAvailable, value("10%")).with_min_reclaim(value("1Gi"));
         let imagefs = Threshold::soft(Signal::ImageFsAvailable, value("15%"), secs(60));
         let user = Threshold::hard(Signal::ContainerFsAvailable, value("50%"));
-        let result = update_container_fs_thresholds(&[nodefs, user, imagefs], FsLayout::with_imagefs(dedicated));
+        let result = update_container_fs_thresholds(
+            &[nodefs, user, imagefs],
+            FsLayout::with_imagefs(dedicated),
+        );
         let containerfs: Vec<_> = result
             .iter()
             .filter(|t| t.signal == Signal::ContainerFsAvailable)

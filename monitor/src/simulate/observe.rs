@@ -229,7 +229,12 @@ mod tests {
         let limit = PodsCgroupLimit {
             memory_bytes: Some(10_000),
         };
-        let obs = make_signal_observations(&s, limit, FsLayout::with_imagefs(false), Duration::from_secs(3));
+        let obs = make_signal_observations(
+            &s,
+            limit,
+            FsLayout::with_imagefs(false),
+            Duration::from_secs(3),
+        );
         let a = obs
             .get(&Signal::AllocatableMemoryAvailable)
             .expect("allocatable observed");
@@ -250,7 +255,8 @@ mod tests {
         let limit = PodsCgroupLimit {
             memory_bytes: Some(10_000),
         };
-        let obs = make_signal_observations(&s, limit, FsLayout::with_imagefs(false), Duration::ZERO);
+        let obs =
+            make_signal_observations(&s, limit, FsLayout::with_imagefs(false), Duration::ZERO);
         let a = obs
             .get(&Signal::AllocatableMemoryAvailable)
             .expect("allocatable observed");
@@ -268,8 +274,12 @@ mod tests {
             r#"{"node": {"fs": {"availableBytes": 40, "capacityBytes": 100, "inodesFree": 4, "inodes": 10},
                          "runtime": {"imageFs": {"availableBytes": 70, "capacityBytes": 200}}}}"#,
         );
-        let obs =
-            make_signal_observations(&s, PodsCgroupLimit::default(), FsLayout::with_imagefs(dedicated), Duration::ZERO);
+        let obs = make_signal_observations(
+            &s,
+            PodsCgroupLimit::default(),
+            FsLayout::with_imagefs(dedicated),
+            Duration::ZERO,
+        );
         assert_eq!(
             obs.get(&Signal::ContainerFsAvailable).map(|o| o.available),
             Some(available)
@@ -292,7 +302,12 @@ mod tests {
     #[test]
     fn pid_available_is_maxpid_minus_curproc() {
         let s = summary(r#"{"node": {"rlimit": {"maxpid": 1000, "curproc": 990}}}"#);
-        let obs = make_signal_observations(&s, PodsCgroupLimit::default(), FsLayout::with_imagefs(false), Duration::ZERO);
+        let obs = make_signal_observations(
+            &s,
+            PodsCgroupLimit::default(),
+            FsLayout::with_imagefs(false),
+            Duration::ZERO,
+        );
         let p = obs
             .get(&Signal::PidAvailable)
             .expect("pid.available observed");

@@ -68,12 +68,12 @@ pub fn node_stats(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::types::FsLayout;
     use crate::config::kubelet::load_kubelet_config;
     use crate::observe::{AllocatableMemory, MemoryStats, NodeMemory, PidStats};
     use crate::policy::signal::Signal;
     use crate::policy::stats::PodStats;
     use crate::policy::summary::make_signal_observations;
+    use crate::policy::types::FsLayout;
 
     const GI: u64 = 1 << 30;
     const MI: u64 = 1 << 20;
@@ -118,8 +118,10 @@ mod tests {
         let (kubelet, _) =
             load_kubelet_config("systemReserved: {memory: 1.5Gi}\n", "k.yaml").unwrap();
         let at = Time::from_secs(1);
-        let o =
-            make_signal_observations(&node_stats(&node(3 * GI, None), &kubelet, &[], at), FsLayout::with_imagefs(false));
+        let o = make_signal_observations(
+            &node_stats(&node(3 * GI, None), &kubelet, &[], at),
+            FsLayout::with_imagefs(false),
+        );
         assert_eq!(o[&Signal::MemoryAvailable].available, (3 * GI) as i64);
         assert_eq!(o[&Signal::MemoryAvailable].capacity, (10 * GI) as i64);
         // 10Gi − 1.5Gi system-reserved − 100Mi default hard threshold.

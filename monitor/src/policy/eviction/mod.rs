@@ -273,10 +273,8 @@ impl EvictionManager {
     /// [`EvictionManager::after_reclaim`] with what the reclaim freed.
     pub fn decide(&mut self, input: &SyncInput, now: Time) -> Step {
         let observations = &input.observations;
-        let configured = threshold::update_container_fs_thresholds(
-            &self.config.thresholds,
-            input.fs_layout,
-        );
+        let configured =
+            threshold::update_container_fs_thresholds(&self.config.thresholds, input.fs_layout);
 
         // 1. Met now, plus met before and not yet past their minimum reclaim.
         let mut met = threshold::thresholds_met(&configured, observations, false);
@@ -400,8 +398,7 @@ impl EvictionManager {
             resource,
             ..
         } = pending;
-        let ranked =
-            super::rank::rank_pods(to_reclaim.signal, input.fs_layout, &input.pods);
+        let ranked = super::rank::rank_pods(to_reclaim.signal, input.fs_layout, &input.pods);
         outcome.ranking = ranked.iter().map(|p| p.pod.key()).collect();
         if let Some(victim) = ranked.iter().find(|p| !p.pod.is_critical()) {
             let grace_period_seconds = self.grace_period_seconds(&to_reclaim, &victim.pod);

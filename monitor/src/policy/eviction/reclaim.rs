@@ -32,9 +32,10 @@ pub fn node_reclaim_funcs(signal: Signal, layout: FsLayout) -> &'static [NodeRec
     let nodefs = matches!(signal, Signal::NodeFsAvailable | Signal::NodeFsInodesFree);
     let imagefs = matches!(signal, Signal::ImageFsAvailable | Signal::ImageFsInodesFree);
     match (signal, layout) {
-        (Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable, _) => {
-            &[]
-        }
+        (
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable,
+            _,
+        ) => &[],
         (_, FsLayout::Shared) => CONTAINERS_THEN_IMAGES,
         (_, FsLayout::DedicatedImageFs) if nodefs => &[],
         (_, FsLayout::DedicatedImageFs) => CONTAINERS_THEN_IMAGES,
@@ -73,9 +74,10 @@ pub fn same_filesystem_signals(signal: Signal, layout: FsLayout) -> &'static [Si
     let imagefs = matches!(signal, Signal::ImageFsAvailable | Signal::ImageFsInodesFree);
     let nodefs = matches!(signal, Signal::NodeFsAvailable | Signal::NodeFsInodesFree);
     match (signal, layout) {
-        (Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable, _) => {
-            &[]
-        }
+        (
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable,
+            _,
+        ) => &[],
         (_, FsLayout::Shared) => ONE_FS,
         (_, FsLayout::DedicatedImageFs) if nodefs => NODEFS,
         (_, FsLayout::DedicatedImageFs) => IMAGEFS_WITH_CONTAINERS,

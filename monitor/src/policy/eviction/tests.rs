@@ -817,14 +817,19 @@ fn split_imagefs_mirrors_nodefs_thresholds_as_containerfs_and_credits_nodefs() {
         hard(Signal::NodeFsAvailable, "10%"),
         hard(Signal::ImageFsAvailable, "15%"),
     ];
-    let configured =
-        crate::policy::threshold::update_container_fs_thresholds(&thresholds, FsLayout::SplitImageFs);
+    let configured = crate::policy::threshold::update_container_fs_thresholds(
+        &thresholds,
+        FsLayout::SplitImageFs,
+    );
     let container_fs: Vec<&Threshold> = configured
         .iter()
         .filter(|t| t.signal == Signal::ContainerFsAvailable)
         .collect();
     assert_eq!(container_fs.len(), 1);
-    assert_eq!(container_fs[0].value, thresholds[0].value, "nodefs's 10%, not imagefs's 15%");
+    assert_eq!(
+        container_fs[0].value, thresholds[0].value,
+        "nodefs's 10%, not imagefs's 15%"
+    );
     // Reclaim on nodefs frees the writable layers' filesystem: containerfs too, not imagefs.
     assert_eq!(
         same_filesystem_signals(Signal::NodeFsAvailable, FsLayout::SplitImageFs),

@@ -356,32 +356,36 @@ fn check_quantities(pod: &Value, prefix: &str) -> Result<(), Problem> {
     for field in ["containers", "initContainers"] {
         let containers = spec.and_then(|s| s.get(field)).and_then(Value::as_array);
         for (i, container) in containers.into_iter().flatten().enumerate() {
-            let resources = container.get("resources");
-            let base = format!("{prefix}spec.{field}[{i}].resources");
-            let requests = checked_list(
-                resources.and_then(|r| r.get("requests")),
-                &format!("{base}.requests"),
+            check_requirements(
+                container.get("resources"),
+                &format!("{prefix}spec.{field}[{i}].resources"),
             )?;
-            let limits = checked_list(
-                resources.and_then(|r| r.get("limits")),
-                &format!("{base}.limits"),
-            )?;
-            for (name, request) in &requests {
-                let limit = limits.iter().find(|(n, _)| n == name).map(|(_, q)| q);
-                if let Some(limit) = limit.filter(|limit| request > *limit) {
-                    return Err(Problem::new(
-                        format!("{base}.requests.{name}"),
-                        format!(
-                            "{request} must be less than or equal to the {name} limit of {limit}"
-                        ),
-                    ));
-                }
-            }
         }
     }
     // Pod-level resources: the same rules as a container's (ValidatePodResources).
-    let resources = spec.and_then(|s| s.get("resources"));
-    let base = format!("{prefix}spec.resources");
+    check_requirements(
+        spec.and_then(|s| s.get("resources")),
+        &format!("{prefix}spec.resources"),
+    )?;
+    checked_list(
+        spec.and_then(|s| s.get("overhead")),
+        &format!("{prefix}spec.overhead"),
+    )?;
+    let volumes = spec
+        .and_then(|s| s.get("volumes"))
+        .and_then(Value::as_array);
+    for (i, volume) in volumes.into_iter().flatten().enumerate() {
+        let size_limit = volume.get("emptyDir").and_then(|e| e.get("sizeLimit"));
+        if let Some(raw) = size_limit.filter(|v| !v.is_null()) {
+            checked_quantity(raw, format!("{prefix}spec.volumes[{i}].emptyDir.sizeLimit"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks one `resources` object (a container's or the pod's): its quantities, and no
+/// request above its limit.
+fn check_requirements(resources: Option<&Value>, base: &str) -> Result<(), Problem> {
     let requests = checked_list(
         resources.and_then(|r| r.get("requests")),
         &format!("{base}.requests"),
@@ -397,19 +401,6 @@ fn check_quantities(pod: &Value, prefix: &str) -> Result<(), Problem> {
                 format!("{base}.requests.{name}"),
                 format!("{request} must be less than or equal to the {name} limit of {limit}"),
             ));
-        }
-    }
-    checked_list(
-        spec.and_then(|s| s.get("overhead")),
-        &format!("{prefix}spec.overhead"),
-    )?;
-    let volumes = spec
-        .and_then(|s| s.get("volumes"))
-        .and_then(Value::as_array);
-    for (i, volume) in volumes.into_iter().flatten().enumerate() {
-        let size_limit = volume.get("emptyDir").and_then(|e| e.get("sizeLimit"));
-        if let Some(raw) = size_limit.filter(|v| !v.is_null()) {
-            checked_quantity(raw, format!("{prefix}spec.volumes[{i}].emptyDir.sizeLimit"))?;
         }
     }
     Ok(())

@@ -129,7 +129,11 @@ fn memory_ranking_composes_request_priority_usage() {
         pod("besteffort-small").working_set(100 * MI).build(),
         pod("no-stats").no_stats().build(),
     ];
-    let ranked = rank_pods(Signal::MemoryAvailable, FsLayout::with_imagefs(false), &pods);
+    let ranked = rank_pods(
+        Signal::MemoryAvailable,
+        FsLayout::with_imagefs(false),
+        &pods,
+    );
     assert_eq!(
         keys(&ranked),
         vec![
@@ -150,7 +154,11 @@ fn pid_ranking_is_priority_then_processes() {
         pod("many-low").processes(900).build(),
     ];
     assert_eq!(
-        keys(&rank_pods(Signal::PidAvailable, FsLayout::with_imagefs(false), &pods)),
+        keys(&rank_pods(
+            Signal::PidAvailable,
+            FsLayout::with_imagefs(false),
+            &pods
+        )),
         vec!["many-low", "few-low", "many-high"]
     );
 }
@@ -251,20 +259,36 @@ fn disk_ranking_with_and_without_imagefs() {
             .build(),
     ];
     assert_eq!(
-        keys(&rank_pods(Signal::NodeFsAvailable, FsLayout::with_imagefs(false), &pods)),
+        keys(&rank_pods(
+            Signal::NodeFsAvailable,
+            FsLayout::with_imagefs(false),
+            &pods
+        )),
         vec!["layers", "scratch", "requested"]
     );
     assert_eq!(
-        keys(&rank_pods(Signal::NodeFsAvailable, FsLayout::with_imagefs(true), &pods)),
+        keys(&rank_pods(
+            Signal::NodeFsAvailable,
+            FsLayout::with_imagefs(true),
+            &pods
+        )),
         vec!["scratch", "layers", "requested"]
     );
     assert_eq!(
-        keys(&rank_pods(Signal::ImageFsAvailable, FsLayout::with_imagefs(true), &pods)),
+        keys(&rank_pods(
+            Signal::ImageFsAvailable,
+            FsLayout::with_imagefs(true),
+            &pods
+        )),
         vec!["layers", "scratch", "requested"]
     );
     // inodes: no request for inodes, so "requested" exceeds too; most inodes first
     assert_eq!(
-        keys(&rank_pods(Signal::NodeFsInodesFree, FsLayout::with_imagefs(false), &pods)),
+        keys(&rank_pods(
+            Signal::NodeFsInodesFree,
+            FsLayout::with_imagefs(false),
+            &pods
+        )),
         vec!["scratch", "layers", "requested"]
     );
 }
@@ -279,7 +303,11 @@ fn disk_ranking_priority_breaks_exceeding_ties() {
         pod("low").priority(1).container_fs(GI, 0, 0, 0).build(),
     ];
     assert_eq!(
-        keys(&rank_pods(Signal::NodeFsAvailable, FsLayout::with_imagefs(false), &pods)),
+        keys(&rank_pods(
+            Signal::NodeFsAvailable,
+            FsLayout::with_imagefs(false),
+            &pods
+        )),
         vec!["low", "high"]
     );
 }
@@ -292,7 +320,11 @@ fn ties_keep_input_order() {
         pod("third").build(),
     ];
     assert_eq!(
-        keys(&rank_pods(Signal::MemoryAvailable, FsLayout::with_imagefs(false), &pods)),
+        keys(&rank_pods(
+            Signal::MemoryAvailable,
+            FsLayout::with_imagefs(false),
+            &pods
+        )),
         vec!["first", "second", "third"]
     );
 }
