@@ -562,6 +562,9 @@ fn cgroups_sigkill_empties_the_pod_and_remove_leaves_nothing() {
         pids,
         "one hog per container, listed once across hierarchies"
     );
+    // Two single-threaded hogs: two tasks, read from pids.current where the tree has the
+    // pids controller (one read instead of walking every hierarchy).
+    assert_eq!(tree.task_count(&cgroup), 2);
     assert!(!tree.is_empty(&cgroup));
     let err = tree
         .remove_pod(&cgroup)

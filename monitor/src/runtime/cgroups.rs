@@ -540,6 +540,23 @@ impl CgroupTree {
         self.reader().memory_stats(&pod.relative)
     }
 
+    /// The pod's task count (threads included, which is what pid_max and the pid.available
+    /// signal count): one read of `pids.current` in the hierarchy that has the pids
+    /// controller, or, without one, a walk of the pod's `cgroup.procs` files.
+    pub fn task_count(&self, pod: &PodCgroup) -> u64 {
+        let pids_current = self
+            .hierarchies
+            .iter()
+            .filter(|h| h.has(Controller::Pids))
+            .find_map(|h| {
+                let text =
+                    std::fs::read_to_string(h.mount.join(&pod.relative).join("pids.current"))
+                        .ok()?;
+                text.trim().parse::<u64>().ok()
+            });
+        pids_current.unwrap_or_else(|| self.pids(pod).len() as u64)
+    }
+
     /// Memory working set of one container, from its own memory cgroup only (two small
     /// reads). `None` when the container has no cgroup to read (not running) or its name
     /// could not be one: no stats for it, as the kubelet has none for such a container.

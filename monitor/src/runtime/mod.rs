@@ -32,7 +32,9 @@ pub use lifecycle::has_cap_sys_resource;
 pub use shared::{MAX_BACKOFF, RuntimeConfig};
 
 use cgroups::{CgroupTree, PodCgroup};
-use port::{ActivePods, BoxFuture, ConditionsSink, EvictionOutcome, NodeReclaim, PodKiller};
+use port::{
+    ActivePods, BoxFuture, ConditionsSink, EvictionOutcome, NodeReclaim, PodKiller, StatsNeeds,
+};
 use shared::{Inner, Shared};
 use store::{PodRecord, StateStore};
 
@@ -109,7 +111,7 @@ impl LocalRuntime {
 }
 
 impl ActivePods for LocalRuntime {
-    fn active_pods(&self) -> Vec<PodWithStats> {
+    fn active_pods(&self, needs: StatsNeeds) -> Vec<PodWithStats> {
         let shared = &self.shared;
         let inner = shared.lock();
         inner
@@ -121,7 +123,7 @@ impl ActivePods for LocalRuntime {
                 let mut pod = p.record.pod.clone();
                 pod.metadata.uid = p.record.uid.clone();
                 Some(PodWithStats {
-                    stats: pod_stats(shared, &p.record, cgroup),
+                    stats: pod_stats(shared, &p.record, cgroup, needs),
                     pod,
                 })
             })
@@ -143,9 +145,14 @@ impl PodKiller for LocalRuntime {
     }
 }
 
-/// Fresh stats of one pod: memory from its cgroup (and each running container's, for the
-/// eviction message), disk from its logs, processes from its cgroups.
-fn pod_stats(shared: &Shared, record: &PodRecord, cgroup: &PodCgroup) -> PodStats {
+/// Fresh stats of one pod: memory from its cgroup; and, as `needs` asks, disk from its
+/// logs, each container's memory, and the task count from the pids controller.
+fn pod_stats(
+    shared: &Shared,
+    record: &PodRecord,
+    cgroup: &PodCgroup,
+    needs: StatsNeeds,
+) -> PodStats {
     let memory = shared
         .tree
         .pod_memory(cgroup)
@@ -162,27 +169,35 @@ fn pod_stats(shared: &Shared, record: &PodRecord, cgroup: &PodCgroup) -> PodStat
         .containers
         .iter()
         .map(|c| {
-            let (bytes, inodes) = logs::usage(&pod_dir.join(&c.name));
+            let (logs_used_bytes, logs_inodes_used) = if needs.disk {
+                let (bytes, inodes) = logs::usage(&pod_dir.join(&c.name));
+                (Some(bytes), Some(inodes))
+            } else {
+                (None, None)
+            };
             // A container without a process has no memory to report.
             let working_set = c
                 .pid
+                .filter(|_| needs.container_memory)
                 .and_then(|_| shared.tree.container_working_set(cgroup, &c.name));
             ContainerStats {
                 name: c.name.clone(),
                 memory_working_set_bytes: working_set,
-                logs_used_bytes: Some(bytes),
-                logs_inodes_used: Some(inodes),
+                logs_used_bytes,
+                logs_inodes_used,
                 ..ContainerStats::default()
             }
         })
         .collect();
-    let ephemeral = containers.iter().filter_map(|c| c.logs_used_bytes).sum();
+    let ephemeral = needs
+        .disk
+        .then(|| containers.iter().filter_map(|c| c.logs_used_bytes).sum());
     PodStats {
         memory_working_set_bytes: memory,
         containers,
         volumes: Vec::new(),
-        ephemeral_storage_used_bytes: Some(ephemeral),
-        process_count: Some(shared.tree.pids(cgroup).len() as u64),
+        ephemeral_storage_used_bytes: ephemeral,
+        process_count: needs.processes.then(|| shared.tree.task_count(cgroup)),
     }
 }
 

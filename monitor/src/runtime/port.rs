@@ -69,10 +69,32 @@ impl std::fmt::Display for EvictionOutcome {
     }
 }
 
+/// Which pod stats the policy will read at a pass. Reading a pod's stats is the cost of a
+/// synchronize that grows with pods, so a runtime reads only these (what is not read is
+/// `None`, which the policy treats as the kubelet treats a missing stat).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatsNeeds {
+    /// Process counts: only the pid.available ranking reads them.
+    pub processes: bool,
+    /// Disk usage of logs and volumes: disk signals and local storage limits.
+    pub disk: bool,
+    /// Each container's memory: the memory eviction message names containers.
+    pub container_memory: bool,
+}
+
+impl StatsNeeds {
+    /// Everything.
+    pub const ALL: StatsNeeds = StatsNeeds {
+        processes: true,
+        disk: true,
+        container_memory: true,
+    };
+}
+
 /// The pods that may be evicted, with their usage.
 pub trait ActivePods: Send + Sync {
-    /// Running pods, not already being stopped, with stats read NOW.
-    fn active_pods(&self) -> Vec<PodWithStats>;
+    /// Running pods, not already being stopped, with the stats in `needs` read NOW.
+    fn active_pods(&self, needs: StatsNeeds) -> Vec<PodWithStats>;
 }
 
 /// Carries out evictions.
@@ -132,7 +154,7 @@ impl Ports {
 pub struct NoPods;
 
 impl ActivePods for NoPods {
-    fn active_pods(&self) -> Vec<PodWithStats> {
+    fn active_pods(&self, _needs: StatsNeeds) -> Vec<PodWithStats> {
         Vec::new()
     }
 }

@@ -19,7 +19,7 @@ use crate::policy::eviction::{
 use crate::policy::signal::{Observations, Signal, format_value};
 use crate::policy::summary::make_signal_observations;
 use crate::policy::types::{FsLayout, Time};
-use crate::runtime::port::{EvictionOutcome, PodKiller, Ports};
+use crate::runtime::port::{EvictionOutcome, PodKiller, Ports, StatsNeeds};
 use crate::state::{EVICTIONS_KEPT, EvictionView, SharedState, SignalStatus, ThresholdStatus};
 
 /// Kill attempts per eviction: the first with the decision's grace period, the retries at
@@ -62,6 +62,8 @@ pub struct EvictionSync {
     state: SharedState,
     /// Wakes the loop when an eviction ends.
     wakes: WakeSender,
+    /// The pod stats the configured thresholds read.
+    needs: StatsNeeds,
     /// Evictions under way.
     in_flight: Vec<EvictionDecision>,
     finished_tx: mpsc::UnboundedSender<FinishedEviction>,
@@ -77,6 +79,7 @@ impl EvictionSync {
     ) -> Self {
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
         EvictionSync {
+            needs: stats_needs(&kubelet),
             manager: EvictionManager::new(kubelet.eviction.clone()),
             kubelet,
             ports,
@@ -104,7 +107,7 @@ impl EvictionSync {
         let pods = self
             .ports
             .pods
-            .active_pods()
+            .active_pods(self.needs)
             .into_iter()
             .filter(|p| !self.in_flight.iter().any(|e| e.pod_key == p.pod.key()))
             .collect::<Vec<_>>();
@@ -299,6 +302,20 @@ impl EvictionSync {
             .iter()
             .map(|c| c.as_str().to_string())
             .collect();
+    }
+}
+
+/// The pod stats the policy reads under `kubelet`'s thresholds: process counts only for a
+/// pid.available threshold, disk usage for disk thresholds and local storage limits,
+/// containers' memory for memory thresholds (the eviction message names containers).
+pub fn stats_needs(kubelet: &KubeletConfig) -> StatsNeeds {
+    let eviction = &kubelet.eviction;
+    let any = |wanted: fn(Signal) -> bool| eviction.thresholds.iter().any(|t| wanted(t.signal));
+    StatsNeeds {
+        processes: any(|s| s == Signal::PidAvailable),
+        disk: eviction.local_storage_capacity_isolation
+            || any(|s| !s.is_memory() && s != Signal::PidAvailable),
+        container_memory: any(Signal::is_memory),
     }
 }
 

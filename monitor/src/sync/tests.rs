@@ -127,7 +127,7 @@ impl Observe for Fake {
 }
 
 impl ActivePods for Fake {
-    fn active_pods(&self) -> Vec<PodWithStats> {
+    fn active_pods(&self, _needs: crate::runtime::port::StatsNeeds) -> Vec<PodWithStats> {
         self.node()
             .pods
             .iter()
@@ -517,5 +517,45 @@ async fn node_level_reclaim_runs_off_the_loop_and_spares_the_pods_when_enough() 
     assert_eq!(
         h.fake.node().conditions,
         vec![NodeConditionType::DiskPressure]
+    );
+}
+
+#[rstest::rstest]
+// The kubelet's defaults: memory and disk thresholds, no pid one: no process walk.
+#[case::defaults("{}\n", false, true, true)]
+#[case::pid_threshold(
+    "evictionHard: {pid.available: 10%}\nlocalStorageCapacityIsolation: false\n",
+    true,
+    false,
+    false
+)]
+#[case::memory_only(
+    "evictionHard: {memory.available: 1Gi}\nlocalStorageCapacityIsolation: false\n",
+    false,
+    false,
+    true
+)]
+#[case::local_storage_limits_need_disk(
+    "evictionHard: {memory.available: 1Gi}\n",
+    false,
+    true,
+    true
+)]
+fn the_pod_stats_read_follow_the_thresholds(
+    #[case] yaml: &str,
+    #[case] processes: bool,
+    #[case] disk: bool,
+    #[case] container_memory: bool,
+) {
+    let (kubelet, _) =
+        crate::config::kubelet::load_kubelet_config(yaml, "kubelet.yaml").expect("config");
+    assert_eq!(
+        eviction::stats_needs(&kubelet),
+        crate::runtime::port::StatsNeeds {
+            processes,
+            disk,
+            container_memory
+        },
+        "{yaml}"
     );
 }
