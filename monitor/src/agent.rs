@@ -2,6 +2,7 @@
 //! (each reports whether it started), and run the synchronize loop ([`crate::sync`]) on
 //! the one wake channel, with the pods and kills of the runtime behind `ports`.
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
@@ -9,11 +10,11 @@ use tokio::task::JoinHandle;
 use crate::config::agent::AgentConfig;
 use crate::config::kubelet::KubeletConfig;
 use crate::notify::ebpf::{EbpfSettings, EbpfSource, KernelCounters};
-use crate::notify::{self, SourceStatus, WakeDetail, WakeSender, WakeSource};
+use crate::notify::{self, CrossingHook, Hook, SourceStatus, WakeDetail, WakeSender, WakeSource};
 use crate::observe::{CgroupLayout, CgroupReader, CgroupVersion, Observer, ObserverConfig};
 use crate::runtime::port::Ports;
 use crate::state::SharedState;
-use crate::sync::{Arming, EvictionSync, SyncLoop, SyncReport};
+use crate::sync::{Arming, EvictionSync, HotPath, SyncLoop, SyncReport};
 
 /// A running agent.
 pub struct Agent {
@@ -57,6 +58,11 @@ impl Agent {
         );
         let (wakes, wake_rx) = notify::wake_channel();
         let (reports, _) = broadcast::channel(REPORT_BUFFER);
+        // The hot kill path: the memory notifiers tell it of hard crossings first.
+        let hot = settings
+            .hot_kill
+            .then(|| Arc::new(HotPath::new(state.clone())));
+        let hook: Hook = hot.clone().map(|h| h as Arc<dyn CrossingHook>);
         let mut statuses = Vec::new();
         let mut tasks = Vec::new();
 
@@ -69,7 +75,7 @@ impl Agent {
                 min_interval_ns: settings.sources.ebpf_min_interval.as_nanos() as u64,
                 object_override: config.ebpf_object_override.clone(),
             };
-            match notify::ebpf::start(&ebpf_settings, wakes.clone()) {
+            match notify::ebpf::start(&ebpf_settings, wakes.clone(), hook.clone()) {
                 Ok(source) => {
                     statuses.push(source.status.clone());
                     ebpf = Some(source);
@@ -85,7 +91,7 @@ impl Agent {
             statuses.push(SourceStatus::disabled(WakeSource::MemcgThreshold));
         } else if layout.version == CgroupVersion::V1 {
             let (tx, rx) = watch::channel(Vec::new());
-            tasks.push(notify::memcg::spawn(rx, wakes.clone()));
+            tasks.push(notify::memcg::spawn(rx, wakes.clone(), hook.clone()));
             levels_tx = Some(tx);
             statuses.push(SourceStatus::running(
                 WakeSource::MemcgThreshold,
@@ -127,7 +133,7 @@ impl Agent {
                 "memory.events needs the memory controller on cgroup v2 (this host has it on v1)",
             ));
         } else {
-            match notify::memory_events::spawn(watched_rx, wakes.clone()) {
+            match notify::memory_events::spawn(watched_rx, wakes.clone(), hook.clone()) {
                 Ok(task) => {
                     let dirs: Vec<PathBuf> =
                         watched_cgroups.iter().map(|c| reader.dir(c)).collect();
@@ -208,10 +214,17 @@ impl Agent {
             memory_root: layout.memory_root.clone(),
             pods_cgroup: settings.pods_cgroup.clone(),
             levels,
+            hot: hot.clone(),
         });
         let sync_loop = SyncLoop {
             observer,
-            eviction: EvictionSync::new(kubelet, ports, state.clone(), wakes.clone()),
+            eviction: {
+                let eviction = EvictionSync::new(kubelet, ports, state.clone(), wakes.clone());
+                match &hot {
+                    Some(hot) => eviction.with_hot_path(hot.clone()),
+                    None => eviction,
+                }
+            },
             arming,
             reports: reports.clone(),
             state: state.clone(),
@@ -235,6 +248,11 @@ impl Agent {
     /// Reports of every synchronize from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<SyncReport> {
         self.reports.subscribe()
+    }
+
+    /// The wake channel's sending half, for parts of the agent that ask for a synchronize.
+    pub fn wake_sender(&self) -> WakeSender {
+        self.wakes.clone()
     }
 
     /// Asks for a synchronize now.

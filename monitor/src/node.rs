@@ -130,6 +130,17 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
         ports,
         state.clone(),
     )?;
+    if let Some(runtime) = &runtime {
+        let wakes = agent.wake_sender();
+        runtime.on_pods_changed(move || {
+            wakes.wake(
+                crate::notify::WakeSource::Request,
+                crate::notify::WakeDetail::None,
+            )
+        });
+        // Pods that started before the hook was set are seen by this synchronize.
+        agent.request_sync();
+    }
     Ok(NodeAgent {
         agent,
         runtime,

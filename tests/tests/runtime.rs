@@ -449,6 +449,15 @@ fn a_fast_best_effort_hog_is_evicted_before_the_oom_killer() {
         node.log(1).contains("Evicted"),
         "an event names the eviction"
     );
+    // The hard threshold's notifier (memcg eventfd on v1, memory.events on v2) reached the
+    // hot path, which killed the pre-ranked victim through its cgroup.kill before any
+    // synchronize (every kernel these tests run on has cgroup.kill: 5.14+).
+    let log = node.log(1);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("hot path: cgroup.kill written") && l.contains("pod=demo/batch")),
+        "the hot path killed the batch pod\n{log}"
+    );
 }
 
 /// The hog's log: "allocated <MiB> <ns>" lines; returns when it first held `mib`.

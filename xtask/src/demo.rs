@@ -418,8 +418,14 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
     };
     // The wake that led to the eviction: the last kernel wake before the kill (earlier
     // ones, e.g. reclaim elsewhere on the node, led to synchronizes that found nothing).
-    let before_kill = event("Killing").unwrap_or(u64::MAX);
-    let wake = log_text.lines().rev().find_map(|l| {
+    // The hot path kills before any synchronize and stamps both ends itself.
+    let hot = crate::bench::logparse::hot_kill(&log_text, "demo/batch", start_ns);
+    let before_kill = hot
+        .as_ref()
+        .map(|h| h.killed_ns)
+        .or_else(|| event("Killing"))
+        .unwrap_or(u64::MAX);
+    let synchronized_wake = log_text.lines().rev().find_map(|l| {
         let at: u64 = field(l, "at_ns")?.parse().ok()?;
         let source = field(l, "source")?;
         (l.contains(" wake")
@@ -428,7 +434,16 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
             && !matches!(source, "timer" | "request"))
         .then(|| (at, source.to_string()))
     });
-    let (killing, evicted) = (event("Killing"), event("Evicted"));
+    let wake = match &hot {
+        Some(h) => Some((h.detected_ns, format!("{} (hot path)", h.source))),
+        None => synchronized_wake,
+    };
+    let (killing, evicted) = (
+        hot.as_ref()
+            .map(|h| h.killed_ns)
+            .or_else(|| event("Killing")),
+        event("Evicted"),
+    );
     let freed = killing.and_then(|k| {
         samples
             .iter()
@@ -448,7 +463,11 @@ fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
     if let Some(k) = killing {
         timeline.push((
             k,
-            "SIGKILL sent to demo/batch (hard threshold: no grace)".into(),
+            if hot.is_some() {
+                "demo/batch killed: cgroup.kill written by the hot path".into()
+            } else {
+                "SIGKILL sent to demo/batch (hard threshold: no grace)".into()
+            },
         ));
     }
     if let Some(f) = freed {

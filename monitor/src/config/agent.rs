@@ -140,6 +140,9 @@ pub struct AgentSettings {
     /// documented kubelet behaviour) or 1 (SIGTERM, SIGKILL after 1 s: the kubelet >= 1.31).
     #[serde(deserialize_with = "hard_eviction_grace")]
     pub hard_eviction_grace_period_seconds: i64,
+    /// The hot kill path: a hard memory threshold's crossing, seen by a kernel notifier,
+    /// kills the pre-ranked victim at once, before any synchronize.
+    pub hot_kill: bool,
 }
 
 impl Default for AgentSettings {
@@ -159,6 +162,7 @@ impl Default for AgentSettings {
             restart_backoff: Duration::from_secs(10),
             metrics_address: None,
             hard_eviction_grace_period_seconds: IMMEDIATE_GRACE_PERIOD_SECONDS,
+            hot_kill: true,
         }
     }
 }

@@ -18,7 +18,7 @@ use monitor_common::{
 use tokio::io::unix::AsyncFd;
 use tokio::task::JoinHandle;
 
-use super::{SourceStatus, WakeDetail, WakeSender, WakeSource};
+use super::{Hook, SourceStatus, WakeDetail, WakeSender, WakeSource};
 
 /// The kernel-side object, built by build.rs. Empty when built with AYA_BUILD_SKIP=1.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor-ebpf"));
@@ -118,7 +118,13 @@ impl EbpfSource {
 }
 
 /// Loads, attaches and starts consuming. Must run inside a tokio runtime.
-pub fn start(settings: &EbpfSettings, wakes: WakeSender) -> Result<EbpfSource, EbpfError> {
+/// Reclaim records are told to `hook` first (the hot path): on cgroup v2, reclaim in the
+/// pods cgroup is the first the kernel shows of a crossing of its `memory.high`.
+pub fn start(
+    settings: &EbpfSettings,
+    wakes: WakeSender,
+    hook: Hook,
+) -> Result<EbpfSource, EbpfError> {
     let object = settings.object_override.as_deref().unwrap_or(EBPF_OBJECT);
     if object.is_empty() {
         return Err(EbpfError::NotBuilt);
@@ -152,7 +158,7 @@ pub fn start(settings: &EbpfSettings, wakes: WakeSender) -> Result<EbpfSource, E
         PerCpuArray::try_from(counters).map_err(|e| EbpfError::RingBuf(e.to_string()))?;
     let ring = super::async_fd(ring, tokio::io::Interest::READABLE)
         .map_err(|e| EbpfError::RingBuf(e.to_string()))?;
-    let task = tokio::spawn(consume(ring, wakes));
+    let task = tokio::spawn(consume(ring, wakes, hook));
 
     let mut detail = format!(
         "attached {} (ring buffer {} KiB, rate limit {} µs per cgroup and kind)",
@@ -199,7 +205,7 @@ fn attach(
     Ok(())
 }
 
-async fn consume(mut ring: AsyncFd<RingBuf<MapData>>, wakes: WakeSender) {
+async fn consume(mut ring: AsyncFd<RingBuf<MapData>>, wakes: WakeSender, hook: Hook) {
     loop {
         let mut guard = match ring.readable_mut().await {
             Ok(guard) => guard,
@@ -211,6 +217,16 @@ async fn consume(mut ring: AsyncFd<RingBuf<MapData>>, wakes: WakeSender) {
         let ring = guard.get_inner_mut();
         while let Some(item) = ring.next() {
             if let Some(event) = decode(&item) {
+                // Reclaim starts as usage reaches a limit or memory.high; the hot path
+                // confirms a hard level against the counters itself.
+                if let Some(hook) = &hook
+                    && matches!(
+                        EventKind::from_u32(event.kind),
+                        Some(EventKind::MemcgReclaim | EventKind::DirectReclaim)
+                    )
+                {
+                    hook.hard_crossing(WakeSource::Ebpf);
+                }
                 // On a v1 memory controller the record's cgroup id (unified hierarchy) does
                 // not name the memcg; the task's /proc entry does, while it lives.
                 let memcg = std::fs::read_to_string(format!("/proc/{}/cgroup", event.pid))

@@ -15,7 +15,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::{WakeDetail, WakeSender, WakeSource};
+use super::{Hook, WakeDetail, WakeSender, WakeSource};
 
 /// One threshold to arm.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,7 +101,12 @@ impl Registration {
 
 /// Runs the source: keeps exactly the thresholds in `specs` armed, re-arming whenever the
 /// loop publishes a new set. Registration failures are logged once per change.
-pub fn spawn(mut specs: watch::Receiver<Vec<ThresholdSpec>>, wakes: WakeSender) -> JoinHandle<()> {
+/// A hard threshold's crossing is told to `hook` first (the hot path).
+pub fn spawn(
+    mut specs: watch::Receiver<Vec<ThresholdSpec>>,
+    wakes: WakeSender,
+    hook: Hook,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let current = specs.borrow_and_update().clone();
@@ -110,8 +115,12 @@ pub fn spawn(mut specs: watch::Receiver<Vec<ThresholdSpec>>, wakes: WakeSender) 
                 match register(spec) {
                     Ok(registration) => {
                         let wakes = wakes.clone();
+                        let hook = hook.clone().filter(|_| registration.spec.hard);
                         waiting.spawn(async move {
                             while registration.fired().await.is_ok() {
+                                if let Some(hook) = &hook {
+                                    hook.hard_crossing(WakeSource::MemcgThreshold);
+                                }
                                 wakes.wake(
                                     WakeSource::MemcgThreshold,
                                     WakeDetail::Threshold {
@@ -137,7 +146,7 @@ pub fn spawn(mut specs: watch::Receiver<Vec<ThresholdSpec>>, wakes: WakeSender) 
 
 /// cgroup v2 has no usage thresholds. Its stand-in: `memory.high` at the usage where the
 /// pods cgroup crosses a HARD threshold, its own or the node's carried by it (the specs
-/// come from [`crate::manager::v2_high_specs`]). The kernel then raises the `high` counter of
+/// come from [`crate::notify::arming::v2_high_specs`]). The kernel then raises the `high` counter of
 /// memory.events (which the memory.events source watches) the moment usage crosses, and
 /// throttles the allocating task in reclaim above it, which buys time for the eviction
 /// that follows at once. Only hard thresholds: soft ones allow running over them for a

@@ -10,13 +10,16 @@ use inotify::{Inotify, WatchMask};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{WakeDetail, WakeSender, WakeSource};
+use super::{Hook, WakeDetail, WakeSender, WakeSource};
 
 /// Runs the source over the cgroup directories in `cgroups`, re-watching when the set
 /// changes (pods come and go).
+/// Every change is told to `hook` first (the hot path), which checks whether a hard
+/// threshold's memory.high was crossed.
 pub fn spawn(
     mut cgroups: watch::Receiver<Vec<PathBuf>>,
     wakes: WakeSender,
+    hook: Hook,
 ) -> std::io::Result<JoinHandle<()>> {
     let inotify = Inotify::init()?;
     let mut stream = inotify.into_event_stream(vec![0u8; 4096])?;
@@ -52,6 +55,9 @@ pub fn spawn(
                 event = stream.next() => match event {
                     Some(Ok(event)) => {
                         if let Some(file) = watched.get(&event.wd) {
+                            if let Some(hook) = &hook {
+                                hook.hard_crossing(WakeSource::MemoryEvents);
+                            }
                             wakes.wake(WakeSource::MemoryEvents, WakeDetail::MemoryEvents { file: file.clone() });
                         }
                     }

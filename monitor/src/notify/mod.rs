@@ -106,6 +106,17 @@ impl WakeDetail {
     }
 }
 
+/// Told by a source the moment it sees a hard memory threshold's notifier fire, before
+/// its wake is queued, so a kill can follow without waiting for a synchronize (the hot
+/// path, [`crate::sync::hot`]). The hook confirms the crossing itself: a notifier also
+/// fires on the way down (memcg v1) or for other counters (memory.events).
+pub trait CrossingHook: Send + Sync {
+    fn hard_crossing(&self, source: WakeSource);
+}
+
+/// The hook a source calls, when the hot path runs.
+pub type Hook = Option<std::sync::Arc<dyn CrossingHook>>;
+
 /// One wake-up.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Wake {

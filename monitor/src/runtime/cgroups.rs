@@ -540,6 +540,16 @@ impl CgroupTree {
         self.reader().memory_stats(&pod.relative)
     }
 
+    /// The pod's `cgroup.kill` in a cgroup v2 hierarchy (the unified mirror on a v1 host),
+    /// when the kernel has it (5.14+).
+    pub fn kill_file(&self, pod: &PodCgroup) -> Option<PathBuf> {
+        self.hierarchies
+            .iter()
+            .filter(|h| h.version == CgroupVersion::V2)
+            .map(|h| h.mount.join(&pod.relative).join("cgroup.kill"))
+            .find(|path| path.exists())
+    }
+
     /// The pod's task count (threads included, which is what pid_max and the pid.available
     /// signal count): one read of `pids.current` in the hierarchy that has the pids
     /// controller, or, without one, a walk of the pod's `cgroup.procs` files.

@@ -779,6 +779,11 @@ pub(super) fn publish(shared: &Shared) {
             .collect()
     };
     shared.state.lock().pods = views;
+    // Whoever decides on these pods (the synchronize loop, whose hot path holds a victim
+    // ranked among them) looks again.
+    if let Some(changed) = shared.on_change.get() {
+        changed();
+    }
 }
 
 /// The container's oom_score_adj, as the QoS policy wants it, except that without

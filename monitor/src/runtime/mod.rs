@@ -33,7 +33,8 @@ pub use shared::{MAX_BACKOFF, RuntimeConfig};
 
 use cgroups::{CgroupTree, PodCgroup};
 use port::{
-    ActivePods, BoxFuture, ConditionsSink, EvictionOutcome, NodeReclaim, PodKiller, StatsNeeds,
+    ActivePods, BoxFuture, ConditionsSink, EvictionOutcome, KillSwitch, NodeReclaim, PodKiller,
+    StatsNeeds,
 };
 use shared::{Inner, Shared};
 use store::{PodRecord, StateStore};
@@ -77,6 +78,7 @@ impl LocalRuntime {
             }),
             exits,
             reconcile,
+            on_change: std::sync::OnceLock::new(),
         });
         adopt::adopt(&shared);
         tokio::spawn(lifecycle::supervise(shared.clone(), exits_rx, reconcile_rx));
@@ -102,6 +104,13 @@ impl LocalRuntime {
             decision.kill_timeout,
         )
         .await
+    }
+
+    /// Calls `changed` whenever the pods change (started, exited, evicted, stopped): the
+    /// agent synchronizes then, so that the hot path's victim is ranked among the pods
+    /// running now. Set once; later calls are ignored.
+    pub fn on_pods_changed(&self, changed: impl Fn() + Send + Sync + 'static) {
+        let _ = self.shared.on_change.set(Box::new(changed));
     }
 
     /// Stops every pod and waits for them (tests, uninstall). Records are removed.
@@ -142,6 +151,22 @@ impl PodKiller for LocalRuntime {
         let runtime = self.clone();
         let decision = decision.clone();
         Box::pin(async move { LocalRuntime::evict(&runtime, &decision).await })
+    }
+
+    fn kill_switch(&self, pod_key: &str) -> Option<KillSwitch> {
+        let cgroup = {
+            let inner = self.shared.lock();
+            inner
+                .pods
+                .values()
+                .find(|p| {
+                    p.record.pod.key() == pod_key && !p.terminating && !p.record.phase.is_terminal()
+                })?
+                .cgroup
+                .clone()?
+        };
+        let path = self.shared.tree.kill_file(&cgroup)?;
+        KillSwitch::open(pod_key, &path).ok()
     }
 }
 

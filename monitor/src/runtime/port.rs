@@ -97,6 +97,35 @@ pub trait ActivePods: Send + Sync {
     fn active_pods(&self, needs: StatsNeeds) -> Vec<PodWithStats>;
 }
 
+/// A pod's kill, prepared in advance: an open `cgroup.kill` of the pod's cgroup (cgroup v2,
+/// or the unified hierarchy beside a v1 memory controller; Linux 5.14+). Writing "1" kills
+/// every process of the cgroup's subtree at once, forks included, and cannot reach a
+/// process outside it (no pid is read, so no pid can be reused under us).
+#[derive(Debug)]
+pub struct KillSwitch {
+    pub pod_key: String,
+    pub path: std::path::PathBuf,
+    file: std::fs::File,
+}
+
+impl KillSwitch {
+    /// Opens `path` (a `cgroup.kill` file) for writing.
+    pub fn open(pod_key: &str, path: &std::path::Path) -> std::io::Result<KillSwitch> {
+        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        Ok(KillSwitch {
+            pod_key: pod_key.to_string(),
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    /// Kills the pod: one write.
+    pub fn fire(&self) -> std::io::Result<()> {
+        use std::io::Write;
+        (&self.file).write_all(b"1")
+    }
+}
+
 /// Carries out evictions.
 pub trait PodKiller: Send + Sync {
     /// Marks the pod evicted (never restarted, never evicted twice), sends SIGTERM, then
@@ -104,6 +133,12 @@ pub trait PodKiller: Send + Sync {
     /// the kill timeout ran out. Called again for a pod whose earlier kill failed, it
     /// kills what is left.
     fn evict(&self, decision: &EvictionDecision) -> BoxFuture<EvictionOutcome>;
+
+    /// A prepared kill of this running pod, for the hot path; `None` where the runtime
+    /// has none (no cgroup.kill here, or no such pod).
+    fn kill_switch(&self, _pod_key: &str) -> Option<KillSwitch> {
+        None
+    }
 }
 
 /// Node-level reclaim (the kubelet's container and image garbage collection on the

@@ -3,7 +3,7 @@
 //! works on one [`Shared`].
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -79,6 +79,8 @@ pub(super) struct Shared {
     pub(super) exits: mpsc::UnboundedSender<Exit>,
     /// Asks the supervisor to reconcile (manifests changed, a pod finished stopping).
     pub(super) reconcile: mpsc::UnboundedSender<()>,
+    /// Told whenever the pods change (started, exited, evicted, stopped).
+    pub(super) on_change: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Shared {

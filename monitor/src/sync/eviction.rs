@@ -4,10 +4,12 @@
 //! runtime's ports. Evictions run as their own tasks, so a soft eviction's grace period
 //! never holds up the next decision; when one ends, it wakes the loop to decide again on
 //! fresh stats.
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::hot::{HotKill, HotPath};
 use super::signals::node_stats;
 use crate::config::kubelet::{KubeletConfig, format_go_duration};
 use crate::notify::{WakeDetail, WakeSender, WakeSource};
@@ -44,6 +46,9 @@ pub struct EvictionPass {
     pub deferred: Vec<EvictionDecision>,
     /// Evictions that ended since the previous pass.
     pub finished: Vec<FinishedEviction>,
+    /// Kills the hot path carried out since the previous pass; their evictions started
+    /// at this pass.
+    pub hot_kills: Vec<HotKill>,
 }
 
 /// An eviction that ended.
@@ -66,6 +71,8 @@ pub struct EvictionSync {
     needs: StatsNeeds,
     /// Evictions under way.
     in_flight: Vec<EvictionDecision>,
+    /// The hot kill path, when it runs.
+    hot: Option<Arc<HotPath>>,
     finished_tx: mpsc::UnboundedSender<FinishedEviction>,
     finished_rx: mpsc::UnboundedReceiver<FinishedEviction>,
 }
@@ -86,9 +93,16 @@ impl EvictionSync {
             state,
             wakes,
             in_flight: Vec::new(),
+            hot: None,
             finished_tx,
             finished_rx,
         }
+    }
+
+    /// Arms `hot` after every pass with the pod a hard memory threshold would evict.
+    pub fn with_hot_path(mut self, hot: Arc<HotPath>) -> Self {
+        self.hot = Some(hot);
+        self
     }
 
     /// The evictions under way.
@@ -104,6 +118,23 @@ impl EvictionSync {
     /// One pass on a fresh observation at `now`.
     pub async fn synchronize(&mut self, node: &NodeObservation, now: Time) -> EvictionPass {
         let finished = self.collect_finished();
+        // A pod the hot path killed: its eviction is under way from now on (record,
+        // events, cgroups), and it is no candidate for this pass.
+        let hot_kills: Vec<HotKill> = self
+            .hot
+            .as_ref()
+            .and_then(|hot| hot.take_fired())
+            .into_iter()
+            .collect();
+        for kill in &hot_kills {
+            if !self
+                .in_flight
+                .iter()
+                .any(|e| e.pod_key == kill.decision.pod_key)
+            {
+                self.start(kill.decision.clone());
+            }
+        }
         let pods = self
             .ports
             .pods
@@ -149,13 +180,30 @@ impl EvictionSync {
                 "eviction deferred: an eviction under way already answers this pressure"
             );
         }
+        self.arm_hot_path(&input);
         EvictionPass {
             observations: input.observations,
             outcome,
             started,
             deferred,
             finished,
+            hot_kills,
         }
+    }
+
+    /// Arms the hot path with the pod a hard memory threshold would evict now, on the
+    /// stats just read; disarms it while an immediate eviction runs (that one answers the
+    /// pressure) or when no hard memory threshold kills at once.
+    fn arm_hot_path(&self, input: &SyncInput) {
+        let Some(hot) = &self.hot else { return };
+        let immediate_under_way = self.in_flight.iter().any(|e| e.immediate);
+        let victim = [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable]
+            .into_iter()
+            .filter(|_| !immediate_under_way)
+            .find_map(|signal| self.manager.prospective_eviction(input, signal))
+            .filter(|d| d.grace_period_seconds == 0);
+        let killer = self.ports.killer.clone();
+        hot.arm(victim, |pod| killer.kill_switch(pod));
     }
 
     /// Node-level reclaim on a blocking thread: it deletes files, and nothing of the
@@ -390,6 +438,13 @@ pub fn summarize(pass: &EvictionPass) -> String {
         parts.push(format!(
             "deferred eviction of {}: an eviction is under way",
             eviction.pod_key
+        ));
+    }
+    for kill in &pass.hot_kills {
+        parts.push(format!(
+            "hot path killed {} ({} µs after the notifier)",
+            kill.decision.pod_key,
+            kill.killed_ns.saturating_sub(kill.detected_ns) / 1000
         ));
     }
     for done in &pass.finished {

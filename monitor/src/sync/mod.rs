@@ -3,13 +3,16 @@
 //! Reading order: [`run`] (the loop: wakes in, one fresh observation per synchronize,
 //! reports out) → [`eviction`] (the eviction pass: signals, the pure policy, node-level
 //! reclaim, evictions started through the runtime's ports and followed to their end) →
-//! [`signals`] (the observation in the policy's shape). The decisions themselves are
+//! [`signals`] (the observation in the policy's shape). [`hot`] answers a hard memory
+//! threshold's crossing before any synchronize, with a victim the eviction pass armed. The decisions themselves are
 //! [`crate::policy`]'s; the kills are the runtime's ([`crate::runtime::port`]).
 pub mod eviction;
+pub mod hot;
 pub mod run;
 pub mod signals;
 #[cfg(test)]
 mod tests;
 
 pub use eviction::{EvictionPass, EvictionSync, FinishedEviction};
+pub use hot::HotPath;
 pub use run::{Arming, Observe, SyncLoop, SyncReport};

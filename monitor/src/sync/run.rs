@@ -16,6 +16,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 
 use super::eviction::{EvictionPass, EvictionSync, summarize};
+use super::hot::HotPath;
 use crate::clock::monotonic_ns;
 use crate::notify::arming::{MemoryThresholds, specs_for};
 use crate::notify::memcg::ThresholdSpec;
@@ -46,6 +47,8 @@ pub struct Arming {
     pub pods_cgroup: Option<String>,
     /// The notifier task's levels; only a changed set is sent.
     pub levels: watch::Sender<Vec<ThresholdSpec>>,
+    /// The hot path confirms crossings against the same levels.
+    pub hot: Option<Arc<HotPath>>,
 }
 
 impl Arming {
@@ -57,6 +60,9 @@ impl Arming {
             &self.memory_root,
             self.pods_cgroup.as_deref(),
         );
+        if let Some(hot) = &self.hot {
+            hot.set_levels(self.version, &specs);
+        }
         // Only a changed set re-registers with the kernel.
         self.levels.send_if_modified(|current| {
             if *current == specs {

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::config::parse_agent_config;
-use crate::notify::{Wake, WakeSender, WakeSource, wake_channel};
+use crate::notify::{CrossingHook, Wake, WakeSender, WakeSource, wake_channel};
 use crate::observe::{FsStats, NodeMemory, NodeObservation, ObserveError, PidStats};
 use crate::policy::eviction::{EvictionDecision, ReclaimResult};
 use crate::policy::signal::Signal;
@@ -56,6 +56,8 @@ struct Node {
     pods: Vec<(String, u64, bool)>,
     /// How long a kill takes beyond the grace period.
     kill_delay: Duration,
+    /// Where the fake pods' `cgroup.kill` files are, when the hot path is tested.
+    kill_dir: Option<std::path::PathBuf>,
     nodefs_available: u64,
     kills: Vec<KillCall>,
     /// Outcomes the next kills return, in order; then `Evicted`.
@@ -78,6 +80,7 @@ impl Fake {
                 .map(|(k, ws)| (k.to_string(), *ws, false))
                 .collect(),
             kill_delay: Duration::ZERO,
+            kill_dir: None,
             nodefs_available: 50 * GI,
             kills: Vec::new(),
             scripted: Vec::new(),
@@ -183,6 +186,23 @@ impl PodKiller for Fake {
             }
         })
     }
+
+    fn kill_switch(&self, pod_key: &str) -> Option<crate::runtime::port::KillSwitch> {
+        let path = self.kill_file(pod_key)?;
+        crate::runtime::port::KillSwitch::open(pod_key, &path).ok()
+    }
+}
+
+impl Fake {
+    /// The fake `cgroup.kill` of a pod (created on first use).
+    fn kill_file(&self, pod: &str) -> Option<std::path::PathBuf> {
+        let dir = self.node().kill_dir.clone()?;
+        let path = dir.join(pod.replace('/', "_"));
+        if !path.exists() {
+            std::fs::write(&path, "").expect("fake cgroup.kill");
+        }
+        Some(path)
+    }
 }
 
 impl NodeReclaim for Fake {
@@ -206,6 +226,7 @@ impl ConditionsSink for Fake {
 /// A running loop and its handles.
 struct Harness {
     fake: Fake,
+    hot: Option<Arc<HotPath>>,
     wakes: WakeSender,
     reports: broadcast::Receiver<SyncReport>,
     state: SharedState,
@@ -219,6 +240,15 @@ impl Harness {
 
     /// [`Harness::start`] with another configuration file (its `monitor:` block applies).
     fn start_with(fake: Fake, pending: usize, config: &str) -> Harness {
+        Harness::start_full(fake, pending, config, false)
+    }
+
+    /// [`Harness::start`] with the hot kill path.
+    fn start_hot(fake: Fake, pending: usize) -> Harness {
+        Harness::start_full(fake, pending, KUBELET, true)
+    }
+
+    fn start_full(fake: Fake, pending: usize, config: &str, hot: bool) -> Harness {
         let kubelet = parse_agent_config(config, "kubelet.yaml", &[])
             .expect("test config")
             .kubelet;
@@ -228,14 +258,19 @@ impl Harness {
         }
         let state = SharedState::default();
         let (reports, subscriber) = broadcast::channel(64);
+        let hot = hot.then(|| Arc::new(HotPath::new(state.clone())));
+        let mut eviction = EvictionSync::new(
+            kubelet,
+            Ports::of(Arc::new(fake.clone())),
+            state.clone(),
+            wakes.clone(),
+        );
+        if let Some(hot) = &hot {
+            eviction = eviction.with_hot_path(hot.clone());
+        }
         let sync_loop = SyncLoop {
             observer: fake.clone(),
-            eviction: EvictionSync::new(
-                kubelet,
-                Ports::of(Arc::new(fake.clone())),
-                state.clone(),
-                wakes.clone(),
-            ),
+            eviction,
             arming: None,
             reports,
             state: state.clone(),
@@ -244,6 +279,7 @@ impl Harness {
         tokio::spawn(sync_loop.run(rx));
         Harness {
             fake,
+            hot,
             wakes,
             reports: subscriber,
             state,
@@ -557,5 +593,85 @@ fn the_pod_stats_read_follow_the_thresholds(
             container_memory
         },
         "{yaml}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_hot_path_kills_the_pre_ranked_victim_and_the_next_pass_records_it_once() {
+    // 8Gi − 5Gi = 3Gi available: calm.
+    let fake = Fake::new(
+        3 * GI + GI / 2,
+        &[("default/small", GI / 2), ("default/big", GI)],
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    fake.node().kill_dir = Some(dir.path().to_path_buf());
+    // The runtime's bookkeeping of the eviction takes 500 ms (waiting for the cgroup to
+    // empty): long enough to look at the pass while it runs.
+    fake.node().kill_delay = Duration::from_millis(500);
+    let mut h = Harness::start_hot(fake, 1);
+    let calm = h.next(secs(1)).await;
+    assert!(started(&calm).is_empty());
+    let hot = h.hot.clone().expect("hot path");
+    // Armed on the stats just read: the biggest user, as the memory ranking says.
+    assert_eq!(hot.armed_pod().as_deref(), Some("default/big"));
+
+    // The kernel's counter (a usage file here) reaches the hard level and the notifier
+    // tells the hot path: the victim's cgroup.kill is written at once, no synchronize.
+    let usage = dir.path().join("memory.usage_in_bytes");
+    std::fs::write(&usage, "7000\n").expect("usage");
+    hot.set_levels(
+        crate::observe::CgroupVersion::V1,
+        &[crate::notify::memcg::ThresholdSpec {
+            cgroup: dir.path().to_path_buf(),
+            usage_bytes: 7000,
+            hard: true,
+        }],
+    );
+    hot.hard_crossing(WakeSource::MemcgThreshold);
+    let kill = h.fake.kill_file("default/big").expect("kill file");
+    assert_eq!(std::fs::read_to_string(&kill).expect("read"), "1");
+    assert!(h.fake.kills().is_empty(), "no synchronize ran yet");
+
+    // The wake that follows: the node is under the hard threshold on these stats (big's
+    // memory is not freed yet), and the pass records big's eviction, nobody else's.
+    h.fake.node().base_usage = 6 * GI + GI / 2;
+    // A second later (stats of the same instant would be stale to the policy).
+    tokio::time::sleep(secs(1)).await;
+    h.wake();
+    let next = h.next(secs(1)).await;
+    let pass = next.pass.as_ref().expect("observed");
+    assert_eq!(pass.hot_kills.len(), 1, "{}", next.summary);
+    assert_eq!(
+        started(&next),
+        Vec::<(String, i64)>::new(),
+        "{}",
+        next.summary
+    );
+    assert_eq!(
+        pass.deferred
+            .iter()
+            .map(|d| d.pod_key.as_str())
+            .collect::<Vec<_>>(),
+        vec!["default/small"],
+        "the hot kill counts as the immediate eviction under way: {}",
+        next.summary
+    );
+    assert_eq!(
+        h.fake
+            .kills()
+            .into_iter()
+            .map(|k| k.pod)
+            .collect::<Vec<_>>(),
+        vec!["default/big"],
+        "the runtime carries out big's eviction once (records, cgroups)"
+    );
+    assert!(
+        hot.armed_pod().is_none(),
+        "disarmed while that eviction runs"
+    );
+    assert!(
+        next.summary.contains("hot path killed default/big"),
+        "{}",
+        next.summary
     );
 }

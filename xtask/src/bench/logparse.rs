@@ -88,6 +88,30 @@ pub(crate) fn event(log: &str, reason: &str, object: &str, after_ns: u64) -> Opt
     })
 }
 
+/// The agent's hot kill path killed `object` (its "hot path: cgroup.kill written" line):
+/// when the notifier told it, which source that was, and when the kill was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HotKill {
+    pub(crate) detected_ns: u64,
+    pub(crate) source: String,
+    pub(crate) killed_ns: u64,
+}
+
+pub(crate) fn hot_kill(log: &str, object: &str, after_ns: u64) -> Option<HotKill> {
+    log.lines().find_map(|l| {
+        if !l.contains("hot path: cgroup.kill written") || field(l, "pod") != Some(object) {
+            return None;
+        }
+        let killed_ns: u64 = field(l, "at_ns")?.parse().ok()?;
+        (killed_ns >= after_ns).then_some(())?;
+        Some(HotKill {
+            detected_ns: field(l, "detected_ns")?.parse().ok()?,
+            source: field(l, "source")?.to_string(),
+            killed_ns,
+        })
+    })
+}
+
 /// The synchronize that decided a kill sent at `kill_ns`: the last one started before it.
 pub(crate) fn deciding_sync(syncs: &[Sync], kill_ns: u64) -> Option<&Sync> {
     syncs
@@ -117,6 +141,28 @@ mod tests {
 2026-01-01T00:00:00Z  INFO monitor::state: event type=Normal reason=\"Killing\" object=\"demo/hog\" at_ns=5200000
 2026-01-01T00:00:00Z  INFO monitor::state: event type=Normal reason=\"Evicted\" object=\"demo/hog\" at_ns=9000000
 ";
+
+    #[test]
+    fn hot_kills_are_read_with_their_source_and_stamps() {
+        let log = "\
+2026-01-01T00:00:00Z  INFO monitor::sync::hot: hot path: cgroup.kill written pod=demo/hog source=memcg_threshold detected_ns=4000000 at_ns=4000050
+2026-01-01T00:00:00Z  INFO monitor::sync::hot: hot path: cgroup.kill written pod=demo/other source=memory_events detected_ns=1 at_ns=2
+";
+        assert_eq!(
+            hot_kill(log, "demo/hog", 0),
+            Some(HotKill {
+                detected_ns: 4_000_000,
+                source: "memcg_threshold".into(),
+                killed_ns: 4_000_050,
+            })
+        );
+        assert_eq!(
+            hot_kill(log, "demo/hog", 5_000_000),
+            None,
+            "before the window"
+        );
+        assert_eq!(hot_kill(log, "demo/none", 0), None);
+    }
 
     #[test]
     fn wakes_are_grouped_per_synchronize_with_their_duration() {

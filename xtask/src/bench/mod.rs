@@ -15,7 +15,7 @@ use crate::cmd::{target_dir, workspace_root};
 mod bpf;
 mod costs;
 mod guest;
-mod logparse;
+pub(crate) mod logparse;
 mod peer;
 mod race;
 mod report;

@@ -349,7 +349,9 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
             oom_ns = Some(now);
         }
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let killed = logparse::event(&log, "Killing", &object, start_ns);
+        let killed = logparse::hot_kill(&log, &object, start_ns)
+            .map(|h| h.killed_ns)
+            .or_else(|| logparse::event(&log, "Killing", &object, start_ns));
         if ended_ns.is_none() && (killed.is_some() || oom_ns.is_some()) {
             ended_ns = Some(now);
         }
@@ -512,7 +514,14 @@ fn analyse(
     let points: Vec<(u64, u64)> = samples.iter().map(|s| (s.at_ns, s.working_set)).collect();
     let crossed = crossing(&points, start_ns, threshold);
     let syncs = logparse::syncs(log);
-    let kill_ns = logparse::event(log, "Killing", &format!("{NAMESPACE}/hog"), start_ns);
+    let object = format!("{NAMESPACE}/hog");
+    // The hot path stamps its own kill (right after the cgroup.kill write) and the moment
+    // its notifier told it; otherwise the kill is the Killing event of a synchronize.
+    let hot = logparse::hot_kill(log, &object, start_ns);
+    let kill_ns = hot
+        .as_ref()
+        .map(|h| h.killed_ns)
+        .or_else(|| logparse::event(log, "Killing", &object, start_ns));
     let sync = match (kill_ns, crossed) {
         (Some(k), _) => logparse::deciding_sync(&syncs, k),
         (None, Some((c, _))) => logparse::first_sync_after(&syncs, c as u64),
@@ -526,14 +535,22 @@ fn analyse(
         start_ns,
         threshold,
         points: &points,
-        wake: sync.map(|s| {
-            (
-                s.first_wake_ns,
-                s.sources.join("+"),
-                Some(s.started_ns),
-                s.finished_ns(),
-            )
-        }),
+        wake: match &hot {
+            Some(h) => Some((
+                h.detected_ns,
+                format!("{} (hot path)", h.source),
+                None,
+                None,
+            )),
+            None => sync.map(|s| {
+                (
+                    s.first_wake_ns,
+                    s.sources.join("+"),
+                    Some(s.started_ns),
+                    s.finished_ns(),
+                )
+            }),
+        },
         kill_ns,
         oom_ns,
         oom_kills,

@@ -416,6 +416,42 @@ impl EvictionManager {
         outcome
     }
 
+    /// The eviction a hard threshold on `signal` would call for if it were met now, on the
+    /// stats of `input`: the pod its ranking puts first, never a critical one, with the
+    /// hard grace period. `None` without such a threshold or a candidate. The hot path
+    /// holds this victim ready so that a crossing is answered before any synchronize; the
+    /// message is worded on these stats.
+    pub fn prospective_eviction(
+        &self,
+        input: &SyncInput,
+        signal: Signal,
+    ) -> Option<EvictionDecision> {
+        let threshold = self
+            .config
+            .thresholds
+            .iter()
+            .find(|t| t.signal == signal && t.is_hard())?;
+        let resource = signal.resource();
+        let ranked = super::rank::rank_pods(signal, input.fs_layout, &input.pods);
+        let victim = ranked.into_iter().find(|p| !p.pod.is_critical())?;
+        let grace_period_seconds = self.grace_period_seconds(threshold, &victim.pod);
+        Some(EvictionDecision {
+            pod_key: victim.pod.key(),
+            signal: Some(signal),
+            resource,
+            reason: EvictionReason::Threshold,
+            grace_period_seconds,
+            immediate: true,
+            kill_timeout: kill_timeout(grace_period_seconds),
+            message: message::eviction_message(
+                resource,
+                victim,
+                std::slice::from_ref(threshold),
+                &input.observations,
+            ),
+        })
+    }
+
     /// A whole pass, with node-level reclaim done by `reclaim` (given the resource and the
     /// signal whose filesystem to collect) when the pass calls for it. For callers whose
     /// reclaim is itself pure (the simulator, tests); the agent runs the two halves itself

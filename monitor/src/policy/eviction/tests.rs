@@ -872,3 +872,53 @@ fn split_imagefs_pressure_reclaims_images_only_and_then_evicts_by_priority() {
     // Pods own nothing on an image filesystem of images alone: priority decides.
     assert_eq!(outcome.ranking, vec!["default/low", "default/high"]);
 }
+
+// The hot path's victim: what a met hard memory threshold would evict, computed while it is
+// not met (here 6Gi available against a 1Gi threshold), on the same ranking and never a
+// critical pod.
+#[test]
+fn prospective_eviction_is_the_hard_thresholds_victim_on_todays_stats() {
+    let m = manager(vec![
+        hard(Signal::MemoryAvailable, "1Gi"),
+        soft(Signal::NodeFsAvailable, "10%", 30),
+    ]);
+    let mut pods = three_pods();
+    pods.push(pod("static-hog").static_pod().working_set(8 * GI).build());
+    let input = memory_input(6 * GI, 0, pods);
+    let d = m
+        .prospective_eviction(&input, Signal::MemoryAvailable)
+        .expect("a victim");
+    assert_eq!(
+        d.pod_key, "default/hog",
+        "largest above its request; static pods never"
+    );
+    assert!(d.immediate);
+    assert_eq!(d.grace_period_seconds, 0);
+    assert!(
+        d.message
+            .starts_with("The node was low on resource: memory. "),
+        "{}",
+        d.message
+    );
+    // No hard threshold on the signal: nothing to hold ready.
+    assert!(
+        m.prospective_eviction(&input, Signal::AllocatableMemoryAvailable)
+            .is_none()
+    );
+    let soft_only = manager(vec![soft(Signal::MemoryAvailable, "1Gi", 30)]);
+    assert!(
+        soft_only
+            .prospective_eviction(&input, Signal::MemoryAvailable)
+            .is_none()
+    );
+    // Nobody evictable: nothing.
+    let critical_only = memory_input(
+        6 * GI,
+        0,
+        vec![pod("static-hog").static_pod().working_set(8 * GI).build()],
+    );
+    assert!(
+        m.prospective_eviction(&critical_only, Signal::MemoryAvailable)
+            .is_none()
+    );
+}

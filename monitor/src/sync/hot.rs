@@ -1,0 +1,309 @@
+//! The hot kill path: a hard memory threshold's crossing answered before any synchronize.
+//!
+//! After every synchronize the eviction pass arms a victim: the pod the policy would evict
+//! if a hard memory threshold were met now, ranked on the stats just read, with its
+//! `cgroup.kill` already open ([`KillSwitch`]). When a kernel notifier of a hard threshold
+//! fires (memcg v1 eventfd, cgroup v2 memory.events), its source calls
+//! [`HotPath::hard_crossing`] before it even queues its wake. The crossing is confirmed
+//! against the kernel's own number (one read of the cgroup's usage: a v1 notifier also
+//! fires on the way down, memory.events for other counters), and the victim is killed by
+//! one write. The synchronize that the same wake causes then carries out the eviction's
+//! bookkeeping (record, events, cgroup removal) as for any other, and never evicts twice
+//! for that crossing: the killed pod counts as an eviction under way.
+//!
+//! Only immediate evictions take this path (a hard threshold with a grace period of 0);
+//! soft thresholds, disk and pid signals, and a 1 s hard grace period keep the normal one.
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use crate::clock::monotonic_ns;
+use crate::notify::memcg::ThresholdSpec;
+use crate::notify::{CrossingHook, WakeSource};
+use crate::observe::CgroupVersion;
+use crate::policy::eviction::EvictionDecision;
+use crate::runtime::port::KillSwitch;
+use crate::state::SharedState;
+
+/// One usage level whose crossing calls for the armed kill.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Level {
+    /// The cgroup's usage file (`memory.usage_in_bytes` on v1, `memory.current` on v2).
+    usage_file: PathBuf,
+    bytes: u64,
+}
+
+/// A kill the hot path carried out, for the next synchronize to account for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotKill {
+    pub decision: EvictionDecision,
+    /// CLOCK_MONOTONIC ns when the source told the hot path, and when the kill was written.
+    pub detected_ns: u64,
+    pub killed_ns: u64,
+}
+
+#[derive(Debug, Default)]
+struct Armed {
+    levels: Vec<Level>,
+    victim: Option<(EvictionDecision, KillSwitch)>,
+    fired: Option<HotKill>,
+}
+
+/// Shared between the eviction pass (which arms it) and the sources (which fire it).
+#[derive(Debug)]
+pub struct HotPath {
+    armed: Mutex<Armed>,
+    state: SharedState,
+}
+
+impl HotPath {
+    pub fn new(state: SharedState) -> HotPath {
+        HotPath {
+            armed: Mutex::new(Armed::default()),
+            state,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Armed> {
+        self.armed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The hard levels armed with the kernel notifiers (from the same specs), read to
+    /// confirm a crossing.
+    pub fn set_levels(&self, version: CgroupVersion, specs: &[ThresholdSpec]) {
+        let usage = match version {
+            CgroupVersion::V1 => "memory.usage_in_bytes",
+            CgroupVersion::V2 => "memory.current",
+        };
+        self.lock().levels = specs
+            .iter()
+            .filter(|s| s.hard)
+            .map(|s| Level {
+                usage_file: s.cgroup.join(usage),
+                bytes: s.usage_bytes,
+            })
+            .collect();
+    }
+
+    /// The pod to kill at the next crossing; `None` disarms. Re-arming the pod armed now
+    /// keeps its open switch; another pod's switch comes from `open` (no switch: disarmed).
+    pub fn arm(
+        &self,
+        victim: Option<EvictionDecision>,
+        open: impl FnOnce(&str) -> Option<KillSwitch>,
+    ) {
+        let mut armed = self.lock();
+        armed.victim = match (armed.victim.take(), victim) {
+            (_, None) => None,
+            // Same pod: the wording of the decision follows the fresh stats.
+            (Some((current, switch)), Some(decision)) if current.pod_key == decision.pod_key => {
+                Some((decision, switch))
+            }
+            (_, Some(decision)) => open(&decision.pod_key).map(|switch| (decision, switch)),
+        };
+    }
+
+    /// The pod armed now.
+    pub fn armed_pod(&self) -> Option<String> {
+        self.lock().victim.as_ref().map(|(d, _)| d.pod_key.clone())
+    }
+
+    /// The kill the hot path carried out since the last call, if any.
+    pub fn take_fired(&self) -> Option<HotKill> {
+        self.lock().fired.take()
+    }
+
+    /// Whether any armed level is reached now, by the kernel's own counters.
+    fn crossed(levels: &[Level]) -> bool {
+        levels.iter().any(|level| {
+            std::fs::read_to_string(&level.usage_file)
+                .ok()
+                .and_then(|text| text.trim().parse::<u64>().ok())
+                .is_some_and(|usage| usage >= level.bytes)
+        })
+    }
+}
+
+impl CrossingHook for HotPath {
+    fn hard_crossing(&self, source: WakeSource) {
+        let detected_ns = monotonic_ns();
+        let mut armed = self.lock();
+        if armed.victim.is_none() || !Self::crossed(&armed.levels) {
+            return;
+        }
+        let Some((decision, switch)) = armed.victim.take() else {
+            return;
+        };
+        match switch.fire() {
+            Ok(()) => {
+                let killed_ns = monotonic_ns();
+                tracing::info!(
+                    pod = %decision.pod_key,
+                    source = %source,
+                    detected_ns,
+                    at_ns = killed_ns,
+                    "hot path: cgroup.kill written"
+                );
+                armed.fired = Some(HotKill {
+                    decision: decision.clone(),
+                    detected_ns,
+                    killed_ns,
+                });
+                drop(armed);
+                self.state.event(
+                    "Normal",
+                    "HotKill",
+                    &decision.pod_key,
+                    format!(
+                        "hard memory threshold crossed ({source}): killed through {} in {} µs",
+                        switch.path.display(),
+                        killed_ns.saturating_sub(detected_ns) / 1000
+                    ),
+                );
+            }
+            Err(err) => {
+                // The normal path evicts at the synchronize this wake causes.
+                tracing::warn!(
+                    pod = %decision.pod_key,
+                    "hot path: writing {} failed: {err}",
+                    switch.path.display()
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::policy::eviction::EvictionReason;
+    use crate::policy::signal::Signal;
+    use crate::policy::types::Resource;
+
+    fn decision(pod: &str) -> EvictionDecision {
+        EvictionDecision {
+            pod_key: pod.into(),
+            signal: Some(Signal::MemoryAvailable),
+            resource: Resource::Memory,
+            reason: EvictionReason::Threshold,
+            grace_period_seconds: 0,
+            immediate: true,
+            kill_timeout: Duration::from_secs(2),
+            message: "The node was low on resource: memory. ".into(),
+        }
+    }
+
+    /// A fake memory cgroup (its usage file) and a fake `cgroup.kill`, in a temp dir.
+    struct Fixture {
+        dir: tempfile::TempDir,
+        hot: HotPath,
+    }
+
+    impl Fixture {
+        fn new(level: u64) -> Fixture {
+            let dir = tempfile::tempdir().expect("tempdir");
+            std::fs::write(dir.path().join("memory.usage_in_bytes"), "100\n").expect("usage");
+            std::fs::write(dir.path().join("cgroup.kill"), "").expect("kill file");
+            let hot = HotPath::new(SharedState::default());
+            hot.set_levels(
+                CgroupVersion::V1,
+                &[
+                    ThresholdSpec {
+                        cgroup: dir.path().to_path_buf(),
+                        usage_bytes: level,
+                        hard: true,
+                    },
+                    // Soft levels never arm the hot path.
+                    ThresholdSpec {
+                        cgroup: dir.path().to_path_buf(),
+                        usage_bytes: 50,
+                        hard: false,
+                    },
+                ],
+            );
+            Fixture { dir, hot }
+        }
+
+        fn arm(&self, pod: &str) {
+            let path = self.dir.path().join("cgroup.kill");
+            self.hot
+                .arm(Some(decision(pod)), |pod| KillSwitch::open(pod, &path).ok());
+            assert_eq!(self.hot.armed_pod().as_deref(), Some(pod));
+        }
+
+        fn set_usage(&self, bytes: u64) {
+            std::fs::write(
+                self.dir.path().join("memory.usage_in_bytes"),
+                format!("{bytes}\n"),
+            )
+            .expect("usage");
+        }
+
+        fn killed(&self) -> String {
+            std::fs::read_to_string(self.dir.path().join("cgroup.kill")).expect("kill file")
+        }
+    }
+
+    #[test]
+    fn a_confirmed_crossing_kills_the_armed_pod_once() {
+        let f = Fixture::new(1000);
+        f.arm("default/big");
+        // The notifier fires on the way down too: below the level nothing happens.
+        f.hot.hard_crossing(WakeSource::MemcgThreshold);
+        assert_eq!(f.killed(), "", "usage 100 is under the level 1000");
+        assert!(f.hot.take_fired().is_none());
+        f.set_usage(1000);
+        f.hot.hard_crossing(WakeSource::MemcgThreshold);
+        assert_eq!(f.killed(), "1", "one write to cgroup.kill");
+        let fired = f.hot.take_fired().expect("a hot kill");
+        assert_eq!(fired.decision.pod_key, "default/big");
+        assert!(fired.killed_ns >= fired.detected_ns);
+        // Disarmed by the kill: another crossing kills nobody until the next synchronize.
+        f.hot.hard_crossing(WakeSource::MemcgThreshold);
+        assert_eq!(f.killed(), "1");
+        assert!(f.hot.take_fired().is_none());
+        assert!(f.hot.armed_pod().is_none());
+        let events = f.hot.state.read().events;
+        assert!(
+            events
+                .iter()
+                .any(|e| e.reason == "HotKill" && e.object == "default/big"),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn nothing_is_killed_when_disarmed_or_without_a_hard_level() {
+        let f = Fixture::new(1000);
+        f.set_usage(5000);
+        f.hot.hard_crossing(WakeSource::MemcgThreshold);
+        assert_eq!(f.killed(), "", "no victim armed");
+        f.arm("default/a");
+        f.hot.arm(None, |_| None);
+        f.hot.hard_crossing(WakeSource::MemcgThreshold);
+        assert_eq!(f.killed(), "", "disarmed");
+        // Only soft levels: the soft spec's 50 is exceeded, but it does not count.
+        let f = Fixture::new(u64::MAX);
+        f.set_usage(5000);
+        f.arm("default/a");
+        f.hot.hard_crossing(WakeSource::MemcgThreshold);
+        assert_eq!(f.killed(), "");
+        assert_eq!(f.hot.armed_pod().as_deref(), Some("default/a"));
+    }
+
+    #[test]
+    fn re_arming_another_pod_replaces_the_victim() {
+        let f = Fixture::new(10);
+        f.arm("default/a");
+        f.arm("default/b");
+        f.set_usage(10);
+        f.hot.hard_crossing(WakeSource::MemoryEvents);
+        assert_eq!(
+            f.hot.take_fired().map(|k| k.decision.pod_key).as_deref(),
+            Some("default/b")
+        );
+    }
+}
