@@ -24,12 +24,35 @@ use crate::policy::eviction::EvictionDecision;
 use crate::runtime::port::KillSwitch;
 use crate::state::SharedState;
 
-/// One usage level whose crossing calls for the armed kill.
+/// One level whose crossing calls for the armed kill, on the cgroup's working set (usage
+/// minus inactive_file, as the signals count it): a notifier armed on usage also fires
+/// when page cache alone grows, and that must cost a read, never a kill.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Level {
     /// The cgroup's usage file (`memory.usage_in_bytes` on v1, `memory.current` on v2).
     usage_file: PathBuf,
-    bytes: u64,
+    /// Its memory.stat, and the key of inactive page cache there.
+    stat_file: PathBuf,
+    inactive_key: &'static str,
+    /// The working set at which the threshold is met.
+    working_set: u64,
+}
+
+impl Level {
+    /// The cgroup's working set now, by the kernel's own counters.
+    fn working_set_now(&self) -> Option<u64> {
+        let usage: u64 = std::fs::read_to_string(&self.usage_file)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let stat = std::fs::read_to_string(&self.stat_file).ok()?;
+        let inactive = crate::observe::parse::flat_keyed(&stat)
+            .get(self.inactive_key)
+            .copied()
+            .unwrap_or(0);
+        Some(usage.saturating_sub(inactive))
+    }
 }
 
 /// A kill the hot path carried out, for the next synchronize to account for.
@@ -70,18 +93,26 @@ impl HotPath {
     }
 
     /// The hard levels armed with the kernel notifiers (from the same specs), read to
-    /// confirm a crossing.
-    pub fn set_levels(&self, version: CgroupVersion, specs: &[ThresholdSpec]) {
-        let usage = match version {
-            CgroupVersion::V1 => "memory.usage_in_bytes",
-            CgroupVersion::V2 => "memory.current",
+    /// confirm a crossing. A spec's usage level includes the cgroup's inactive page cache
+    /// when it was armed (`inactive_file_at(cgroup)`); the working set level is without.
+    pub fn set_levels(
+        &self,
+        version: CgroupVersion,
+        specs: &[ThresholdSpec],
+        inactive_file_at: impl Fn(&std::path::Path) -> u64,
+    ) {
+        let (usage, inactive_key) = match version {
+            CgroupVersion::V1 => ("memory.usage_in_bytes", "total_inactive_file"),
+            CgroupVersion::V2 => ("memory.current", "inactive_file"),
         };
         self.lock().levels = specs
             .iter()
             .filter(|s| s.hard)
             .map(|s| Level {
                 usage_file: s.cgroup.join(usage),
-                bytes: s.usage_bytes,
+                stat_file: s.cgroup.join("memory.stat"),
+                inactive_key,
+                working_set: s.usage_bytes.saturating_sub(inactive_file_at(&s.cgroup)),
             })
             .collect();
     }
@@ -117,10 +148,9 @@ impl HotPath {
     /// Whether any armed level is reached now, by the kernel's own counters.
     fn crossed(levels: &[Level]) -> bool {
         levels.iter().any(|level| {
-            std::fs::read_to_string(&level.usage_file)
-                .ok()
-                .and_then(|text| text.trim().parse::<u64>().ok())
-                .is_some_and(|usage| usage >= level.bytes)
+            level
+                .working_set_now()
+                .is_some_and(|ws| ws >= level.working_set)
         })
     }
 }
@@ -206,6 +236,8 @@ mod tests {
         fn new(level: u64) -> Fixture {
             let dir = tempfile::tempdir().expect("tempdir");
             std::fs::write(dir.path().join("memory.usage_in_bytes"), "100\n").expect("usage");
+            std::fs::write(dir.path().join("memory.stat"), "total_inactive_file 0\n")
+                .expect("stat");
             std::fs::write(dir.path().join("cgroup.kill"), "").expect("kill file");
             let hot = HotPath::new(SharedState::default());
             hot.set_levels(
@@ -223,6 +255,7 @@ mod tests {
                         hard: false,
                     },
                 ],
+                |_| 0,
             );
             Fixture { dir, hot }
         }
@@ -240,6 +273,14 @@ mod tests {
                 format!("{bytes}\n"),
             )
             .expect("usage");
+        }
+
+        fn set_inactive(&self, bytes: u64) {
+            std::fs::write(
+                self.dir.path().join("memory.stat"),
+                format!("cache 1\ntotal_inactive_file {bytes}\n"),
+            )
+            .expect("stat");
         }
 
         fn killed(&self) -> String {
@@ -292,6 +333,32 @@ mod tests {
         f.hot.hard_crossing(WakeSource::MemcgThreshold);
         assert_eq!(f.killed(), "");
         assert_eq!(f.hot.armed_pod().as_deref(), Some("default/a"));
+    }
+
+    #[test]
+    fn page_cache_alone_past_the_usage_level_kills_nobody() {
+        // Armed when 300 bytes of the usage level were inactive page cache: the threshold
+        // is met at a working set of 700.
+        let f = Fixture::new(0);
+        f.hot.set_levels(
+            CgroupVersion::V1,
+            &[ThresholdSpec {
+                cgroup: f.dir.path().to_path_buf(),
+                usage_bytes: 1000,
+                hard: true,
+            }],
+            |_| 300,
+        );
+        f.arm("default/a");
+        // Usage past the level, but 500 of it reclaimable cache: working set 600 < 700.
+        f.set_usage(1100);
+        f.set_inactive(500);
+        f.hot.hard_crossing(WakeSource::MemcgThreshold);
+        assert_eq!(f.killed(), "", "a false alarm costs a read, never a kill");
+        // The working set itself reaches 700.
+        f.set_inactive(400);
+        f.hot.hard_crossing(WakeSource::MemcgThreshold);
+        assert_eq!(f.killed(), "1");
     }
 
     #[test]

@@ -61,7 +61,22 @@ impl Arming {
             self.pods_cgroup.as_deref(),
         );
         if let Some(hot) = &self.hot {
-            hot.set_levels(self.version, &specs);
+            // The page cache each level was armed with: the node's at the memory root,
+            // the pods cgroup's elsewhere (the v2 stand-ins all sit on the pods cgroup).
+            let node_inactive = observation.memory.inactive_file_bytes;
+            let pods_inactive = observation
+                .allocatable
+                .as_ref()
+                .and_then(|a| a.stats.inactive_file_bytes)
+                .unwrap_or(0);
+            let root = self.memory_root.clone();
+            hot.set_levels(self.version, &specs, |cgroup| {
+                if cgroup == root {
+                    node_inactive
+                } else {
+                    pods_inactive
+                }
+            });
         }
         // Only a changed set re-registers with the kernel.
         self.levels.send_if_modified(|current| {

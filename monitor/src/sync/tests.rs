@@ -619,6 +619,7 @@ async fn the_hot_path_kills_the_pre_ranked_victim_and_the_next_pass_records_it_o
     // tells the hot path: the victim's cgroup.kill is written at once, no synchronize.
     let usage = dir.path().join("memory.usage_in_bytes");
     std::fs::write(&usage, "7000\n").expect("usage");
+    std::fs::write(dir.path().join("memory.stat"), "total_inactive_file 0\n").expect("stat");
     hot.set_levels(
         crate::observe::CgroupVersion::V1,
         &[crate::notify::memcg::ThresholdSpec {
@@ -626,6 +627,7 @@ async fn the_hot_path_kills_the_pre_ranked_victim_and_the_next_pass_records_it_o
             usage_bytes: 7000,
             hard: true,
         }],
+        |_| 0,
     );
     hot.hard_crossing(WakeSource::MemcgThreshold);
     let kill = h.fake.kill_file("default/big").expect("kill file");
