@@ -99,6 +99,14 @@ impl Registration {
     }
 }
 
+/// Whether the cgroup's usage is at or past the spec's level now.
+fn already_crossed(spec: &ThresholdSpec) -> bool {
+    std::fs::read_to_string(spec.cgroup.join("memory.usage_in_bytes"))
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .is_some_and(|usage| usage >= spec.usage_bytes)
+}
+
 /// Runs the source: keeps exactly the thresholds in `specs` armed, re-arming whenever the
 /// loop publishes a new set. Registration failures are logged once per change.
 /// A hard threshold's crossing is told to `hook` first (the hot path).
@@ -116,6 +124,21 @@ pub fn spawn(
                     Ok(registration) => {
                         let wakes = wakes.clone();
                         let hook = hook.clone().filter(|_| registration.spec.hard);
+                        // The kernel signals crossings only: usage that passed the level
+                        // between the observation and this registration would never be
+                        // signalled, so it is checked once here.
+                        if already_crossed(spec) {
+                            if let Some(hook) = &hook {
+                                hook.hard_crossing(WakeSource::MemcgThreshold);
+                            }
+                            wakes.wake(
+                                WakeSource::MemcgThreshold,
+                                WakeDetail::Threshold {
+                                    cgroup: spec.cgroup.clone(),
+                                    threshold_bytes: spec.usage_bytes,
+                                },
+                            );
+                        }
                         waiting.spawn(async move {
                             while registration.fired().await.is_ok() {
                                 if let Some(hook) = &hook {
@@ -203,6 +226,24 @@ fn write_high(cgroup: &Path, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_level_already_passed_at_registration_is_noticed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = |usage_bytes| ThresholdSpec {
+            cgroup: dir.path().to_path_buf(),
+            usage_bytes,
+            hard: false,
+        };
+        assert!(
+            !already_crossed(&spec(100)),
+            "no usage file: nothing to say"
+        );
+        std::fs::write(dir.path().join("memory.usage_in_bytes"), "4096\n").expect("usage");
+        assert!(already_crossed(&spec(4096)));
+        assert!(already_crossed(&spec(100)));
+        assert!(!already_crossed(&spec(4097)));
+    }
 
     #[test]
     fn v2_high_takes_the_lowest_hard_threshold_and_never_the_root() {
