@@ -35,28 +35,33 @@ pub fn threshold_specs(
     pods_cgroup: Option<&str>,
 ) -> Vec<ThresholdSpec> {
     let mut specs = Vec::new();
-    let mut add =
-        |cgroup: PathBuf, capacity: u64, inactive_file: u64, values: &[MemoryThreshold]| {
-            for threshold in values {
-                let quantity = threshold.value.resolve(capacity as i64).max(0) as u64;
-                if quantity >= capacity {
-                    continue;
-                }
-                let usage_bytes = capacity - quantity + inactive_file;
-                let spec = ThresholdSpec {
-                    cgroup: cgroup.clone(),
-                    usage_bytes,
-                    hard: threshold.hard,
-                };
-                if !specs.contains(&spec) {
-                    specs.push(spec);
-                }
+    let mut add = |cgroup: PathBuf,
+                   capacity: u64,
+                   usage: u64,
+                   inactive_file: u64,
+                   values: &[MemoryThreshold]| {
+        for threshold in values {
+            let quantity = threshold.value.resolve(capacity as i64).max(0) as u64;
+            if quantity >= capacity {
+                continue;
             }
-        };
+            let usage_bytes = capacity - quantity + inactive_file;
+            let spec = ThresholdSpec {
+                cgroup: cgroup.clone(),
+                usage_bytes,
+                hard: threshold.hard,
+                passed_when_armed: usage >= usage_bytes,
+            };
+            if !specs.contains(&spec) {
+                specs.push(spec);
+            }
+        }
+    };
     let memory = &observation.memory;
     add(
         memory_root.to_path_buf(),
         memory.capacity_bytes,
+        memory.usage_bytes,
         memory.inactive_file_bytes,
         &thresholds.node,
     );
@@ -64,6 +69,7 @@ pub fn threshold_specs(
         add(
             memory_root.join(cgroup.trim_start_matches('/')),
             pods.capacity_bytes,
+            pods.stats.usage_bytes,
             pods.stats.inactive_file_bytes.unwrap_or(0),
             &thresholds.pods,
         );
@@ -107,6 +113,7 @@ pub fn v2_high_specs(
                 cgroup: pods_dir.clone(),
                 usage_bytes,
                 hard: true,
+                passed_when_armed: false,
             })
         })
         .collect()
@@ -185,6 +192,7 @@ mod tests {
             cgroup: cgroup.into(),
             usage_bytes,
             hard,
+            passed_when_armed: false,
         };
         assert_eq!(
             specs,
@@ -205,6 +213,7 @@ mod tests {
             cgroup: cgroup.into(),
             usage_bytes,
             hard,
+            passed_when_armed: false,
         };
         // Node usage 5000, pods usage 500 (see observation()).
         let specs = vec![
@@ -225,6 +234,21 @@ mod tests {
         );
         // Without a pods cgroup nothing can carry them.
         assert!(v2_high_specs(&specs, &observation(), Path::new("/cg"), None).is_empty());
+    }
+
+    #[test]
+    fn a_level_the_observation_already_passed_is_marked() {
+        // Node usage 5000 (see observation()): 10000 − 6000 + 1000 inactive = 5000, reached.
+        let thresholds = MemoryThresholds {
+            node: vec![hard(6_000), hard(1_000)],
+            pods: vec![],
+        };
+        let specs = threshold_specs(&observation(), &thresholds, Path::new("/cg"), None);
+        let passed: Vec<(u64, bool)> = specs
+            .iter()
+            .map(|s| (s.usage_bytes, s.passed_when_armed))
+            .collect();
+        assert_eq!(passed, vec![(5_000, true), (10_000, false)]);
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct ThresholdSpec {
     pub usage_bytes: u64,
     /// From a hard threshold (on cgroup v2 only those become memory.high).
     pub hard: bool,
+    /// The observation it was armed from already had usage at or past the level: the
+    /// synchronize at hand knows, so registering it needs no wake of its own.
+    pub passed_when_armed: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,8 +129,10 @@ pub fn spawn(
                         let hook = hook.clone().filter(|_| registration.spec.hard);
                         // The kernel signals crossings only: usage that passed the level
                         // between the observation and this registration would never be
-                        // signalled, so it is checked once here.
-                        if already_crossed(spec) {
+                        // signalled, so it is checked once here. (A level already passed
+                        // at the observation is known to that synchronize: no wake, or
+                        // every re-arm under pressure would cause another synchronize.)
+                        if !spec.passed_when_armed && already_crossed(spec) {
                             if let Some(hook) = &hook {
                                 hook.hard_crossing(WakeSource::MemcgThreshold);
                             }
@@ -234,6 +239,7 @@ mod tests {
             cgroup: dir.path().to_path_buf(),
             usage_bytes,
             hard: false,
+            passed_when_armed: false,
         };
         assert!(
             !already_crossed(&spec(100)),
@@ -251,6 +257,7 @@ mod tests {
             cgroup: cgroup.into(),
             usage_bytes,
             hard,
+            passed_when_armed: false,
         };
         let specs = vec![
             spec("/cg", 900, true),

@@ -247,12 +247,14 @@ mod tests {
                         cgroup: dir.path().to_path_buf(),
                         usage_bytes: level,
                         hard: true,
+                        passed_when_armed: false,
                     },
                     // Soft levels never arm the hot path.
                     ThresholdSpec {
                         cgroup: dir.path().to_path_buf(),
                         usage_bytes: 50,
                         hard: false,
+                        passed_when_armed: false,
                     },
                 ],
                 |_| 0,
@@ -346,6 +348,7 @@ mod tests {
                 cgroup: f.dir.path().to_path_buf(),
                 usage_bytes: 1000,
                 hard: true,
+                passed_when_armed: false,
             }],
             |_| 300,
         );

@@ -626,6 +626,7 @@ async fn the_hot_path_kills_the_pre_ranked_victim_and_the_next_pass_records_it_o
             cgroup: dir.path().to_path_buf(),
             usage_bytes: 7000,
             hard: true,
+            passed_when_armed: false,
         }],
         |_| 0,
     );
