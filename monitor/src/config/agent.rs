@@ -55,6 +55,14 @@ pub enum SettingsError {
         #[source]
         source: PsiTriggerError,
     },
+    /// A value that would make the agent unsafe (see [`AgentSettings::check`]).
+    #[error("{origin}: monitor.{key}: {value:?}: {reason}")]
+    Unsafe {
+        origin: String,
+        key: &'static str,
+        value: String,
+        reason: &'static str,
+    },
 }
 
 /// Everything the agent needs to start its sources and synchronize loop: plain settings,
@@ -195,7 +203,41 @@ impl AgentSettings {
                 origin: origin.to_string(),
                 source,
             })?;
+        settings.check(origin)?;
         Ok(settings)
+    }
+
+    /// Refuses values that would turn the agent against the node: a `cgroupRoot` that is
+    /// the hierarchy's root (or climbs out of it) would make every cgroup "ours" to clean
+    /// up and kill at start; a `restartBackoff` under 100 ms restarts a crashing container
+    /// in a hot loop.
+    fn check(&self, origin: &str) -> Result<(), SettingsError> {
+        let unsafe_value = |key, value: String, reason| SettingsError::Unsafe {
+            origin: origin.to_string(),
+            key,
+            value,
+            reason,
+        };
+        let root = self.cgroup_root.trim_matches('/');
+        if root.is_empty()
+            || root
+                .split('/')
+                .any(|part| part.is_empty() || part == "." || part == "..")
+        {
+            return Err(unsafe_value(
+                "cgroupRoot",
+                self.cgroup_root.clone(),
+                "must name a cgroup below the hierarchy's root (e.g. \"monitor\"), without empty, . or .. parts",
+            ));
+        }
+        if self.restart_backoff < Duration::from_millis(100) {
+            return Err(unsafe_value(
+                "restartBackoff",
+                format!("{:?}", self.restart_backoff),
+                "must be at least 100ms",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -207,6 +249,25 @@ mod tests {
     fn parse(yaml: &str) -> Result<AgentSettings, String> {
         AgentSettings::from_value(Some(serde_yaml_ng::from_str(yaml).unwrap()), "agent.yaml")
             .map_err(|e| e.to_string())
+    }
+
+    #[rstest::rstest]
+    #[case::empty("cgroupRoot: \"\"\n", "monitor.cgroupRoot")]
+    #[case::slash("cgroupRoot: /\n", "monitor.cgroupRoot")]
+    #[case::climbs_out("cgroupRoot: a/../..\n", "monitor.cgroupRoot")]
+    #[case::hot_restart_loop("restartBackoff: 0s\n", "monitor.restartBackoff")]
+    fn unsafe_values_are_refused_naming_the_file_and_key(#[case] yaml: &str, #[case] key: &str) {
+        let err = parse(yaml).expect_err(yaml).to_string();
+        assert!(
+            err.starts_with("agent.yaml: ") && err.contains(key),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn nested_cgroup_roots_and_slow_backoffs_are_fine() {
+        let s = parse("cgroupRoot: /system.slice/monitor\nrestartBackoff: 100ms\n").expect("valid");
+        assert_eq!(s.cgroup_root, "/system.slice/monitor");
     }
 
     #[test]

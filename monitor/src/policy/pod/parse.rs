@@ -520,6 +520,25 @@ fn validate(pod: &Pod, prefix: &str) -> Result<(), Problem> {
     if pod.metadata.name.is_empty() {
         return Err(Problem::new(format!("{prefix}metadata.name"), "missing"));
     }
+    // The API server's name rules. They matter beyond form: names and uids become
+    // directory and file names (logs, records, cgroups), and must not climb out of them.
+    if let Err(reason) = dns1123_subdomain(&pod.metadata.name) {
+        return Err(Problem::new(format!("{prefix}metadata.name"), reason));
+    }
+    if !pod.metadata.namespace.is_empty()
+        && let Err(reason) = dns1123_label(&pod.metadata.namespace)
+    {
+        return Err(Problem::new(format!("{prefix}metadata.namespace"), reason));
+    }
+    if !pod.metadata.uid.is_empty() && !is_safe_uid(&pod.metadata.uid) {
+        return Err(Problem::new(
+            format!("{prefix}metadata.uid"),
+            format!(
+                "{:?}: at most 128 letters, digits, '-', '_' or '.', and not . or ..",
+                pod.metadata.uid
+            ),
+        ));
+    }
     if pod.spec.containers.is_empty() {
         return Err(Problem::new(
             format!("{prefix}spec.containers"),
@@ -537,6 +556,9 @@ fn validate(pod: &Pod, prefix: &str) -> Result<(), Problem> {
             if container.name.is_empty() {
                 return Err(Problem::new(path, "missing"));
             }
+            if let Err(reason) = dns1123_label(&container.name) {
+                return Err(Problem::new(path, reason));
+            }
             if !seen.insert(container.name.as_str()) {
                 return Err(Problem::new(
                     path,
@@ -546,4 +568,53 @@ fn validate(pod: &Pod, prefix: &str) -> Result<(), Problem> {
         }
     }
     Ok(())
+}
+
+/// A DNS-1123 label (namespaces, container names): at most 63 lowercase letters, digits
+/// and '-', starting and ending with a letter or digit.
+fn dns1123_label(name: &str) -> Result<(), String> {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| alnum(c) || c == '-')
+        && name.starts_with(alnum)
+        && name.ends_with(alnum);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a DNS-1123 label (at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
+        ))
+    }
+}
+
+/// A DNS-1123 subdomain (pod names): at most 253 characters, dot-separated labels of
+/// lowercase letters, digits and '-'.
+fn dns1123_subdomain(name: &str) -> Result<(), String> {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part.chars().all(|c| alnum(c) || c == '-')
+                && part.starts_with(alnum)
+                && part.ends_with(alnum)
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters, each part starting and ending with a letter or digit)"
+        ))
+    }
+}
+
+/// A uid safe as a file and directory name.
+fn is_safe_uid(uid: &str) -> bool {
+    uid.len() <= 128
+        && uid != "."
+        && uid != ".."
+        && uid
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }

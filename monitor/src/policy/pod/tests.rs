@@ -713,3 +713,45 @@ fn bad_pod_level_resources_name_the_field(#[case] spec: &str, #[case] expected: 
     let err = parse_pod(&text, "p.json").expect_err(spec).to_string();
     assert!(err.contains(expected), "{err}");
 }
+
+// The API server's name rules (apimachinery validation IsDNS1123Subdomain / IsDNS1123Label):
+// names become paths, so one that could climb out of them must be refused with its field.
+#[rstest]
+#[case::pod_name_with_a_slash(
+    r#"{"metadata":{"name":"../x"},"spec":{"containers":[{"name":"c"}]}}"#,
+    "p.json: metadata.name"
+)]
+#[case::pod_name_uppercase(
+    r#"{"metadata":{"name":"Web"},"spec":{"containers":[{"name":"c"}]}}"#,
+    "p.json: metadata.name"
+)]
+#[case::namespace_with_a_slash(
+    r#"{"metadata":{"name":"a","namespace":"x/y"},"spec":{"containers":[{"name":"c"}]}}"#,
+    "p.json: metadata.namespace"
+)]
+#[case::namespace_dotted(
+    r#"{"metadata":{"name":"a","namespace":"a.b"},"spec":{"containers":[{"name":"c"}]}}"#,
+    "p.json: metadata.namespace"
+)]
+#[case::container_dotdot(
+    r#"{"metadata":{"name":"a"},"spec":{"containers":[{"name":".."}]}}"#,
+    "p.json: spec.containers[0].name"
+)]
+#[case::uid_path(
+    r#"{"metadata":{"name":"a","uid":"../../etc/x"},"spec":{"containers":[{"name":"c"}]}}"#,
+    "p.json: metadata.uid"
+)]
+fn unsafe_names_are_refused_with_their_field(#[case] text: &str, #[case] expected: &str) {
+    let err = parse_pod(text, "p.json").expect_err(text).to_string();
+    assert!(err.contains(expected), "{err}");
+}
+
+#[test]
+fn kubernetes_names_pass() {
+    let pod = parse_pod(
+        r#"{"metadata":{"name":"web-7d9c6b8f4-x2k8p.v1","namespace":"kube-system","uid":"9a1f7c3e-0000-4000-8000-000000000002"},"spec":{"containers":[{"name":"app-1"}]}}"#,
+        "p.json",
+    )
+    .expect("valid names");
+    assert_eq!(pod.key(), "kube-system/web-7d9c6b8f4-x2k8p.v1");
+}
