@@ -13,13 +13,12 @@
 //!
 //! Only immediate evictions take this path (a hard threshold with a grace period of 0);
 //! soft thresholds, disk and pid signals, and a 1 s hard grace period keep the normal one.
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 use crate::clock::monotonic_ns;
 use crate::notify::memcg::ThresholdSpec;
 use crate::notify::{CrossingHook, WakeSource};
-use crate::observe::CgroupVersion;
+use crate::observe::{CgroupReader, CgroupVersion};
 use crate::policy::eviction::EvictionDecision;
 use crate::runtime::port::KillSwitch;
 use crate::state::SharedState;
@@ -27,13 +26,10 @@ use crate::state::SharedState;
 /// One level whose crossing calls for the armed kill, on the cgroup's working set (usage
 /// minus inactive_file, as the signals count it): a notifier armed on usage also fires
 /// when page cache alone grows, and that must cost a read, never a kill.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 struct Level {
-    /// The cgroup's usage file (`memory.usage_in_bytes` on v1, `memory.current` on v2).
-    usage_file: PathBuf,
-    /// Its memory.stat, and the key of inactive page cache there.
-    stat_file: PathBuf,
-    inactive_key: &'static str,
+    /// Reads the cgroup whose level this is (the reader's root is the cgroup itself).
+    cgroup: CgroupReader,
     /// The working set at which the threshold is met.
     working_set: u64,
 }
@@ -41,17 +37,7 @@ struct Level {
 impl Level {
     /// The cgroup's working set now, by the kernel's own counters.
     fn working_set_now(&self) -> Option<u64> {
-        let usage: u64 = std::fs::read_to_string(&self.usage_file)
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        let stat = std::fs::read_to_string(&self.stat_file).ok()?;
-        let inactive = crate::observe::parse::flat_keyed(&stat)
-            .get(self.inactive_key)
-            .copied()
-            .unwrap_or(0);
-        Some(usage.saturating_sub(inactive))
+        self.cgroup.working_set_bytes("").ok()
     }
 }
 
@@ -101,17 +87,11 @@ impl HotPath {
         specs: &[ThresholdSpec],
         inactive_file_at: impl Fn(&std::path::Path) -> u64,
     ) {
-        let (usage, inactive_key) = match version {
-            CgroupVersion::V1 => ("memory.usage_in_bytes", "total_inactive_file"),
-            CgroupVersion::V2 => ("memory.current", "inactive_file"),
-        };
         self.lock().levels = specs
             .iter()
             .filter(|s| s.hard)
             .map(|s| Level {
-                usage_file: s.cgroup.join(usage),
-                stat_file: s.cgroup.join("memory.stat"),
-                inactive_key,
+                cgroup: CgroupReader::new(version, s.cgroup.clone()),
                 working_set: s.usage_bytes.saturating_sub(inactive_file_at(&s.cgroup)),
             })
             .collect();
