@@ -41,10 +41,13 @@ pub enum EventKind {
     /// `oom:mark_victim`: the OOM killer chose a victim (we were too late, or a limit
     /// was hit with nothing to reclaim).
     OomVictim = 3,
+    /// The crossing detector saw a memory cgroup's usage reach a level the agent armed
+    /// in [`LEVELS_MAP`]: the record carries the usage it read and the level.
+    Crossing = 4,
 }
 
 /// Number of [`EventKind`] variants.
-pub const KIND_COUNT: u32 = 4;
+pub const KIND_COUNT: u32 = 5;
 
 impl EventKind {
     pub const ALL: [EventKind; KIND_COUNT as usize] = [
@@ -52,6 +55,7 @@ impl EventKind {
         EventKind::DirectReclaim,
         EventKind::KswapdWake,
         EventKind::OomVictim,
+        EventKind::Crossing,
     ];
 
     pub fn from_u32(raw: u32) -> Option<Self> {
@@ -60,6 +64,7 @@ impl EventKind {
             1 => Some(Self::DirectReclaim),
             2 => Some(Self::KswapdWake),
             3 => Some(Self::OomVictim),
+            4 => Some(Self::Crossing),
             _ => None,
         }
     }
@@ -71,6 +76,7 @@ impl EventKind {
             Self::DirectReclaim => "direct_reclaim",
             Self::KswapdWake => "kswapd_wake",
             Self::OomVictim => "oom_victim",
+            Self::Crossing => "crossing",
         }
     }
 }
@@ -87,16 +93,104 @@ pub struct PressureEvent {
     /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC nanoseconds, comparable with userspace
     /// `clock_gettime(CLOCK_MONOTONIC)`.
     pub timestamp_ns: u64,
-    /// `bpf_get_current_cgroup_id()`: the cgroup v2 id (the inode number of the cgroup's
-    /// directory in the unified hierarchy) of the current task.
+    /// For reclaim and OOM records, `bpf_get_current_cgroup_id()`: the cgroup v2 id (the
+    /// inode number of the cgroup's directory in the unified hierarchy) of the current
+    /// task. For [`EventKind::Crossing`], the id of the memory cgroup whose level was
+    /// reached (the inode number of its directory in the hierarchy that holds the memory
+    /// controller, v1 or v2).
     pub cgroup_id: u64,
     /// How many events of this (cgroup, kind) the rate limit suppressed before this one.
     pub suppressed: u32,
-    pub _pad: u32,
+    /// [`EventKind::Crossing`]: the [`LEVEL_HARD`] flag of the level that was reached.
+    pub level_flags: u32,
+    /// [`EventKind::Crossing`]: the cgroup's charged memory (`page_counter` usage, as
+    /// memory.current / memory.usage_in_bytes show it) when the program saw the crossing.
+    pub usage_bytes: u64,
+    /// [`EventKind::Crossing`]: the armed level that usage reached.
+    pub level_bytes: u64,
 }
 
 /// Size of a [`PressureEvent`] in bytes.
 pub const PRESSURE_EVENT_SIZE: usize = core::mem::size_of::<PressureEvent>();
+
+/// Name of the hash map of armed crossing levels, keyed by memory cgroup id (`u64`).
+pub const LEVELS_MAP: &str = "CROSSING_LEVELS";
+/// How many memory cgroups can carry levels at once.
+pub const LEVELS_ENTRIES: u32 = 64;
+/// Levels per cgroup: hard and soft thresholds of the node and of allocatable.
+pub const LEVELS_PER_CGROUP: usize = 4;
+/// How many ancestors (the charged cgroup included) the detector looks at. A pod's
+/// container sits four or five levels below the memory root on a kubelet node.
+pub const MAX_CGROUP_DEPTH: u32 = 12;
+
+/// [`ArmedLevel::state`]: the slot is not in use.
+pub const LEVEL_EMPTY: u32 = 0;
+/// Armed: the first usage at or above the level fires it (one record) and moves it to
+/// [`LEVEL_FIRED`].
+pub const LEVEL_ARMED: u32 = 1;
+/// Fired; stays silent until the agent arms it again after its synchronize.
+pub const LEVEL_FIRED: u32 = 2;
+/// Armed while usage was already above the level: silent until usage falls below
+/// [`ArmedLevel::rearm_below_bytes`], then [`LEVEL_ARMED`] (hysteresis: a usage that
+/// hovers around the level does not flood the ring).
+pub const LEVEL_WAIT_BELOW: u32 = 3;
+/// [`ArmedLevel::flags`]: the level belongs to a hard eviction threshold.
+pub const LEVEL_HARD: u32 = 1;
+
+/// One usage level on one memory cgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArmedLevel {
+    /// Fires when the cgroup's usage is at or above this many bytes.
+    pub level_bytes: u64,
+    /// In [`LEVEL_WAIT_BELOW`], usage must fall below this to re-arm.
+    pub rearm_below_bytes: u64,
+    /// One of the `LEVEL_*` states.
+    pub state: u32,
+    /// [`LEVEL_HARD`] or 0.
+    pub flags: u32,
+}
+
+/// The value of [`LEVELS_MAP`]: the levels of one cgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArmedLevels {
+    pub levels: [ArmedLevel; LEVELS_PER_CGROUP],
+}
+
+/// Global holding the kernel structure offsets the detector reads (see [`MemcgLayout`]).
+pub const GLOBAL_MEMCG_LAYOUT: &str = "MEMCG_LAYOUT";
+/// Global: the `mod_memcg_lruvec_state` program looks at one hit in this many per CPU
+/// (the tracepoint fires about five times per 4 KiB page charged).
+pub const GLOBAL_SAMPLE_EVERY: &str = "SAMPLE_EVERY";
+/// Default sampling of the tracepoint variant: one hit in four, about one look per
+/// page charged.
+pub const DEFAULT_SAMPLE_EVERY: u32 = 4;
+/// Name of the per-CPU sampling counter of the tracepoint variant.
+pub const SAMPLE_MAP: &str = "CROSSING_SAMPLE";
+
+/// Byte offsets in kernel structures, read by the agent from the running kernel's BTF
+/// and handed to the detector as a global (there are no CO-RE relocations from Rust).
+/// All zero means "not set": the programs then do nothing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemcgLayout {
+    /// `struct mem_cgroup` → `css.cgroup` (a `struct cgroup *`).
+    pub memcg_css_cgroup: u32,
+    /// `struct mem_cgroup` → `memory` (the embedded `struct page_counter`).
+    pub memcg_memory: u32,
+    /// `struct page_counter` → `usage` (an `atomic_long_t`, in pages).
+    pub counter_usage: u32,
+    /// `struct page_counter` → `parent` (a `struct page_counter *`).
+    pub counter_parent: u32,
+    /// `struct cgroup` → `kn` (a `struct kernfs_node *`).
+    pub cgroup_kn: u32,
+    /// `struct kernfs_node` → `id` (`u64`, the directory's inode number).
+    pub kn_id: u32,
+    /// log2 of the page size.
+    pub page_shift: u32,
+    pub _pad: u32,
+}
 
 /// Key of the rate limiter's map.
 #[repr(C)]
@@ -124,6 +218,10 @@ mod user {
     unsafe impl aya::Pod for super::RateKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::RateState {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ArmedLevels {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::MemcgLayout {}
 }
 
 #[cfg(test)]
@@ -132,7 +230,13 @@ mod tests {
 
     #[test]
     fn record_layout_has_no_hidden_padding() {
-        assert_eq!(PRESSURE_EVENT_SIZE, 32);
+        assert_eq!(PRESSURE_EVENT_SIZE, 48);
+        assert_eq!(core::mem::size_of::<ArmedLevel>(), 24);
+        assert_eq!(
+            core::mem::size_of::<ArmedLevels>(),
+            24 * LEVELS_PER_CGROUP
+        );
+        assert_eq!(core::mem::size_of::<MemcgLayout>(), 32);
         assert_eq!(core::mem::size_of::<RateKey>(), 16);
         assert_eq!(core::mem::size_of::<RateState>(), 16);
     }

@@ -26,7 +26,7 @@ fn min_interval_ns() -> u64 {
     unsafe { core::ptr::read_volatile(&MIN_INTERVAL_NS) }
 }
 
-fn count(index: u32) {
+pub fn count(index: u32) {
     if let Some(slot) = PRESSURE_COUNTERS.get_ptr_mut(index) {
         // SAFETY: a per-CPU slot: no other CPU writes it, and BPF programs do not nest on
         // one CPU for tracepoints of this kind.
@@ -81,7 +81,9 @@ pub fn emit(kind: EventKind, pid: Option<u32>) -> u32 {
         timestamp_ns: now,
         cgroup_id,
         suppressed,
-        _pad: 0,
+        level_flags: 0,
+        usage_bytes: 0,
+        level_bytes: 0,
     };
     match PRESSURE_EVENTS.output::<PressureEvent>(&record, 0) {
         Ok(()) => count(2 * kind as u32),

@@ -2,10 +2,11 @@
 //! `*_MAP` constants, which the agent uses to find them.
 use aya_ebpf::{
     macros::map,
-    maps::{LruHashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use monitor_common::{
-    EVENTS_RING_BYTES, KIND_COUNT, LAST_EMIT_ENTRIES, PressureEvent as _Record, RateKey, RateState,
+    ArmedLevels, EVENTS_RING_BYTES, KIND_COUNT, LAST_EMIT_ENTRIES, LEVELS_ENTRIES,
+    PressureEvent as _Record, RateKey, RateState,
 };
 
 /// The one ring buffer all programs write [`monitor_common::PressureEvent`]s into.
@@ -21,6 +22,16 @@ pub static PRESSURE_COUNTERS: PerCpuArray<u64> =
 #[map(name = "LAST_EMIT")]
 pub static LAST_EMIT: LruHashMap<RateKey, RateState> =
     LruHashMap::with_max_entries(LAST_EMIT_ENTRIES, 0);
+
+/// The crossing detector's armed levels, keyed by memory cgroup id; written by the agent
+/// after every synchronize, moved to fired (or re-armed) by the detector.
+#[map(name = "CROSSING_LEVELS")]
+pub static CROSSING_LEVELS: HashMap<u64, ArmedLevels> =
+    HashMap::with_max_entries(LEVELS_ENTRIES, 0);
+
+/// Per-CPU hit counter of the sampled tracepoint variant of the detector.
+#[map(name = "CROSSING_SAMPLE")]
+pub static CROSSING_SAMPLE: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 
 // Keep the record type referenced so a layout change breaks this crate's build too.
 const _: usize = core::mem::size_of::<_Record>();

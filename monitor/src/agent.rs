@@ -74,6 +74,8 @@ impl Agent {
             let ebpf_settings = EbpfSettings {
                 min_interval_ns: settings.sources.ebpf_min_interval.as_nanos() as u64,
                 object_override: config.ebpf_object_override.clone(),
+                detector: settings.sources.crossing_attach_points(),
+                ..EbpfSettings::default()
             };
             match notify::ebpf::start(&ebpf_settings, wakes.clone(), hook.clone()) {
                 Ok(source) => {
@@ -84,9 +86,19 @@ impl Agent {
             }
         }
 
-        // Memory thresholds: eventfd notifiers on cgroup v1; memory.high on cgroup v2
-        // (whose crossings the memory.events source then reports).
+        // The eBPF crossing detector, when it attached, carries every memory threshold.
+        let detector = ebpf.as_ref().and_then(|e| e.detector.as_ref().ok()).cloned();
+
+        // Memory thresholds: eventfd notifiers on cgroup v1; on cgroup v2, memory.high
+        // (whose crossings the memory.events source then reports) only without the
+        // detector, since it throttles every pod at the threshold.
         let mut levels_tx = None;
+        if layout.version == CgroupVersion::V2 {
+            // A memory.high that a previous run set and could not lift (killed with -9).
+            if let Some(cgroup) = &settings.pods_cgroup {
+                notify::memcg::lift_stale_high(&reader.dir(cgroup));
+            }
+        }
         if !settings.sources.memcg_thresholds {
             statuses.push(SourceStatus::disabled(WakeSource::MemcgThreshold));
         } else if layout.version == CgroupVersion::V1 {
@@ -102,13 +114,18 @@ impl Agent {
                     config.memory_thresholds.pods.len()
                 ),
             ));
+        } else if detector.is_some() {
+            statuses.push(SourceStatus::disabled_because(
+                WakeSource::MemcgThreshold,
+                "cgroup v2: the eBPF crossing detector carries the memory thresholds; memory.high is left alone",
+            ));
         } else if settings.sources.memory_events && settings.pods_cgroup.is_some() {
             let (tx, rx) = watch::channel(Vec::new());
             tasks.push(notify::memcg::spawn_v2_high(rx, layout.memory_root.clone()));
             levels_tx = Some(tx);
             statuses.push(SourceStatus::running(
                 WakeSource::MemcgThreshold,
-                "cgroup v2: memory.high of the pods cgroup at the nearest hard memory threshold (allocatable, or the node's while the rest of the node holds still), re-armed after every synchronize; crossings wake through memory.events",
+                "cgroup v2 without the eBPF crossing detector: memory.high of the pods cgroup stands in for the nearest hard memory threshold (allocatable, or the node's while the rest of the node holds still) and THROTTLES the pods there; re-armed after every synchronize, lifted at stop and at the next start after a crash; crossings wake through memory.events",
             ));
         } else {
             statuses.push(SourceStatus::unsupported(
@@ -208,12 +225,13 @@ impl Agent {
             status.log();
         }
 
-        let arming = levels_tx.map(|levels| Arming {
+        let arming = (levels_tx.is_some() || detector.is_some()).then(|| Arming {
             thresholds: config.memory_thresholds.clone(),
             version: layout.version,
             memory_root: layout.memory_root.clone(),
             pods_cgroup: settings.pods_cgroup.clone(),
-            levels,
+            levels: levels_tx,
+            detector: detector.clone(),
             hot: hot.clone(),
         });
         let sync_loop = SyncLoop {

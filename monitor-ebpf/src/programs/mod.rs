@@ -1,4 +1,5 @@
 //! One file per kernel program.
+mod crossing;
 mod direct_reclaim;
 mod kswapd_wake;
 mod memcg_reclaim;

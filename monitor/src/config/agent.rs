@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::notify::arming::MemoryThresholds;
+use crate::notify::detector::AttachPoint;
 use crate::notify::psi::{PsiTrigger, PsiTriggerError};
 use crate::observe::CgroupLayout;
 use crate::policy::eviction::{
@@ -55,6 +56,14 @@ pub enum SettingsError {
         #[source]
         source: PsiTriggerError,
     },
+    /// A value the agent does not know (see [`AgentSettings::check`]).
+    #[error("{origin}: monitor.{key}: {value:?}: {reason}")]
+    Invalid {
+        origin: String,
+        key: &'static str,
+        value: String,
+        reason: &'static str,
+    },
     /// A value that would make the agent unsafe (see [`AgentSettings::check`]).
     #[error("{origin}: monitor.{key}: {value:?}: {reason}")]
     Unsafe {
@@ -96,6 +105,9 @@ pub struct SourcesSettings {
     /// In-kernel rate limit of the eBPF programs, per cgroup and event kind.
     #[serde(deserialize_with = "go_duration")]
     pub ebpf_min_interval: Duration,
+    /// Attach points the eBPF crossing detector may use, in order of preference
+    /// (`fexit/try_charge_memcg`, `tp_btf/mod_memcg_lruvec_state`); empty: no detector.
+    pub crossing_detector: Vec<String>,
 }
 
 impl Default for SourcesSettings {
@@ -109,7 +121,21 @@ impl Default for SourcesSettings {
             psi_stall: psi.stall,
             psi_window: psi.window,
             ebpf_min_interval: Duration::from_nanos(monitor_common::DEFAULT_MIN_INTERVAL_NS),
+            crossing_detector: AttachPoint::ALL
+                .iter()
+                .map(|a| a.name().to_string())
+                .collect(),
         }
+    }
+}
+
+impl SourcesSettings {
+    /// The detector's attach points, in order; names were checked when the file was read.
+    pub fn crossing_attach_points(&self) -> Vec<AttachPoint> {
+        self.crossing_detector
+            .iter()
+            .filter_map(|name| AttachPoint::parse(name))
+            .collect()
     }
 }
 
@@ -230,6 +256,19 @@ impl AgentSettings {
                 "must name a cgroup below the hierarchy's root (e.g. \"monitor\"), without empty, . or .. parts",
             ));
         }
+        if let Some(unknown) = self
+            .sources
+            .crossing_detector
+            .iter()
+            .find(|name| AttachPoint::parse(name).is_none())
+        {
+            return Err(SettingsError::Invalid {
+                origin: origin.to_string(),
+                key: "sources.crossingDetector",
+                value: unknown.clone(),
+                reason: "must list fexit/try_charge_memcg and/or tp_btf/mod_memcg_lruvec_state",
+            });
+        }
         if self.restart_backoff < Duration::from_millis(100) {
             return Err(unsafe_value(
                 "restartBackoff",
@@ -256,6 +295,10 @@ mod tests {
     #[case::slash("cgroupRoot: /\n", "monitor.cgroupRoot")]
     #[case::climbs_out("cgroupRoot: a/../..\n", "monitor.cgroupRoot")]
     #[case::hot_restart_loop("restartBackoff: 0s\n", "monitor.restartBackoff")]
+    #[case::unknown_attach_point(
+        "sources: {crossingDetector: [kprobe/try_charge]}\n",
+        "monitor.sources.crossingDetector"
+    )]
     fn unsafe_values_are_refused_naming_the_file_and_key(#[case] yaml: &str, #[case] key: &str) {
         let err = parse(yaml).expect_err(yaml).to_string();
         assert!(

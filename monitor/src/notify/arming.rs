@@ -119,6 +119,61 @@ pub fn v2_high_specs(
         .collect()
 }
 
+/// The levels of the in-kernel crossing detector ([`crate::notify::detector`]), from the
+/// specs of [`threshold_specs`]. The detector compares page counters, and the root's
+/// counter does not hold what the node's usage counts (nothing on v2; on v1 only what
+/// its children charge), so the node's thresholds ride on the pods cgroup as the
+/// memory.high stand-ins do: at pods usage + (threshold usage − node usage). Unlike
+/// memory.high they cost nothing when crossed, so soft thresholds and thresholds
+/// already passed are armed too (passed ones wait for usage to fall back below them).
+/// Without a pods cgroup only thresholds on other cgroups remain.
+pub fn detector_specs(
+    specs: &[ThresholdSpec],
+    observation: &NodeObservation,
+    memory_root: &Path,
+    pods_cgroup: Option<&str>,
+) -> Vec<ThresholdSpec> {
+    let pods = pods_cgroup
+        .zip(observation.allocatable.as_ref())
+        .map(|(cgroup, pods)| {
+            (
+                memory_root.join(cgroup.trim_start_matches('/')),
+                pods.stats.usage_bytes,
+            )
+        });
+    let node_usage = observation.memory.usage_bytes;
+    let mut out: Vec<ThresholdSpec> = Vec::new();
+    for spec in specs {
+        let moved = if spec.cgroup == memory_root {
+            let Some((pods_dir, pods_usage)) = &pods else {
+                continue;
+            };
+            // The rest of the node alone above the threshold: pods usage cannot bring
+            // it back below, and nothing is left to arm.
+            let Some(usage_bytes) = (pods_usage + spec.usage_bytes).checked_sub(node_usage) else {
+                continue;
+            };
+            ThresholdSpec {
+                cgroup: pods_dir.clone(),
+                usage_bytes,
+                hard: spec.hard,
+                passed_when_armed: spec.passed_when_armed,
+            }
+        } else {
+            spec.clone()
+        };
+        if usage_bytes_armable(&moved) && !out.contains(&moved) {
+            out.push(moved);
+        }
+    }
+    out
+}
+
+/// A zero level would fire on every charge.
+fn usage_bytes_armable(spec: &ThresholdSpec) -> bool {
+    spec.usage_bytes > 0
+}
+
 /// The levels to arm for this observation: usage thresholds on cgroup v1, their
 /// memory.high stand-ins on cgroup v2.
 pub fn specs_for(
@@ -234,6 +289,45 @@ mod tests {
         );
         // Without a pods cgroup nothing can carry them.
         assert!(v2_high_specs(&specs, &observation(), Path::new("/cg"), None).is_empty());
+    }
+
+    #[test]
+    fn detector_levels_carry_node_thresholds_on_the_pods_cgroup_soft_and_passed_included() {
+        let spec = |cgroup: &str, usage_bytes, hard, passed| ThresholdSpec {
+            cgroup: cgroup.into(),
+            usage_bytes,
+            hard,
+            passed_when_armed: passed,
+        };
+        // Node usage 5000, pods usage 500 (see observation()).
+        let specs = vec![
+            spec("/cg", 6_000, true, false),
+            spec("/cg", 5_500, false, false),
+            // Passed by 200 on the node: 200 below the pods usage, waiting below.
+            spec("/cg", 4_800, true, true),
+            // The rest of the node (4500) alone is above it: nothing to arm.
+            spec("/cg", 4_400, true, true),
+            spec("/cg/pods", 1_800, true, false),
+            spec("/cg/pods", 450, false, true),
+        ];
+        assert_eq!(
+            detector_specs(&specs, &observation(), Path::new("/cg"), Some("/pods")),
+            vec![
+                spec("/cg/pods", 1_500, true, false),
+                spec("/cg/pods", 1_000, false, false),
+                spec("/cg/pods", 300, true, true),
+                spec("/cg/pods", 1_800, true, false),
+                spec("/cg/pods", 450, false, true),
+            ]
+        );
+        // Without a pods cgroup the node's thresholds have nowhere to go.
+        assert_eq!(
+            detector_specs(&specs, &observation(), Path::new("/cg"), None),
+            vec![
+                spec("/cg/pods", 1_800, true, false),
+                spec("/cg/pods", 450, false, true)
+            ]
+        );
     }
 
     #[test]

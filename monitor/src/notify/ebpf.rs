@@ -1,5 +1,6 @@
-//! The eBPF source: loads the embedded kernel-side object, attaches its tracepoints and
-//! turns ring-buffer records into wakes.
+//! The eBPF source: loads the embedded kernel-side object, attaches the crossing
+//! detector ([`super::detector`]) and the reclaim/OOM tracepoints, and turns ring-buffer
+//! records into wakes.
 //!
 //! Needs CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN), a kernel ≥ 5.8 (BPF ring buffer) and
 //! tracefs for the tracepoint ids: when tracefs is not mounted we mount it at
@@ -7,17 +8,21 @@
 //! gets the others, and the status says which attached.
 use std::path::{Path, PathBuf};
 
-use aya::maps::{MapData, PerCpuArray, RingBuf};
-use aya::programs::TracePoint;
-use aya::{Ebpf, EbpfLoader};
+use std::sync::Arc;
+
+use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::{BtfTracePoint, FExit, TracePoint};
+use aya::{Btf, Ebpf, EbpfLoader};
 use monitor_common::{
-    COUNTERS_MAP, DEFAULT_MARK_VICTIM_PID_OFFSET, EVENTS_MAP, EventKind,
-    GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MIN_INTERVAL_NS, KIND_COUNT, PRESSURE_EVENT_SIZE,
+    COUNTERS_MAP, DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_SAMPLE_EVERY, EVENTS_MAP, EventKind,
+    GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MEMCG_LAYOUT, GLOBAL_MIN_INTERVAL_NS,
+    GLOBAL_SAMPLE_EVERY, KIND_COUNT, LEVEL_HARD, LEVELS_MAP, MemcgLayout, PRESSURE_EVENT_SIZE,
     PressureEvent,
 };
 use tokio::io::unix::AsyncFd;
 use tokio::task::JoinHandle;
 
+use super::detector::{AttachPoint, Detector, VMLINUX_BTF, memcg_layout};
 use super::{Hook, SourceStatus, WakeDetail, WakeSender, WakeSource};
 
 /// The kernel-side object, built by build.rs. Empty when built with AYA_BUILD_SKIP=1.
@@ -71,6 +76,10 @@ pub struct EbpfSettings {
     pub min_interval_ns: u64,
     /// Load this object instead of the embedded one (tests use it to make loading fail).
     pub object_override: Option<Vec<u8>>,
+    /// The crossing detector's attach points, tried in order; empty: no detector.
+    pub detector: Vec<AttachPoint>,
+    /// The tracepoint variant looks at one hit in this many per CPU.
+    pub sample_every: u32,
 }
 
 impl Default for EbpfSettings {
@@ -78,6 +87,8 @@ impl Default for EbpfSettings {
         EbpfSettings {
             min_interval_ns: monitor_common::DEFAULT_MIN_INTERVAL_NS,
             object_override: None,
+            detector: AttachPoint::ALL.to_vec(),
+            sample_every: DEFAULT_SAMPLE_EVERY,
         }
     }
 }
@@ -94,6 +105,8 @@ pub struct KernelCounters {
 pub struct EbpfSource {
     pub status: SourceStatus,
     pub task: JoinHandle<()>,
+    /// The crossing detector, when one attached; `Err` says why none did.
+    pub detector: Result<Arc<Detector>, String>,
     counters: PerCpuArray<MapData, u64>,
     /// Kept alive: dropping the `Ebpf` detaches every program.
     _ebpf: Ebpf,
@@ -131,10 +144,23 @@ pub fn start(
     }
     let tracefs = ensure_tracefs()?;
     let pid_offset = mark_victim_pid_offset(&tracefs);
+    // Without the offsets the detector stays off (a zero layout makes it do nothing).
+    let layout = if settings.detector.is_empty() {
+        Err("switched off by configuration (sources.crossingDetector is empty)".to_string())
+    } else {
+        memcg_layout(Path::new(VMLINUX_BTF)).map_err(|e| e.to_string())
+    };
     let mut ebpf = EbpfLoader::new()
         .override_global(GLOBAL_MIN_INTERVAL_NS, &settings.min_interval_ns, true)
         .override_global(GLOBAL_MARK_VICTIM_PID_OFFSET, &pid_offset, true)
+        .override_global(
+            GLOBAL_MEMCG_LAYOUT,
+            layout.as_ref().unwrap_or(&MemcgLayout::default()),
+            true,
+        )
+        .override_global(GLOBAL_SAMPLE_EVERY, &settings.sample_every.max(1), true)
         .load(object)?;
+    let detector = layout.and_then(|_| attach_detector(&mut ebpf, &settings.detector));
 
     let mut attached = Vec::new();
     let mut failed = Vec::new();
@@ -144,7 +170,7 @@ pub fn start(
             Err(err) => failed.push(format!("{category}:{tracepoint} ({err})")),
         }
     }
-    if attached.is_empty() {
+    if attached.is_empty() && detector.is_err() {
         return Err(EbpfError::NoneAttached(failed.join("; ")));
     }
     let ring = ebpf
@@ -160,21 +186,102 @@ pub fn start(
         .map_err(|e| EbpfError::RingBuf(e.to_string()))?;
     let task = tokio::spawn(consume(ring, wakes, hook));
 
-    let mut detail = format!(
-        "attached {} (ring buffer {} KiB, rate limit {} µs per cgroup and kind)",
+    let detector = detector.and_then(|(attach, tried)| {
+        let map = ebpf
+            .take_map(LEVELS_MAP)
+            .ok_or_else(|| format!("{LEVELS_MAP} not in the object"))?;
+        let map = HashMap::try_from(map).map_err(|e| format!("{LEVELS_MAP}: {e}"))?;
+        Ok((Arc::new(Detector::new(attach, map)), tried))
+    });
+    let mut detail = match &detector {
+        Ok((detector, refused)) => {
+            let mut text = format!(
+                "crossing detector on {} (levels armed after every synchronize",
+                detector.attach.name()
+            );
+            if detector.attach == AttachPoint::LruvecTracepoint {
+                text.push_str(&format!(
+                    ", one hit in {} per CPU looked at",
+                    settings.sample_every.max(1)
+                ));
+            }
+            text.push(')');
+            if !refused.is_empty() {
+                text.push_str(&format!(", refused: {}", refused.join("; ")));
+            }
+            text
+        }
+        Err(why) => format!("no crossing detector: {why}"),
+    };
+    detail.push_str(&format!(
+        "; tracepoints {} (ring buffer {} KiB, rate limit {} µs per cgroup and kind)",
         attached.join(", "),
         monitor_common::EVENTS_RING_BYTES / 1024,
         settings.min_interval_ns / 1000
-    );
+    ));
     if !failed.is_empty() {
         detail.push_str(&format!("; not attached: {}", failed.join("; ")));
     }
     Ok(EbpfSource {
         status: SourceStatus::running(WakeSource::Ebpf, detail),
         task,
+        detector: detector.map(|(d, _)| d),
         counters,
         _ebpf: ebpf,
     })
+}
+
+/// Loads and attaches the first detector program the kernel accepts. Returns it with
+/// the attach points refused before it (and why), or why none attached.
+fn attach_detector(
+    ebpf: &mut Ebpf,
+    choices: &[AttachPoint],
+) -> Result<(AttachPoint, Vec<String>), String> {
+    let btf = Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {e}"))?;
+    let mut refused = Vec::new();
+    for &attach in choices {
+        let result = (|| -> Result<(), AttachError> {
+            let program = ebpf
+                .program_mut(attach.program())
+                .ok_or_else(|| AttachError::Missing {
+                    program: attach.program().to_string(),
+                })?;
+            match attach {
+                AttachPoint::ChargeFexit => {
+                    let program: &mut FExit = program.try_into()?;
+                    program.load(attach.target(), &btf)?;
+                    program.attach()?;
+                }
+                AttachPoint::LruvecTracepoint => {
+                    let program: &mut BtfTracePoint = program.try_into()?;
+                    program.load(attach.target(), &btf)?;
+                    program.attach()?;
+                }
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => return Ok((attach, refused)),
+            Err(err) => refused.push(format!("{} ({})", attach.name(), error_chain(&err))),
+        }
+    }
+    Err(format!("every attach point refused: {}", refused.join("; ")))
+}
+
+/// An error and its sources in one line (aya's load errors keep the kernel's reason in
+/// their source).
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(inner) = source {
+        let inner_text = inner.to_string();
+        if !text.contains(&inner_text) {
+            text.push_str(": ");
+            text.push_str(&inner_text);
+        }
+        source = inner.source();
+    }
+    text
 }
 
 /// Why one tracepoint program was not attached (the others still may be; the caller
@@ -217,6 +324,17 @@ async fn consume(mut ring: AsyncFd<RingBuf<MapData>>, wakes: WakeSender, hook: H
         let ring = guard.get_inner_mut();
         while let Some(item) = ring.next() {
             if let Some(event) = decode(&item) {
+                if event.kind == EventKind::Crossing as u32 {
+                    // The detector's record carries the kernel's own numbers: a hard level
+                    // goes to the hot path first, which confirms it against its levels.
+                    if let Some(hook) = &hook
+                        && event.level_flags & LEVEL_HARD != 0
+                    {
+                        hook.hard_crossing(WakeSource::Ebpf);
+                    }
+                    wakes.wake(WakeSource::Ebpf, WakeDetail::Kernel { event, memcg: None });
+                    continue;
+                }
                 // Reclaim starts as usage reaches a limit or memory.high; the hot path
                 // confirms a hard level against the counters itself.
                 if let Some(hook) = &hook
@@ -315,7 +433,9 @@ mod tests {
             timestamp_ns: 7,
             cgroup_id: 9,
             suppressed: 1,
-            _pad: 0,
+            level_flags: 1,
+            usage_bytes: 5 << 20,
+            level_bytes: 4 << 20,
         };
         // SAFETY: viewing a POD value as its bytes.
         let bytes = unsafe {

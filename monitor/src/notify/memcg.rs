@@ -221,10 +221,51 @@ pub fn v2_high_values(specs: &[ThresholdSpec], memory_root: &Path) -> Vec<(PathB
     out
 }
 
+/// Extended attribute on the cgroup directory that marks a memory.high as the agent's
+/// and keeps the value it replaced, so that a later run can put it back even after this
+/// one was killed with -9 (a fresh boot starts with fresh cgroups, without either).
+pub const HIGH_XATTR: &str = "user.monitor.replaced_memory_high";
+
 fn write_high(cgroup: &Path, value: &str) {
     let path = cgroup.join("memory.high");
+    let lifting = value == "max";
+    if !lifting && matches!(xattr::get(cgroup, HIGH_XATTR), Ok(None)) {
+        // First write: remember what was there before.
+        let before = std::fs::read_to_string(&path).unwrap_or_else(|_| "max".into());
+        if let Err(err) = xattr::set(cgroup, HIGH_XATTR, before.trim().as_bytes()) {
+            tracing::warn!(
+                "cannot mark {} as set by the agent ({err}); a crash would leave it in place",
+                path.display()
+            );
+        }
+    }
     if let Err(err) = std::fs::write(&path, value) {
         tracing::warn!("writing {value} to {}: {err}", path.display());
+        return;
+    }
+    if lifting {
+        let _ = xattr::remove(cgroup, HIGH_XATTR);
+    }
+}
+
+/// Puts back the memory.high a previous run of the agent replaced and did not lift
+/// (it was killed, or the node lost power before the cgroup went away).
+pub fn lift_stale_high(cgroup: &Path) {
+    let Ok(Some(before)) = xattr::get(cgroup, HIGH_XATTR) else {
+        return;
+    };
+    let before = String::from_utf8_lossy(&before).trim().to_string();
+    let value = if before.is_empty() { "max".to_string() } else { before };
+    let path = cgroup.join("memory.high");
+    match std::fs::write(&path, &value) {
+        Ok(()) => {
+            let _ = xattr::remove(cgroup, HIGH_XATTR);
+            tracing::warn!(
+                "{}: put back {value}, replaced by an earlier run of the agent that did not stop cleanly",
+                path.display()
+            );
+        }
+        Err(err) => tracing::warn!("{}: putting back {value}: {err}", path.display()),
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! | source | kernel interface | min kernel |
 //! |---|---|---|
-//! | [`ebpf`] | tracepoints vmscan/oom → BPF ring buffer | 5.8 |
+//! | [`ebpf`] | crossing detector (fexit or tp_btf on the memcg charge path, [`detector`]) and tracepoints vmscan/oom → BPF ring buffer | 5.8 (detector: 5.5 + BTF) |
 //! | [`memcg`] | cgroup v1 `cgroup.event_control` + eventfd on `memory.usage_in_bytes` | 2.6.34 (v1 only) |
 //! | [`memory_events`] | inotify `IN_MODIFY` on cgroup v2 `memory.events` | 4.5 (v2 only) |
 //! | [`psi`] | PSI triggers, `POLLPRI` on `memory.pressure` files | 5.2 (cgroup files: v2) |
@@ -16,6 +16,7 @@ use monitor_common::{EventKind, PressureEvent};
 use tokio::sync::mpsc;
 
 pub mod arming;
+pub mod detector;
 pub mod ebpf;
 pub mod memcg;
 pub mod memory_events;
@@ -186,6 +187,14 @@ impl SourceStatus {
             source,
             state: SourceState::Disabled,
             detail: "switched off by configuration".into(),
+        }
+    }
+    /// Off, for a reason other than the configuration.
+    pub fn disabled_because(source: WakeSource, why: impl Into<String>) -> Self {
+        SourceStatus {
+            source,
+            state: SourceState::Disabled,
+            detail: why.into(),
         }
     }
     pub fn failed(source: WakeSource, why: impl fmt::Display) -> Self {

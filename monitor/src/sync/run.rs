@@ -18,7 +18,8 @@ use tokio::time::Instant;
 use super::eviction::{EvictionPass, EvictionSync, summarize};
 use super::hot::HotPath;
 use crate::clock::monotonic_ns;
-use crate::notify::arming::{MemoryThresholds, specs_for};
+use crate::notify::arming::{MemoryThresholds, detector_specs, specs_for, threshold_specs};
+use crate::notify::detector::Detector;
 use crate::notify::memcg::ThresholdSpec;
 use crate::notify::{Wake, WakeDetail, WakeSource};
 use crate::observe::{CgroupVersion, NodeObservation, ObserveError, Observer};
@@ -45,22 +46,41 @@ pub struct Arming {
     pub memory_root: PathBuf,
     /// The pods cgroup, relative to the memory root.
     pub pods_cgroup: Option<String>,
-    /// The notifier task's levels; only a changed set is sent.
-    pub levels: watch::Sender<Vec<ThresholdSpec>>,
+    /// The memcg notifier task's levels (v1 eventfd thresholds, or the v2 memory.high
+    /// stand-in); only a changed set is sent. `None` when that notifier does not run.
+    pub levels: Option<watch::Sender<Vec<ThresholdSpec>>>,
+    /// The eBPF crossing detector, when it runs: all its levels are rewritten after
+    /// every synchronize, so a level that fired arms again.
+    pub detector: Option<Arc<Detector>>,
     /// The hot path confirms crossings against the same levels.
     pub hot: Option<Arc<HotPath>>,
 }
 
 impl Arming {
     fn rearm(&self, observation: &NodeObservation) {
+        let pods_cgroup = self.pods_cgroup.as_deref();
+        let detector_levels = self.detector.as_ref().map(|detector| {
+            let specs = threshold_specs(
+                observation,
+                &self.thresholds,
+                &self.memory_root,
+                pods_cgroup,
+            );
+            let specs = detector_specs(&specs, observation, &self.memory_root, pods_cgroup);
+            detector.arm(&specs);
+            specs
+        });
         let specs = specs_for(
             observation,
             &self.thresholds,
             self.version,
             &self.memory_root,
-            self.pods_cgroup.as_deref(),
+            pods_cgroup,
         );
         if let Some(hot) = &self.hot {
+            // With the detector, the hot path confirms against the detector's levels (on
+            // cgroup v2 nothing else carries them).
+            let specs = detector_levels.as_deref().unwrap_or(&specs);
             // The page cache each level was armed with: the node's at the memory root,
             // the pods cgroup's elsewhere (the v2 stand-ins all sit on the pods cgroup).
             let node_inactive = observation.memory.inactive_file_bytes;
@@ -79,13 +99,15 @@ impl Arming {
             });
         }
         // Only a changed set re-registers with the kernel.
-        self.levels.send_if_modified(|current| {
-            if *current == specs {
-                return false;
-            }
-            *current = specs;
-            true
-        });
+        if let Some(levels) = &self.levels {
+            levels.send_if_modified(|current| {
+                if *current == specs {
+                    return false;
+                }
+                *current = specs;
+                true
+            });
+        }
     }
 }
 

@@ -1,0 +1,157 @@
+//! The crossing detector: on the memory charge path, compare the charged memory cgroup's
+//! usage, and its ancestors', with the levels the agent armed in `CROSSING_LEVELS`, and
+//! write one record when an armed level is reached.
+//!
+//! Two attach points, one check; the agent loads the first the kernel allows:
+//! - `fexit/try_charge_memcg`: after every charge of the per-CPU batch (64 pages), with
+//!   the `struct mem_cgroup *` charged. Needs BPF trampolines (ftrace direct calls).
+//! - `tp_btf/mod_memcg_lruvec_state` (kernels with the memcg tracepoints): fires about
+//!   five times per page charged or uncharged, so only one hit in `SAMPLE_EVERY` per CPU
+//!   is looked at.
+//!
+//! Kernel structures are read with `bpf_probe_read_kernel` at offsets the agent took
+//! from the running kernel's BTF (`MEMCG_LAYOUT`); a zero layout disables the check.
+use aya_ebpf::{
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::{btf_tracepoint, fexit},
+    programs::{BtfTracePointContext, FExitContext},
+};
+use monitor_common::{
+    DEFAULT_SAMPLE_EVERY, EventKind, KIND_COUNT, LEVEL_ARMED, LEVEL_FIRED, LEVEL_WAIT_BELOW,
+    LEVELS_PER_CGROUP, MAX_CGROUP_DEPTH, MemcgLayout, PressureEvent,
+};
+
+use crate::emit::count;
+use crate::maps::{CROSSING_LEVELS, CROSSING_SAMPLE, PRESSURE_EVENTS};
+
+/// Offsets from the kernel's BTF; set by the agent at load.
+#[unsafe(no_mangle)]
+static MEMCG_LAYOUT: MemcgLayout = MemcgLayout {
+    memcg_css_cgroup: 0,
+    memcg_memory: 0,
+    counter_usage: 0,
+    counter_parent: 0,
+    cgroup_kn: 0,
+    kn_id: 0,
+    page_shift: 12,
+    _pad: 0,
+};
+
+/// One hit in this many per CPU is looked at by the tracepoint variant; set at load.
+#[unsafe(no_mangle)]
+static SAMPLE_EVERY: u32 = DEFAULT_SAMPLE_EVERY;
+
+#[fexit(function = "try_charge_memcg")]
+pub fn crossing_charge(ctx: FExitContext) -> i32 {
+    let memcg: *const u8 = ctx.arg(0);
+    check(memcg);
+    0
+}
+
+#[btf_tracepoint(function = "mod_memcg_lruvec_state")]
+pub fn crossing_lruvec(ctx: BtfTracePointContext) -> i32 {
+    if sampled() {
+        let memcg: *const u8 = ctx.arg(0);
+        check(memcg);
+    }
+    0
+}
+
+/// Counts this CPU's hits; true for one in `SAMPLE_EVERY`.
+#[inline(always)]
+fn sampled() -> bool {
+    // SAFETY: a read of a plain global, volatile so the loader's value is used.
+    let every = unsafe { core::ptr::read_volatile(&SAMPLE_EVERY) };
+    let Some(slot) = CROSSING_SAMPLE.get_ptr_mut(0) else {
+        return true;
+    };
+    // SAFETY: a per-CPU slot; programs of one attach point do not nest on a CPU.
+    let hits = unsafe {
+        *slot = (*slot).wrapping_add(1);
+        *slot
+    };
+    every <= 1 || hits % every == 0
+}
+
+/// Reads a `T` at `base + offset` in kernel memory.
+#[inline(always)]
+fn read<T>(base: *const u8, offset: u32) -> Option<T> {
+    // SAFETY: bpf_probe_read_kernel checks the address: a bad one returns an error.
+    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.ok()
+}
+
+#[inline(always)]
+fn check(memcg: *const u8) {
+    // SAFETY: a read of a plain global, volatile so the loader's value is used.
+    let layout = unsafe { core::ptr::read_volatile(&MEMCG_LAYOUT) };
+    if layout.kn_id == 0 {
+        return;
+    }
+    let mut memcg = memcg;
+    for _ in 0..MAX_CGROUP_DEPTH {
+        if memcg.is_null() {
+            return;
+        }
+        let Some(id) = cgroup_id(memcg, &layout) else {
+            return;
+        };
+        // SAFETY: the pointer comes from a successful lookup in a map whose values live
+        // as long as their entry; the agent replaces entries, it does not free them
+        // under us (hash map values are RCU-protected).
+        if let Some(levels) = CROSSING_LEVELS.get_ptr_mut(&id) {
+            let counter = memcg.wrapping_add(layout.memcg_memory as usize);
+            let Some(pages) = read::<u64>(counter, layout.counter_usage) else {
+                return;
+            };
+            let usage = pages << (layout.page_shift & 63);
+            // SAFETY: see above; a racing update can at worst fire one level twice or
+            // miss a re-arm, which the agent's next synchronize repairs.
+            let levels = unsafe { &mut (*levels).levels };
+            for index in 0..LEVELS_PER_CGROUP {
+                let level = &mut levels[index];
+                if level.state == LEVEL_ARMED && usage >= level.level_bytes {
+                    level.state = LEVEL_FIRED;
+                    emit(id, usage, level.level_bytes, level.flags);
+                } else if level.state == LEVEL_WAIT_BELOW && usage < level.rearm_below_bytes {
+                    level.state = LEVEL_ARMED;
+                }
+            }
+        }
+        let counter = memcg.wrapping_add(layout.memcg_memory as usize);
+        let Some(parent) = read::<*const u8>(counter, layout.counter_parent) else {
+            return;
+        };
+        if parent.is_null() {
+            return;
+        }
+        // container_of: the parent counter is the `memory` counter of the parent memcg.
+        memcg = parent.wrapping_sub(layout.memcg_memory as usize);
+    }
+}
+
+/// `memcg->css.cgroup->kn->id`.
+#[inline(always)]
+fn cgroup_id(memcg: *const u8, layout: &MemcgLayout) -> Option<u64> {
+    let cgroup = read::<*const u8>(memcg, layout.memcg_css_cgroup)?;
+    let kn = read::<*const u8>(cgroup, layout.cgroup_kn)?;
+    read::<u64>(kn, layout.kn_id)
+}
+
+#[inline(always)]
+fn emit(cgroup_id: u64, usage: u64, level: u64, flags: u32) {
+    let record = PressureEvent {
+        kind: EventKind::Crossing as u32,
+        pid: 0,
+        // SAFETY: takes no arguments; allowed in tracing programs.
+        timestamp_ns: unsafe { bpf_ktime_get_ns() },
+        cgroup_id,
+        suppressed: 0,
+        level_flags: flags,
+        usage_bytes: usage,
+        level_bytes: level,
+    };
+    match PRESSURE_EVENTS.output::<PressureEvent>(&record, 0) {
+        Ok(()) => count(2 * EventKind::Crossing as u32),
+        Err(_) => count(2 * KIND_COUNT),
+    }
+}

@@ -1,0 +1,373 @@
+//! The userspace half of the in-kernel crossing detector (`monitor-ebpf`'s
+//! `programs/crossing.rs`): the kernel structure offsets it needs, read from the running
+//! kernel's BTF; the choice of attach point; and the map of armed levels, rewritten after
+//! every synchronize.
+//!
+//! Levels are byte values of a memory cgroup's charged memory (its `page_counter`
+//! usage: memory.current on v2, memory.usage_in_bytes below the root on v1), keyed by
+//! the cgroup's id, the inode number of its directory.
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use aya::maps::{HashMap, MapData};
+use btf_rs::{Btf, Type};
+use monitor_common::{
+    ArmedLevel, ArmedLevels, LEVEL_ARMED, LEVEL_HARD, LEVEL_WAIT_BELOW, LEVELS_PER_CGROUP,
+    MemcgLayout,
+};
+
+use super::memcg::ThresholdSpec;
+
+/// Where the detector runs, in the order they are tried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachPoint {
+    /// `fexit` on `try_charge_memcg`: once per charge batch, needs BPF trampolines.
+    ChargeFexit,
+    /// `tp_btf` on `memcg:mod_memcg_lruvec_state`, sampled.
+    LruvecTracepoint,
+}
+
+impl AttachPoint {
+    pub const ALL: [AttachPoint; 2] = [AttachPoint::ChargeFexit, AttachPoint::LruvecTracepoint];
+
+    /// The program's name in the object.
+    pub fn program(self) -> &'static str {
+        match self {
+            AttachPoint::ChargeFexit => "crossing_charge",
+            AttachPoint::LruvecTracepoint => "crossing_lruvec",
+        }
+    }
+
+    /// The kernel function or BTF tracepoint it attaches to.
+    pub fn target(self) -> &'static str {
+        match self {
+            AttachPoint::ChargeFexit => "try_charge_memcg",
+            AttachPoint::LruvecTracepoint => "mod_memcg_lruvec_state",
+        }
+    }
+
+    /// How it shows in logs and settings: `fexit/try_charge_memcg`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttachPoint::ChargeFexit => "fexit/try_charge_memcg",
+            AttachPoint::LruvecTracepoint => "tp_btf/mod_memcg_lruvec_state",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<AttachPoint> {
+        AttachPoint::ALL.into_iter().find(|a| a.name() == text)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    #[error("reading the kernel's BTF at {path}: {reason}")]
+    Btf { path: String, reason: String },
+    #[error("the kernel's BTF has no struct {0}")]
+    NoStruct(String),
+    #[error("the kernel's BTF has no field {field} in struct {structure}")]
+    NoField { structure: String, field: String },
+    #[error("field {field} of struct {structure} is a bitfield")]
+    Bitfield { structure: String, field: String },
+}
+
+/// The kernel's own BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// Reads the offsets the detector needs from the BTF file at `path`.
+pub fn memcg_layout(path: &Path) -> Result<MemcgLayout, LayoutError> {
+    let btf = Btf::from_file(path).map_err(|e| LayoutError::Btf {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .unwrap_or(4096) as u64;
+    Ok(MemcgLayout {
+        memcg_css_cgroup: offset_of(&btf, "mem_cgroup", &["css", "cgroup"])?,
+        memcg_memory: offset_of(&btf, "mem_cgroup", &["memory"])?,
+        counter_usage: offset_of(&btf, "page_counter", &["usage"])?,
+        counter_parent: offset_of(&btf, "page_counter", &["parent"])?,
+        cgroup_kn: offset_of(&btf, "cgroup", &["kn"])?,
+        kn_id: offset_of(&btf, "kernfs_node", &["id"])?,
+        page_shift: page_size.trailing_zeros(),
+        _pad: 0,
+    })
+}
+
+/// Byte offset of `path` (a chain of member names, through embedded structs) inside
+/// `struct name`. Anonymous struct and union members are searched through.
+pub fn offset_of(btf: &Btf, name: &str, path: &[&str]) -> Result<u32, LayoutError> {
+    let mut current = btf
+        .resolve_types_by_name(name)
+        .ok()
+        .and_then(|types| {
+            types.into_iter().find_map(|t| match t {
+                Type::Struct(s) if !s.members.is_empty() => Some(s),
+                _ => None,
+            })
+        })
+        .ok_or_else(|| LayoutError::NoStruct(name.to_string()))?;
+    let mut bits = 0u32;
+    for (depth, field) in path.iter().enumerate() {
+        let no_field = || LayoutError::NoField {
+            structure: name.to_string(),
+            field: path[..=depth].join("."),
+        };
+        let (offset, ty) = find_member(btf, &current, field, 0).ok_or_else(no_field)?;
+        bits += offset;
+        if depth + 1 < path.len() {
+            current = match strip(btf, ty) {
+                Some(Type::Struct(s)) | Some(Type::Union(s)) => s,
+                _ => return Err(no_field()),
+            };
+        }
+    }
+    if bits % 8 != 0 {
+        return Err(LayoutError::Bitfield {
+            structure: name.to_string(),
+            field: path.join("."),
+        });
+    }
+    Ok(bits / 8)
+}
+
+/// A member by name, searching anonymous members; (bit offset, its type).
+fn find_member(
+    btf: &Btf,
+    within: &btf_rs::Struct,
+    field: &str,
+    depth: u32,
+) -> Option<(u32, Type)> {
+    if depth > 8 {
+        return None;
+    }
+    for member in &within.members {
+        let name = btf.resolve_name(member).unwrap_or_default();
+        let ty = btf.resolve_chained_type(member).ok()?;
+        if name == field {
+            return Some((member.bit_offset(), ty));
+        }
+        if name.is_empty()
+            && let Some(Type::Struct(inner) | Type::Union(inner)) = strip(btf, ty)
+            && let Some((offset, ty)) = find_member(btf, &inner, field, depth + 1)
+        {
+            return Some((member.bit_offset() + offset, ty));
+        }
+    }
+    None
+}
+
+/// Follows typedefs and qualifiers to the type they name.
+fn strip(btf: &Btf, mut ty: Type) -> Option<Type> {
+    for _ in 0..16 {
+        ty = match ty {
+            Type::Typedef(t) => btf.resolve_chained_type(&t).ok()?,
+            Type::Const(t) | Type::Volatile(t) | Type::Restrict(t) => {
+                btf.resolve_chained_type(&t).ok()?
+            }
+            Type::TypeTag(t) => btf.resolve_chained_type(&t).ok()?,
+            other => return Some(other),
+        };
+    }
+    None
+}
+
+/// The levels to write, per cgroup directory: hard thresholds first, then the lowest,
+/// at most [`LEVELS_PER_CGROUP`] per cgroup (more are left out and counted in the
+/// second value). A level the observation had already passed waits for usage to fall
+/// below it by `hysteresis(level)` before it arms.
+pub fn levels_by_cgroup(specs: &[ThresholdSpec]) -> (Vec<(PathBuf, ArmedLevels)>, usize) {
+    let mut sorted: Vec<&ThresholdSpec> = specs.iter().collect();
+    sorted.sort_by_key(|s| (!s.hard, s.usage_bytes));
+    let mut out: Vec<(PathBuf, ArmedLevels)> = Vec::new();
+    let mut left_out = 0;
+    for spec in sorted {
+        let index = match out.iter().position(|(c, _)| *c == spec.cgroup) {
+            Some(index) => index,
+            None => {
+                out.push((spec.cgroup.clone(), ArmedLevels::default()));
+                out.len() - 1
+            }
+        };
+        let levels = &mut out[index].1.levels;
+        let Some(slot) = levels.iter_mut().find(|l| l.state == 0) else {
+            left_out += 1;
+            continue;
+        };
+        *slot = ArmedLevel {
+            level_bytes: spec.usage_bytes,
+            rearm_below_bytes: spec.usage_bytes.saturating_sub(hysteresis(spec.usage_bytes)),
+            state: if spec.passed_when_armed {
+                LEVEL_WAIT_BELOW
+            } else {
+                LEVEL_ARMED
+            },
+            flags: if spec.hard { LEVEL_HARD } else { 0 },
+        };
+    }
+    (out, left_out)
+}
+
+/// How far below a level usage must fall before a level it had passed arms again: one
+/// memcg charge batch (64 pages), or 1/128 of the level when that is more.
+pub fn hysteresis(level_bytes: u64) -> u64 {
+    (64 * 4096u64).max(level_bytes / 128)
+}
+
+/// The inode number of a cgroup directory: the id the kernel gives the cgroup.
+pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
+    Ok(std::fs::metadata(dir)?.ino())
+}
+
+/// The running detector: where it attached and the map of levels.
+pub struct Detector {
+    pub attach: AttachPoint,
+    levels: Mutex<HashMap<MapData, u64, ArmedLevels>>,
+    /// The ids written last time, to delete those no longer armed.
+    written: Mutex<Vec<u64>>,
+}
+
+impl Detector {
+    pub fn new(attach: AttachPoint, levels: HashMap<MapData, u64, ArmedLevels>) -> Detector {
+        Detector {
+            attach,
+            levels: Mutex::new(levels),
+            written: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Arms `specs`, replacing every level armed before: called after every synchronize,
+    /// so a fired level arms again (or waits below, when the synchronize found it passed).
+    pub fn arm(&self, specs: &[ThresholdSpec]) {
+        let (by_cgroup, left_out) = levels_by_cgroup(specs);
+        if left_out > 0 {
+            tracing::warn!(
+                "crossing detector: {left_out} level(s) left out, at most {LEVELS_PER_CGROUP} per cgroup"
+            );
+        }
+        let mut map = self.levels.lock().unwrap_or_else(|p| p.into_inner());
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let mut now = Vec::with_capacity(by_cgroup.len());
+        for (dir, levels) in by_cgroup {
+            match cgroup_id(&dir) {
+                Ok(id) => match map.insert(id, levels, 0) {
+                    Ok(()) => now.push(id),
+                    Err(err) => tracing::warn!(
+                        "crossing detector: arming {}: {err}",
+                        dir.display()
+                    ),
+                },
+                Err(err) => {
+                    tracing::warn!("crossing detector: cgroup {}: {err}", dir.display())
+                }
+            }
+        }
+        for id in written.iter().filter(|id| !now.contains(id)) {
+            let _ = map.remove(id);
+        }
+        *written = now;
+    }
+
+    /// The levels armed on a cgroup now, as the kernel holds them (tests, status).
+    pub fn armed(&self, dir: &Path) -> Option<ArmedLevels> {
+        let id = cgroup_id(dir).ok()?;
+        let map = self.levels.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&id, 0).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use monitor_common::LEVEL_EMPTY;
+
+    fn spec(cgroup: &str, usage_bytes: u64, hard: bool, passed: bool) -> ThresholdSpec {
+        ThresholdSpec {
+            cgroup: cgroup.into(),
+            usage_bytes,
+            hard,
+            passed_when_armed: passed,
+        }
+    }
+
+    #[test]
+    fn levels_group_by_cgroup_hard_first_and_passed_ones_wait_below() {
+        let specs = vec![
+            spec("/pods", 900 << 20, false, false),
+            spec("/pods", 1000 << 20, true, false),
+            spec("/pods", 800 << 20, true, true),
+            spec("/other", 10 << 20, true, false),
+        ];
+        let (out, left_out) = levels_by_cgroup(&specs);
+        assert_eq!(left_out, 0);
+        assert_eq!(out.len(), 2);
+        let (dir, pods) = &out[0];
+        assert_eq!(dir, Path::new("/other"));
+        assert_eq!(pods.levels[0].level_bytes, 10 << 20);
+        let pods = &out[1].1.levels;
+        assert_eq!(
+            pods.iter().map(|l| l.level_bytes).collect::<Vec<_>>(),
+            vec![800 << 20, 1000 << 20, 900 << 20, 0]
+        );
+        assert_eq!(pods[0].state, LEVEL_WAIT_BELOW);
+        assert_eq!(pods[0].rearm_below_bytes, (800 << 20) - (800 << 20) / 128);
+        assert_eq!(pods[1].state, LEVEL_ARMED);
+        assert_eq!(pods[1].flags, LEVEL_HARD);
+        assert_eq!(pods[2].flags, 0);
+        assert_eq!(pods[3].state, LEVEL_EMPTY);
+    }
+
+    #[test]
+    fn levels_beyond_the_slots_are_counted_and_soft_ones_go_first() {
+        let mut specs: Vec<ThresholdSpec> =
+            (1..=4).map(|i| spec("/pods", i << 20, false, false)).collect();
+        specs.push(spec("/pods", 50 << 20, true, false));
+        let (out, left_out) = levels_by_cgroup(&specs);
+        assert_eq!(left_out, 1);
+        let levels = &out[0].1.levels;
+        assert_eq!(levels[0].level_bytes, 50 << 20, "the hard level is kept");
+        assert!(levels.iter().all(|l| l.level_bytes != 4 << 20));
+    }
+
+    #[test]
+    fn small_levels_get_one_charge_batch_of_hysteresis() {
+        assert_eq!(hysteresis(1 << 20), 64 * 4096);
+        assert_eq!(hysteresis(1 << 30), (1 << 30) / 128);
+    }
+
+    #[test]
+    fn layout_of_the_running_kernel_when_it_has_btf() {
+        let path = Path::new(VMLINUX_BTF);
+        if !path.exists() {
+            println!("SKIP: no {VMLINUX_BTF} on this kernel");
+            return;
+        }
+        let layout = memcg_layout(path).expect("offsets from the kernel's BTF");
+        // struct mem_cgroup starts with its css, whose cgroup pointer comes before the
+        // memory counter.
+        assert!(layout.memcg_memory > layout.memcg_css_cgroup);
+        assert!(layout.kn_id > 0);
+        assert_eq!(layout.page_shift, 12);
+    }
+
+    #[test]
+    fn a_missing_field_is_named() {
+        let path = Path::new(VMLINUX_BTF);
+        if !path.exists() {
+            println!("SKIP: no {VMLINUX_BTF} on this kernel");
+            return;
+        }
+        let btf = Btf::from_file(path).expect("btf");
+        let err = offset_of(&btf, "page_counter", &["no_such_field"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the kernel's BTF has no field no_such_field in struct page_counter"
+        );
+        let err = offset_of(&btf, "no_such_struct_here", &["x"]).unwrap_err();
+        assert!(err.to_string().contains("no struct no_such_struct_here"));
+    }
+}
