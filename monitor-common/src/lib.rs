@@ -160,12 +160,15 @@ pub struct ArmedLevels {
 
 /// Global holding the kernel structure offsets the detector reads (see [`MemcgLayout`]).
 pub const GLOBAL_MEMCG_LAYOUT: &str = "MEMCG_LAYOUT";
-/// Global: the `mod_memcg_lruvec_state` program looks at one hit in this many per CPU
-/// (the tracepoint fires about five times per 4 KiB page charged).
-pub const GLOBAL_SAMPLE_EVERY: &str = "SAMPLE_EVERY";
-/// Default sampling of the tracepoint variant: one hit in four, about one look per
-/// page charged.
-pub const DEFAULT_SAMPLE_EVERY: u32 = 4;
+/// Global: the `try_charge_memcg` program looks at one charge in this many per CPU.
+pub const GLOBAL_SAMPLE_EVERY_CHARGE: &str = "SAMPLE_EVERY_CHARGE";
+/// Global: the `mod_memcg_lruvec_state` program looks at one hit in this many per CPU.
+pub const GLOBAL_SAMPLE_EVERY_LRUVEC: &str = "SAMPLE_EVERY_LRUVEC";
+/// Default sampling of the charge program: one charge (a page, mostly) in 16, 64 KiB.
+pub const DEFAULT_SAMPLE_EVERY_CHARGE: u32 = 16;
+/// Default sampling of the tracepoint program: one hit in 64; the tracepoint fires about
+/// five times per 4 KiB page charged, so about one look per 50 KiB.
+pub const DEFAULT_SAMPLE_EVERY_LRUVEC: u32 = 64;
 /// Name of the per-CPU sampling counter of the tracepoint variant.
 pub const SAMPLE_MAP: &str = "CROSSING_SAMPLE";
 

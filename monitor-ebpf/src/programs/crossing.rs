@@ -3,11 +3,15 @@
 //! write one record when an armed level is reached.
 //!
 //! Two attach points, one check; the agent loads the first the kernel allows:
-//! - `fexit/try_charge_memcg`: after every charge of the per-CPU batch (64 pages), with
-//!   the `struct mem_cgroup *` charged. Needs BPF trampolines (ftrace direct calls).
+//! - `fexit/try_charge_memcg`: after every charge (a page or a folio), with the
+//!   `struct mem_cgroup *` charged. Needs BPF trampolines (ftrace direct calls).
 //! - `tp_btf/mod_memcg_lruvec_state` (kernels with the memcg tracepoints): fires about
-//!   five times per page charged or uncharged, so only one hit in `SAMPLE_EVERY` per CPU
-//!   is looked at.
+//!   five times per page charged or uncharged.
+//!
+//! The page counters move in steps of the per-CPU charge batch (64 pages), so looking at
+//! every hit buys nothing: each program looks at one hit in `SAMPLE_EVERY_*` per CPU,
+//! which keeps the walk's cost (a few kernel reads and one map lookup per ancestor) off
+//! most charges. A crossing is then seen at most that many hits late: a few pages.
 //!
 //! Kernel structures are read with `bpf_probe_read_kernel` at offsets the agent took
 //! from the running kernel's BTF (`MEMCG_LAYOUT`); a zero layout disables the check.
@@ -17,7 +21,7 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FExitContext},
 };
 use monitor_common::{
-    DEFAULT_SAMPLE_EVERY, EventKind, KIND_COUNT, LEVEL_ARMED, LEVEL_FIRED, LEVEL_WAIT_BELOW,
+    DEFAULT_SAMPLE_EVERY_CHARGE, DEFAULT_SAMPLE_EVERY_LRUVEC, EventKind, KIND_COUNT, LEVEL_ARMED, LEVEL_FIRED, LEVEL_WAIT_BELOW,
     LEVELS_PER_CGROUP, MAX_CGROUP_DEPTH, MemcgLayout, PressureEvent,
 };
 
@@ -37,32 +41,38 @@ static MEMCG_LAYOUT: MemcgLayout = MemcgLayout {
     _pad: 0,
 };
 
-/// One hit in this many per CPU is looked at by the tracepoint variant; set at load.
+/// One charge in this many per CPU is looked at by `crossing_charge`; set at load.
 #[unsafe(no_mangle)]
-static SAMPLE_EVERY: u32 = DEFAULT_SAMPLE_EVERY;
+static SAMPLE_EVERY_CHARGE: u32 = DEFAULT_SAMPLE_EVERY_CHARGE;
+
+/// One hit in this many per CPU is looked at by `crossing_lruvec`; set at load.
+#[unsafe(no_mangle)]
+static SAMPLE_EVERY_LRUVEC: u32 = DEFAULT_SAMPLE_EVERY_LRUVEC;
 
 #[fexit(function = "try_charge_memcg")]
 pub fn crossing_charge(ctx: FExitContext) -> i32 {
-    let memcg: *const u8 = ctx.arg(0);
-    check(memcg);
-    0
-}
-
-#[btf_tracepoint(function = "mod_memcg_lruvec_state")]
-pub fn crossing_lruvec(ctx: BtfTracePointContext) -> i32 {
-    if sampled() {
+    // SAFETY: a read of a plain global, volatile so the loader's value is used.
+    if sampled(0, unsafe { core::ptr::read_volatile(&SAMPLE_EVERY_CHARGE) }) {
         let memcg: *const u8 = ctx.arg(0);
         check(memcg);
     }
     0
 }
 
-/// Counts this CPU's hits; true for one in `SAMPLE_EVERY`.
+#[btf_tracepoint(function = "mod_memcg_lruvec_state")]
+pub fn crossing_lruvec(ctx: BtfTracePointContext) -> i32 {
+    // SAFETY: as above.
+    if sampled(1, unsafe { core::ptr::read_volatile(&SAMPLE_EVERY_LRUVEC) }) {
+        let memcg: *const u8 = ctx.arg(0);
+        check(memcg);
+    }
+    0
+}
+
+/// Counts this CPU's hits in `slot`; true for one in `every`.
 #[inline(always)]
-fn sampled() -> bool {
-    // SAFETY: a read of a plain global, volatile so the loader's value is used.
-    let every = unsafe { core::ptr::read_volatile(&SAMPLE_EVERY) };
-    let Some(slot) = CROSSING_SAMPLE.get_ptr_mut(0) else {
+fn sampled(slot: u32, every: u32) -> bool {
+    let Some(slot) = CROSSING_SAMPLE.get_ptr_mut(slot) else {
         return true;
     };
     // SAFETY: a per-CPU slot; programs of one attach point do not nest on a CPU.

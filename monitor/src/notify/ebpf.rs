@@ -14,9 +14,10 @@ use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, FExit, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use monitor_common::{
-    COUNTERS_MAP, DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_SAMPLE_EVERY, EVENTS_MAP, EventKind,
+    COUNTERS_MAP, DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_SAMPLE_EVERY_CHARGE,
+    DEFAULT_SAMPLE_EVERY_LRUVEC, EVENTS_MAP, EventKind,
     GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MEMCG_LAYOUT, GLOBAL_MIN_INTERVAL_NS,
-    GLOBAL_SAMPLE_EVERY, KIND_COUNT, LEVEL_HARD, LEVELS_MAP, MemcgLayout, PRESSURE_EVENT_SIZE,
+    GLOBAL_SAMPLE_EVERY_CHARGE, GLOBAL_SAMPLE_EVERY_LRUVEC, KIND_COUNT, LEVEL_HARD, LEVELS_MAP, MemcgLayout, PRESSURE_EVENT_SIZE,
     PressureEvent,
 };
 use tokio::io::unix::AsyncFd;
@@ -78,8 +79,10 @@ pub struct EbpfSettings {
     pub object_override: Option<Vec<u8>>,
     /// The crossing detector's attach points, tried in order; empty: no detector.
     pub detector: Vec<AttachPoint>,
-    /// The tracepoint variant looks at one hit in this many per CPU.
-    pub sample_every: u32,
+    /// The charge program looks at one charge in this many per CPU.
+    pub sample_every_charge: u32,
+    /// The tracepoint program looks at one hit in this many per CPU.
+    pub sample_every_lruvec: u32,
 }
 
 impl Default for EbpfSettings {
@@ -88,7 +91,8 @@ impl Default for EbpfSettings {
             min_interval_ns: monitor_common::DEFAULT_MIN_INTERVAL_NS,
             object_override: None,
             detector: AttachPoint::ALL.to_vec(),
-            sample_every: DEFAULT_SAMPLE_EVERY,
+            sample_every_charge: DEFAULT_SAMPLE_EVERY_CHARGE,
+            sample_every_lruvec: DEFAULT_SAMPLE_EVERY_LRUVEC,
         }
     }
 }
@@ -158,7 +162,16 @@ pub fn start(
             layout.as_ref().unwrap_or(&MemcgLayout::default()),
             true,
         )
-        .override_global(GLOBAL_SAMPLE_EVERY, &settings.sample_every.max(1), true)
+        .override_global(
+            GLOBAL_SAMPLE_EVERY_CHARGE,
+            &settings.sample_every_charge.max(1),
+            true,
+        )
+        .override_global(
+            GLOBAL_SAMPLE_EVERY_LRUVEC,
+            &settings.sample_every_lruvec.max(1),
+            true,
+        )
         .load(object)?;
     let detector = layout.and_then(|_| attach_detector(&mut ebpf, &settings.detector));
 
@@ -195,17 +208,15 @@ pub fn start(
     });
     let mut detail = match &detector {
         Ok((detector, refused)) => {
+            let every = match detector.attach {
+                AttachPoint::ChargeFexit => settings.sample_every_charge,
+                AttachPoint::LruvecTracepoint => settings.sample_every_lruvec,
+            };
             let mut text = format!(
-                "crossing detector on {} (levels armed after every synchronize",
-                detector.attach.name()
+                "crossing detector on {} (levels armed after every synchronize, one hit in {} per CPU looked at)",
+                detector.attach.name(),
+                every.max(1)
             );
-            if detector.attach == AttachPoint::LruvecTracepoint {
-                text.push_str(&format!(
-                    ", one hit in {} per CPU looked at",
-                    settings.sample_every.max(1)
-                ));
-            }
-            text.push(')');
             if !refused.is_empty() {
                 text.push_str(&format!(", refused: {}", refused.join("; ")));
             }

@@ -311,6 +311,24 @@ fn log_wakes(sequence: u64, wakes: &[Wake], started_ns: u64) {
         // CLOCK_MONOTONIC, so tools can line wakes up with kernel and hog timestamps.
         let at_ns = wake.received_ns;
         match &wake.detail {
+            WakeDetail::Kernel { event, .. }
+                if event.kind == monitor_common::EventKind::Crossing as u32 =>
+            {
+                tracing::info!(
+                    sequence,
+                    source = %wake.source,
+                    at_ns,
+                    latency_us,
+                    kernel_to_sync_us = started_ns.saturating_sub(event.timestamp_ns) / 1000,
+                    kind = "crossing",
+                    crossed_ns = event.timestamp_ns,
+                    cgroup_id = event.cgroup_id,
+                    usage_bytes = event.usage_bytes,
+                    level_bytes = event.level_bytes,
+                    hard = event.level_flags & monitor_common::LEVEL_HARD != 0,
+                    "wake"
+                )
+            }
             WakeDetail::Kernel { event, memcg } => tracing::info!(
                 sequence,
                 source = %wake.source,

@@ -126,6 +126,11 @@ pub(crate) struct Trial {
     /// sends them too: the VM's kernel runs the node-level programs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) bpf: Vec<ProgStat>,
+    /// CPU time the pods cgroup (ballast and hog) used from the agent's start to the end
+    /// of the trial, from cpuacct.usage (v1) or cpu.stat (v2): what the eBPF programs'
+    /// run time is a share of.
+    #[serde(default)]
+    pub(crate) pods_cpu_ns: Option<u64>,
     /// (ms, MiB) of the working set for the plot; emptied after plotting but for trial 1.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) curve: Vec<(f64, f64)>,
@@ -373,6 +378,7 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         .as_ref()
         .map(|a| bpf::prog_stats(a.id()))
         .unwrap_or_default();
+    let pods_cpu_ns = pods_cpu_ns(&id);
     stop.store(true, Ordering::Relaxed);
     let samples = sampler
         .join()
@@ -403,7 +409,25 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         bpf_stats,
     );
     trial.phase_delay_ms = phase_ms;
+    trial.pods_cpu_ns = pods_cpu_ns;
     Ok(trial)
+}
+
+/// CPU time of the agent's pods cgroup so far (children that are gone included).
+pub(crate) fn pods_cpu_ns(id: &str) -> Option<u64> {
+    let rel = format!("{id}/kubepods");
+    for dir in ["/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/cpu,cpuacct"] {
+        let file = Path::new(dir).join(&rel).join("cpuacct.usage");
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            return text.trim().parse().ok();
+        }
+    }
+    let (_, memory_root, _) = demo::cgroup_mounts();
+    let stat = std::fs::read_to_string(memory_root?.join(&rel).join("cpu.stat")).ok()?;
+    stat.lines().find_map(|line| {
+        let usec: u64 = line.strip_prefix("usage_usec ")?.trim().parse().ok()?;
+        Some(usec * 1000)
+    })
 }
 
 /// The node's memory as the agent reads it on cgroup v2: total, and the working set
@@ -639,6 +663,7 @@ pub(crate) fn from_points(o: Observed) -> Trial {
         crossing_to_kill_ms: diff(crossing_ms, kill_ms),
         sync_durations_ms: o.sync_durations_ms,
         bpf: o.bpf,
+        pods_cpu_ns: None,
         curve: window
             .iter()
             .step_by(step)

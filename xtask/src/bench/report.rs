@@ -279,6 +279,9 @@ pub(crate) fn table(results: &super::Results) -> String {
                 .unwrap_or_else(|| "n/a".into())
         );
     }
+    for line in detector_share(trials) {
+        let _ = writeln!(s, "{line}");
+    }
     for x in sync {
         let _ = writeln!(
             s,
@@ -368,6 +371,60 @@ fn splice(text: &str, section: &str) -> String {
     }
     let sep = if text.ends_with('\n') { "\n" } else { "\n\n" };
     format!("{text}{sep}{section}\n")
+}
+
+/// The crossing detector's CPU as a share of the CPU of the pods whose charges it
+/// watches: its programs' run time (kernel.bpf_stats_enabled; the tracepoint or
+/// trampoline dispatch around each run is not included) over the pods cgroup's CPU
+/// time, summed over the trials of each rate where it ran.
+pub(crate) fn detector_share(trials: &[Trial]) -> Vec<String> {
+    let mut rates: Vec<&str> = Vec::new();
+    for t in trials {
+        if !rates.contains(&t.rate.as_str()) {
+            rates.push(&t.rate);
+        }
+    }
+    let mut out = Vec::new();
+    for rate in rates {
+        let (mut run_ns, mut runs, mut cpu_ns, mut n) = (0u64, 0u64, 0u64, 0);
+        let mut names: Vec<&str> = Vec::new();
+        for t in trials.iter().filter(|t| t.rate == rate) {
+            let (Some(cpu), detector) = (
+                t.pods_cpu_ns,
+                t.bpf
+                    .iter()
+                    .filter(|p| p.name.starts_with("crossing"))
+                    .collect::<Vec<_>>(),
+            ) else {
+                continue;
+            };
+            if detector.iter().all(|p| p.run_cnt == 0) {
+                continue;
+            }
+            for p in detector {
+                run_ns += p.run_time_ns;
+                runs += p.run_cnt;
+                if !names.contains(&p.name.as_str()) {
+                    names.push(&p.name);
+                }
+            }
+            cpu_ns += cpu;
+            n += 1;
+        }
+        if n == 0 || cpu_ns == 0 {
+            continue;
+        }
+        out.push(format!(
+            "- crossing detector ({}) at the {rate} rate: {:.2} % of the allocating pods' CPU ({} runs, {:.0} ns per run, {:.1} ms of {:.0} ms pods CPU over {n} trials)",
+            names.join(", "),
+            run_ns as f64 * 100.0 / cpu_ns as f64,
+            runs,
+            run_ns as f64 / runs.max(1) as f64,
+            run_ns as f64 / 1e6,
+            cpu_ns as f64 / 1e6,
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
