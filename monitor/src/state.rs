@@ -107,6 +107,9 @@ pub struct Metrics {
     pub synchronizes: u64,
     /// Synchronize passes that panicked (the loop survives them; each is a bug).
     pub synchronize_panics: u64,
+    /// Victims of the kernel's OOM killer seen by the eBPF `oom:mark_victim` program, by
+    /// pod ("namespace/name"; "" when the victim was in no pod or was gone too soon).
+    pub kernel_oom_kills: BTreeMap<String, u64>,
 }
 
 /// A Prometheus-style cumulative histogram in seconds.

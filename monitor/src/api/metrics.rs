@@ -24,6 +24,13 @@ const CONDITIONS: [NodeConditionType; 3] = [
     NodeConditionType::PIDPressure,
 ];
 
+/// `oom_kill` of /proc/vmstat (kernels since 4.13).
+fn node_oom_kills() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/vmstat").ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("oom_kill ")?.trim().parse().ok())
+}
+
 /// Renders every metric family, each as HELP, TYPE and its samples in one group.
 pub fn render_metrics(state: &AgentState) -> String {
     let mut out = Metrics::default();
@@ -58,6 +65,28 @@ pub fn render_metrics(state: &AgentState) -> String {
             &[("outcome", outcome)],
             count,
         );
+    }
+
+    out.family(
+        "monitor_kernel_oom_kills_total",
+        "counter",
+        "Victims of the kernel OOM killer (eBPF oom:mark_victim), by pod; pod=\"\" is outside any pod or unattributed. Every one is a kill the agent did not prevent.",
+    );
+    let mut oom: BTreeMap<&str, u64> = state.pods.iter().map(|p| (p.key.as_str(), 0)).collect();
+    oom.insert("", 0);
+    for (pod, count) in &m.kernel_oom_kills {
+        oom.insert(pod, *count);
+    }
+    for (pod, count) in oom {
+        out.sample("monitor_kernel_oom_kills_total", &[("pod", pod)], count);
+    }
+    if let Some(node) = node_oom_kills() {
+        out.family(
+            "monitor_node_oom_kills_total",
+            "counter",
+            "OOM kills on the whole node since boot (/proc/vmstat oom_kill), whoever the victim.",
+        );
+        out.sample("monitor_node_oom_kills_total", &[], node);
     }
 
     out.family(

@@ -111,6 +111,23 @@ impl Arming {
     }
 }
 
+/// The pod whose cgroup holds `memcg` (a path in the memory hierarchy, as
+/// /proc/PID/cgroup shows it).
+fn pod_of_cgroup(pods: &[crate::state::PodView], memcg: &str) -> Option<String> {
+    let memcg = memcg.trim_matches('/');
+    pods.iter()
+        .find(|pod| {
+            pod.cgroup.as_deref().is_some_and(|cgroup| {
+                let cgroup = cgroup.trim_matches('/');
+                !cgroup.is_empty()
+                    && memcg
+                        .strip_prefix(cgroup)
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            })
+        })
+        .map(|pod| pod.key.clone())
+}
+
 /// One synchronize, as published to subscribers (API, metrics, tests).
 #[derive(Clone, Debug)]
 pub struct SyncReport {
@@ -236,6 +253,16 @@ impl<O: Observe> SyncLoop<O> {
         let mut state = self.state.lock();
         let duration = Duration::from_nanos(report.finished_ns.saturating_sub(report.started_ns));
         for wake in &report.wakes {
+            if let WakeDetail::Kernel { event, memcg } = &wake.detail
+                && event.kind == monitor_common::EventKind::OomVictim as u32
+            {
+                // The kernel's OOM killer chose a victim: whose pod was it?
+                let pod = memcg
+                    .as_deref()
+                    .and_then(|memcg| pod_of_cgroup(&state.pods, memcg))
+                    .unwrap_or_default();
+                *state.metrics.kernel_oom_kills.entry(pod).or_default() += 1;
+            }
             let latency = report.started_ns.saturating_sub(wake.received_ns) as f64 / 1e9;
             state
                 .metrics
@@ -371,6 +398,33 @@ mod tests {
     use crate::notify::wake_channel;
     use crate::observe::{FsStats, NodeMemory, PidStats};
     use crate::runtime::port::Ports;
+
+    #[test]
+    fn an_oom_victim_is_attributed_to_the_pod_whose_cgroup_holds_it() {
+        let pod = |key: &str, cgroup: Option<&str>| crate::state::PodView {
+            key: key.into(),
+            uid: "u".into(),
+            qos_class: "Burstable".into(),
+            priority: 0,
+            phase: "Running".into(),
+            reason: None,
+            message: None,
+            cgroup: cgroup.map(str::to_string),
+            memory_working_set_bytes: None,
+            containers: vec![],
+        };
+        let pods = vec![
+            pod("default/none", None),
+            pod("default/a", Some("monitor/kubepods/burstable/poda")),
+            pod("default/ab", Some("/monitor/kubepods/burstable/podab")),
+        ];
+        let of = |memcg| pod_of_cgroup(&pods, memcg);
+        assert_eq!(of("/monitor/kubepods/burstable/poda/main").as_deref(), Some("default/a"));
+        assert_eq!(of("/monitor/kubepods/burstable/podab").as_deref(), Some("default/ab"));
+        // A prefix of the name is not the pod.
+        assert_eq!(of("/monitor/kubepods/burstable/podabc/main"), None);
+        assert_eq!(of("/system.slice/sshd.service"), None);
+    }
 
     /// Panics on its first observation, then observes a calm node.
     struct PanicsOnce {
