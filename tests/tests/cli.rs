@@ -28,6 +28,16 @@ fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  - {name: main, image: none, command: [/bin/sleep, '1000']}\n",
     )
     .unwrap();
+    // A pod that outgrows its own memory limit (slowly: a few seconds, so the kernel sources
+    // are up): the kernel's OOM killer ends it, and the agent counts the kill against the pod.
+    std::fs::write(
+        dir.path().join("pods/oomer.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: oomer}}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: main\n    image: none\n    command: [{}, anon, '100', '1', '100', '60']\n    resources: {{limits: {{memory: 32Mi}}}}\n",
+            helper_binary("hog").display()
+        ),
+    )
+    .unwrap();
     let config = format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
          evictionHard: {{allocatableMemory.available: 50Mi}}\nmonitor:\n  podsMemoryLimit: 256Mi\n  cgroupRoot: {cgroup_root}\n  \
@@ -120,6 +130,19 @@ fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
             && metrics.contains("monitor_wake_to_sync_seconds_bucket"),
         "{metrics}"
     );
+
+    if Feature::Ebpf.missing().is_none() {
+        wait_until(
+            "the kernel OOM kill of default/oomer in the metrics",
+            Duration::from_secs(30),
+            || {
+                let out = monitor(&["metrics", "--socket", &socket_arg]);
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|l| l.starts_with("monitor_kernel_oom_kills_total{pod=\"default/oomer\"} ") && !l.ends_with(" 0"))
+            },
+        );
+    }
 
     // SIGTERM: a clean exit, the socket removed, the pod left running (adopted next time).
     let _ = nix::sys::signal::kill(
