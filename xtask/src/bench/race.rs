@@ -131,6 +131,10 @@ pub(crate) struct Trial {
     /// run time is a share of.
     #[serde(default)]
     pub(crate) pods_cpu_ns: Option<u64>,
+    /// cgroup v2: whether the pods cgroup's memory.high was ever below max during the
+    /// race (2 ms polling); `None` on cgroup v1.
+    #[serde(default)]
+    pub(crate) memory_high_set: Option<bool>,
     /// (ms, MiB) of the working set for the plot; emptied after plotting but for trial 1.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) curve: Vec<(f64, f64)>,
@@ -325,6 +329,9 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         Level::Pods => demo::sampler(pods_dir.clone(), v1, stop.clone()),
         Level::Node => node_sampler(stop.clone()),
     };
+    // On cgroup v2: did the agent throttle the pods with memory.high during the race?
+    let high_file = (!v1).then(|| pods_dir.join("memory.high"));
+    let mut memory_high_set = false;
     // Kernel OOM kills: in the pods cgroup, or anywhere on the node.
     let level = setup.level;
     let oom_kills = move || match level {
@@ -348,6 +355,11 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     loop {
         std::thread::sleep(Duration::from_millis(2));
         let now = demo::monotonic_ns();
+        if let Some(file) = &high_file
+            && let Ok(text) = std::fs::read_to_string(file)
+        {
+            memory_high_set |= !matches!(text.trim(), "max" | "");
+        }
         // The hog's cgroup goes away with it: keep the highest count seen.
         oom_seen = oom_seen.max(oom_kills());
         if oom_ns.is_none() && oom_seen > oom_before {
@@ -410,6 +422,7 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     );
     trial.phase_delay_ms = phase_ms;
     trial.pods_cpu_ns = pods_cpu_ns;
+    trial.memory_high_set = high_file.map(|_| memory_high_set);
     Ok(trial)
 }
 
@@ -664,6 +677,7 @@ pub(crate) fn from_points(o: Observed) -> Trial {
         sync_durations_ms: o.sync_durations_ms,
         bpf: o.bpf,
         pods_cpu_ns: None,
+        memory_high_set: None,
         curve: window
             .iter()
             .step_by(step)

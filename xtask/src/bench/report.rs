@@ -282,6 +282,9 @@ pub(crate) fn table(results: &super::Results) -> String {
     for line in detector_share(trials) {
         let _ = writeln!(s, "{line}");
     }
+    for line in memory_high_use(trials) {
+        let _ = writeln!(s, "{line}");
+    }
     for x in sync {
         let _ = writeln!(
             s,
@@ -371,6 +374,31 @@ fn splice(text: &str, section: &str) -> String {
     }
     let sep = if text.ends_with('\n') { "\n" } else { "\n\n" };
     format!("{text}{sep}{section}\n")
+}
+
+/// On cgroup v2 (the VM), per rate and mode: in how many trials the agent set the pods
+/// cgroup's memory.high (the throttling stand-in for a usage threshold).
+pub(crate) fn memory_high_use(trials: &[Trial]) -> Vec<String> {
+    let mut groups: Vec<(&str, &str)> = Vec::new();
+    for t in trials.iter().filter(|t| t.memory_high_set.is_some()) {
+        if !groups.contains(&(t.rate.as_str(), t.mode.as_str())) {
+            groups.push((&t.rate, &t.mode));
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(rate, mode)| {
+            let of: Vec<&Trial> = trials
+                .iter()
+                .filter(|t| t.rate == rate && t.mode == mode && t.memory_high_set.is_some())
+                .collect();
+            let set = of.iter().filter(|t| t.memory_high_set == Some(true)).count();
+            format!(
+                "- memory.high of the pods cgroup set by the agent ({rate}, {mode}): {set} of {} trials",
+                of.len()
+            )
+        })
+        .collect()
 }
 
 /// The crossing detector's CPU as a share of the CPU of the pods whose charges it
