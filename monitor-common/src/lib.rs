@@ -19,6 +19,15 @@ pub const LAST_EMIT_ENTRIES: u32 = 4096;
 /// Globals the agent may set when it loads the object (`EbpfLoader::set_global`).
 pub const GLOBAL_MIN_INTERVAL_NS: &str = "MIN_INTERVAL_NS";
 pub const GLOBAL_MARK_VICTIM_PID_OFFSET: &str = "MARK_VICTIM_PID_OFFSET";
+/// Globals of the `signal:signal_generate` program: offsets of `sig` and `pid` in its
+/// record (from tracefs), and the agent's own process id (only its kills are recorded).
+pub const GLOBAL_SIGNAL_SIG_OFFSET: &str = "SIGNAL_SIG_OFFSET";
+pub const GLOBAL_SIGNAL_PID_OFFSET: &str = "SIGNAL_PID_OFFSET";
+pub const GLOBAL_AGENT_TGID: &str = "AGENT_TGID";
+/// The offsets on the kernels we know.
+pub const DEFAULT_SIGNAL_SIG_OFFSET: u32 = 8;
+pub const DEFAULT_SIGNAL_PID_OFFSET: u32 = 36;
+
 /// Default in-kernel rate limit: one record per (cgroup, kind) per millisecond. A reclaim
 /// storm fires these tracepoints tens of thousands of times a second; the agent only
 /// needs to be woken, and a synchronize takes about a millisecond anyway.
@@ -44,10 +53,14 @@ pub enum EventKind {
     /// The crossing detector saw a memory cgroup's usage reach a level the agent armed
     /// in [`LEVELS_MAP`]: the record carries the usage it read and the level.
     Crossing = 4,
+    /// `signal:signal_generate`: the agent's own process sent SIGKILL (the hot path's
+    /// `cgroup.kill`, or a kill of the normal path): the kernel's stamp of a kill. `pid`
+    /// is the target.
+    KillSignal = 5,
 }
 
 /// Number of [`EventKind`] variants.
-pub const KIND_COUNT: u32 = 5;
+pub const KIND_COUNT: u32 = 6;
 
 impl EventKind {
     pub const ALL: [EventKind; KIND_COUNT as usize] = [
@@ -56,6 +69,7 @@ impl EventKind {
         EventKind::KswapdWake,
         EventKind::OomVictim,
         EventKind::Crossing,
+        EventKind::KillSignal,
     ];
 
     pub fn from_u32(raw: u32) -> Option<Self> {
@@ -65,6 +79,7 @@ impl EventKind {
             2 => Some(Self::KswapdWake),
             3 => Some(Self::OomVictim),
             4 => Some(Self::Crossing),
+            5 => Some(Self::KillSignal),
             _ => None,
         }
     }
@@ -77,6 +92,7 @@ impl EventKind {
             Self::KswapdWake => "kswapd_wake",
             Self::OomVictim => "oom_victim",
             Self::Crossing => "crossing",
+            Self::KillSignal => "kill_signal",
         }
     }
 }
@@ -235,10 +251,7 @@ mod tests {
     fn record_layout_has_no_hidden_padding() {
         assert_eq!(PRESSURE_EVENT_SIZE, 48);
         assert_eq!(core::mem::size_of::<ArmedLevel>(), 24);
-        assert_eq!(
-            core::mem::size_of::<ArmedLevels>(),
-            24 * LEVELS_PER_CGROUP
-        );
+        assert_eq!(core::mem::size_of::<ArmedLevels>(), 24 * LEVELS_PER_CGROUP);
         assert_eq!(core::mem::size_of::<MemcgLayout>(), 32);
         assert_eq!(core::mem::size_of::<RateKey>(), 16);
         assert_eq!(core::mem::size_of::<RateState>(), 16);

@@ -87,7 +87,10 @@ impl Agent {
         }
 
         // The eBPF crossing detector, when it attached, carries every memory threshold.
-        let detector = ebpf.as_ref().and_then(|e| e.detector.as_ref().ok()).cloned();
+        let detector = ebpf
+            .as_ref()
+            .and_then(|e| e.detector.as_ref().ok())
+            .cloned();
 
         // Memory thresholds: eventfd notifiers on cgroup v1; on cgroup v2, memory.high
         // (whose crossings the memory.events source then reports) only without the
@@ -304,9 +307,8 @@ impl Agent {
         for task in &self.tasks {
             task.abort();
         }
-        if let Some(ebpf) = &self.ebpf {
-            ebpf.task.abort();
-        }
+        // Stops the eBPF consumer thread and detaches the programs.
+        drop(self.ebpf.take());
         for task in self.tasks {
             let _ = task.await;
         }

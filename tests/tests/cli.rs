@@ -137,9 +137,10 @@ fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
             Duration::from_secs(30),
             || {
                 let out = monitor(&["metrics", "--socket", &socket_arg]);
-                String::from_utf8_lossy(&out.stdout)
-                    .lines()
-                    .any(|l| l.starts_with("monitor_kernel_oom_kills_total{pod=\"default/oomer\"} ") && !l.ends_with(" 0"))
+                String::from_utf8_lossy(&out.stdout).lines().any(|l| {
+                    l.starts_with("monitor_kernel_oom_kills_total{pod=\"default/oomer\"} ")
+                        && !l.ends_with(" 0")
+                })
             },
         );
     }

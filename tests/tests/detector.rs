@@ -96,7 +96,10 @@ async fn detector_fires_once_per_arming_at_the_level_on_the_cgroup_and_its_ances
     let pods = TestCgroup::new("pods", 512 * MIB);
     let pod = child(&pods, "pod");
     let (source, mut rx) = start_source(&[]);
-    let detector = source.detector.as_ref().expect("a detector attaches on this kernel");
+    let detector = source
+        .detector
+        .as_ref()
+        .expect("a detector attaches on this kernel");
     println!("detector on {}", detector.attach.name());
 
     let base = usage(&pods.memory_dir, pods.version);
@@ -154,8 +157,11 @@ async fn detector_fires_once_per_arming_at_the_level_on_the_cgroup_and_its_ances
     );
     assert_eq!(records.len(), 2, "nothing else: {records:?}");
     // The kernel stamps the record on CLOCK_MONOTONIC, before userspace saw it.
-    assert!(records.iter().all(|r| r.timestamp_ns > 0
-        && r.timestamp_ns <= monitor::clock::monotonic_ns()));
+    assert!(
+        records
+            .iter()
+            .all(|r| r.timestamp_ns > 0 && r.timestamp_ns <= monitor::clock::monotonic_ns())
+    );
 
     // Armed again while usage is below: fires again on the next crossing.
     detector.arm(&[spec(&pods.memory_dir, pods_level, true)]);
@@ -200,8 +206,14 @@ fn agent_config(pods: &TestCgroup, detector: Vec<String>) -> AgentConfig {
     }
 }
 
-async fn next_report(reports: &mut broadcast::Receiver<SyncReport>, within: Duration) -> Option<SyncReport> {
-    tokio::time::timeout(within, reports.recv()).await.ok()?.ok()
+async fn next_report(
+    reports: &mut broadcast::Receiver<SyncReport>,
+    within: Duration,
+) -> Option<SyncReport> {
+    tokio::time::timeout(within, reports.recv())
+        .await
+        .ok()?
+        .ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,16 +227,30 @@ async fn agent_wakes_through_the_detector_alone_and_never_writes_memory_high() {
     init_tracing();
     // allocatableMemory.available<100Mi on a 256 MiB pods cgroup: level 156 MiB.
     let pods = TestCgroup::new("pods", 256 * MIB);
-    let mut config = agent_config(&pods, AttachPoint::ALL.iter().map(|a| a.name().into()).collect());
+    let mut config = agent_config(
+        &pods,
+        AttachPoint::ALL.iter().map(|a| a.name().into()).collect(),
+    );
     // The detector alone: no eventfd thresholds, memory.events or PSI.
     config.settings.sources.memcg_thresholds = false;
-    let agent = Agent::start(config, default_kubelet_config(), Ports::none(), SharedState::default())
-        .expect("agent starts");
+    let agent = Agent::start(
+        config,
+        default_kubelet_config(),
+        Ports::none(),
+        SharedState::default(),
+    )
+    .expect("agent starts");
     let mut reports = agent.subscribe();
     let ebpf = agent.status_of(WakeSource::Ebpf).unwrap();
     assert_eq!(ebpf.state, SourceState::Running);
-    assert!(ebpf.detail.starts_with("crossing detector on "), "{}", ebpf.detail);
-    next_report(&mut reports, Duration::from_secs(5)).await.expect("first synchronize");
+    assert!(
+        ebpf.detail.starts_with("crossing detector on "),
+        "{}",
+        ebpf.detail
+    );
+    next_report(&mut reports, Duration::from_secs(5))
+        .await
+        .expect("first synchronize");
     let high_before = (pods.version == CgroupVersion::V2).then(|| pods.read("memory.high"));
 
     let mut child = pods.spawn({
@@ -235,19 +261,24 @@ async fn agent_wakes_through_the_detector_alone_and_never_writes_memory_high() {
     let mut woke = None;
     let mut crossing_wakes = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while let Some(report) = next_report(&mut reports, deadline - tokio::time::Instant::now()).await {
+    while let Some(report) = next_report(&mut reports, deadline - tokio::time::Instant::now()).await
+    {
         for wake in &report.wakes {
             if let WakeDetail::Kernel { event, .. } = &wake.detail
                 && event.kind == EventKind::Crossing as u32
             {
                 crossing_wakes += 1;
                 if woke.is_none() {
-                    woke = Some((event.clone(), report.clone()));
+                    woke = Some((*event, report.clone()));
                 }
             }
         }
         if pods.version == CgroupVersion::V2 {
-            assert_eq!(Some(pods.read("memory.high")), high_before, "memory.high untouched");
+            assert_eq!(
+                Some(pods.read("memory.high")),
+                high_before,
+                "memory.high untouched"
+            );
         }
         if child.try_wait().ok().flatten().is_some() {
             break;
@@ -282,14 +313,21 @@ async fn agent_wakes_through_the_detector_alone_and_never_writes_memory_high() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_attach_point_falls_back_and_says_so() {
-    if !require("a_refused_attach_point_falls_back", &[Feature::Root, Feature::Ebpf]) {
+    if !require(
+        "a_refused_attach_point_falls_back",
+        &[Feature::Root, Feature::Ebpf],
+    ) {
         return;
     }
     init_tracing();
     // Which point this kernel takes; then offer only the other one.
     let chosen = {
         let (source, _rx) = start_source(&[]);
-        source.detector.as_ref().expect("a detector attaches").attach
+        source
+            .detector
+            .as_ref()
+            .expect("a detector attaches")
+            .attach
     };
     let other = *AttachPoint::ALL.iter().find(|a| **a != chosen).unwrap();
     let (source, _rx) = start_source(&[other]);
@@ -306,11 +344,17 @@ async fn a_refused_attach_point_falls_back_and_says_so() {
     let pods = TestCgroup::new("pods", 256 * MIB);
     let mut config = agent_config(&pods, vec![other.name().to_string()]);
     config.settings.sources.memory_events = pods.version == CgroupVersion::V2;
-    let agent = Agent::start(config, default_kubelet_config(), Ports::none(), SharedState::default())
-        .expect("agent starts without the detector");
+    let agent = Agent::start(
+        config,
+        default_kubelet_config(),
+        Ports::none(),
+        SharedState::default(),
+    )
+    .expect("agent starts without the detector");
     let ebpf = agent.status_of(WakeSource::Ebpf).unwrap();
     assert!(
-        ebpf.detail.starts_with("no crossing detector: every attach point refused: ")
+        ebpf.detail
+            .starts_with("no crossing detector: every attach point refused: ")
             && ebpf.detail.contains(other.name()),
         "{}",
         ebpf.detail
@@ -338,16 +382,64 @@ async fn a_memory_high_left_by_a_killed_agent_is_put_back_at_start() {
     pods.write("memory.high", &(200 * MIB).to_string());
     xattr::set(&pods.memory_dir, HIGH_XATTR, b"max").expect("xattr");
     let config = agent_config(&pods, vec![]);
-    let agent = Agent::start(config, default_kubelet_config(), Ports::none(), SharedState::default())
-        .expect("agent starts");
+    let agent = Agent::start(
+        config,
+        default_kubelet_config(),
+        Ports::none(),
+        SharedState::default(),
+    )
+    .expect("agent starts");
     assert_eq!(pods.read("memory.high").trim(), "max");
     assert!(matches!(xattr::get(&pods.memory_dir, HIGH_XATTR), Ok(None)));
     agent.shutdown().await;
     // A memory.high set by someone else is not the agent's to lift.
     pods.write("memory.high", &(200 * MIB).to_string());
-    let config = agent_config(&pods, AttachPoint::ALL.iter().map(|a| a.name().into()).collect());
-    let agent = Agent::start(config, default_kubelet_config(), Ports::none(), SharedState::default())
-        .expect("agent starts");
+    let config = agent_config(
+        &pods,
+        AttachPoint::ALL.iter().map(|a| a.name().into()).collect(),
+    );
+    let agent = Agent::start(
+        config,
+        default_kubelet_config(),
+        Ports::none(),
+        SharedState::default(),
+    )
+    .expect("agent starts");
     assert_eq!(pods.read("memory.high").trim(), (200 * MIB).to_string());
     agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detector_fires_at_full_speed_with_large_steps() {
+    if !require(
+        "detector_fires_at_full_speed",
+        &[Feature::Root, Feature::Ebpf],
+    ) {
+        return;
+    }
+    init_tracing();
+    // As the benchmark's race: 8 MiB steps at full speed (transparent huge pages where
+    // the kernel uses them: charges of 512 pages at once), a level 200 MiB under the limit.
+    for round in 0..3 {
+        let pods = TestCgroup::new("pods", 1024 * MIB);
+        let pod = child(&pods, "pod");
+        let (source, mut rx) = start_source(&[]);
+        let detector = source.detector.as_ref().expect("a detector attaches");
+        let level = usage(&pods.memory_dir, pods.version) + 600 * MIB;
+        detector.arm(&[spec(&pods.memory_dir, level, true)]);
+        let mut command = hog(&["anon", "700", "8", "0", "0"]);
+        command.stdout(Stdio::null());
+        join_before_exec(&mut command, &[pod.join("cgroup.procs")]);
+        let _ = command.spawn().expect("hog").wait();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let records = crossings(&mut rx);
+        let counters = source.counters();
+        println!(
+            "round {round}: level {level} records {records:?} counters {counters:?} armed {:?}",
+            detector.armed(&pods.memory_dir)
+        );
+        assert_eq!(records.len(), 1, "round {round}: {records:?}");
+        assert!(records[0].usage_bytes >= level && records[0].usage_bytes < level + 40 * MIB);
+        drop(source);
+    }
 }

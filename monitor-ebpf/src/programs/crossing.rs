@@ -21,8 +21,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FExitContext},
 };
 use monitor_common::{
-    DEFAULT_SAMPLE_EVERY_CHARGE, DEFAULT_SAMPLE_EVERY_LRUVEC, EventKind, KIND_COUNT, LEVEL_ARMED, LEVEL_FIRED, LEVEL_WAIT_BELOW,
-    LEVELS_PER_CGROUP, MAX_CGROUP_DEPTH, MemcgLayout, PressureEvent,
+    DEFAULT_SAMPLE_EVERY_CHARGE, DEFAULT_SAMPLE_EVERY_LRUVEC, EventKind, KIND_COUNT, LEVEL_ARMED,
+    LEVEL_FIRED, LEVEL_WAIT_BELOW, LEVELS_PER_CGROUP, MAX_CGROUP_DEPTH, MemcgLayout, PressureEvent,
 };
 
 use crate::emit::count;

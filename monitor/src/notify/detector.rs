@@ -126,7 +126,7 @@ pub fn offset_of(btf: &Btf, name: &str, path: &[&str]) -> Result<u32, LayoutErro
             };
         }
     }
-    if bits % 8 != 0 {
+    if !bits.is_multiple_of(8) {
         return Err(LayoutError::Bitfield {
             structure: name.to_string(),
             field: path.join("."),
@@ -136,12 +136,7 @@ pub fn offset_of(btf: &Btf, name: &str, path: &[&str]) -> Result<u32, LayoutErro
 }
 
 /// A member by name, searching anonymous members; (bit offset, its type).
-fn find_member(
-    btf: &Btf,
-    within: &btf_rs::Struct,
-    field: &str,
-    depth: u32,
-) -> Option<(u32, Type)> {
+fn find_member(btf: &Btf, within: &btf_rs::Struct, field: &str, depth: u32) -> Option<(u32, Type)> {
     if depth > 8 {
         return None;
     }
@@ -200,7 +195,9 @@ pub fn levels_by_cgroup(specs: &[ThresholdSpec]) -> (Vec<(PathBuf, ArmedLevels)>
         };
         *slot = ArmedLevel {
             level_bytes: spec.usage_bytes,
-            rearm_below_bytes: spec.usage_bytes.saturating_sub(hysteresis(spec.usage_bytes)),
+            rearm_below_bytes: spec
+                .usage_bytes
+                .saturating_sub(hysteresis(spec.usage_bytes)),
             state: if spec.passed_when_armed {
                 LEVEL_WAIT_BELOW
             } else {
@@ -256,10 +253,9 @@ impl Detector {
             match cgroup_id(&dir) {
                 Ok(id) => match map.insert(id, levels, 0) {
                     Ok(()) => now.push(id),
-                    Err(err) => tracing::warn!(
-                        "crossing detector: arming {}: {err}",
-                        dir.display()
-                    ),
+                    Err(err) => {
+                        tracing::warn!("crossing detector: arming {}: {err}", dir.display())
+                    }
                 },
                 Err(err) => {
                     tracing::warn!("crossing detector: cgroup {}: {err}", dir.display())
@@ -323,8 +319,9 @@ mod tests {
 
     #[test]
     fn levels_beyond_the_slots_are_counted_and_soft_ones_go_first() {
-        let mut specs: Vec<ThresholdSpec> =
-            (1..=4).map(|i| spec("/pods", i << 20, false, false)).collect();
+        let mut specs: Vec<ThresholdSpec> = (1..=4)
+            .map(|i| spec("/pods", i << 20, false, false))
+            .collect();
         specs.push(spec("/pods", 50 << 20, true, false));
         let (out, left_out) = levels_by_cgroup(&specs);
         assert_eq!(left_out, 1);

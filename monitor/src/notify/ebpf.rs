@@ -15,13 +15,13 @@ use aya::programs::{BtfTracePoint, FExit, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use monitor_common::{
     COUNTERS_MAP, DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_SAMPLE_EVERY_CHARGE,
-    DEFAULT_SAMPLE_EVERY_LRUVEC, EVENTS_MAP, EventKind,
-    GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MEMCG_LAYOUT, GLOBAL_MIN_INTERVAL_NS,
-    GLOBAL_SAMPLE_EVERY_CHARGE, GLOBAL_SAMPLE_EVERY_LRUVEC, KIND_COUNT, LEVEL_HARD, LEVELS_MAP, MemcgLayout, PRESSURE_EVENT_SIZE,
-    PressureEvent,
+    DEFAULT_SAMPLE_EVERY_LRUVEC, DEFAULT_SIGNAL_PID_OFFSET, DEFAULT_SIGNAL_SIG_OFFSET, EVENTS_MAP,
+    EventKind, GLOBAL_AGENT_TGID, GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MEMCG_LAYOUT,
+    GLOBAL_MIN_INTERVAL_NS, GLOBAL_SAMPLE_EVERY_CHARGE, GLOBAL_SAMPLE_EVERY_LRUVEC,
+    GLOBAL_SIGNAL_PID_OFFSET, GLOBAL_SIGNAL_SIG_OFFSET, KIND_COUNT, LEVEL_HARD, LEVELS_MAP,
+    MemcgLayout, PRESSURE_EVENT_SIZE, PressureEvent,
 };
-use tokio::io::unix::AsyncFd;
-use tokio::task::JoinHandle;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::detector::{AttachPoint, Detector, VMLINUX_BTF, memcg_layout};
 use super::{Hook, SourceStatus, WakeDetail, WakeSender, WakeSource};
@@ -30,7 +30,7 @@ use super::{Hook, SourceStatus, WakeDetail, WakeSender, WakeSource};
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor-ebpf"));
 
 /// (program name in the object, tracepoint category, tracepoint name, kind).
-pub const PROGRAMS: [(&str, &str, &str, EventKind); 4] = [
+pub const PROGRAMS: [(&str, &str, &str, EventKind); 5] = [
     (
         "memcg_reclaim",
         "vmscan",
@@ -50,6 +50,12 @@ pub const PROGRAMS: [(&str, &str, &str, EventKind); 4] = [
         EventKind::KswapdWake,
     ),
     ("oom_victim", "oom", "mark_victim", EventKind::OomVictim),
+    (
+        "kill_signal",
+        "signal",
+        "signal_generate",
+        EventKind::KillSignal,
+    ),
 ];
 
 const TRACEFS: &str = "/sys/kernel/tracing";
@@ -108,12 +114,23 @@ pub struct KernelCounters {
 /// A running eBPF source. Dropping it detaches the programs.
 pub struct EbpfSource {
     pub status: SourceStatus,
-    pub task: JoinHandle<()>,
+    /// The consumer thread, and the flag that stops it (checked every 100 ms).
+    consumer: Option<std::thread::JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
     /// The crossing detector, when one attached; `Err` says why none did.
     pub detector: Result<Arc<Detector>, String>,
     counters: PerCpuArray<MapData, u64>,
     /// Kept alive: dropping the `Ebpf` detaches every program.
     _ebpf: Ebpf,
+}
+
+impl Drop for EbpfSource {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(consumer) = self.consumer.take() {
+            let _ = consumer.join();
+        }
+    }
 }
 
 impl EbpfSource {
@@ -134,7 +151,7 @@ impl EbpfSource {
     }
 }
 
-/// Loads, attaches and starts consuming. Must run inside a tokio runtime.
+/// Loads, attaches, and starts the thread that reads the ring buffer.
 /// Reclaim records are told to `hook` first (the hot path): on cgroup v2, reclaim in the
 /// pods cgroup is the first the kernel shows of a crossing of its `memory.high`.
 pub fn start(
@@ -148,6 +165,13 @@ pub fn start(
     }
     let tracefs = ensure_tracefs()?;
     let pid_offset = mark_victim_pid_offset(&tracefs);
+    let signal_format =
+        std::fs::read_to_string(tracefs.join("events/signal/signal_generate/format"))
+            .unwrap_or_default();
+    let sig_offset = parse_field_offset(&signal_format, "sig").unwrap_or(DEFAULT_SIGNAL_SIG_OFFSET);
+    let target_offset =
+        parse_field_offset(&signal_format, "pid").unwrap_or(DEFAULT_SIGNAL_PID_OFFSET);
+    let agent_tgid = std::process::id();
     // Without the offsets the detector stays off (a zero layout makes it do nothing).
     let layout = if settings.detector.is_empty() {
         Err("switched off by configuration (sources.crossingDetector is empty)".to_string())
@@ -157,6 +181,9 @@ pub fn start(
     let mut ebpf = EbpfLoader::new()
         .override_global(GLOBAL_MIN_INTERVAL_NS, &settings.min_interval_ns, true)
         .override_global(GLOBAL_MARK_VICTIM_PID_OFFSET, &pid_offset, true)
+        .override_global(GLOBAL_SIGNAL_SIG_OFFSET, &sig_offset, true)
+        .override_global(GLOBAL_SIGNAL_PID_OFFSET, &target_offset, true)
+        .override_global(GLOBAL_AGENT_TGID, &agent_tgid, true)
         .override_global(
             GLOBAL_MEMCG_LAYOUT,
             layout.as_ref().unwrap_or(&MemcgLayout::default()),
@@ -195,9 +222,9 @@ pub fn start(
         .ok_or_else(|| EbpfError::RingBuf(format!("{COUNTERS_MAP} not in the object")))?;
     let counters =
         PerCpuArray::try_from(counters).map_err(|e| EbpfError::RingBuf(e.to_string()))?;
-    let ring = super::async_fd(ring, tokio::io::Interest::READABLE)
-        .map_err(|e| EbpfError::RingBuf(e.to_string()))?;
-    let task = tokio::spawn(consume(ring, wakes, hook));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (consumer, scheduling) = spawn_consumer(ring, wakes, hook, stop.clone())
+        .map_err(|e| EbpfError::RingBuf(format!("starting its consumer thread: {e}")))?;
 
     let detector = detector.and_then(|(attach, tried)| {
         let map = ebpf
@@ -233,9 +260,13 @@ pub fn start(
     if !failed.is_empty() {
         detail.push_str(&format!("; not attached: {}", failed.join("; ")));
     }
+    detail.push_str(&format!(
+        "; records read by thread {CONSUMER_THREAD} ({scheduling})"
+    ));
     Ok(EbpfSource {
         status: SourceStatus::running(WakeSource::Ebpf, detail),
-        task,
+        consumer: Some(consumer),
+        stop,
         detector: detector.map(|(d, _)| d),
         counters,
         _ebpf: ebpf,
@@ -252,11 +283,11 @@ fn attach_detector(
     let mut refused = Vec::new();
     for &attach in choices {
         let result = (|| -> Result<(), AttachError> {
-            let program = ebpf
-                .program_mut(attach.program())
-                .ok_or_else(|| AttachError::Missing {
-                    program: attach.program().to_string(),
-                })?;
+            let program =
+                ebpf.program_mut(attach.program())
+                    .ok_or_else(|| AttachError::Missing {
+                        program: attach.program().to_string(),
+                    })?;
             match attach {
                 AttachPoint::ChargeFexit => {
                     let program: &mut FExit = program.try_into()?;
@@ -276,7 +307,10 @@ fn attach_detector(
             Err(err) => refused.push(format!("{} ({})", attach.name(), error_chain(&err))),
         }
     }
-    Err(format!("every attach point refused: {}", refused.join("; ")))
+    Err(format!(
+        "every attach point refused: {}",
+        refused.join("; ")
+    ))
 }
 
 /// An error and its sources in one line (aya's load errors keep the kernel's reason in
@@ -323,49 +357,117 @@ fn attach(
     Ok(())
 }
 
-async fn consume(mut ring: AsyncFd<RingBuf<MapData>>, wakes: WakeSender, hook: Hook) {
-    loop {
-        let mut guard = match ring.readable_mut().await {
-            Ok(guard) => guard,
+/// Name of the thread that reads the ring buffer.
+pub const CONSUMER_THREAD: &str = "monitor-kernel";
+
+/// Real-time priority of the consumer thread (SCHED_FIFO; low: it only has to run before
+/// the pods that allocate, which run SCHED_OTHER).
+const CONSUMER_PRIORITY: i32 = 10;
+
+/// Starts the thread that reads the ring buffer. It runs at real-time priority where the
+/// kernel permits it, so a crossing record is read, and the hot path's kill written, as
+/// soon as it is in the ring, even with every CPU busy with allocating pods. Returns the
+/// thread and what scheduling it got.
+fn spawn_consumer(
+    mut ring: RingBuf<MapData>,
+    wakes: WakeSender,
+    hook: Hook,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<(std::thread::JoinHandle<()>, String)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name(CONSUMER_THREAD.into())
+        .spawn(move || {
+            let _ = tx.send(realtime_priority());
+            consume(&mut ring, &wakes, &hook, &stop);
+        })?;
+    let scheduling = rx
+        .recv_timeout(std::time::Duration::from_secs(1))
+        .unwrap_or_else(|_| "scheduling unknown".into());
+    Ok((thread, scheduling))
+}
+
+/// Puts the calling thread on SCHED_FIFO; says what it got.
+fn realtime_priority() -> String {
+    // SAFETY: sched_param is plain integers (more of them on musl); all-zero is valid.
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = CONSUMER_PRIORITY;
+    // SAFETY: sched_setscheduler on the calling thread (0) with a valid parameter block.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0 {
+        format!("SCHED_FIFO priority {CONSUMER_PRIORITY}")
+    } else {
+        format!(
+            "SCHED_OTHER: real-time priority refused ({})",
+            std::io::Error::last_os_error()
+        )
+    }
+}
+
+fn consume(ring: &mut RingBuf<MapData>, wakes: &WakeSender, hook: &Hook, stop: &AtomicBool) {
+    use std::os::fd::AsFd;
+    while !stop.load(Ordering::Relaxed) {
+        let ready = {
+            let mut fds = [nix::poll::PollFd::new(
+                ring.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(100u16))
+        };
+        match ready {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(err) => {
                 tracing::error!("eBPF ring buffer poll failed, source stops: {err}");
                 return;
             }
-        };
-        let ring = guard.get_inner_mut();
-        while let Some(item) = ring.next() {
-            if let Some(event) = decode(&item) {
-                if event.kind == EventKind::Crossing as u32 {
-                    // The detector's record carries the kernel's own numbers: a hard level
-                    // goes to the hot path first, which confirms it against its levels.
-                    if let Some(hook) = &hook
-                        && event.level_flags & LEVEL_HARD != 0
-                    {
-                        hook.hard_crossing(WakeSource::Ebpf);
-                    }
-                    wakes.wake(WakeSource::Ebpf, WakeDetail::Kernel { event, memcg: None });
-                    continue;
-                }
-                // Reclaim starts as usage reaches a limit or memory.high; the hot path
-                // confirms a hard level against the counters itself.
-                if let Some(hook) = &hook
-                    && matches!(
-                        EventKind::from_u32(event.kind),
-                        Some(EventKind::MemcgReclaim | EventKind::DirectReclaim)
-                    )
-                {
-                    hook.hard_crossing(WakeSource::Ebpf);
-                }
-                // On a v1 memory controller the record's cgroup id (unified hierarchy) does
-                // not name the memcg; the task's /proc entry does, while it lives.
-                let memcg = std::fs::read_to_string(format!("/proc/{}/cgroup", event.pid))
-                    .ok()
-                    .and_then(|text| crate::observe::parse::memory_cgroup_of(&text));
-                wakes.wake(WakeSource::Ebpf, WakeDetail::Kernel { event, memcg });
-            }
         }
-        guard.clear_ready();
+        while let Some(item) = ring.next() {
+            let Some(event) = decode(&item) else {
+                continue;
+            };
+            drop(item);
+            handle(event, wakes, hook);
+        }
     }
+}
+
+/// One record: the hot path first when it says a hard level was reached, then the wake.
+fn handle(event: PressureEvent, wakes: &WakeSender, hook: &Hook) {
+    if event.kind == EventKind::Crossing as u32 {
+        // The detector's record carries the kernel's own numbers: a hard level goes to the
+        // hot path first, which confirms it against its levels.
+        if let Some(hook) = hook
+            && event.level_flags & LEVEL_HARD != 0
+        {
+            hook.hard_crossing(WakeSource::Ebpf);
+        }
+        wakes.wake(WakeSource::Ebpf, WakeDetail::Kernel { event, memcg: None });
+        return;
+    }
+    if event.kind == EventKind::KillSignal as u32 {
+        // The kernel's stamp of one of our kills: logged, nothing to wake for.
+        tracing::info!(
+            target_pid = event.pid,
+            at_ns = event.timestamp_ns,
+            "kernel: SIGKILL generated by the agent"
+        );
+        return;
+    }
+    // Reclaim starts as usage reaches a limit or memory.high; the hot path confirms a
+    // hard level against the counters itself.
+    if let Some(hook) = hook
+        && matches!(
+            EventKind::from_u32(event.kind),
+            Some(EventKind::MemcgReclaim | EventKind::DirectReclaim)
+        )
+    {
+        hook.hard_crossing(WakeSource::Ebpf);
+    }
+    // On a v1 memory controller the record's cgroup id (unified hierarchy) does not name
+    // the memcg; the task's /proc entry does, while it lives.
+    let memcg = std::fs::read_to_string(format!("/proc/{}/cgroup", event.pid))
+        .ok()
+        .and_then(|text| crate::observe::parse::memory_cgroup_of(&text));
+    wakes.wake(WakeSource::Ebpf, WakeDetail::Kernel { event, memcg });
 }
 
 /// Copies a record out of the ring; a short record (a layout mismatch) is skipped.

@@ -255,7 +255,11 @@ pub fn lift_stale_high(cgroup: &Path) {
         return;
     };
     let before = String::from_utf8_lossy(&before).trim().to_string();
-    let value = if before.is_empty() { "max".to_string() } else { before };
+    let value = if before.is_empty() {
+        "max".to_string()
+    } else {
+        before
+    };
     let path = cgroup.join("memory.high");
     match std::fs::write(&path, &value) {
         Ok(()) => {

@@ -148,11 +148,13 @@ impl CrossingHook for HotPath {
         match switch.fire() {
             Ok(()) => {
                 let killed_ns = monotonic_ns();
+                let reaped = switch.release_memory();
                 tracing::info!(
                     pod = %decision.pod_key,
                     source = %source,
                     detected_ns,
                     at_ns = killed_ns,
+                    reaped,
                     "hot path: cgroup.kill written"
                 );
                 armed.fired = Some(HotKill {

@@ -90,7 +90,7 @@ impl Arming {
                 .and_then(|a| a.stats.inactive_file_bytes)
                 .unwrap_or(0);
             let root = self.memory_root.clone();
-            hot.set_levels(self.version, &specs, |cgroup| {
+            hot.set_levels(self.version, specs, |cgroup| {
                 if cgroup == root {
                     node_inactive
                 } else {
@@ -419,8 +419,14 @@ mod tests {
             pod("default/ab", Some("/monitor/kubepods/burstable/podab")),
         ];
         let of = |memcg| pod_of_cgroup(&pods, memcg);
-        assert_eq!(of("/monitor/kubepods/burstable/poda/main").as_deref(), Some("default/a"));
-        assert_eq!(of("/monitor/kubepods/burstable/podab").as_deref(), Some("default/ab"));
+        assert_eq!(
+            of("/monitor/kubepods/burstable/poda/main").as_deref(),
+            Some("default/a")
+        );
+        assert_eq!(
+            of("/monitor/kubepods/burstable/podab").as_deref(),
+            Some("default/ab")
+        );
         // A prefix of the name is not the pod.
         assert_eq!(of("/monitor/kubepods/burstable/podabc/main"), None);
         assert_eq!(of("/system.slice/sshd.service"), None);

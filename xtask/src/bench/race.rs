@@ -135,6 +135,10 @@ pub(crate) struct Trial {
     /// race (2 ms polling); `None` on cgroup v1.
     #[serde(default)]
     pub(crate) memory_high_set: Option<bool>,
+    /// From the crossing detector's record to the kernel's SIGKILL of the hog, both
+    /// stamped in the kernel (µs); only where the detector ran and the agent killed.
+    #[serde(default)]
+    pub(crate) kernel_crossing_to_kill_us: Option<f64>,
     /// (ms, MiB) of the working set for the plot; emptied after plotting but for trial 1.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) curve: Vec<(f64, f64)>,
@@ -423,20 +427,23 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     trial.phase_delay_ms = phase_ms;
     trial.pods_cpu_ns = pods_cpu_ns;
     trial.memory_high_set = high_file.map(|_| memory_high_set);
+    trial.kernel_crossing_to_kill_us = logparse::kernel_crossing_and_kill(&log, start_ns)
+        .map(|(crossed, killed)| killed.saturating_sub(crossed) as f64 / 1000.0);
     Ok(trial)
 }
 
-/// CPU time of the agent's pods cgroup so far (children that are gone included).
+/// CPU time of the agent's pods cgroup so far (children that are gone included), from
+/// cpu.stat of the cgroup2 hierarchy: the memory hierarchy on v2, the unified one beside a
+/// v1 memory controller (cgroup2 keeps CPU usage for every cgroup).
 pub(crate) fn pods_cpu_ns(id: &str) -> Option<u64> {
     let rel = format!("{id}/kubepods");
-    for dir in ["/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/cpu,cpuacct"] {
-        let file = Path::new(dir).join(&rel).join("cpuacct.usage");
-        if let Ok(text) = std::fs::read_to_string(&file) {
-            return text.trim().parse().ok();
-        }
-    }
-    let (_, memory_root, _) = demo::cgroup_mounts();
-    let stat = std::fs::read_to_string(memory_root?.join(&rel).join("cpu.stat")).ok()?;
+    let (_, memory_root, v1) = demo::cgroup_mounts();
+    let root = if v1 {
+        PathBuf::from("/sys/fs/cgroup/unified")
+    } else {
+        memory_root?
+    };
+    let stat = std::fs::read_to_string(root.join(&rel).join("cpu.stat")).ok()?;
     stat.lines().find_map(|line| {
         let usec: u64 = line.strip_prefix("usage_usec ")?.trim().parse().ok()?;
         Some(usec * 1000)
@@ -678,6 +685,7 @@ pub(crate) fn from_points(o: Observed) -> Trial {
         bpf: o.bpf,
         pods_cpu_ns: None,
         memory_high_set: None,
+        kernel_crossing_to_kill_us: None,
         curve: window
             .iter()
             .step_by(step)

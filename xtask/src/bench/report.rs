@@ -285,6 +285,9 @@ pub(crate) fn table(results: &super::Results) -> String {
     for line in memory_high_use(trials) {
         let _ = writeln!(s, "{line}");
     }
+    for line in kernel_stamped_kills(trials) {
+        let _ = writeln!(s, "{line}");
+    }
     for x in sync {
         let _ = writeln!(
             s,
@@ -374,6 +377,39 @@ fn splice(text: &str, section: &str) -> String {
     }
     let sep = if text.ends_with('\n') { "\n" } else { "\n\n" };
     format!("{text}{sep}{section}\n")
+}
+
+/// Per rate and mode: the crossing detector's record to the kernel's SIGKILL, both
+/// stamped in the kernel.
+pub(crate) fn kernel_stamped_kills(trials: &[Trial]) -> Vec<String> {
+    let mut groups: Vec<(&str, &str)> = Vec::new();
+    for t in trials
+        .iter()
+        .filter(|t| t.kernel_crossing_to_kill_us.is_some())
+    {
+        if !groups.contains(&(t.rate.as_str(), t.mode.as_str())) {
+            groups.push((&t.rate, &t.mode));
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(rate, mode)| {
+            let mut us: Vec<f64> = trials
+                .iter()
+                .filter(|t| t.rate == rate && t.mode == mode)
+                .filter_map(|t| t.kernel_crossing_to_kill_us)
+                .collect();
+            us.sort_by(f64::total_cmp);
+            let at = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize];
+            format!(
+                "- kernel-stamped crossing→SIGKILL ({rate}, {mode}; detector record → signal:signal_generate): p50 / p99 / max {:.0} / {:.0} / {:.0} µs over {} trials",
+                at(0.5),
+                at(0.99),
+                at(1.0),
+                us.len()
+            )
+        })
+        .collect()
 }
 
 /// On cgroup v2 (the VM), per rate and mode: in how many trials the agent set the pods
