@@ -138,7 +138,8 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
                 crate::notify::WakeDetail::None,
             )
         });
-        // Pods that started before the hook was set are seen by this synchronize.
+        // The sources are up: now the pods may start.
+        runtime.run_pods();
         agent.request_sync();
     }
     Ok(NodeAgent {

@@ -392,8 +392,18 @@ fn realtime_priority() -> String {
     // SAFETY: sched_param is plain integers (more of them on musl); all-zero is valid.
     let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
     param.sched_priority = CONSUMER_PRIORITY;
-    // SAFETY: sched_setscheduler on the calling thread (0) with a valid parameter block.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0 {
+    // The raw system call: it sets the calling thread's policy (0), which is what we
+    // want; musl's wrapper refuses with ENOSYS because POSIX means the whole process.
+    // SAFETY: the call reads a valid parameter block we own.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_sched_setscheduler,
+            0,
+            libc::SCHED_FIFO,
+            &param as *const libc::sched_param,
+        )
+    } == 0
+    {
         format!("SCHED_FIFO priority {CONSUMER_PRIORITY}")
     } else {
         format!(

@@ -43,7 +43,14 @@ use store::{PodRecord, StateStore};
 #[derive(Clone)]
 pub struct LocalRuntime {
     shared: Arc<Shared>,
+    /// The supervisor's inputs until [`LocalRuntime::run_pods`] starts it.
+    pending: Arc<Mutex<Option<Supervisor>>>,
 }
+
+type Supervisor = (
+    mpsc::UnboundedReceiver<shared::Exit>,
+    mpsc::UnboundedReceiver<()>,
+);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -81,8 +88,29 @@ impl LocalRuntime {
             on_change: std::sync::OnceLock::new(),
         });
         adopt::adopt(&shared);
-        tokio::spawn(lifecycle::supervise(shared.clone(), exits_rx, reconcile_rx));
-        Ok(LocalRuntime { shared })
+        Ok(LocalRuntime {
+            shared,
+            pending: Arc::new(Mutex::new(Some((exits_rx, reconcile_rx)))),
+        })
+    }
+
+    /// Starts the supervisor: it starts the manifests' pods, restarts crashed containers
+    /// and follows the manifest directory. The agent calls it once its event sources are
+    /// up, so no pod runs before the agent can protect the node from it. Pods adopted
+    /// from an earlier run keep running meanwhile. Later calls do nothing.
+    pub fn run_pods(&self) {
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some((exits_rx, reconcile_rx)) = pending {
+            tokio::spawn(lifecycle::supervise(
+                self.shared.clone(),
+                exits_rx,
+                reconcile_rx,
+            ));
+        }
     }
 
     /// The pods root relative to the memory hierarchy (the allocatableMemory.available
