@@ -746,10 +746,11 @@ fn pods_survive_an_agent_restart_and_pressure_still_evicts() {
     );
 
     node.start();
+    // Adopted at once; the pressure below waits for the agent's sources too.
     wait_until(
-        &format!("adoption\n{}", node.log(2)),
+        &format!("adoption and the agent running\n{}", node.log(2)),
         Duration::from_secs(10),
-        || node.log(2).contains("Adopted"),
+        || node.log(2).contains("Adopted") && node.log(2).contains("agent running"),
     );
     std::thread::sleep(Duration::from_millis(500));
     let g2 = node.record("guaranteed").unwrap();

@@ -78,8 +78,11 @@ pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// Reads the offsets the detector needs from the BTF file at `path`.
 pub fn memcg_layout(path: &Path) -> Result<MemcgLayout, LayoutError> {
-    let btf =
-        Btf::from_file_with_backend(path, btf_rs::Backend::Mmap).map_err(|e| LayoutError::Btf {
+    // Mapping the file is quicker where the kernel allows it (recent kernels map
+    // /sys/kernel/btf/vmlinux); older ones refuse (ENODEV): then it is read.
+    let btf = Btf::from_file_with_backend(path, btf_rs::Backend::Mmap)
+        .or_else(|_| Btf::from_file(path))
+        .map_err(|e| LayoutError::Btf {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
