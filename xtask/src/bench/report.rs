@@ -512,4 +512,58 @@ mod tests {
             expected
         );
     }
+
+    fn trial(mode: &str, extra: &str) -> Trial {
+        serde_json::from_str(&format!(
+            r#"{{"mode":"{mode}","rate":"full","trial":1,"node_mib":1024,"phase_delay_ms":0,
+               "peak_mib":0,"oom_kills":0,"oom_first":false,"sync_durations_ms":[]{extra}}}"#
+        ))
+        .expect("trial JSON")
+    }
+
+    #[test]
+    fn detector_share_is_its_run_time_over_the_pods_cpu() {
+        let bpf = |runs: u64, ns: u64| {
+            format!(
+                r#","bpf":[{{"name":"crossing_lruvec","prog_id":1,"run_time_ns":{ns},"run_cnt":{runs}}},
+                   {{"name":"oom_victim","prog_id":2,"run_time_ns":999,"run_cnt":1}}]"#
+            )
+        };
+        let trials = vec![
+            trial("ebpf", &format!("{},\"pods_cpu_ns\":1000000", bpf(10, 1000))),
+            trial("ebpf", &format!("{},\"pods_cpu_ns\":3000000", bpf(30, 3000))),
+            // No detector runs, or no CPU figure: left out.
+            trial("memcg", &format!("{},\"pods_cpu_ns\":5000000", bpf(0, 0))),
+            trial("ebpf", &bpf(5, 5000)),
+        ];
+        assert_eq!(
+            detector_share(&trials),
+            vec![
+                "- crossing detector (crossing_lruvec) at the full rate: 0.10 % of the allocating pods' CPU (40 runs, 100 ns per run, 0.0 ms of 4 ms pods CPU over 2 trials)"
+            ]
+        );
+    }
+
+    #[test]
+    fn memory_high_and_kernel_stamps_are_summed_per_mode() {
+        let trials = vec![
+            trial("ebpf", r#","memory_high_set":false,"kernel_crossing_to_kill_us":200.0"#),
+            trial("ebpf", r#","memory_high_set":false,"kernel_crossing_to_kill_us":100.0"#),
+            trial("memcg", r#","memory_high_set":true"#),
+            trial("poll-1s", ""),
+        ];
+        assert_eq!(
+            memory_high_use(&trials),
+            vec![
+                "- memory.high of the pods cgroup set by the agent (full, ebpf): 0 of 2 trials",
+                "- memory.high of the pods cgroup set by the agent (full, memcg): 1 of 1 trials",
+            ]
+        );
+        assert_eq!(
+            kernel_stamped_kills(&trials),
+            vec![
+                "- kernel-stamped crossing→SIGKILL (full, ebpf; detector record → signal:signal_generate): p50 / p99 / max 200 / 200 / 200 µs over 2 trials"
+            ]
+        );
+    }
 }
