@@ -185,8 +185,6 @@ pub const DEFAULT_SAMPLE_EVERY_CHARGE: u32 = 16;
 /// Default sampling of the tracepoint program: one hit in 64; the tracepoint fires about
 /// five times per 4 KiB page charged, so about one look per 50 KiB.
 pub const DEFAULT_SAMPLE_EVERY_LRUVEC: u32 = 64;
-/// Name of the per-CPU sampling counter of the tracepoint variant.
-pub const SAMPLE_MAP: &str = "CROSSING_SAMPLE";
 
 /// Byte offsets in kernel structures, read by the agent from the running kernel's BTF
 /// and handed to the detector as a global (there are no CO-RE relocations from Rust).

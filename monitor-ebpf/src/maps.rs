@@ -29,10 +29,5 @@ pub static LAST_EMIT: LruHashMap<RateKey, RateState> =
 pub static CROSSING_LEVELS: HashMap<u64, ArmedLevels> =
     HashMap::with_max_entries(LEVELS_ENTRIES, 0);
 
-/// Per-CPU hit counters of the detector's sampling: 0 for the charge program, 1 for the
-/// tracepoint program.
-#[map(name = "CROSSING_SAMPLE")]
-pub static CROSSING_SAMPLE: PerCpuArray<u32> = PerCpuArray::with_max_entries(2, 0);
-
 // Keep the record type referenced so a layout change breaks this crate's build too.
 const _: usize = core::mem::size_of::<_Record>();

@@ -16,7 +16,7 @@
 //! Kernel structures are read with `bpf_probe_read_kernel` at offsets the agent took
 //! from the running kernel's BTF (`MEMCG_LAYOUT`); a zero layout disables the check.
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{btf_tracepoint, fexit},
     programs::{BtfTracePointContext, FExitContext},
 };
@@ -26,7 +26,7 @@ use monitor_common::{
 };
 
 use crate::emit::count;
-use crate::maps::{CROSSING_LEVELS, CROSSING_SAMPLE, PRESSURE_EVENTS};
+use crate::maps::{CROSSING_LEVELS, PRESSURE_EVENTS};
 
 /// Offsets from the kernel's BTF; set by the agent at load.
 #[unsafe(no_mangle)]
@@ -69,16 +69,26 @@ pub fn crossing_lruvec(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// Counts this CPU's hits in `slot`; true for one in `every`.
+/// CPUs with a hit counter of their own; more share them (a shared counter only loses
+/// counts, which moves a sample by a hit or two).
+const SAMPLE_CPUS: usize = 256;
+
+/// Hit counters, one 64-byte line per CPU so that CPUs do not bounce a cache line: a
+/// global (no map lookup on the path every hit takes) instead of a per-CPU map.
+#[unsafe(no_mangle)]
+static mut SAMPLE_HITS: [[u32; 16]; SAMPLE_CPUS] = [[0; 16]; SAMPLE_CPUS];
+
+/// Counts this CPU's hits in `slot` (0 or 1); true for one in `every`.
 #[inline(always)]
-fn sampled(slot: u32, every: u32) -> bool {
-    let Some(slot) = CROSSING_SAMPLE.get_ptr_mut(slot) else {
-        return true;
-    };
-    // SAFETY: a per-CPU slot; programs of one attach point do not nest on a CPU.
+fn sampled(slot: usize, every: u32) -> bool {
+    // SAFETY: takes no arguments.
+    let cpu = unsafe { bpf_get_smp_processor_id() } as usize & (SAMPLE_CPUS - 1);
+    // SAFETY: the index is masked into the array; programs of one attach point do not
+    // nest on a CPU, and a racing CPU sharing the line can only lose a count.
     let hits = unsafe {
-        *slot = (*slot).wrapping_add(1);
-        *slot
+        let counter = &mut (*core::ptr::addr_of_mut!(SAMPLE_HITS))[cpu][slot & 15];
+        *counter = counter.wrapping_add(1);
+        *counter
     };
     every <= 1 || hits % every == 0
 }
