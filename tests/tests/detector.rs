@@ -206,6 +206,16 @@ fn agent_config(pods: &TestCgroup, detector: Vec<String>) -> AgentConfig {
     }
 }
 
+fn start_agent(config: AgentConfig, what: &str) -> Agent {
+    Agent::start(
+        config,
+        default_kubelet_config(),
+        Ports::none(),
+        SharedState::default(),
+    )
+    .expect(what)
+}
+
 async fn next_report(
     reports: &mut broadcast::Receiver<SyncReport>,
     within: Duration,
@@ -233,13 +243,7 @@ async fn agent_wakes_through_the_detector_alone_and_never_writes_memory_high() {
     );
     // The detector alone: no eventfd thresholds, memory.events or PSI.
     config.settings.sources.memcg_thresholds = false;
-    let agent = Agent::start(
-        config,
-        default_kubelet_config(),
-        Ports::none(),
-        SharedState::default(),
-    )
-    .expect("agent starts");
+    let agent = start_agent(config, "agent starts");
     let mut reports = agent.subscribe();
     let ebpf = agent.status_of(WakeSource::Ebpf).unwrap();
     assert_eq!(ebpf.state, SourceState::Running);
@@ -344,13 +348,7 @@ async fn a_refused_attach_point_falls_back_and_says_so() {
     let pods = TestCgroup::new("pods", 256 * MIB);
     let mut config = agent_config(&pods, vec![other.name().to_string()]);
     config.settings.sources.memory_events = pods.version == CgroupVersion::V2;
-    let agent = Agent::start(
-        config,
-        default_kubelet_config(),
-        Ports::none(),
-        SharedState::default(),
-    )
-    .expect("agent starts without the detector");
+    let agent = start_agent(config, "agent starts without the detector");
     let ebpf = agent.status_of(WakeSource::Ebpf).unwrap();
     assert!(
         ebpf.detail
@@ -382,13 +380,7 @@ async fn a_memory_high_left_by_a_killed_agent_is_put_back_at_start() {
     pods.write("memory.high", &(200 * MIB).to_string());
     xattr::set(&pods.memory_dir, HIGH_XATTR, b"max").expect("xattr");
     let config = agent_config(&pods, vec![]);
-    let agent = Agent::start(
-        config,
-        default_kubelet_config(),
-        Ports::none(),
-        SharedState::default(),
-    )
-    .expect("agent starts");
+    let agent = start_agent(config, "agent starts");
     assert_eq!(pods.read("memory.high").trim(), "max");
     assert!(matches!(xattr::get(&pods.memory_dir, HIGH_XATTR), Ok(None)));
     agent.shutdown().await;
@@ -398,13 +390,7 @@ async fn a_memory_high_left_by_a_killed_agent_is_put_back_at_start() {
         &pods,
         AttachPoint::ALL.iter().map(|a| a.name().into()).collect(),
     );
-    let agent = Agent::start(
-        config,
-        default_kubelet_config(),
-        Ports::none(),
-        SharedState::default(),
-    )
-    .expect("agent starts");
+    let agent = start_agent(config, "agent starts");
     assert_eq!(pods.read("memory.high").trim(), (200 * MIB).to_string());
     agent.shutdown().await;
 }

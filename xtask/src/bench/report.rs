@@ -530,8 +530,14 @@ mod tests {
             )
         };
         let trials = vec![
-            trial("ebpf", &format!("{},\"pods_cpu_ns\":1000000", bpf(10, 1000))),
-            trial("ebpf", &format!("{},\"pods_cpu_ns\":3000000", bpf(30, 3000))),
+            trial(
+                "ebpf",
+                &format!("{},\"pods_cpu_ns\":1000000", bpf(10, 1000)),
+            ),
+            trial(
+                "ebpf",
+                &format!("{},\"pods_cpu_ns\":3000000", bpf(30, 3000)),
+            ),
             // No detector runs, or no CPU figure: left out.
             trial("memcg", &format!("{},\"pods_cpu_ns\":5000000", bpf(0, 0))),
             trial("ebpf", &bpf(5, 5000)),
@@ -547,8 +553,14 @@ mod tests {
     #[test]
     fn memory_high_and_kernel_stamps_are_summed_per_mode() {
         let trials = vec![
-            trial("ebpf", r#","memory_high_set":false,"kernel_crossing_to_kill_us":200.0"#),
-            trial("ebpf", r#","memory_high_set":false,"kernel_crossing_to_kill_us":100.0"#),
+            trial(
+                "ebpf",
+                r#","memory_high_set":false,"kernel_crossing_to_kill_us":200.0"#,
+            ),
+            trial(
+                "ebpf",
+                r#","memory_high_set":false,"kernel_crossing_to_kill_us":100.0"#,
+            ),
             trial("memcg", r#","memory_high_set":true"#),
             trial("poll-1s", ""),
         ];
