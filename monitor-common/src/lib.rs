@@ -176,14 +176,15 @@ pub struct ArmedLevels {
 
 /// Global holding the kernel structure offsets the detector reads (see [`MemcgLayout`]).
 pub const GLOBAL_MEMCG_LAYOUT: &str = "MEMCG_LAYOUT";
-/// Global: the `try_charge_memcg` program looks at one charge in this many per CPU.
+/// Global: the `try_charge_memcg` program looks once this many pages were charged on a CPU.
 pub const GLOBAL_SAMPLE_EVERY_CHARGE: &str = "SAMPLE_EVERY_CHARGE";
-/// Global: the `mod_memcg_lruvec_state` program looks at one hit in this many per CPU.
+/// Global: the `mod_memcg_lruvec_state` program looks once its hits moved the counters by
+/// this many units (pages, mostly) on a CPU.
 pub const GLOBAL_SAMPLE_EVERY_LRUVEC: &str = "SAMPLE_EVERY_LRUVEC";
-/// Default sampling of the charge program: one charge (a page, mostly) in 16, 64 KiB.
+/// Default sampling of the charge program: a look per 16 pages (64 KiB) charged.
 pub const DEFAULT_SAMPLE_EVERY_CHARGE: u32 = 16;
-/// Default sampling of the tracepoint program: one hit in 64; the tracepoint fires about
-/// five times per 4 KiB page charged, so about one look per 50 KiB.
+/// Default sampling of the tracepoint program: a look per 64 units; the tracepoint moves
+/// about five page counts per 4 KiB page charged, so about one look per 50 KiB.
 pub const DEFAULT_SAMPLE_EVERY_LRUVEC: u32 = 64;
 
 /// Byte offsets in kernel structures, read by the agent from the running kernel's BTF

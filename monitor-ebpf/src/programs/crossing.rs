@@ -9,9 +9,11 @@
 //!   five times per page charged or uncharged.
 //!
 //! The page counters move in steps of the per-CPU charge batch (64 pages), so looking at
-//! every hit buys nothing: each program looks at one hit in `SAMPLE_EVERY_*` per CPU,
-//! which keeps the walk's cost (a few kernel reads and one map lookup per ancestor) off
-//! most charges. A crossing is then seen at most that many hits late: a few pages.
+//! every hit buys nothing: each program adds up, per CPU, the pages its hits move and
+//! looks once they reach `SAMPLE_EVERY_*` (16 pages charged, or 64 page-count units of
+//! the tracepoint, about 13 pages), which keeps the walk's cost (a few kernel reads and
+//! one map lookup per ancestor) off most hits. A crossing is then seen a few pages late
+//! at most, and a huge page is looked at at once.
 //!
 //! Kernel structures are read with `bpf_probe_read_kernel` at offsets the agent took
 //! from the running kernel's BTF (`MEMCG_LAYOUT`); a zero layout disables the check.
@@ -51,8 +53,13 @@ static SAMPLE_EVERY_LRUVEC: u32 = DEFAULT_SAMPLE_EVERY_LRUVEC;
 
 #[fexit(function = "try_charge_memcg")]
 pub fn crossing_charge(ctx: FExitContext) -> i32 {
+    // try_charge_memcg(memcg, gfp_mask, nr_pages): weigh the charge by its pages, so a
+    // huge page (512) is always looked at.
+    let pages: u64 = ctx.arg(2);
     // SAFETY: a read of a plain global, volatile so the loader's value is used.
-    if sampled(0, unsafe { core::ptr::read_volatile(&SAMPLE_EVERY_CHARGE) }) {
+    if sampled(0, pages as u32, unsafe {
+        core::ptr::read_volatile(&SAMPLE_EVERY_CHARGE)
+    }) {
         let memcg: *const u8 = ctx.arg(0);
         check(memcg);
     }
@@ -61,8 +68,14 @@ pub fn crossing_charge(ctx: FExitContext) -> i32 {
 
 #[btf_tracepoint(function = "mod_memcg_lruvec_state")]
 pub fn crossing_lruvec(ctx: BtfTracePointContext) -> i32 {
+    // (memcg, item, val): weigh the hit by how much the counter moved, in pages for the
+    // page counts (a huge page moves NR_ANON_THPS and the LRU sizes by 512).
+    let val: u64 = ctx.arg(2);
+    let weight = (val as i32).unsigned_abs();
     // SAFETY: as above.
-    if sampled(1, unsafe { core::ptr::read_volatile(&SAMPLE_EVERY_LRUVEC) }) {
+    if sampled(1, weight, unsafe {
+        core::ptr::read_volatile(&SAMPLE_EVERY_LRUVEC)
+    }) {
         let memcg: *const u8 = ctx.arg(0);
         check(memcg);
     }
@@ -73,24 +86,31 @@ pub fn crossing_lruvec(ctx: BtfTracePointContext) -> i32 {
 /// counts, which moves a sample by a hit or two).
 const SAMPLE_CPUS: usize = 256;
 
-/// Hit counters, one 64-byte line per CPU so that CPUs do not bounce a cache line: a
+/// Weight counters, one 64-byte line per CPU so that CPUs do not bounce a cache line: a
 /// global (no map lookup on the path every hit takes) instead of a per-CPU map.
 #[unsafe(no_mangle)]
 static mut SAMPLE_HITS: [[u32; 16]; SAMPLE_CPUS] = [[0; 16]; SAMPLE_CPUS];
 
-/// Counts this CPU's hits in `slot` (0 or 1); true for one in `every`.
+/// Adds `weight` (at least 1) to this CPU's counter in `slot` (0 or 1); true, and the
+/// counter starts again, once it reaches `every`: a look at least every `every` units,
+/// and at every hit that alone weighs as much.
 #[inline(always)]
-fn sampled(slot: usize, every: u32) -> bool {
+fn sampled(slot: usize, weight: u32, every: u32) -> bool {
     // SAFETY: takes no arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() } as usize & (SAMPLE_CPUS - 1);
     // SAFETY: the index is masked into the array; programs of one attach point do not
     // nest on a CPU, and a racing CPU sharing the line can only lose a count.
-    let hits = unsafe {
+    unsafe {
         let counter = &mut (*core::ptr::addr_of_mut!(SAMPLE_HITS))[cpu][slot & 15];
-        *counter = counter.wrapping_add(1);
-        *counter
-    };
-    every <= 1 || hits % every == 0
+        let total = counter.saturating_add(weight.max(1));
+        if total >= every {
+            *counter = 0;
+            true
+        } else {
+            *counter = total;
+            false
+        }
+    }
 }
 
 /// Reads a `T` at `base + offset` in kernel memory.

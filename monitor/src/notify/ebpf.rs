@@ -85,9 +85,9 @@ pub struct EbpfSettings {
     pub object_override: Option<Vec<u8>>,
     /// The crossing detector's attach points, tried in order; empty: no detector.
     pub detector: Vec<AttachPoint>,
-    /// The charge program looks at one charge in this many per CPU.
+    /// The charge program looks once this many pages were charged on a CPU.
     pub sample_every_charge: u32,
-    /// The tracepoint program looks at one hit in this many per CPU.
+    /// The tracepoint program looks once its hits moved this many units on a CPU.
     pub sample_every_lruvec: u32,
 }
 
@@ -240,7 +240,7 @@ pub fn start(
                 AttachPoint::LruvecTracepoint => settings.sample_every_lruvec,
             };
             let mut text = format!(
-                "crossing detector on {} (levels armed after every synchronize, one hit in {} per CPU looked at)",
+                "crossing detector on {} (levels armed after every synchronize, a look per {} pages per CPU)",
                 detector.attach.name(),
                 every.max(1)
             );
