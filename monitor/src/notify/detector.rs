@@ -13,8 +13,8 @@ use std::sync::Mutex;
 use aya::maps::{HashMap, MapData};
 use btf_rs::{Btf, Type};
 use monitor_common::{
-    ArmedLevel, ArmedLevels, LEVEL_ARMED, LEVEL_HARD, LEVEL_WAIT_BELOW, LEVELS_PER_CGROUP,
-    MemcgLayout,
+    ArmedLevel, ArmedLevels, LEVEL_ARMED, LEVEL_EMPTY, LEVEL_HARD, LEVEL_WAIT_BELOW,
+    LEVELS_PER_CGROUP, MemcgLayout,
 };
 
 use super::memcg::ThresholdSpec;
@@ -193,7 +193,7 @@ pub fn levels_by_cgroup(specs: &[ThresholdSpec]) -> (Vec<(PathBuf, ArmedLevels)>
             }
         };
         let levels = &mut out[index].1.levels;
-        let Some(slot) = levels.iter_mut().find(|l| l.state == 0) else {
+        let Some(slot) = levels.iter_mut().find(|l| l.state == LEVEL_EMPTY) else {
             left_out += 1;
             continue;
         };
@@ -283,7 +283,6 @@ impl Detector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use monitor_common::LEVEL_EMPTY;
 
     fn spec(cgroup: &str, usage_bytes: u64, hard: bool, passed: bool) -> ThresholdSpec {
         ThresholdSpec {
