@@ -174,16 +174,15 @@ fn usage_bytes_armable(spec: &ThresholdSpec) -> bool {
     spec.usage_bytes > 0
 }
 
-/// The levels to arm for this observation: usage thresholds on cgroup v1, their
-/// memory.high stand-ins on cgroup v2.
-pub fn specs_for(
+/// The levels the memcg notifier arms, from the specs of [`threshold_specs`]: the usage
+/// thresholds themselves on cgroup v1, their memory.high stand-ins on cgroup v2.
+pub fn notifier_specs(
+    specs: Vec<ThresholdSpec>,
     observation: &NodeObservation,
-    thresholds: &MemoryThresholds,
     version: CgroupVersion,
     memory_root: &Path,
     pods_cgroup: Option<&str>,
 ) -> Vec<ThresholdSpec> {
-    let specs = threshold_specs(observation, thresholds, memory_root, pods_cgroup);
     match version {
         CgroupVersion::V1 => specs,
         CgroupVersion::V2 => v2_high_specs(&specs, observation, memory_root, pods_cgroup),

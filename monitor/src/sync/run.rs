@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::eviction::{EvictionPass, EvictionSync, summarize};
 use super::hot::HotPath;
 use crate::clock::monotonic_ns;
-use crate::notify::arming::{MemoryThresholds, detector_specs, specs_for, threshold_specs};
+use crate::notify::arming::{MemoryThresholds, detector_specs, notifier_specs, threshold_specs};
 use crate::notify::detector::Detector;
 use crate::notify::memcg::ThresholdSpec;
 use crate::notify::{Wake, WakeDetail, WakeSource};
@@ -59,20 +59,20 @@ pub struct Arming {
 impl Arming {
     fn rearm(&self, observation: &NodeObservation) {
         let pods_cgroup = self.pods_cgroup.as_deref();
+        let thresholds = threshold_specs(
+            observation,
+            &self.thresholds,
+            &self.memory_root,
+            pods_cgroup,
+        );
         let detector_levels = self.detector.as_ref().map(|detector| {
-            let specs = threshold_specs(
-                observation,
-                &self.thresholds,
-                &self.memory_root,
-                pods_cgroup,
-            );
-            let specs = detector_specs(&specs, observation, &self.memory_root, pods_cgroup);
+            let specs = detector_specs(&thresholds, observation, &self.memory_root, pods_cgroup);
             detector.arm(&specs);
             specs
         });
-        let specs = specs_for(
+        let specs = notifier_specs(
+            thresholds,
             observation,
-            &self.thresholds,
             self.version,
             &self.memory_root,
             pods_cgroup,
