@@ -6,6 +6,7 @@ use anyhow::Context;
 
 use crate::agent::Agent;
 use crate::config::LoadedConfig;
+use crate::config::agent::RuntimeKind;
 use crate::observe::CgroupLayout;
 use crate::policy::pod::ResourceList;
 use crate::policy::qos::{AGENT_OOM_SCORE_ADJ, CgroupOptions};
@@ -132,10 +133,42 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
                 .get("memory")
                 .map(|f| (f * 100.0).round() as i64),
             restart_backoff: settings.restart_backoff,
+            cri_socket: match settings.runtime {
+                RuntimeKind::Process => None,
+                RuntimeKind::Cri => {
+                    let endpoint = loaded.kubelet.container_runtime_endpoint.as_deref().context(
+                        "monitor.runtime is cri, but the KubeletConfiguration sets no containerRuntimeEndpoint",
+                    )?;
+                    Some(
+                        crate::runtime::cri::socket_of_endpoint(endpoint)
+                            .context("KubeletConfiguration containerRuntimeEndpoint")?,
+                    )
+                }
+            },
+            image_gc: loaded.kubelet.image_gc,
+            image_gc_period: settings.image_gc_period,
         };
         let runtime = LocalRuntime::start(config, &layout, state.clone())
             .context("starting the pod runtime")?;
         loaded.agent.settings.pods_cgroup = Some(runtime.pods_cgroup());
+        // A container runtime that does not answer is a configuration error: say so now
+        // rather than fail every pod start.
+        if let Some(version) = runtime.runtime_version().await.context(
+            "reaching the container runtime (KubeletConfiguration containerRuntimeEndpoint)",
+        )? {
+            tracing::info!("pods run on {version}");
+        }
+        // On a container runtime the imagefs signals watch the filesystem that holds its
+        // images, unless the configuration names one.
+        if loaded.agent.settings.imagefs_path.is_none()
+            && let Some(mount) = runtime.image_filesystem().await
+        {
+            tracing::info!(
+                "image filesystem of the container runtime: {}",
+                mount.display()
+            );
+            loaded.agent.settings.imagefs_path = Some(mount);
+        }
         Some(runtime)
     } else {
         None

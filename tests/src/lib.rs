@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 
 use monitor::observe::{CgroupLayout, CgroupVersion};
 
+pub mod containerd;
+pub mod oci;
+
 /// Kernel features a test may need. `MONITOR_TEST_REQUIRE` (comma-separated names, set
 /// by `cargo xtask test` from what the machine offers) turns a skip of a listed feature
 /// into a failure: a path this machine supports must not be skipped.
@@ -22,6 +25,8 @@ pub enum Feature {
     CgroupV1Memory,
     CgroupV2Memory,
     Psi,
+    /// A private containerd can run here: root, containerd, runc, ctr and a static busybox.
+    Containerd,
 }
 
 impl Feature {
@@ -32,6 +37,7 @@ impl Feature {
             Feature::CgroupV1Memory => "cgroup-v1-memory",
             Feature::CgroupV2Memory => "cgroup-v2-memory",
             Feature::Psi => "psi",
+            Feature::Containerd => "containerd",
         }
     }
 
@@ -58,6 +64,10 @@ impl Feature {
             Feature::Psi => std::fs::read_to_string("/proc/pressure/memory")
                 .err()
                 .map(|e| format!("no PSI (/proc/pressure/memory: {e})")),
+            Feature::Containerd => Feature::Root
+                .missing()
+                .map(|reason| format!("a private containerd needs root ({reason})"))
+                .or_else(containerd::available),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `cargo xtask setup`: installs, idempotently, what building the eBPF object needs on a
 //! fresh machine of this kind: nightly's rust-src (for `-Z build-std=core`), LLVM 22
-//! (Debian's llvm-22-dev) and bpf-linker 0.13 built against it. Each step checks first
-//! and does nothing when its tool is already there.
+//! (Debian's llvm-22-dev) and bpf-linker 0.13 built against it; and, for the integration
+//! tests' private containerd, Debian's containerd, runc and busybox-static. Each step
+//! checks first and does nothing when its tool is already there.
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -17,6 +18,7 @@ pub fn ensure() -> Result<()> {
     ensure_rust_src()?;
     ensure_llvm()?;
     ensure_bpf_linker()?;
+    ensure_containerd()?;
     Ok(())
 }
 
@@ -62,6 +64,38 @@ fn ensure_llvm() -> Result<()> {
             LLVM_PACKAGE,
         ])
         .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+/// containerd (with ctr and containerd-shim-runc-v2), runc and a statically linked
+/// /bin/busybox: the integration tests run a private containerd with images built from
+/// that busybox (tests/src/containerd.rs). Installing them starts nothing.
+fn ensure_containerd() -> Result<()> {
+    const PACKAGES: [&str; 3] = ["containerd", "runc", "busybox-static"];
+    let present = succeeds(Command::new("containerd").arg("--version"))
+        && succeeds(Command::new("runc").arg("--version"))
+        && std::path::Path::new("/bin/busybox").exists();
+    if present {
+        println!("setup: containerd/runc/busybox-static: present");
+        return Ok(());
+    }
+    println!("setup: containerd/runc/busybox-static: installing with apt-get");
+    run(Command::new("apt-get").args(["update", "-q"]))?;
+    run(Command::new("apt-get")
+        .args([
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "--no-remove",
+        ])
+        .args(PACKAGES)
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    if !succeeds(Command::new("containerd").arg("--version"))
+        || !succeeds(Command::new("runc").arg("--version"))
+    {
+        bail!("containerd and runc were installed but do not run");
+    }
+    Ok(())
 }
 
 fn ensure_bpf_linker() -> Result<()> {

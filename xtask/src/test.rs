@@ -102,6 +102,18 @@ pub fn machine_features() -> Vec<&'static str> {
     if std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
         features.push("ebpf");
     }
+    // The tests' private containerd (tests/src/containerd.rs), installed by `cargo xtask
+    // setup`.
+    let runs =
+        |program: &str| crate::cmd::succeeds(std::process::Command::new(program).arg("--version"));
+    if nix_is_root()
+        && runs("containerd")
+        && runs("runc")
+        && runs("ctr")
+        && std::path::Path::new("/bin/busybox").exists()
+    {
+        features.push("containerd");
+    }
     features
 }
 

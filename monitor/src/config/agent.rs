@@ -177,6 +177,24 @@ pub struct AgentSettings {
     /// The hot kill path: a hard memory threshold's crossing, seen by a kernel notifier,
     /// kills the pre-ranked victim at once, before any synchronize.
     pub hot_kill: bool,
+    /// What runs the pods: `process` (each container a process on this host, no images)
+    /// or `cri` (sandboxes and containers on the CRI runtime at the KubeletConfiguration's
+    /// `containerRuntimeEndpoint`, e.g. containerd).
+    pub runtime: RuntimeKind,
+    /// How often the image garbage collector runs on a CRI runtime (the kubelet: 5m).
+    #[serde(deserialize_with = "go_duration")]
+    pub image_gc_period: Duration,
+}
+
+/// What runs the pods (`monitor.runtime`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    /// The agent's own process runtime.
+    #[default]
+    Process,
+    /// A CRI runtime (containerd).
+    Cri,
 }
 
 impl Default for AgentSettings {
@@ -197,6 +215,8 @@ impl Default for AgentSettings {
             metrics_address: None,
             hard_eviction_grace_period_seconds: IMMEDIATE_GRACE_PERIOD_SECONDS,
             hot_kill: true,
+            runtime: RuntimeKind::Process,
+            image_gc_period: Duration::from_secs(300),
         }
     }
 }
@@ -269,6 +289,13 @@ impl AgentSettings {
                 reason: "must list fexit/try_charge_memcg and/or tp_btf/mod_memcg_lruvec_state",
             });
         }
+        if self.image_gc_period < Duration::from_secs(1) {
+            return Err(unsafe_value(
+                "imageGcPeriod",
+                format!("{:?}", self.image_gc_period),
+                "must be at least 1s",
+            ));
+        }
         if self.restart_backoff < Duration::from_millis(100) {
             return Err(unsafe_value(
                 "restartBackoff",
@@ -295,6 +322,7 @@ mod tests {
     #[case::slash("cgroupRoot: /\n", "monitor.cgroupRoot")]
     #[case::climbs_out("cgroupRoot: a/../..\n", "monitor.cgroupRoot")]
     #[case::hot_restart_loop("restartBackoff: 0s\n", "monitor.restartBackoff")]
+    #[case::hot_image_gc_loop("imageGcPeriod: 0s\n", "monitor.imageGcPeriod")]
     #[case::unknown_attach_point(
         "sources: {crossingDetector: [kprobe/try_charge]}\n",
         "monitor.sources.crossingDetector"

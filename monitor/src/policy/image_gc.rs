@@ -97,7 +97,8 @@ pub struct Image {
 }
 
 /// What the collector knows about one image.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ImageRecord {
     pub id: String,
     pub repo_tags: Vec<String>,
@@ -126,6 +127,15 @@ pub struct ImageGcState {
 impl ImageGcState {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The collector's memory as an earlier run left it (first detected and last used
+    /// times survive an agent restart); nothing is in use until the next detect.
+    pub fn from_records(records: impl IntoIterator<Item = ImageRecord>) -> Self {
+        ImageGcState {
+            records: records.into_iter().map(|r| (r.id.clone(), r)).collect(),
+            in_use: BTreeSet::new(),
+        }
     }
 
     /// Takes in the runtime's current image list (detectImages): new images are first

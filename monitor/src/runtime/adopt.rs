@@ -1,7 +1,6 @@
 //! Adoption after an agent restart: the pods of the earlier run keep running and are
 //! taken over; evicted pods stay evicted; cgroups nobody owns are emptied and removed.
 use std::collections::BTreeMap;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -116,26 +115,10 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
 
 /// Watches a process that is not our child: a pidfd becomes readable when it exits.
 fn watch_adopted(shared: &Arc<Shared>, uid: &str, name: &str, pid: u32) {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     let exits = shared.exits.clone();
     let (uid, name) = (uid.to_string(), name.to_string());
-    if fd < 0 {
-        // Already gone (or pidfd unsupported: kernels before 5.3): report the exit now.
-        let _ = exits.send(Exit {
-            uid,
-            container: name,
-            pid,
-            code: None,
-        });
-        return;
-    }
-    // SAFETY: fd is a fresh descriptor that nothing else owns.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     tokio::spawn(async move {
-        if let Ok(fd) = crate::notify::async_fd(owned, tokio::io::Interest::READABLE) {
-            let _ = fd.readable().await;
-        }
+        super::container::wait_for_exit(pid).await;
         let _ = exits.send(Exit {
             uid,
             container: name,

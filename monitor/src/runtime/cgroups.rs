@@ -570,6 +570,18 @@ impl CgroupTree {
     /// Memory working set of one container, from its own memory cgroup only (two small
     /// reads). `None` when the container has no cgroup to read (not running) or its name
     /// could not be one: no stats for it, as the kubelet has none for such a container.
+    /// Working set of a container runtime's container: its cgroup is named by the
+    /// container's id (64 hex digits) under the pod's.
+    pub fn runtime_container_working_set(&self, pod: &PodCgroup, id: &str) -> Option<u64> {
+        let valid = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit());
+        if !valid {
+            return None;
+        }
+        self.reader()
+            .working_set_bytes(&join(&pod.relative, id))
+            .ok()
+    }
+
     pub fn container_working_set(&self, pod: &PodCgroup, name: &str) -> Option<u64> {
         validate_container_name(name).ok()?;
         self.reader()

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::cgroups::PodCgroup;
+use super::cri::{self, CriRuntime};
 use super::manifests::{self, Manifest};
 use super::port::EvictionOutcome;
 use super::shared::{Exit, LivePod, MAX_BACKOFF, Shared};
@@ -256,8 +257,10 @@ fn insert(
                 restart_count: 0,
                 last_exit: None,
                 done: phase.is_terminal(),
+                container_id: None,
             })
             .collect(),
+        sandbox_id: None,
     };
     persist(shared, &record);
     shared.lock().pods.insert(
@@ -331,6 +334,21 @@ fn launch(shared: &Arc<Shared>, uid: &str, name: &str) {
         return;
     };
     let restart = record.restart_count;
+    if let Some(cri) = shared.cri.clone() {
+        // On a container runtime the start takes several calls: its own task.
+        record.pid = None;
+        drop(inner);
+        tokio::spawn(launch_on_runtime(
+            shared.clone(),
+            cri,
+            uid.to_string(),
+            spec.clone(),
+            pod.clone(),
+            cgroup,
+            restart,
+        ));
+        return;
+    }
     let result = shared
         .tree
         .create_container(
@@ -395,6 +413,117 @@ fn launch(shared: &Arc<Shared>, uid: &str, name: &str) {
     let record = live.record.clone();
     drop(inner);
     persist(shared, &record);
+}
+
+/// Starts one container of a pod through the container runtime (its sandbox first, once
+/// per pod), records the run, then watches its main process and reports its exit. Runs as
+/// its own task; a failure is reported as a run that failed at once, and the restart
+/// policy decides.
+async fn launch_on_runtime(
+    shared: Arc<Shared>,
+    cri: Arc<CriRuntime>,
+    uid: String,
+    spec: crate::policy::pod::Container,
+    pod: Pod,
+    cgroup: PodCgroup,
+    restart: u32,
+) {
+    let name = spec.name.clone();
+    let fail = |message: String| {
+        shared.state.event(
+            "Warning",
+            "Failed",
+            &pod.key(),
+            format!("container {name}: {message}"),
+        );
+        let _ = shared.exits.send(Exit {
+            uid: uid.clone(),
+            container: name.clone(),
+            pid: 0,
+            code: Some(128),
+        });
+    };
+    let (sandbox_id, sandbox) = match ensure_sandbox(&shared, &cri, &uid, &pod, &cgroup).await {
+        Ok(s) => s,
+        Err(message) => return fail(format!("sandbox: {message}")),
+    };
+    let started = cri::start_container(
+        &cri,
+        &sandbox_id,
+        sandbox,
+        &shared.config.cgroup_options,
+        &uid,
+        &spec,
+        restart,
+    )
+    .await;
+    let (id, pid) = match started {
+        Ok(run) => run,
+        Err(message) => return fail(message),
+    };
+    // The run is ours to report from here on: record it, then watch it.
+    let record = {
+        let mut inner = shared.lock();
+        let Some(live) = inner.pods.get_mut(&uid) else {
+            return;
+        };
+        let Some(c) = live.record.containers.iter_mut().find(|c| c.name == name) else {
+            return;
+        };
+        c.pid = pid.or(Some(0));
+        c.container_id = Some(id.clone());
+        live.record.clone()
+    };
+    persist(&shared, &record);
+    publish(&shared);
+    let pid = pid.unwrap_or(0);
+    if pid > 0 {
+        container::wait_for_exit(pid).await;
+    }
+    let code = cri::exit_code(&cri, &id).await;
+    let _ = shared.exits.send(Exit {
+        uid,
+        container: name,
+        pid,
+        code,
+    });
+}
+
+/// The pod's sandbox: the one in its record, or a new one made now.
+async fn ensure_sandbox(
+    shared: &Arc<Shared>,
+    cri: &CriRuntime,
+    uid: &str,
+    pod: &Pod,
+    cgroup: &PodCgroup,
+) -> Result<(String, cri::api::PodSandboxConfig), String> {
+    let config = cri::sandbox_config(&shared.config.log_dir, uid, pod, cgroup);
+    let _one_at_a_time = cri.sandboxes.lock().await;
+    let existing = shared
+        .lock()
+        .pods
+        .get(uid)
+        .and_then(|p| p.record.sandbox_id.clone());
+    if let Some(id) = existing {
+        return Ok((id, config));
+    }
+    let dir = std::path::PathBuf::from(&config.log_directory);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let id = cri
+        .client
+        .run_pod_sandbox(config.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    let record = {
+        let mut inner = shared.lock();
+        let Some(live) = inner.pods.get_mut(uid) else {
+            return Err("the pod went away while its sandbox was made".into());
+        };
+        live.record.sandbox_id = Some(id.clone());
+        live.record.clone()
+    };
+    persist(shared, &record);
+    Ok((id, config))
 }
 
 fn exit_code(status: std::process::ExitStatus) -> i32 {
@@ -484,8 +613,25 @@ fn on_exit(shared: &Arc<Shared>, exit: Exit) {
         ),
     );
     if let Some(cgroup) = cgroup {
-        remove_cgroups(shared, &key, &cgroup);
-        update_tiers(shared);
+        match (&shared.cri, record.sandbox_id.clone()) {
+            (Some(cri), Some(sandbox)) => {
+                // A finished pod's sandbox is stopped (its dead containers stay for the
+                // container collector), then its cgroups go.
+                let (shared, cri) = (shared.clone(), cri.clone());
+                tokio::spawn(async move {
+                    for err in cri::stop_pod(&cri, Some(&sandbox), &[], Duration::ZERO, false).await
+                    {
+                        shared.state.event("Warning", "FailedKillPod", &key, err);
+                    }
+                    remove_cgroups(&shared, &key, &cgroup);
+                    update_tiers(&shared);
+                });
+            }
+            _ => {
+                remove_cgroups(shared, &key, &cgroup);
+                update_tiers(shared);
+            }
+        }
     }
     publish(shared);
 }
@@ -571,6 +717,53 @@ pub(super) async fn kill(
     }
 }
 
+/// Stops a pod that is being evicted or removed. On a container runtime: its containers
+/// with the grace period, then its sandbox, removed with them; whatever is left in the
+/// pod's cgroups after that is killed at once. Otherwise the pod's processes are killed
+/// through its cgroups (SIGTERM, SIGKILL after the grace period).
+async fn stop_pod(
+    shared: &Arc<Shared>,
+    record: &PodRecord,
+    cgroup: Option<&PodCgroup>,
+    grace_seconds: i64,
+    timeout: Duration,
+) -> EvictionOutcome {
+    let mut grace_seconds = grace_seconds;
+    if let Some(cri) = &shared.cri {
+        let ids: Vec<String> = record
+            .containers
+            .iter()
+            .filter_map(|c| c.container_id.clone())
+            .collect();
+        let grace = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
+        let errors = cri::stop_pod(cri, record.sandbox_id.as_deref(), &ids, grace, true).await;
+        let key = record.pod.key();
+        for err in &errors {
+            shared
+                .state
+                .event("Warning", "FailedKillPod", &key, err.clone());
+        }
+        if errors.is_empty() {
+            let record = {
+                let mut inner = shared.lock();
+                inner.pods.get_mut(&record.uid).map(|live| {
+                    live.record.sandbox_id = None;
+                    live.record.clone()
+                })
+            };
+            if let Some(record) = record {
+                persist(shared, &record);
+            }
+        }
+        // The grace period was the runtime's to give.
+        grace_seconds = 0;
+    }
+    match cgroup {
+        Some(cgroup) => kill(shared, cgroup, grace_seconds, timeout).await,
+        None => EvictionOutcome::Evicted,
+    }
+}
+
 pub(super) fn remove_cgroups(shared: &Shared, key: &str, cgroup: &PodCgroup) {
     if let Err(err) = shared.tree.remove_pod(cgroup) {
         shared
@@ -619,10 +812,7 @@ pub(super) async fn evict(
         key,
         format!("{reason}: stopping with a grace period of {grace_seconds} s"),
     );
-    let outcome = match &cgroup {
-        Some(cgroup) => kill(shared, cgroup, grace_seconds, timeout).await,
-        None => EvictionOutcome::Evicted,
-    };
+    let outcome = stop_pod(shared, &record, cgroup.as_ref(), grace_seconds, timeout).await;
     let gone = outcome == EvictionOutcome::Evicted;
     if let Some(cgroup) = &cgroup
         && gone
@@ -655,7 +845,7 @@ pub(super) async fn evict(
 
 /// Stops a pod whose manifest is gone or changed, and forgets it.
 async fn stop(shared: &Arc<Shared>, uid: &str) {
-    let (key, cgroup, grace) = {
+    let (key, cgroup, grace, record) = {
         let mut inner = shared.lock();
         let Some(live) = inner.pods.get_mut(uid) else {
             return;
@@ -666,6 +856,7 @@ async fn stop(shared: &Arc<Shared>, uid: &str) {
             live.record.pod.key(),
             live.cgroup.clone(),
             live.record.pod.termination_grace_period_seconds(),
+            live.record.clone(),
         )
     };
     if let Some(cgroup) = &cgroup {
@@ -675,7 +866,7 @@ async fn stop(shared: &Arc<Shared>, uid: &str) {
             &key,
             "manifest removed or changed: stopping",
         );
-        match kill(shared, cgroup, grace, kill_timeout(grace)).await {
+        match stop_pod(shared, &record, Some(cgroup), grace, kill_timeout(grace)).await {
             EvictionOutcome::Evicted => remove_cgroups(shared, &key, cgroup),
             outcome => shared.state.event(
                 "Warning",

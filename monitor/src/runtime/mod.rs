@@ -21,6 +21,7 @@ use crate::state::SharedState;
 mod adopt;
 pub mod cgroups;
 pub mod container;
+pub mod cri;
 mod lifecycle;
 pub mod logs;
 pub mod manifests;
@@ -58,6 +59,8 @@ pub enum RuntimeError {
     Cgroup(#[from] cgroups::CgroupError),
     #[error(transparent)]
     Store(#[from] store::StoreError),
+    #[error(transparent)]
+    Cri(#[from] cri::CriError),
 }
 
 impl LocalRuntime {
@@ -71,6 +74,17 @@ impl LocalRuntime {
         let tree = CgroupTree::new(layout, &config.cgroup_root)?;
         tree.ensure_qos_hierarchy(config.pods_memory_limit)?;
         let store = StateStore::open(&config.state_dir)?;
+        let cri = match &config.cri_socket {
+            Some(socket) => {
+                let (cri, warning) =
+                    cri::CriRuntime::new(socket, &config.state_dir, config.image_gc)?;
+                if let Some(warning) = warning {
+                    state.event("Warning", "ImageRecordsUnreadable", "node", warning);
+                }
+                Some(Arc::new(cri))
+            }
+            None => None,
+        };
         let (exits, exits_rx) = mpsc::unbounded_channel();
         let (reconcile, reconcile_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -86,6 +100,7 @@ impl LocalRuntime {
             exits,
             reconcile,
             on_change: std::sync::OnceLock::new(),
+            cri,
         });
         adopt::adopt(&shared);
         Ok(LocalRuntime {
@@ -110,7 +125,46 @@ impl LocalRuntime {
                 exits_rx,
                 reconcile_rx,
             ));
+            if self.shared.cri.is_some() {
+                tokio::spawn(collect_images_periodically(self.shared.clone()));
+            }
         }
+    }
+
+    /// The container runtime's name and version ("containerd 1.6.20, CRI v1"), or `None`
+    /// on the process runtime. An unreachable runtime is an error.
+    pub async fn runtime_version(&self) -> Result<Option<String>, cri::CriError> {
+        let Some(cri) = &self.shared.cri else {
+            return Ok(None);
+        };
+        let v = cri.client.version().await?;
+        Ok(Some(format!(
+            "{} {}, CRI {}",
+            v.runtime_name, v.runtime_version, v.runtime_api_version
+        )))
+    }
+
+    /// The mount point of the container runtime's image filesystem (`None` on the process
+    /// runtime, or when the runtime does not say).
+    pub async fn image_filesystem(&self) -> Option<std::path::PathBuf> {
+        let cri = self.shared.cri.as_ref()?;
+        cri::image_fs(cri).await.ok().map(|(mount, _, _)| mount)
+    }
+
+    /// One periodic image collection now (the pass the agent runs every
+    /// `monitor.imageGcPeriod` on a container runtime). `None` on the process runtime.
+    pub async fn collect_images(&self) -> Option<cri::Collected> {
+        let cri = self.shared.cri.clone()?;
+        Some(image_gc_pass(&self.shared, &cri).await)
+    }
+
+    /// What the image collector knows (first detected, last used), on a container runtime.
+    pub fn image_records(&self) -> Vec<crate::policy::image_gc::ImageRecord> {
+        self.shared
+            .cri
+            .as_ref()
+            .map(|cri| cri::image_records(cri))
+            .unwrap_or_default()
     }
 
     /// The pods root relative to the memory hierarchy (the allocatableMemory.available
@@ -228,11 +282,14 @@ fn pod_stats(
             } else {
                 (None, None)
             };
-            // A container without a process has no memory to report.
-            let working_set = c
-                .pid
-                .filter(|_| needs.container_memory)
-                .and_then(|_| shared.tree.container_working_set(cgroup, &c.name));
+            // A container without a process has no memory to report. A container of a
+            // container runtime has its cgroup named by its id.
+            let working_set = c.pid.filter(|_| needs.container_memory).and_then(|_| {
+                match (&shared.cri, &c.container_id) {
+                    (Some(_), Some(id)) => shared.tree.runtime_container_working_set(cgroup, id),
+                    _ => shared.tree.container_working_set(cgroup, &c.name),
+                }
+            });
             ContainerStats {
                 name: c.name.clone(),
                 memory_working_set_bytes: working_set,
@@ -261,6 +318,9 @@ fn pod_stats(
 impl NodeReclaim for LocalRuntime {
     fn reclaim(&self, resource: Resource, signal: Signal) -> ReclaimResult {
         let shared = &self.shared;
+        if let Some(cri) = shared.cri.clone() {
+            return reclaim_on_runtime(shared, &cri, resource, signal);
+        }
         let mut doomed = Vec::new();
         {
             let inner = shared.lock();
@@ -300,5 +360,132 @@ impl NodeReclaim for LocalRuntime {
             ),
         );
         freed
+    }
+}
+
+/// The uids of the pods still running, and every pod spec the runtime knows (for the
+/// images in use).
+fn live_pods(
+    shared: &Shared,
+) -> (
+    std::collections::BTreeSet<String>,
+    Vec<crate::policy::pod::Pod>,
+) {
+    let inner = shared.lock();
+    let live = inner
+        .pods
+        .iter()
+        .filter(|(_, p)| !p.record.phase.is_terminal())
+        .map(|(uid, _)| uid.clone())
+        .collect();
+    let pods = inner
+        .pods
+        .values()
+        .filter(|p| !p.record.phase.is_terminal())
+        .map(|p| p.record.pod.clone())
+        .collect();
+    (live, pods)
+}
+
+/// The eviction path's node-level reclaim on a container runtime (the kubelet's
+/// DeleteAllUnusedContainers, then DeleteUnusedImages): every dead container of ours,
+/// then every unused image past the minimum age. Runs on a blocking thread: the runtime's
+/// calls are made from it with the agent's tokio runtime.
+fn reclaim_on_runtime(
+    shared: &Arc<Shared>,
+    cri: &Arc<cri::CriRuntime>,
+    resource: Resource,
+    signal: Signal,
+) -> ReclaimResult {
+    let (live, pods) = live_pods(shared);
+    let collect = async {
+        let containers = cri::collect_containers(cri, &live, true).await;
+        let images = cri::collect_all_unused_images(cri, &pods).await;
+        (containers, images)
+    };
+    let (containers, images) = match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle.block_on(collect),
+        Err(_) => return ReclaimResult::default(),
+    };
+    for err in containers.errors.iter().chain(&images.errors) {
+        shared
+            .state
+            .event("Warning", "FailedGC", "node", err.clone());
+    }
+    let freed = ReclaimResult {
+        freed_bytes: u64::try_from(images.image_bytes).unwrap_or(0),
+        freed_inodes: 0,
+    };
+    shared.state.event(
+        "Normal",
+        "ContainerGC",
+        "node",
+        format!(
+            "node-level reclaim for {} ({}): removed {} dead container(s), {} sandbox(es) and {} unused image(s), freed {} bytes",
+            resource.as_str(),
+            signal.as_str(),
+            containers.containers.len(),
+            containers.sandboxes.len(),
+            images.images.len(),
+            freed.freed_bytes
+        ),
+    );
+    freed
+}
+
+/// One periodic pass: dead containers per the kubelet's rules, then images by age and by
+/// the image filesystem's thresholds. Reported as events.
+async fn image_gc_pass(shared: &Arc<Shared>, cri: &Arc<cri::CriRuntime>) -> cri::Collected {
+    let (live, pods) = live_pods(shared);
+    let containers = cri::collect_containers(cri, &live, false).await;
+    let mut images = cri::collect_images_periodic(cri, &pods).await;
+    for err in containers.errors.iter().chain(&images.errors) {
+        shared
+            .state
+            .event("Warning", "FailedGC", "node", err.clone());
+    }
+    if !containers.containers.is_empty() || !containers.sandboxes.is_empty() {
+        shared.state.event(
+            "Normal",
+            "ContainerGC",
+            "node",
+            format!(
+                "removed {} dead container(s) and {} sandbox(es)",
+                containers.containers.len(),
+                containers.sandboxes.len()
+            ),
+        );
+    }
+    if !images.images.is_empty() {
+        shared.state.event(
+            "Normal",
+            "ImageGC",
+            "node",
+            format!(
+                "removed {} unused image(s), {} bytes: {}",
+                images.images.len(),
+                images.image_bytes,
+                images.images.join(", ")
+            ),
+        );
+    }
+    images.containers = containers.containers;
+    images.sandboxes = containers.sandboxes;
+    images.errors.extend(containers.errors);
+    images
+}
+
+/// The image collector's period: a pass every `monitor.imageGcPeriod`.
+async fn collect_images_periodically(shared: Arc<Shared>) {
+    let Some(cri) = shared.cri.clone() else {
+        return;
+    };
+    let mut tick = tokio::time::interval(shared.config.image_gc_period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is at once: wait one period, as the kubelet does.
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        image_gc_pass(&shared, &cri).await;
     }
 }

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use super::cgroups::{CgroupTree, PodCgroup};
 use super::store::{PodRecord, StateStore};
+use crate::policy::image_gc::ImageGcPolicy;
 use crate::policy::pod::ResourceList;
 use crate::policy::qos::CgroupOptions;
 use crate::policy::types::NodeConditionType;
@@ -37,6 +38,13 @@ pub struct RuntimeConfig {
     pub qos_reserved_memory_percent: Option<i64>,
     /// First restart delay of a crashed container; doubles up to [`MAX_BACKOFF`].
     pub restart_backoff: Duration,
+    /// Run pods on the CRI runtime at this socket (containerd) instead of as host
+    /// processes.
+    pub cri_socket: Option<PathBuf>,
+    /// Image garbage collection on the CRI runtime: thresholds and ages, and how often
+    /// the periodic pass runs (the kubelet: every 5 minutes).
+    pub image_gc: ImageGcPolicy,
+    pub image_gc_period: Duration,
 }
 
 /// The longest restart delay (the kubelet's MaxContainerBackOff).
@@ -81,6 +89,8 @@ pub(super) struct Shared {
     pub(super) reconcile: mpsc::UnboundedSender<()>,
     /// Told whenever the pods change (started, exited, evicted, stopped).
     pub(super) on_change: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// The container runtime, when pods run on one.
+    pub(super) cri: Option<std::sync::Arc<super::cri::CriRuntime>>,
 }
 
 impl Shared {

@@ -23,6 +23,9 @@ pub struct PodRecord {
     pub reason: Option<String>,
     pub message: Option<String>,
     pub containers: Vec<ContainerRecord>,
+    /// The pod's CRI sandbox, when a container runtime runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_id: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -36,6 +39,9 @@ pub struct ContainerRecord {
     pub last_exit: Option<i32>,
     /// The container will not run again (restart policy, eviction, or a finished pod).
     pub done: bool,
+    /// The CRI container of the current (or last) run, when a container runtime runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,7 +179,9 @@ mod tests {
                 restart_count: 1,
                 last_exit: Some(137),
                 done: true,
+                container_id: Some("0123abcd".into()),
             }],
+            sandbox_id: Some("fedc3210".into()),
         };
         store.save(&record).unwrap();
         std::fs::write(dir.path().join("pods/u2.json"), "{not json").unwrap();

@@ -114,7 +114,6 @@ const IGNORED_KUBELET_KEYS: &[&str] = &[
     "registerWithTaints",
     "registerNode",
     "tracing",
-    "containerRuntimeEndpoint",
     "imageServiceEndpoint",
     "failCgroupV1",
     "userNamespaces",
@@ -198,6 +197,9 @@ pub(super) fn parse_document(
                 config.housekeeping_interval = field.positive_duration(k, &value)?
             }
             "staticPodPath" => config.static_pod_path = field.optional_string(k, &value)?,
+            "containerRuntimeEndpoint" => {
+                config.container_runtime_endpoint = field.optional_string(k, &value)?
+            }
             "cgroupRoot" => {
                 config.cgroup_root = field
                     .optional_string(k, &value)?

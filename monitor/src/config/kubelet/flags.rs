@@ -58,6 +58,7 @@ const FLAGS: &[(&str, Kind)] = &[
     ("cgroup-root", Kind::Text),
     ("enforce-node-allocatable", Kind::Text),
     ("pod-manifest-path", Kind::Text),
+    ("container-runtime-endpoint", Kind::Text),
 ];
 
 /// A parsed flag value.
@@ -264,6 +265,9 @@ fn apply_one(
         ("pod-max-pids", FlagValue::Int(n)) => config.pod_pids_limit = Some(n).filter(|n| *n >= 0),
         ("cgroup-root", FlagValue::Text(t)) => {
             config.cgroup_root = if t.is_empty() { "/".to_string() } else { t }
+        }
+        ("container-runtime-endpoint", FlagValue::Text(t)) => {
+            config.container_runtime_endpoint = Some(t).filter(|t| !t.is_empty())
         }
         ("pod-manifest-path", FlagValue::Text(t)) => {
             config.static_pod_path = Some(t).filter(|t| !t.is_empty())

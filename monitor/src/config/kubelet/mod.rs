@@ -71,6 +71,9 @@ pub struct KubeletConfig {
     /// --housekeeping-interval; default 10s).
     pub housekeeping_interval: Duration,
     pub static_pod_path: Option<String>,
+    /// The CRI runtime's socket ("unix:///run/containerd/containerd.sock"); the agent
+    /// uses it when `monitor.runtime` is `cri`.
+    pub container_runtime_endpoint: Option<String>,
     /// Root of the pod cgroup hierarchy (default "/").
     pub cgroup_root: String,
     /// Where node allocatable is enforced (default ["pods"]).
@@ -259,6 +262,7 @@ pub fn default_kubelet_config() -> KubeletConfig {
         qos_reserved: BTreeMap::new(),
         housekeeping_interval: Duration::from_secs(10),
         static_pod_path: None,
+        container_runtime_endpoint: None,
         cgroup_root: "/".to_string(),
         enforce_node_allocatable: vec![ENFORCE_PODS.to_string()],
         max_pods: 110,

@@ -132,6 +132,10 @@ pub struct Container {
     pub name: String,
     #[serde(default, deserialize_with = "nullable")]
     pub image: String,
+    /// Never, IfNotPresent or Always; unset means Always for a `:latest` (or untagged)
+    /// image and IfNotPresent otherwise, as the API server defaults it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     pub command: Vec<String>,
     #[serde(default, deserialize_with = "nullable")]
@@ -149,6 +153,23 @@ pub struct Container {
 }
 
 impl Container {
+    /// The pull policy in effect (the API server's default where unset).
+    pub fn pull_policy(&self) -> &str {
+        if let Some(policy) = self.image_pull_policy.as_deref() {
+            return policy;
+        }
+        let name = self.image.rsplit('/').next().unwrap_or("");
+        let tag = name
+            .split_once('@')
+            .map_or(name, |(n, _)| n)
+            .split_once(':');
+        match tag {
+            _ if self.image.contains('@') => "IfNotPresent",
+            Some((_, "latest")) | None => "Always",
+            Some(_) => "IfNotPresent",
+        }
+    }
+
     /// A sidecar: an init container with `restartPolicy: Always` that keeps running beside
     /// the regular containers (resourcehelper isRestartableInitContainer).
     pub fn is_restartable_init(&self) -> bool {

@@ -1,0 +1,570 @@
+//! Pods on a CRI container runtime (containerd): each pod a sandbox, each container a CRI
+//! container, in the same QoS cgroup hierarchy as the process runtime's pods (the
+//! sandbox's cgroup parent is the pod's cgroup, so the runtime's containers land under it
+//! and every reader of pod cgroups, the hot path's `cgroup.kill` included, works
+//! unchanged).
+//!
+//! The pod lifecycle (restarts, eviction, adoption, records) stays in the runtime; this
+//! module does what differs: starting a container through the CRI (sandbox, image pull
+//! policy, create, start), watching its main process, stopping a pod through the CRI, and
+//! the kubelet's container and image garbage collection against the runtime's real
+//! containers and images.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use crate::policy::image_gc::{self, Image, ImageGcPolicy, ImageGcState, ImageRecord};
+use crate::policy::pod::{Container, Pod};
+use crate::policy::qos::{self, CgroupOptions};
+use crate::policy::types::Time;
+
+use super::cgroups::PodCgroup;
+use super::logs;
+
+pub mod client;
+
+/// Types and stubs generated from the CRI v1 protos (package `runtime.v1`).
+#[expect(
+    clippy::all,
+    clippy::pedantic,
+    reason = "generated code: its style is the generator's"
+)]
+pub mod api {
+    tonic::include_proto!("runtime.v1");
+}
+
+pub use client::{CriClient, CriError, socket_of_endpoint};
+
+/// The label on every sandbox and container the agent creates: garbage collection and
+/// clean-up never touch anything without it.
+pub const MANAGED_LABEL: &str = "monitor.managed";
+/// The pod uid label (the kubelet's `io.kubernetes.pod.uid`).
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// The container name label (the kubelet's `io.kubernetes.container.name`).
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+
+/// The CRI side of the runtime: the client, and the image collector's memory.
+pub struct CriRuntime {
+    pub client: CriClient,
+    /// One sandbox creation at a time: two containers of a new pod must not both make one.
+    pub(super) sandboxes: tokio::sync::Mutex<()>,
+    images: Mutex<ImageGcState>,
+    /// Where the image records live between agent restarts (first detected, last used).
+    images_file: PathBuf,
+    /// When the collector first ran on this node (persisted with the records).
+    began_gc: Time,
+    policy: ImageGcPolicy,
+}
+
+/// What is kept of the image collector between runs.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ImagesFile {
+    began_gc: Time,
+    records: Vec<ImageRecord>,
+}
+
+/// Now, as the image collector counts time (since the Unix epoch, so that it survives
+/// agent restarts).
+pub fn wall_now() -> Time {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+impl CriRuntime {
+    /// A runtime on `socket`, its image records loaded from `state_dir/images.json`. A
+    /// corrupt records file is set aside (renamed `.corrupt`) and reported, not fatal.
+    pub fn new(
+        socket: &Path,
+        state_dir: &Path,
+        policy: ImageGcPolicy,
+    ) -> Result<(CriRuntime, Option<String>), CriError> {
+        let client = CriClient::new(socket)?;
+        let images_file = state_dir.join("images.json");
+        let mut warning = None;
+        let (began_gc, state) = match std::fs::read(&images_file) {
+            Ok(bytes) => match serde_json::from_slice::<ImagesFile>(&bytes) {
+                Ok(file) => (file.began_gc, ImageGcState::from_records(file.records)),
+                Err(err) => {
+                    let aside = images_file.with_extension("json.corrupt");
+                    let _ = std::fs::rename(&images_file, &aside);
+                    warning = Some(format!(
+                        "{}: {err}; set aside as {}, image times start afresh",
+                        images_file.display(),
+                        aside.display()
+                    ));
+                    (wall_now(), ImageGcState::new())
+                }
+            },
+            Err(_) => (wall_now(), ImageGcState::new()),
+        };
+        Ok((
+            CriRuntime {
+                client,
+                sandboxes: tokio::sync::Mutex::new(()),
+                images: Mutex::new(state),
+                images_file,
+                began_gc,
+                policy,
+            },
+            warning,
+        ))
+    }
+
+    fn save_images(&self, state: &ImageGcState) {
+        let file = ImagesFile {
+            began_gc: self.began_gc,
+            records: state.records().cloned().collect(),
+        };
+        let Ok(bytes) = serde_json::to_vec_pretty(&file) else {
+            return;
+        };
+        let tmp = self
+            .images_file
+            .with_extension(format!("json.{}.tmp", std::process::id()));
+        if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, &self.images_file).is_err()
+        {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+
+    fn lock_images(&self) -> std::sync::MutexGuard<'_, ImageGcState> {
+        self.images.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The sandbox of a pod, as the kubelet configures a host-network pod: the pod's cgroup
+/// as parent, its log directory, the kubelet's labels plus ours.
+pub(super) fn sandbox_config(
+    log_dir: &Path,
+    uid: &str,
+    pod: &Pod,
+    cgroup: &PodCgroup,
+) -> api::PodSandboxConfig {
+    let mut labels = BTreeMap::new();
+    labels.insert(MANAGED_LABEL.to_string(), "true".to_string());
+    labels.insert(POD_UID_LABEL.to_string(), uid.to_string());
+    labels.insert("io.kubernetes.pod.name".into(), pod.metadata.name.clone());
+    labels.insert(
+        "io.kubernetes.pod.namespace".into(),
+        pod.namespace().to_string(),
+    );
+    api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: pod.metadata.name.clone(),
+            uid: uid.to_string(),
+            namespace: pod.namespace().to_string(),
+            attempt: 0,
+        }),
+        // Host network means the host's UTS namespace: the hostname must stay unset.
+        hostname: String::new(),
+        log_directory: logs::pod_dir(log_dir, pod.namespace(), &pod.metadata.name, uid)
+            .display()
+            .to_string(),
+        labels: labels.into_iter().collect(),
+        linux: Some(api::LinuxPodSandboxConfig {
+            cgroup_parent: format!("/{}", cgroup.relative),
+            security_context: Some(api::LinuxSandboxSecurityContext {
+                namespace_options: Some(api::NamespaceOption {
+                    network: api::NamespaceMode::Node as i32,
+                    pid: api::NamespaceMode::Container as i32,
+                    ipc: api::NamespaceMode::Pod as i32,
+                    ..api::NamespaceOption::default()
+                }),
+                ..api::LinuxSandboxSecurityContext::default()
+            }),
+            ..api::LinuxPodSandboxConfig::default()
+        }),
+        ..api::PodSandboxConfig::default()
+    }
+}
+
+/// A container as the kubelet asks the runtime for it: image, command, args, env, working
+/// directory, the resources of its QoS class, and its log under the pod's log directory
+/// (`<container>/<restart>.log`, as the process runtime writes it).
+fn container_config(
+    cgroup_options: &CgroupOptions,
+    uid: &str,
+    spec: &Container,
+    restart: u32,
+) -> api::ContainerConfig {
+    let resources = qos::container_resource_config(spec, cgroup_options);
+    let mut labels = BTreeMap::new();
+    labels.insert(MANAGED_LABEL.to_string(), "true".to_string());
+    labels.insert(POD_UID_LABEL.to_string(), uid.to_string());
+    labels.insert(CONTAINER_NAME_LABEL.to_string(), spec.name.clone());
+    api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata {
+            name: spec.name.clone(),
+            attempt: restart,
+        }),
+        image: Some(api::ImageSpec {
+            image: spec.image.clone(),
+            ..api::ImageSpec::default()
+        }),
+        command: spec.command.clone(),
+        args: spec.args.clone(),
+        working_dir: spec.working_dir.clone().unwrap_or_default(),
+        envs: spec
+            .env
+            .iter()
+            .map(|e| api::KeyValue {
+                key: e.name.clone(),
+                value: e.value.clone().unwrap_or_default(),
+            })
+            .collect(),
+        labels: labels.into_iter().collect(),
+        log_path: format!("{}/{restart}.log", spec.name),
+        linux: Some(api::LinuxContainerConfig {
+            resources: Some(api::LinuxContainerResources {
+                cpu_period: resources.cpu_period.map_or(0, |p| p as i64),
+                cpu_quota: resources.cpu_quota.filter(|q| *q > 0).unwrap_or(0),
+                cpu_shares: resources.cpu_shares.map_or(0, |s| s as i64),
+                memory_limit_in_bytes: resources.memory_limit.unwrap_or(0),
+                ..api::LinuxContainerResources::default()
+            }),
+            ..api::LinuxContainerConfig::default()
+        }),
+        ..api::ContainerConfig::default()
+    }
+}
+
+/// Makes sure the image is there as the container's pull policy asks.
+async fn ensure_image(client: &CriClient, spec: &Container) -> Result<(), String> {
+    let image = spec.image.as_str();
+    if image.is_empty() {
+        return Err("spec.containers[].image: a container runtime needs an image".into());
+    }
+    let present = || async {
+        client
+            .image_status(image)
+            .await
+            .map(|i| i.is_some())
+            .map_err(|e| e.to_string())
+    };
+    match spec.pull_policy() {
+        "Never" => {
+            if present().await? {
+                Ok(())
+            } else {
+                Err(format!(
+                    "ErrImageNeverPull: image {image:?} is not present and imagePullPolicy is Never"
+                ))
+            }
+        }
+        "IfNotPresent" => {
+            if present().await? {
+                return Ok(());
+            }
+            client
+                .pull_image(image)
+                .await
+                .map(drop)
+                .map_err(|e| format!("ErrImagePull: {e}"))
+        }
+        "Always" => client
+            .pull_image(image)
+            .await
+            .map(drop)
+            .map_err(|e| format!("ErrImagePull: {e}")),
+        other => Err(format!(
+            "spec.containers[{}].imagePullPolicy: {other:?} is not one of Always, IfNotPresent, Never",
+            spec.name
+        )),
+    }
+}
+
+/// Creates and starts one container of a pod in its sandbox, the image made present as
+/// the container's pull policy asks. Returns the runtime's container id and the pid of
+/// the container's main process (None where the runtime does not tell it).
+pub(super) async fn start_container(
+    cri: &CriRuntime,
+    sandbox_id: &str,
+    sandbox: api::PodSandboxConfig,
+    cgroup_options: &CgroupOptions,
+    uid: &str,
+    spec: &Container,
+    restart: u32,
+) -> Result<(String, Option<u32>), String> {
+    ensure_image(&cri.client, spec).await?;
+    let log_dir = PathBuf::from(&sandbox.log_directory).join(&spec.name);
+    std::fs::create_dir_all(&log_dir)
+        .map_err(|err| format!("creating {}: {err}", log_dir.display()))?;
+    let config = container_config(cgroup_options, uid, spec, restart);
+    let id = cri
+        .client
+        .create_container(sandbox_id, config, sandbox)
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Err(err) = cri.client.start_container(&id).await {
+        let _ = cri.client.remove_container(&id).await;
+        return Err(err.to_string());
+    }
+    let (_, pid) = cri
+        .client
+        .container_status(&id)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((id, pid))
+}
+
+/// The exit code of a container whose main process has ended. The runtime learns of the
+/// exit a moment after the kernel, so this asks until it knows; None when the container
+/// is gone from the runtime (removed with its sandbox).
+pub(super) async fn exit_code(cri: &CriRuntime, id: &str) -> Option<i32> {
+    loop {
+        match cri.client.container_status(id).await {
+            Ok((status, _)) if status.state == api::ContainerState::ContainerExited as i32 => {
+                return Some(status.exit_code);
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(err) if err.is_not_found() => return None,
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// Stops a pod through the runtime: every container with the grace period (SIGTERM, then
+/// SIGKILL), then the sandbox, which is removed with its containers when `remove`.
+/// Returns the errors met; the caller then makes sure the pod's cgroups are empty.
+pub(super) async fn stop_pod(
+    cri: &CriRuntime,
+    sandbox_id: Option<&str>,
+    container_ids: &[String],
+    grace: Duration,
+    remove: bool,
+) -> Vec<String> {
+    let stops = container_ids
+        .iter()
+        .map(|id| cri.client.stop_container(id, grace));
+    let mut errors: Vec<String> = futures_util::future::join_all(stops)
+        .await
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| e.to_string()))
+        .collect();
+    if let Some(sandbox) = sandbox_id {
+        if let Err(err) = cri.client.stop_pod_sandbox(sandbox).await {
+            errors.push(err.to_string());
+        } else if remove && let Err(err) = cri.client.remove_pod_sandbox(sandbox).await {
+            errors.push(err.to_string());
+        }
+    }
+    errors
+}
+
+/// What one garbage collection freed and removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Collected {
+    pub containers: Vec<String>,
+    pub sandboxes: Vec<String>,
+    pub images: Vec<String>,
+    pub image_bytes: i64,
+    pub errors: Vec<String>,
+}
+
+/// Container garbage collection (the kubelet's rules with its defaults: no minimum age,
+/// one dead container kept per container name of a live pod, none of a finished pod).
+/// `live` maps the uids of pods that still run to nothing; everything else of ours is
+/// finished. With `all` (the eviction path's DeleteAllUnusedContainers), no dead
+/// container is kept. Only containers and sandboxes with our label are looked at.
+pub(super) async fn collect_containers(
+    cri: &CriRuntime,
+    live: &BTreeSet<String>,
+    all: bool,
+) -> Collected {
+    let mut collected = Collected::default();
+    let containers = match cri.client.list_containers().await {
+        Ok(c) => c,
+        Err(err) => {
+            collected.errors.push(err.to_string());
+            return collected;
+        }
+    };
+    let ours = |labels: &std::collections::HashMap<String, String>| {
+        labels.get(MANAGED_LABEL).is_some_and(|v| v == "true")
+    };
+    // Dead containers of ours, grouped by (pod, name), newest first.
+    let mut dead: BTreeMap<(String, String), Vec<&api::Container>> = BTreeMap::new();
+    for c in containers.iter().filter(|c| ours(&c.labels)) {
+        if c.state != api::ContainerState::ContainerExited as i32 {
+            continue;
+        }
+        let uid = c.labels.get(POD_UID_LABEL).cloned().unwrap_or_default();
+        let name = c
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        dead.entry((uid, name)).or_default().push(c);
+    }
+    for ((uid, _), mut runs) in dead {
+        runs.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        let keep = usize::from(live.contains(&uid) && !all);
+        for c in runs.into_iter().skip(keep) {
+            match cri.client.remove_container(&c.id).await {
+                Ok(()) => collected.containers.push(c.id.clone()),
+                Err(err) => collected.errors.push(err.to_string()),
+            }
+        }
+    }
+    // Sandboxes of finished pods, now without containers.
+    let remaining: BTreeSet<String> = match cri.client.list_containers().await {
+        Ok(c) => c.into_iter().map(|c| c.pod_sandbox_id).collect(),
+        Err(err) => {
+            collected.errors.push(err.to_string());
+            return collected;
+        }
+    };
+    if let Ok(sandboxes) = cri.client.list_pod_sandboxes().await {
+        for s in sandboxes.iter().filter(|s| ours(&s.labels)) {
+            let uid = s.metadata.as_ref().map(|m| m.uid.as_str()).unwrap_or("");
+            let ready = s.state == api::PodSandboxState::SandboxReady as i32;
+            if ready || live.contains(uid) || remaining.contains(&s.id) {
+                continue;
+            }
+            match cri.client.remove_pod_sandbox(&s.id).await {
+                Ok(()) => collected.sandboxes.push(s.id.clone()),
+                Err(err) => collected.errors.push(err.to_string()),
+            }
+        }
+    }
+    collected
+}
+
+/// The runtime's images as the collector sees them, with the images our pods use marked
+/// in use (by the containers' images and the runtime's own view of running containers).
+async fn detect_images(cri: &CriRuntime, pods: &[Pod], now: Time) -> Result<(), String> {
+    let listed = cri.client.list_images().await.map_err(|e| e.to_string())?;
+    let images: Vec<Image> = listed
+        .iter()
+        .map(|i| Image {
+            id: i.id.clone(),
+            repo_tags: i.repo_tags.clone(),
+            size_bytes: i64::try_from(i.size).unwrap_or(i64::MAX),
+            pinned: i.pinned,
+        })
+        .collect();
+    let mut in_use = image_gc::images_in_use(pods, &images);
+    // Every container the runtime still has (running or dead) holds its image.
+    let containers = cri
+        .client
+        .list_containers()
+        .await
+        .map_err(|e| e.to_string())?;
+    in_use.extend(containers.iter().map(|c| c.image_ref.clone()));
+    in_use.extend(
+        containers
+            .iter()
+            .filter_map(|c| c.image.as_ref().map(|i| i.image.clone())),
+    );
+    // The sandbox image is kept as the kubelet keeps it: every new pod needs it (runtimes
+    // that pin images themselves also say so in `pinned`).
+    let sandbox: BTreeSet<String> = cri
+        .client
+        .sandbox_image()
+        .await
+        .ok()
+        .flatten()
+        .into_iter()
+        .collect();
+    let mut state = cri.lock_images();
+    state.detect(&images, &in_use, &sandbox, now);
+    cri.save_images(&state);
+    Ok(())
+}
+
+async fn remove_images(cri: &CriRuntime, ids: Vec<String>, collected: &mut Collected) {
+    for id in ids {
+        let size = cri.lock_images().record(&id).map_or(0, |r| r.size_bytes);
+        match cri.client.remove_image(&id).await {
+            Ok(()) => {
+                collected.image_bytes = collected.image_bytes.saturating_add(size);
+                collected.images.push(id);
+            }
+            Err(err) => collected.errors.push(err.to_string()),
+        }
+    }
+    let mut state = cri.lock_images();
+    state.remove(&collected.images);
+    cri.save_images(&state);
+}
+
+/// The image filesystem: capacity and available bytes of the filesystem that holds the
+/// runtime's images (the mount point ImageFsInfo names).
+pub async fn image_fs(cri: &CriRuntime) -> Result<(PathBuf, i64, i64), String> {
+    let info = cri
+        .client
+        .image_fs_info()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mount = info
+        .image_filesystems
+        .first()
+        .and_then(|fs| fs.fs_id.as_ref())
+        .map(|id| PathBuf::from(&id.mountpoint))
+        .ok_or("ImageFsInfo names no image filesystem")?;
+    let stat = nix::sys::statvfs::statvfs(&mount)
+        .map_err(|e| format!("statvfs {}: {e}", mount.display()))?;
+    let block = stat.fragment_size() as i64;
+    let capacity = (stat.blocks() as i64).saturating_mul(block);
+    let available = (stat.blocks_available() as i64).saturating_mul(block);
+    Ok((mount, capacity, available))
+}
+
+/// The periodic image collection (the kubelet's image GC pass): images unused for longer
+/// than the maximum age, then, when the image filesystem is at or above the high
+/// threshold, unused images least recently used first down to the low threshold, none
+/// younger than the minimum age, none in use or pinned.
+pub(super) async fn collect_images_periodic(cri: &CriRuntime, pods: &[Pod]) -> Collected {
+    let mut collected = Collected::default();
+    let now = wall_now();
+    if let Err(err) = detect_images(cri, pods, now).await {
+        collected.errors.push(err);
+        return collected;
+    }
+    let (_, capacity, available) = match image_fs(cri).await {
+        Ok(fs) => fs,
+        Err(err) => {
+            collected.errors.push(err);
+            return collected;
+        }
+    };
+    let plan = {
+        let state = cri.lock_images();
+        image_gc::garbage_collect(&cri.policy, &state, capacity, available, now, cri.began_gc)
+    };
+    match plan {
+        Ok(plan) => {
+            let ids: Vec<String> = plan.images().cloned().collect();
+            remove_images(cri, ids, &mut collected).await;
+        }
+        Err(err) => collected.errors.push(err.to_string()),
+    }
+    collected
+}
+
+/// The eviction path's image collection (DeleteUnusedImages): every unused, unpinned image
+/// past the minimum age.
+pub(super) async fn collect_all_unused_images(cri: &CriRuntime, pods: &[Pod]) -> Collected {
+    let mut collected = Collected::default();
+    let now = wall_now();
+    if let Err(err) = detect_images(cri, pods, now).await {
+        collected.errors.push(err);
+        return collected;
+    }
+    let ids: Vec<String> = {
+        let state = cri.lock_images();
+        image_gc::free_all_eligible(&cri.policy, &state, now)
+            .images
+            .clone()
+    };
+    remove_images(cri, ids, &mut collected).await;
+    collected
+}
+
+/// The image collector's records, for the API and tests.
+pub fn image_records(cri: &CriRuntime) -> Vec<ImageRecord> {
+    cri.lock_images().records().cloned().collect()
+}
