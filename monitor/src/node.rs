@@ -146,6 +146,7 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
                 }
             },
             image_gc: loaded.kubelet.image_gc,
+            container_gc: loaded.kubelet.container_gc,
             image_gc_period: settings.image_gc_period,
         };
         let runtime = LocalRuntime::start(config, &layout, state.clone())

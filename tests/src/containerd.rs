@@ -90,6 +90,17 @@ impl Containerd {
     /// 1.6's is expected), or when containerd does not answer within 20 s (the error
     /// carries the end of its log). Whatever was started is cleaned up before it returns.
     pub fn start() -> Result<Containerd> {
+        Containerd::start_with(None)
+    }
+
+    /// As [`Containerd::start`], with containerd's root (content store and snapshots: the
+    /// image filesystem) on a tmpfs of `mib` MiB of its own, so that image filesystem
+    /// usage is small, bounded and exact. Unmounted with the rest on drop.
+    pub fn start_with_image_disk(mib: u64) -> Result<Containerd> {
+        Containerd::start_with(Some(mib))
+    }
+
+    fn start_with(image_disk_mib: Option<u64>) -> Result<Containerd> {
         cleanup_stale();
         if !nix::unistd::geteuid().is_root() {
             bail!("a private containerd needs root");
@@ -124,6 +135,16 @@ impl Containerd {
             let path = fixture.dir.join(sub);
             std::fs::create_dir_all(&path)
                 .with_context(|| format!("creating {}", path.display()))?;
+        }
+        if let Some(mib) = image_disk_mib {
+            nix::mount::mount(
+                Some("monitor-test-imagefs"),
+                &fixture.root,
+                Some("tmpfs"),
+                nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+                Some(format!("size={mib}m,mode=0700").as_str()),
+            )
+            .with_context(|| format!("mounting a {mib} MiB tmpfs on {}", fixture.root.display()))?;
         }
         let config = private_config(&fixture.dir)?;
         std::fs::write(&fixture.config, config)
@@ -313,7 +334,10 @@ impl Containerd {
                 let _ = run(ns, &["tasks", "kill", "--all", "--signal", "SIGKILL", id]);
             }
             for id in &tasks {
-                if let Err(e) = run(ns, &["tasks", "rm", "--force", id]) {
+                // A task can end and go by itself between the listing and here.
+                if let Err(e) = run(ns, &["tasks", "rm", "--force", id])
+                    && !format!("{e:#}").contains("not found")
+                {
                     eprintln!("warning: removing task {ns}/{id}: {e:#}");
                 }
             }

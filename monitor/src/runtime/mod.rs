@@ -363,28 +363,35 @@ impl NodeReclaim for LocalRuntime {
     }
 }
 
-/// The uids of the pods still running, and every pod spec the runtime knows (for the
-/// images in use).
-fn live_pods(
-    shared: &Shared,
-) -> (
-    std::collections::BTreeSet<String>,
-    Vec<crate::policy::pod::Pod>,
-) {
+/// The pods as garbage collection sees them.
+struct GcView {
+    /// Pods not finished.
+    running: std::collections::BTreeSet<String>,
+    /// Pods whose content (dead containers, logs) is kept: every pod the agent still
+    /// has, but the evicted and preempted ones (the kubelet's ShouldPodContentBeRemoved).
+    kept: std::collections::BTreeSet<String>,
+    /// The specs of the running pods (for the images in use).
+    specs: Vec<crate::policy::pod::Pod>,
+}
+
+fn gc_view(shared: &Shared) -> GcView {
     let inner = shared.lock();
-    let live = inner
-        .pods
-        .iter()
-        .filter(|(_, p)| !p.record.phase.is_terminal())
-        .map(|(uid, _)| uid.clone())
-        .collect();
-    let pods = inner
-        .pods
-        .values()
-        .filter(|p| !p.record.phase.is_terminal())
-        .map(|p| p.record.pod.clone())
-        .collect();
-    (live, pods)
+    let mut view = GcView {
+        running: Default::default(),
+        kept: Default::default(),
+        specs: Vec::new(),
+    };
+    for (uid, p) in &inner.pods {
+        if !p.record.phase.is_terminal() {
+            view.running.insert(uid.clone());
+            view.specs.push(p.record.pod.clone());
+        }
+        let removed = matches!(p.record.reason.as_deref(), Some("Evicted" | "Preempted"));
+        if !removed {
+            view.kept.insert(uid.clone());
+        }
+    }
+    view
 }
 
 /// The eviction path's node-level reclaim on a container runtime (the kubelet's
@@ -397,10 +404,13 @@ fn reclaim_on_runtime(
     resource: Resource,
     signal: Signal,
 ) -> ReclaimResult {
-    let (live, pods) = live_pods(shared);
+    let view = gc_view(shared);
+    let policy = shared.config.container_gc;
+    // As the kubelet's DeleteAllUnusedContainers: finished pods lose every dead container.
+    let remove_all = |uid: &str| !view.running.contains(uid) || !view.kept.contains(uid);
     let collect = async {
-        let containers = cri::collect_containers(cri, &live, true).await;
-        let images = cri::collect_all_unused_images(cri, &pods).await;
+        let containers = cri::collect_containers(cri, &policy, remove_all).await;
+        let images = cri::collect_all_unused_images(cri, &view.specs).await;
         (containers, images)
     };
     let (containers, images) = match tokio::runtime::Handle::try_current() {
@@ -436,9 +446,10 @@ fn reclaim_on_runtime(
 /// One periodic pass: dead containers per the kubelet's rules, then images by age and by
 /// the image filesystem's thresholds. Reported as events.
 async fn image_gc_pass(shared: &Arc<Shared>, cri: &Arc<cri::CriRuntime>) -> cri::Collected {
-    let (live, pods) = live_pods(shared);
-    let containers = cri::collect_containers(cri, &live, false).await;
-    let mut images = cri::collect_images_periodic(cri, &pods).await;
+    let view = gc_view(shared);
+    let remove_all = |uid: &str| !view.kept.contains(uid);
+    let containers = cri::collect_containers(cri, &shared.config.container_gc, remove_all).await;
+    let mut images = cri::collect_images_periodic(cri, &view.specs).await;
     for err in containers.errors.iter().chain(&images.errors) {
         shared
             .state

@@ -44,6 +44,8 @@ pub struct RuntimeConfig {
     /// Image garbage collection on the CRI runtime: thresholds and ages, and how often
     /// the periodic pass runs (the kubelet: every 5 minutes).
     pub image_gc: ImageGcPolicy,
+    /// Dead-container collection on a container runtime.
+    pub container_gc: crate::policy::container_gc::ContainerGcPolicy,
     pub image_gc_period: Duration,
 }
 

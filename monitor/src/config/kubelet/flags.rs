@@ -49,6 +49,9 @@ const FLAGS: &[(&str, Kind)] = &[
     ("image-gc-high-threshold", Kind::Int),
     ("image-gc-low-threshold", Kind::Int),
     ("minimum-image-ttl-duration", Kind::Duration),
+    ("minimum-container-ttl-duration", Kind::Duration),
+    ("maximum-dead-containers-per-container", Kind::Int),
+    ("maximum-dead-containers", Kind::Int),
     ("system-reserved", Kind::EqualsMap),
     ("kube-reserved", Kind::EqualsMap),
     ("qos-reserved", Kind::EqualsMap),
@@ -249,6 +252,17 @@ fn apply_one(
             if !d.is_zero() {
                 config.image_gc.min_age = d;
             }
+        }
+        ("minimum-container-ttl-duration", FlagValue::Duration(d)) => {
+            config.container_gc.min_age = d
+        }
+        ("maximum-dead-containers-per-container", FlagValue::Int(n)) => {
+            config.container_gc.max_per_pod_container =
+                i32::try_from(n).map_err(|_| invalid(flag, text, "out of range"))?
+        }
+        ("maximum-dead-containers", FlagValue::Int(n)) => {
+            config.container_gc.max_containers =
+                i32::try_from(n).map_err(|_| invalid(flag, text, "out of range"))?
         }
         ("housekeeping-interval", FlagValue::Duration(d)) => {
             if d.is_zero() {

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use serde_yaml_ng::Value;
 
+pub use crate::policy::container_gc::ContainerGcPolicy;
 pub use crate::policy::image_gc::ImageGcPolicy;
 use crate::policy::quantity::{Quantity, parse_quantity, parse_quantity_or_percent};
 use crate::policy::signal::Signal;
@@ -62,6 +63,10 @@ pub struct KubeletConfig {
     pub eviction: EvictionConfig,
     /// The imageGC* keys and imageMinimumGCAge / imageMaximumGCAge.
     pub image_gc: ImageGcPolicy,
+    /// Dead-container collection (flags only in the kubelet:
+    /// `--minimum-container-ttl-duration`, `--maximum-dead-containers-per-container`,
+    /// `--maximum-dead-containers`).
+    pub container_gc: ContainerGcPolicy,
     pub system_reserved: BTreeMap<String, Quantity>,
     pub kube_reserved: BTreeMap<String, Quantity>,
     /// Fraction of a tier's requests reserved from lower QoS tiers, by resource
@@ -257,6 +262,7 @@ pub fn default_kubelet_config() -> KubeletConfig {
     let mut config = KubeletConfig {
         eviction: EvictionConfig::default(),
         image_gc: ImageGcPolicy::default(),
+        container_gc: ContainerGcPolicy::default(),
         system_reserved: BTreeMap::new(),
         kube_reserved: BTreeMap::new(),
         qos_reserved: BTreeMap::new(),

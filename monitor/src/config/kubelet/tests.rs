@@ -444,6 +444,10 @@ fn flags_override_the_file() {
             "--image-gc-low-threshold",
             "60",
             "--minimum-image-ttl-duration=10m",
+            "--minimum-container-ttl-duration=30s",
+            "--maximum-dead-containers-per-container=2",
+            "--maximum-dead-containers",
+            "100",
             "--system-reserved=memory=1.5Gi,cpu=500m",
             "--kube-reserved",
             "memory=256Mi",
@@ -474,6 +478,14 @@ fn flags_override_the_file() {
         (70, 60)
     );
     assert_eq!(config.image_gc.min_age, secs(600));
+    assert_eq!(
+        config.container_gc,
+        ContainerGcPolicy {
+            min_age: secs(30),
+            max_per_pod_container: 2,
+            max_containers: 100,
+        }
+    );
     assert_eq!(
         config.system_reserved["memory"],
         parse_quantity("1.5Gi").unwrap()

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use crate::policy::container_gc::{self, ContainerGcPolicy, DeadContainer};
 use crate::policy::image_gc::{self, Image, ImageGcPolicy, ImageGcState, ImageRecord};
 use crate::policy::pod::{Container, Pod};
 use crate::policy::qos::{self, CgroupOptions};
@@ -364,15 +365,14 @@ pub struct Collected {
     pub errors: Vec<String>,
 }
 
-/// Container garbage collection (the kubelet's rules with its defaults: no minimum age,
-/// one dead container kept per container name of a live pod, none of a finished pod).
-/// `live` maps the uids of pods that still run to nothing; everything else of ours is
-/// finished. With `all` (the eviction path's DeleteAllUnusedContainers), no dead
-/// container is kept. Only containers and sandboxes with our label are looked at.
+/// Removes dead containers of ours per the kubelet's rules (see
+/// [`container_gc`](crate::policy::container_gc)), then the stopped sandboxes left
+/// without containers of pods whose content is to go. `remove_all(uid)` says whether
+/// everything of pod `uid` goes (evicted or deleted; on the eviction path also finished).
 pub(super) async fn collect_containers(
     cri: &CriRuntime,
-    live: &BTreeSet<String>,
-    all: bool,
+    policy: &ContainerGcPolicy,
+    remove_all: impl Fn(&str) -> bool,
 ) -> Collected {
     let mut collected = Collected::default();
     let containers = match cri.client.list_containers().await {
@@ -385,31 +385,39 @@ pub(super) async fn collect_containers(
     let ours = |labels: &std::collections::HashMap<String, String>| {
         labels.get(MANAGED_LABEL).is_some_and(|v| v == "true")
     };
-    // Dead containers of ours, grouped by (pod, name), newest first.
-    let mut dead: BTreeMap<(String, String), Vec<&api::Container>> = BTreeMap::new();
-    for c in containers.iter().filter(|c| ours(&c.labels)) {
-        if c.state != api::ContainerState::ContainerExited as i32 {
-            continue;
-        }
-        let uid = c.labels.get(POD_UID_LABEL).cloned().unwrap_or_default();
-        let name = c
-            .metadata
-            .as_ref()
-            .map(|m| m.name.clone())
-            .unwrap_or_default();
-        dead.entry((uid, name)).or_default().push(c);
-    }
-    for ((uid, _), mut runs) in dead {
-        runs.sort_by_key(|c| std::cmp::Reverse(c.created_at));
-        let keep = usize::from(live.contains(&uid) && !all);
-        for c in runs.into_iter().skip(keep) {
-            match cri.client.remove_container(&c.id).await {
-                Ok(()) => collected.containers.push(c.id.clone()),
-                Err(err) => collected.errors.push(err.to_string()),
+    let dead: Vec<DeadContainer> = containers
+        .iter()
+        .filter(|c| ours(&c.labels) && c.state == api::ContainerState::ContainerExited as i32)
+        .map(|c| DeadContainer {
+            id: c.id.clone(),
+            pod_uid: c.labels.get(POD_UID_LABEL).cloned().unwrap_or_default(),
+            name: c
+                .metadata
+                .as_ref()
+                .map(|m| m.name.clone())
+                .unwrap_or_default(),
+            created_at: Duration::from_nanos(u64::try_from(c.created_at).unwrap_or(0)),
+        })
+        .collect();
+    for id in container_gc::containers_to_remove(policy, &dead, &remove_all, wall_now()) {
+        // The runtime keeps the log file: it goes with its container, as the kubelet does.
+        let log = cri
+            .client
+            .container_status(&id)
+            .await
+            .ok()
+            .map(|(status, _)| status.log_path)
+            .filter(|path| !path.is_empty());
+        match cri.client.remove_container(&id).await {
+            Ok(()) => {
+                if let Some(log) = log.map(PathBuf::from).filter(|p| p.exists()) {
+                    logs::remove(&log);
+                }
+                collected.containers.push(id);
             }
+            Err(err) => collected.errors.push(err.to_string()),
         }
     }
-    // Sandboxes of finished pods, now without containers.
     let remaining: BTreeSet<String> = match cri.client.list_containers().await {
         Ok(c) => c.into_iter().map(|c| c.pod_sandbox_id).collect(),
         Err(err) => {
@@ -417,18 +425,21 @@ pub(super) async fn collect_containers(
             return collected;
         }
     };
-    if let Ok(sandboxes) = cri.client.list_pod_sandboxes().await {
-        for s in sandboxes.iter().filter(|s| ours(&s.labels)) {
-            let uid = s.metadata.as_ref().map(|m| m.uid.as_str()).unwrap_or("");
-            let ready = s.state == api::PodSandboxState::SandboxReady as i32;
-            if ready || live.contains(uid) || remaining.contains(&s.id) {
-                continue;
-            }
-            match cri.client.remove_pod_sandbox(&s.id).await {
-                Ok(()) => collected.sandboxes.push(s.id.clone()),
-                Err(err) => collected.errors.push(err.to_string()),
+    match cri.client.list_pod_sandboxes().await {
+        Ok(sandboxes) => {
+            for s in sandboxes.iter().filter(|s| ours(&s.labels)) {
+                let uid = s.metadata.as_ref().map_or("", |m| m.uid.as_str());
+                let ready = s.state == api::PodSandboxState::SandboxReady as i32;
+                if ready || !remove_all(uid) || remaining.contains(&s.id) {
+                    continue;
+                }
+                match cri.client.remove_pod_sandbox(&s.id).await {
+                    Ok(()) => collected.sandboxes.push(s.id.clone()),
+                    Err(err) => collected.errors.push(err.to_string()),
+                }
             }
         }
+        Err(err) => collected.errors.push(err.to_string()),
     }
     collected
 }
