@@ -29,12 +29,25 @@ pub struct DemoArgs {
     /// Keep the run's directory (config, manifests, agent log) for a look afterwards.
     #[arg(long)]
     pub keep: bool,
+    /// Where the pods run: `process` (host processes, the default) or `cri` (a private
+    /// containerd: a disk race relieved by container and image GC, then a memory race).
+    #[arg(long, value_enum, default_value_t = Runtime::Process)]
+    pub runtime: Runtime,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Runtime {
+    Process,
+    Cri,
 }
 
 pub fn run(args: DemoArgs) -> Result<()> {
     crate::setup::ensure()?;
     let root = workspace_root();
     let bin = crate::cmd::build_release_bins(&root)?;
+    if args.runtime == Runtime::Cri {
+        return cri(&bin, args.runs, args.keep);
+    }
     let mut failures = 0;
     for run in 1..=args.runs {
         println!("\n=== demo run {run}/{} ===", args.runs);
@@ -51,6 +64,29 @@ pub fn run(args: DemoArgs) -> Result<()> {
         args.runs - failures,
         args.runs
     );
+    if failures > 0 {
+        bail!("{failures} demo run(s) failed");
+    }
+    Ok(())
+}
+
+/// The containerd races: the `cri-demo` helper (tests/src/bin/cri-demo.rs) brings up a
+/// private containerd per race and runs the agent against it.
+fn cri(bin: &Path, runs: u32, keep: bool) -> Result<()> {
+    let mut failures = 0;
+    for run in 1..=runs {
+        println!("\n=== demo run {run}/{runs} (runtime cri) ===");
+        let mut command = Command::new(bin.join("cri-demo"));
+        command.arg(bin.join("monitor"));
+        if keep {
+            command.arg("--keep");
+        }
+        if let Err(err) = crate::cmd::run(&mut command) {
+            failures += 1;
+            println!("run {run}: FAIL: {err:#}");
+        }
+    }
+    println!("\ndemo: {} of {runs} runs passed", runs - failures);
     if failures > 0 {
         bail!("{failures} demo run(s) failed");
     }

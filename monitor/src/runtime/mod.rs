@@ -493,8 +493,13 @@ async fn collect_images_periodically(shared: Arc<Shared>) {
     };
     let mut tick = tokio::time::interval(shared.config.image_gc_period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The first tick is at once: wait one period, as the kubelet does.
+    // Images are detected at once (their ages count from here); the first collection
+    // comes one period later, as the kubelet's does.
     tick.tick().await;
+    let view = gc_view(&shared);
+    if let Err(err) = cri::detect_images(&cri, &view.specs, cri::wall_now()).await {
+        shared.state.event("Warning", "FailedGC", "node", err);
+    }
     loop {
         tick.tick().await;
         image_gc_pass(&shared, &cri).await;

@@ -446,7 +446,9 @@ pub(super) async fn collect_containers(
 
 /// The runtime's images as the collector sees them, with the images our pods use marked
 /// in use (by the containers' images and the runtime's own view of running containers).
-async fn detect_images(cri: &CriRuntime, pods: &[Pod], now: Time) -> Result<(), String> {
+/// Done at start and before every collection, as the kubelet's image manager does, so
+/// that an image's age counts from when the agent first saw it.
+pub(super) async fn detect_images(cri: &CriRuntime, pods: &[Pod], now: Time) -> Result<(), String> {
     let listed = cri.client.list_images().await.map_err(|e| e.to_string())?;
     let images: Vec<Image> = listed
         .iter()
