@@ -47,7 +47,7 @@ impl Node {
         std::fs::create_dir_all(dir.path().join("pods")).unwrap();
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             staticPodPath: {pods}\nhousekeepingInterval: 10s\n\
+             staticPodPath: {pods}\n{housekeeping}\
              containerRuntimeEndpoint: unix://{socket}\n{kubelet}\n\
              monitor:\n  runtime: cri\n  imageGcPeriod: 1s\n  podsMemoryLimit: 512Mi\n  \
              cgroupRoot: {cgroup_root}\n  stateDir: {state}\n  podLogDir: {logs}\n  \
@@ -57,6 +57,11 @@ impl Node {
             state = dir.path().join("state").display(),
             logs = dir.path().join("logs").display(),
             sock = dir.path().join("monitor.sock").display(),
+            housekeeping = if kubelet.contains("housekeepingInterval") {
+                ""
+            } else {
+                "housekeepingInterval: 10s\n"
+            },
         );
         std::fs::write(dir.path().join("config.yaml"), config).unwrap();
         Node {
@@ -687,4 +692,65 @@ fn imagefs_pressure_removes_dead_containers_and_unused_images_before_evicting() 
         node.logs()
     );
     assert!(node.has_image(BUSYBOX_IMAGE) && node.has_image(PAUSE_IMAGE));
+}
+
+#[test]
+fn imagefs_pressure_evicts_the_pod_filling_its_writable_layer_when_gc_is_not_enough() {
+    if !require("imagefs_pressure_evicts", FEATURES) {
+        return;
+    }
+    let mut node = Node::new(
+        "housekeepingInterval: 1s\nimageMinimumGCAge: 1s\n\
+         evictionHard: {imagefs.available: 48Mi}",
+        Some(128),
+    );
+    node.manifest(
+        "quiet.yaml",
+        &pod("quiet", BUSYBOX_IMAGE, &["sleep", "1000"], "", ""),
+    );
+    node.start();
+    let quiet = node.wait_running("quiet");
+    // 1 MiB every 20 ms into its own writable layer (the image filesystem), up to 120 MiB:
+    // there is nothing to collect, so the agent must evict it.
+    node.manifest(
+        "writer.yaml",
+        &pod(
+            "writer",
+            BUSYBOX_IMAGE,
+            &[
+                "/bin/sh",
+                "-c",
+                "for i in $(seq 120); do dd if=/dev/zero of=/data bs=1M count=1 seek=$i conv=notrunc 2>/dev/null; sleep 0.02; done; exec sleep 1000",
+            ],
+            "",
+            "",
+        ),
+    );
+    let evicted = node.wait_record(
+        "evicted",
+        Duration::from_secs(60),
+        |r| r.phase == Phase::Failed,
+        "writer",
+    );
+    assert_eq!(evicted.reason.as_deref(), Some("Evicted"), "{evicted:?}");
+    // The message names the container and its usage: the writable layer was measured.
+    let message = evicted.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("ephemeral-storage") && message.contains("Container main was using"),
+        "{message}"
+    );
+    // Its sandbox and writable layer are gone: the image filesystem is relieved.
+    assert!(
+        poll(Duration::from_secs(30), || node
+            .sandboxes_of(&evicted.uid)
+            .is_empty()
+            && node.image_fs().1 > 48 * MIB),
+        "{:?} {:?}\n{}",
+        node.sandboxes_of(&evicted.uid),
+        node.image_fs(),
+        node.logs()
+    );
+    let still = node.record("quiet").unwrap();
+    assert_eq!(still.phase, Phase::Running, "{}", node.logs());
+    assert_eq!(still.containers[0].pid, quiet.containers[0].pid);
 }

@@ -721,6 +721,9 @@ pub(super) async fn kill(
 /// with the grace period, then its sandbox, removed with them; whatever is left in the
 /// pod's cgroups after that is killed at once. Otherwise the pod's processes are killed
 /// through its cgroups (SIGTERM, SIGKILL after the grace period).
+/// How long an eviction waits for the runtime to delete the pod's writable layers.
+const LAYER_CLEANUP_TIMEOUT: Duration = Duration::from_secs(10);
+
 async fn stop_pod(
     shared: &Arc<Shared>,
     record: &PodRecord,
@@ -735,8 +738,24 @@ async fn stop_pod(
             .iter()
             .filter_map(|c| c.container_id.clone())
             .collect();
+        // The writable layers, noted while the containers still run: the pod is cleaned
+        // up once the runtime has deleted them (it does so a moment after removing the
+        // sandbox), so that the next look at the image filesystem sees the space freed.
+        let layers: Vec<std::path::PathBuf> = record
+            .containers
+            .iter()
+            .filter_map(|c| c.pid.filter(|pid| *pid > 0))
+            .filter_map(cri::writable_layer)
+            .collect();
         let grace = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
         let errors = cri::stop_pod(cri, record.sandbox_id.as_deref(), &ids, grace, true).await;
+        let deadline = Instant::now() + LAYER_CLEANUP_TIMEOUT;
+        while errors.is_empty()
+            && layers.iter().any(|layer| layer.exists())
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let key = record.pod.key();
         for err in &errors {
             shared

@@ -290,18 +290,29 @@ fn pod_stats(
                     _ => shared.tree.container_working_set(cgroup, &c.name),
                 }
             });
+            // On a container runtime the container's writable layer counts too.
+            let (rootfs_used_bytes, rootfs_inodes_used) = match (needs.disk, &shared.cri, c.pid) {
+                (true, Some(_), Some(pid)) if pid > 0 => cri::writable_layer(pid)
+                    .map(|layer| logs::usage(&layer))
+                    .map_or((None, None), |(bytes, inodes)| (Some(bytes), Some(inodes))),
+                _ => (None, None),
+            };
             ContainerStats {
                 name: c.name.clone(),
                 memory_working_set_bytes: working_set,
+                rootfs_used_bytes,
+                rootfs_inodes_used,
                 logs_used_bytes,
                 logs_inodes_used,
-                ..ContainerStats::default()
             }
         })
         .collect();
-    let ephemeral = needs
-        .disk
-        .then(|| containers.iter().filter_map(|c| c.logs_used_bytes).sum());
+    let ephemeral = needs.disk.then(|| {
+        containers
+            .iter()
+            .map(|c| c.logs_used_bytes.unwrap_or(0) + c.rootfs_used_bytes.unwrap_or(0))
+            .sum()
+    });
     PodStats {
         memory_working_set_bytes: memory,
         containers,

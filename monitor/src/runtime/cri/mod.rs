@@ -277,6 +277,35 @@ async fn ensure_image(client: &CriClient, spec: &Container) -> Result<(), String
     }
 }
 
+/// The writable layer of a running container: the `upperdir` of the overlay mounted at
+/// its root, from its main process's mountinfo. `None` when the process is gone or its
+/// root is not an overlay (another snapshotter).
+pub fn writable_layer(pid: u32) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).ok()?;
+    root_upperdir(&text)
+}
+
+/// The `upperdir` of the last overlay mounted at `/` in a mountinfo text.
+fn root_upperdir(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mount_point = left.split_whitespace().nth(4)?;
+            let mut right = right.split_whitespace();
+            let fstype = right.next()?;
+            let options = right.nth(1)?;
+            (mount_point == "/" && fstype == "overlay").then_some(options)
+        })
+        .next_back()
+        .and_then(|options| {
+            options
+                .split(',')
+                .find_map(|o| o.strip_prefix("upperdir="))
+                .map(PathBuf::from)
+        })
+}
+
 /// Creates and starts one container of a pod in its sandbox, the image made present as
 /// the container's pull policy asks. Returns the runtime's container id and the pid of
 /// the container's main process (None where the runtime does not tell it).
@@ -580,4 +609,25 @@ pub(super) async fn collect_all_unused_images(cri: &CriRuntime, pods: &[Pod]) ->
 /// The image collector's records, for the API and tests.
 pub fn image_records(cri: &CriRuntime) -> Vec<ImageRecord> {
     cri.lock_images().records().cloned().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_writable_layer_is_the_upperdir_of_the_root_overlay() {
+        let mountinfo = "\
+1620 1500 0:160 / / rw,relatime - overlay overlay rw,lowerdir=/c/snapshots/1/fs,upperdir=/c/snapshots/7/fs,workdir=/c/snapshots/7/work
+1621 1620 0:161 / /proc rw,nosuid - proc proc rw
+1622 1620 0:162 / /dev rw,nosuid - tmpfs tmpfs rw,size=65536k
+";
+        assert_eq!(
+            root_upperdir(mountinfo),
+            Some(PathBuf::from("/c/snapshots/7/fs"))
+        );
+        // Not an overlay at the root: no writable layer to measure.
+        assert_eq!(root_upperdir("1 0 8:1 / / rw - ext4 /dev/vda1 rw\n"), None);
+        assert_eq!(root_upperdir(""), None);
+    }
 }
