@@ -14,6 +14,7 @@ use monitor::observe::{CgroupLayout, CgroupVersion};
 
 pub mod containerd;
 pub mod oci;
+pub mod registry;
 
 /// Kernel features a test may need. `MONITOR_TEST_REQUIRE` (comma-separated names, set
 /// by `cargo xtask test` from what the machine offers) turns a skip of a listed feature

@@ -13,6 +13,7 @@ use monitor::runtime::cri::{CriClient, MANAGED_LABEL, POD_UID_LABEL, api};
 use monitor::runtime::store::{Phase, PodRecord, StateStore};
 use monitor_tests::containerd::{BUSYBOX_IMAGE, Containerd, PAUSE_IMAGE};
 use monitor_tests::oci::OciImage;
+use monitor_tests::registry::Registry;
 use monitor_tests::{Feature, TestTrees, monitor_run, parent_name, require};
 
 const FEATURES: &[Feature] = &[Feature::Root, Feature::Containerd];
@@ -305,12 +306,24 @@ fn alive(pid: u32) -> bool {
             .contains(") Z ")
 }
 
-/// A pod manifest: one container `main` of `image` running `command`.
+/// A pod manifest: one container `main` of `image` (present: pull policy Never) running
+/// `command`.
 fn pod(name: &str, image: &str, command: &[&str], resources: &str, extra: &str) -> String {
+    pod_pulling(name, image, "Never", command, resources, extra)
+}
+
+fn pod_pulling(
+    name: &str,
+    image: &str,
+    pull: &str,
+    command: &[&str],
+    resources: &str,
+    extra: &str,
+) -> String {
     let command: Vec<String> = command.iter().map(|c| format!("{c:?}")).collect();
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: demo\nspec:\n{extra}  \
-         containers:\n  - name: main\n    image: {image}\n    imagePullPolicy: Never\n    \
+         containers:\n  - name: main\n    image: {image}\n    imagePullPolicy: {pull}\n    \
          command: [{}]\n{resources}",
         command.join(", ")
     )
@@ -753,4 +766,88 @@ fn imagefs_pressure_evicts_the_pod_filling_its_writable_layer_when_gc_is_not_eno
     let still = node.record("quiet").unwrap();
     assert_eq!(still.phase, Phase::Running, "{}", node.logs());
     assert_eq!(still.containers[0].pid, quiet.containers[0].pid);
+}
+
+#[test]
+fn image_pull_policies_are_honoured_against_a_registry() {
+    if !require("image_pull_policies", FEATURES) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("app.tar");
+    OciImage::busybox("registry.test/app:v1")
+        .write_archive(&archive)
+        .unwrap();
+    let registry = Registry::serve(&[("app", &archive)]).unwrap();
+    let image = format!("{}/app:v1", registry.host());
+    let mut node = Node::new("", None);
+    // Never, and the image is absent: the container cannot start.
+    node.manifest(
+        "never.yaml",
+        &pod_pulling("never", &image, "Never", &["sleep", "1000"], "", ""),
+    );
+    node.start();
+    assert!(
+        poll(Duration::from_secs(20), || node
+            .logs()
+            .contains("ErrImageNeverPull")),
+        "{}",
+        node.logs()
+    );
+    assert_eq!(registry.manifest_requests("app"), 0, "Never pulled");
+    assert!(!node.has_image(&image));
+    node.remove_manifest("never.yaml");
+
+    // IfNotPresent: pulled once, then used as it is.
+    node.manifest(
+        "once.yaml",
+        &pod_pulling(
+            "once",
+            &image,
+            "IfNotPresent",
+            &["/bin/sh", "-c", "sleep 1; exit 1"],
+            "",
+            "",
+        ),
+    );
+    node.wait_record(
+        "restarted twice",
+        Duration::from_secs(40),
+        |r| r.containers[0].restart_count >= 2,
+        "once",
+    );
+    assert!(node.has_image(&image), "{:?}", node.image_tags());
+    let after_once = registry.manifest_requests("app");
+    assert!(after_once > 0, "IfNotPresent did not pull an absent image");
+    node.remove_manifest("once.yaml");
+
+    // Always: every start asks the registry again, although the image is present.
+    node.manifest(
+        "always.yaml",
+        &pod_pulling(
+            "always",
+            &image,
+            "Always",
+            &["/bin/sh", "-c", "sleep 1; exit 1"],
+            "",
+            "",
+        ),
+    );
+    node.wait_record(
+        "restarted twice",
+        Duration::from_secs(40),
+        |r| r.containers[0].restart_count >= 2,
+        "always",
+    );
+    let after_always = registry.manifest_requests("app");
+    assert!(
+        after_always >= after_once + 3,
+        "Always pulled {} times for 3 starts",
+        after_always - after_once
+    );
+    // IfNotPresent with the image there asked nothing more: its restarts did not pull.
+    assert!(
+        after_once <= 2,
+        "IfNotPresent pulled on restarts: {after_once} manifest requests"
+    );
 }
