@@ -765,16 +765,7 @@ fn rmdir_tree(dir: &Path) {
     for child in subdirs(dir) {
         rmdir_tree(&child);
     }
-    let mut last = None;
-    for _ in 0..50 {
-        match std::fs::remove_dir(dir) {
-            Ok(()) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-            Err(e) => last = Some(e),
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if let Some(e) = last {
+    if let Err(e) = crate::remove_cgroup_dir(dir) {
         eprintln!("warning: removing cgroup {}: {e}", dir.display());
     }
 }

@@ -194,19 +194,48 @@ fn remove_tree(dir: &Path) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut last = None;
+    if let Err(e) = remove_cgroup_dir(dir) {
+        eprintln!(
+            "warning: could not remove test cgroup {}: {e}",
+            dir.display()
+        );
+    }
+}
+
+/// Removes an empty cgroup directory, retrying for a second while the kernel still
+/// counts exiting tasks in it; a directory already gone is no error.
+pub fn remove_cgroup_dir(dir: &Path) -> std::io::Result<()> {
+    let mut last = Ok(());
     for _ in 0..50 {
         match std::fs::remove_dir(dir) {
-            Ok(()) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-            Err(e) => last = Some(e),
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => last = Err(e),
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    eprintln!(
-        "warning: could not remove test cgroup {}: {last:?}",
-        dir.display()
-    );
+    last
+}
+
+/// Stops an agent the test started: SIGTERM (pods keep running, as with the kubelet),
+/// SIGKILL after 10 s.
+pub fn stop_agent(mut child: Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The pod records an agent keeps in `state_dir` (none when it has none yet).
+pub fn pod_records(state_dir: &Path) -> Vec<monitor::runtime::store::PodRecord> {
+    monitor::runtime::store::StateStore::open(state_dir)
+        .map(|s| s.load_all().0)
+        .unwrap_or_default()
 }
 
 /// A cgroup of our own in the memory hierarchy, mirrored in the cgroup2 hierarchy when one

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use monitor::observe::CgroupVersion;
 use monitor::runtime::cri::{CriClient, MANAGED_LABEL, POD_UID_LABEL, api};
-use monitor::runtime::store::{Phase, PodRecord, StateStore};
+use monitor::runtime::store::{Phase, PodRecord};
 use monitor_tests::containerd::{BUSYBOX_IMAGE, Containerd, PAUSE_IMAGE};
 use monitor_tests::oci::OciImage;
 use monitor_tests::registry::Registry;
@@ -104,16 +104,8 @@ impl Node {
 
     /// Stops the agent with SIGTERM (pods keep running, as with the kubelet).
     fn stop(&mut self) {
-        if let Some(mut child) = self.agent.take() {
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while child.try_wait().ok().flatten().is_none() {
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        if let Some(child) = self.agent.take() {
+            monitor_tests::stop_agent(child);
         }
     }
 
@@ -128,9 +120,7 @@ impl Node {
     }
 
     fn record(&self, name: &str) -> Option<PodRecord> {
-        StateStore::open(&self.path("state"))
-            .map(|s| s.load_all().0)
-            .unwrap_or_default()
+        monitor_tests::pod_records(&self.path("state"))
             .into_iter()
             .find(|r| r.pod.metadata.name == name)
     }
@@ -380,6 +370,20 @@ fn containerised_pods_run_in_their_qos_cgroups_log_and_restart() {
     assert!(
         memcg.starts_with(&pod_cgroup),
         "{memcg} is not under {pod_cgroup}"
+    );
+    // The runtime set the container's memory limit from the pod spec (64Mi).
+    let layout = monitor::observe::CgroupLayout::detect().unwrap();
+    let limit_file = match layout.version {
+        CgroupVersion::V1 => "memory.limit_in_bytes",
+        CgroupVersion::V2 => "memory.max",
+    };
+    let container_dir = layout.memory_root.join(memcg.trim_start_matches('/'));
+    let limit = std::fs::read_to_string(container_dir.join(limit_file)).unwrap();
+    assert_eq!(
+        limit.trim(),
+        (64 * MIB).to_string(),
+        "{}",
+        container_dir.display()
     );
     // Its log is where the kubelet puts it, in the CRI log format, with env and workdir.
     let log = node

@@ -7,7 +7,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use monitor::observe::CgroupVersion;
-use monitor::runtime::store::{Phase, PodRecord, StateStore};
+use monitor::runtime::store::{Phase, PodRecord};
 use monitor_tests::{Feature, TestTrees, helper_binary, monitor_run, require, wait_until};
 
 const MIB: u64 = 1 << 20;
@@ -121,16 +121,8 @@ impl Node {
 
     /// Stops the agent with SIGTERM (pods keep running, as with the kubelet).
     fn stop(&mut self) {
-        if let Some(mut child) = self.agent.take() {
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while child.try_wait().ok().flatten().is_none() {
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        if let Some(child) = self.agent.take() {
+            monitor_tests::stop_agent(child);
         }
     }
 
@@ -142,9 +134,7 @@ impl Node {
     }
 
     fn records(&self) -> Vec<PodRecord> {
-        StateStore::open(&self.path("state"))
-            .map(|s| s.load_all().0)
-            .unwrap_or_default()
+        monitor_tests::pod_records(&self.path("state"))
     }
 
     fn record(&self, name: &str) -> Option<PodRecord> {

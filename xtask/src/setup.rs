@@ -53,6 +53,11 @@ fn ensure_llvm() -> Result<()> {
         return Ok(());
     }
     println!("setup: {LLVM_PACKAGE}: installing with apt-get");
+    apt_install(&[LLVM_PACKAGE])
+}
+
+/// Installs Debian packages (the lists refreshed first), never removing any.
+fn apt_install(packages: &[&str]) -> Result<()> {
     run(Command::new("apt-get").args(["update", "-q"]))?;
     run(Command::new("apt-get")
         .args([
@@ -61,8 +66,8 @@ fn ensure_llvm() -> Result<()> {
             "-q",
             "--no-install-recommends",
             "--no-remove",
-            LLVM_PACKAGE,
         ])
+        .args(packages)
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
@@ -79,17 +84,7 @@ fn ensure_containerd() -> Result<()> {
         return Ok(());
     }
     println!("setup: containerd/runc/busybox-static: installing with apt-get");
-    run(Command::new("apt-get").args(["update", "-q"]))?;
-    run(Command::new("apt-get")
-        .args([
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "--no-remove",
-        ])
-        .args(PACKAGES)
-        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    apt_install(&PACKAGES)?;
     if !succeeds(Command::new("containerd").arg("--version"))
         || !succeeds(Command::new("runc").arg("--version"))
     {

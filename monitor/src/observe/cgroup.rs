@@ -85,25 +85,48 @@ pub struct CgroupMount {
     pub options: Vec<String>,
 }
 
-/// Every cgroup and cgroup2 mount in mountinfo text
+/// One line of mountinfo: where, which filesystem type, and its super options
 /// ("36 35 0:30 / /sys/fs/cgroup/memory rw,relatime shared:1 - cgroup cgroup rw,memory").
-pub fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
+pub struct Mount {
+    pub mount_point: PathBuf,
+    pub fstype: String,
+    pub super_options: Vec<String>,
+}
+
+/// Every mount in mountinfo text, in its order (a later mount at the same point hides
+/// an earlier one).
+pub fn mounts(mountinfo: &str) -> Vec<Mount> {
     mountinfo
         .lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
             let mount_point = left.split_whitespace().nth(4)?;
             let mut right = right.split_whitespace();
-            let v2 = match right.next()? {
+            let fstype = right.next()?;
+            let options = right.nth(1).unwrap_or("");
+            Some(Mount {
+                mount_point: PathBuf::from(unescape_mount_path(mount_point)),
+                fstype: fstype.to_string(),
+                super_options: options.split(',').map(str::to_string).collect(),
+            })
+        })
+        .collect()
+}
+
+/// Every cgroup and cgroup2 mount in mountinfo text.
+pub fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
+    mounts(mountinfo)
+        .into_iter()
+        .filter_map(|m| {
+            let v2 = match m.fstype.as_str() {
                 "cgroup" => false,
                 "cgroup2" => true,
                 _ => return None,
             };
-            let options = right.nth(1).unwrap_or("");
             Some(CgroupMount {
-                mount_point: PathBuf::from(unescape_mount_path(mount_point)),
+                mount_point: m.mount_point,
                 v2,
-                options: options.split(',').map(str::to_string).collect(),
+                options: m.super_options,
             })
         })
         .collect()

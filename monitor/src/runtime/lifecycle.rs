@@ -717,13 +717,13 @@ pub(super) async fn kill(
     }
 }
 
+/// How long an eviction waits for the runtime to delete the pod's writable layers.
+const LAYER_CLEANUP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Stops a pod that is being evicted or removed. On a container runtime: its containers
 /// with the grace period, then its sandbox, removed with them; whatever is left in the
 /// pod's cgroups after that is killed at once. Otherwise the pod's processes are killed
 /// through its cgroups (SIGTERM, SIGKILL after the grace period).
-/// How long an eviction waits for the runtime to delete the pod's writable layers.
-const LAYER_CLEANUP_TIMEOUT: Duration = Duration::from_secs(10);
-
 async fn stop_pod(
     shared: &Arc<Shared>,
     record: &PodRecord,

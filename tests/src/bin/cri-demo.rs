@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use monitor::runtime::cri::{CriClient, MANAGED_LABEL, POD_UID_LABEL, api};
-use monitor::runtime::store::{Phase, PodRecord, StateStore};
+use monitor::runtime::store::{Phase, PodRecord};
 use monitor_tests::TestTrees;
 use monitor_tests::containerd::{BUSYBOX_IMAGE, Containerd};
 use monitor_tests::oci::OciImage;
@@ -134,9 +134,7 @@ impl Node {
     }
 
     fn records(&self) -> Vec<PodRecord> {
-        StateStore::open(&self.dir.join("state"))
-            .map(|s| s.load_all().0)
-            .unwrap_or_default()
+        monitor_tests::pod_records(&self.dir.join("state"))
     }
 
     fn record(&self, name: &str) -> Option<PodRecord> {
@@ -192,10 +190,8 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        if let Some(mut agent) = self.agent.take() {
-            let pid = nix::unistd::Pid::from_raw(agent.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let _ = agent.wait();
+        if let Some(agent) = self.agent.take() {
+            monitor_tests::stop_agent(agent);
         }
         if self.keep {
             println!("kept {}", self.dir.display());

@@ -5,10 +5,10 @@
 //! unchanged).
 //!
 //! The pod lifecycle (restarts, eviction, adoption, records) stays in the runtime; this
-//! module does what differs: starting a container through the CRI (sandbox, image pull
-//! policy, create, start), watching its main process, stopping a pod through the CRI, and
-//! the kubelet's container and image garbage collection against the runtime's real
-//! containers and images.
+//! module does what differs: the sandbox and container configurations, starting a
+//! container through the CRI (image pull policy, create, start), its exit code, stopping
+//! a pod through the CRI, a container's writable layer, and the kubelet's container and
+//! image garbage collection against the runtime's real containers and images.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -287,23 +287,13 @@ pub fn writable_layer(pid: u32) -> Option<PathBuf> {
 
 /// The `upperdir` of the last overlay mounted at `/` in a mountinfo text.
 fn root_upperdir(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo
-        .lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let mount_point = left.split_whitespace().nth(4)?;
-            let mut right = right.split_whitespace();
-            let fstype = right.next()?;
-            let options = right.nth(1)?;
-            (mount_point == "/" && fstype == "overlay").then_some(options)
-        })
-        .next_back()
-        .and_then(|options| {
-            options
-                .split(',')
-                .find_map(|o| o.strip_prefix("upperdir="))
-                .map(PathBuf::from)
-        })
+    crate::observe::cgroup::mounts(mountinfo)
+        .into_iter()
+        .rfind(|m| m.mount_point == Path::new("/") && m.fstype == "overlay")?
+        .super_options
+        .iter()
+        .find_map(|o| o.strip_prefix("upperdir="))
+        .map(PathBuf::from)
 }
 
 /// Creates and starts one container of a pod in its sandbox, the image made present as
@@ -343,15 +333,19 @@ pub(super) async fn start_container(
 /// The exit code of a container whose main process has ended. The runtime learns of the
 /// exit a moment after the kernel, so this asks until it knows; None when the container
 /// is gone from the runtime (removed with its sandbox).
+/// (Called at once where no pid could be watched: the asking then slows to once a second.)
 pub(super) async fn exit_code(cri: &CriRuntime, id: &str) -> Option<i32> {
+    let mut pause = Duration::from_millis(20);
     loop {
         match cri.client.container_status(id).await {
             Ok((status, _)) if status.state == api::ContainerState::ContainerExited as i32 => {
                 return Some(status.exit_code);
             }
-            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             Err(err) if err.is_not_found() => return None,
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            Ok(_) | Err(_) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
         }
     }
 }
@@ -614,6 +608,25 @@ pub fn image_records(cri: &CriRuntime) -> Vec<ImageRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_corrupt_image_records_file_is_set_aside_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("images.json");
+        std::fs::write(&file, b"{\"beganGc\": ").unwrap();
+        let socket = dir.path().join("no-runtime.sock");
+        let (runtime, warning) =
+            CriRuntime::new(&socket, dir.path(), ImageGcPolicy::default()).unwrap();
+        let warning = warning.expect("a warning");
+        assert!(warning.contains("images.json"), "{warning}");
+        assert!(dir.path().join("images.json.corrupt").exists());
+        assert!(!file.exists());
+        assert!(image_records(&runtime).is_empty());
+        // The records written from now on are readable by the next run.
+        runtime.save_images(&ImageGcState::new());
+        let (_, warning) = CriRuntime::new(&socket, dir.path(), ImageGcPolicy::default()).unwrap();
+        assert_eq!(warning, None);
+    }
 
     #[test]
     fn the_writable_layer_is_the_upperdir_of_the_root_overlay() {
