@@ -264,7 +264,7 @@ async fn agent_wakes_through_the_detector_alone_and_never_writes_memory_high() {
         c
     });
     let mut woke = None;
-    let mut crossing_wakes = 0;
+    let mut crossed_levels = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while let Some(report) = next_report(&mut reports, deadline - tokio::time::Instant::now()).await
     {
@@ -272,7 +272,7 @@ async fn agent_wakes_through_the_detector_alone_and_never_writes_memory_high() {
             if let WakeDetail::Kernel { event, .. } = &wake.detail
                 && event.kind == EventKind::Crossing as u32
             {
-                crossing_wakes += 1;
+                crossed_levels.push(event.level_bytes);
                 if woke.is_none() {
                     woke = Some((*event, report.clone()));
                 }
@@ -307,8 +307,15 @@ async fn agent_wakes_through_the_detector_alone_and_never_writes_memory_high() {
         observed + MIB >= level && observed <= level + 8 * MIB,
         "observation after the wake at {observed}, level {level}"
     );
-    // Edge-triggered: each synchronize re-arms a passed level to wait below it.
-    assert_eq!(crossing_wakes, 1, "one record for one crossing");
+    // Edge-triggered: each synchronize re-arms a passed level to wait below it, so a
+    // level fires once. (The level itself may move up with the cgroup's inactive file
+    // pages, e.g. the hog's own executable paged in, and a new level fires anew.)
+    let distinct: std::collections::BTreeSet<u64> = crossed_levels.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        crossed_levels.len(),
+        "a level fired twice (one record for one crossing): {crossed_levels:?}"
+    );
     assert_eq!(pods.oom_kills(), 0);
     agent.shutdown().await;
     if let Some(before) = high_before {
