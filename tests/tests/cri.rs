@@ -855,3 +855,85 @@ fn image_pull_policies_are_honoured_against_a_registry() {
         "IfNotPresent pulled on restarts: {after_once} manifest requests"
     );
 }
+
+#[test]
+fn a_deleted_pod_gets_its_termination_grace_period_through_the_runtime() {
+    if !require("termination_grace_period", FEATURES) {
+        return;
+    }
+    let mut node = Node::new("", None);
+    // One pod ends on SIGTERM after half a second; the other ignores it and must be
+    // killed when its 2 s grace period is over.
+    node.manifest(
+        "polite.yaml",
+        &pod(
+            "polite",
+            BUSYBOX_IMAGE,
+            &[
+                "/bin/sh",
+                "-c",
+                "trap 'echo got TERM; sleep 0.5; exit 0' TERM; while true; do sleep 0.1; done",
+            ],
+            "",
+            "  terminationGracePeriodSeconds: 10\n",
+        ),
+    );
+    node.manifest(
+        "stubborn.yaml",
+        &pod(
+            "stubborn",
+            BUSYBOX_IMAGE,
+            &[
+                "/bin/sh",
+                "-c",
+                "trap '' TERM; while true; do sleep 0.1; done",
+            ],
+            "",
+            "  terminationGracePeriodSeconds: 2\n",
+        ),
+    );
+    node.start();
+    let polite = node.wait_running("polite");
+    let stubborn = node.wait_running("stubborn");
+    let log = node
+        .path("logs")
+        .join(format!("demo_polite_{}", polite.uid))
+        .join("main/0.log");
+    let (polite_pid, stubborn_pid) = (
+        polite.containers[0].pid.unwrap(),
+        stubborn.containers[0].pid.unwrap(),
+    );
+    let removed = Instant::now();
+    node.remove_manifest("polite.yaml");
+    node.remove_manifest("stubborn.yaml");
+    let mut got_term = false;
+    let mut polite_gone = None;
+    let mut stubborn_gone = None;
+    while removed.elapsed() < Duration::from_secs(15)
+        && (polite_gone.is_none() || stubborn_gone.is_none())
+    {
+        got_term |= std::fs::read_to_string(&log).is_ok_and(|t| t.contains("got TERM"));
+        if polite_gone.is_none() && !alive(polite_pid) {
+            polite_gone = Some(removed.elapsed());
+        }
+        if stubborn_gone.is_none() && !alive(stubborn_pid) {
+            stubborn_gone = Some(removed.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        got_term,
+        "the polite pod never saw SIGTERM\n{}",
+        node.logs()
+    );
+    let polite_gone = polite_gone.expect("the polite pod ended");
+    let stubborn_gone = stubborn_gone.expect("the stubborn pod was killed");
+    assert!(
+        polite_gone >= Duration::from_millis(400) && polite_gone < Duration::from_secs(5),
+        "the polite pod ended {polite_gone:?} after its deletion: its own half second, not 10 s"
+    );
+    assert!(
+        stubborn_gone >= Duration::from_millis(1900) && stubborn_gone < Duration::from_secs(6),
+        "the stubborn pod died {stubborn_gone:?} after its deletion, its grace period is 2 s"
+    );
+}
