@@ -110,6 +110,13 @@ pub struct Metrics {
     /// Victims of the kernel's OOM killer seen by the eBPF `oom:mark_victim` program, by
     /// pod ("namespace/name"; "" when the victim was in no pod or was gone too soon).
     pub kernel_oom_kills: BTreeMap<String, u64>,
+    /// What garbage collection removed, by (trigger, kind): trigger "periodic" (the image
+    /// GC period) or "eviction" (node-level reclaim under pressure); kind "container",
+    /// "sandbox", "image" or "log".
+    pub gc_removed: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Bytes garbage collection freed, by (trigger, kind): images by their size, logs by
+    /// their disk usage.
+    pub gc_freed_bytes: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 /// A Prometheus-style cumulative histogram in seconds.
@@ -212,6 +219,26 @@ impl SharedState {
     /// A snapshot.
     pub fn read(&self) -> AgentState {
         self.lock().clone()
+    }
+
+    /// Counts what one garbage collection removed: `removed` as (kind, count, bytes freed).
+    pub fn record_gc(&self, trigger: &str, removed: &[(&str, u64, u64)]) {
+        let mut state = self.lock();
+        let metrics = &mut state.metrics;
+        for (kind, count, bytes) in removed {
+            *metrics
+                .gc_removed
+                .entry(trigger.to_string())
+                .or_default()
+                .entry(kind.to_string())
+                .or_default() += count;
+            *metrics
+                .gc_freed_bytes
+                .entry(trigger.to_string())
+                .or_default()
+                .entry(kind.to_string())
+                .or_default() += bytes;
+        }
     }
 
     /// Records an event (and logs it).

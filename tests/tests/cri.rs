@@ -157,6 +157,17 @@ impl Node {
         )
     }
 
+    /// `monitor metrics` against this node's agent.
+    fn metrics(&self) -> String {
+        let out = std::process::Command::new(monitor_tests::helper_binary("monitor"))
+            .args(["metrics", "--socket"])
+            .arg(self.path("monitor.sock"))
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("monitor metrics");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// The runtime's containers and sandboxes that carry the agent's label.
     fn runtime(&self) -> (Vec<api::Container>, Vec<api::PodSandbox>) {
         let socket = self.containerd.socket().to_path_buf();
@@ -709,6 +720,25 @@ fn imagefs_pressure_removes_dead_containers_and_unused_images_before_evicting() 
         node.logs()
     );
     assert!(node.has_image(BUSYBOX_IMAGE) && node.has_image(PAUSE_IMAGE));
+    // The collection is counted in the metrics.
+    let metrics = node.metrics();
+    for line in [
+        "monitor_gc_removed_total{trigger=\"eviction\",kind=\"image\"} 1",
+        "monitor_gc_removed_total{trigger=\"eviction\",kind=\"container\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line} in\n{metrics}"
+        );
+    }
+    let freed = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("monitor_gc_freed_bytes_total{trigger=\"eviction\",kind=\"image\"} ")
+        })
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or(0);
+    assert!(freed > 24 * MIB, "image bytes freed: {freed}");
 }
 
 #[test]

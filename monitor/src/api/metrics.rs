@@ -24,6 +24,10 @@ const CONDITIONS: [NodeConditionType; 3] = [
     NodeConditionType::PIDPressure,
 ];
 
+/// What starts a garbage collection, and what it removes.
+const GC_TRIGGERS: [&str; 2] = ["periodic", "eviction"];
+const GC_KINDS: [&str; 4] = ["container", "sandbox", "image", "log"];
+
 /// `oom_kill` of /proc/vmstat (kernels since 4.13).
 fn node_oom_kills() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/vmstat").ok()?;
@@ -87,6 +91,47 @@ pub fn render_metrics(state: &AgentState) -> String {
             "OOM kills on the whole node since boot (/proc/vmstat oom_kill), whoever the victim.",
         );
         out.sample("monitor_node_oom_kills_total", &[], node);
+    }
+
+    out.family(
+        "monitor_gc_removed_total",
+        "counter",
+        "Dead containers, sandboxes, unused images and old container logs removed by garbage collection, by trigger (periodic, or eviction: node-level reclaim under pressure) and kind.",
+    );
+    let mut removed: BTreeMap<(&str, &str), (u64, u64)> = BTreeMap::new();
+    for trigger in GC_TRIGGERS {
+        for kind in GC_KINDS {
+            removed.insert((trigger, kind), (0, 0));
+        }
+    }
+    for (trigger, kinds) in &m.gc_removed {
+        for (kind, count) in kinds {
+            removed.entry((trigger, kind)).or_default().0 = *count;
+        }
+    }
+    for (trigger, kinds) in &m.gc_freed_bytes {
+        for (kind, bytes) in kinds {
+            removed.entry((trigger, kind)).or_default().1 = *bytes;
+        }
+    }
+    for ((trigger, kind), (count, _)) in &removed {
+        out.sample(
+            "monitor_gc_removed_total",
+            &[("trigger", trigger), ("kind", kind)],
+            *count,
+        );
+    }
+    out.family(
+        "monitor_gc_freed_bytes_total",
+        "counter",
+        "Bytes garbage collection freed, by trigger and kind (images by their size, logs by their disk usage).",
+    );
+    for ((trigger, kind), (_, bytes)) in &removed {
+        out.sample(
+            "monitor_gc_freed_bytes_total",
+            &[("trigger", trigger), ("kind", kind)],
+            *bytes,
+        );
     }
 
     out.family(
@@ -355,6 +400,16 @@ mod tests {
             SourceStatus::running(WakeSource::Psi, "memory.pressure some 150ms/1s"),
             SourceStatus::unsupported(WakeSource::MemcgThreshold, "cgroup v2"),
         ];
+        s.metrics
+            .gc_removed
+            .entry("eviction".into())
+            .or_default()
+            .insert("image".into(), 3);
+        s.metrics
+            .gc_freed_bytes
+            .entry("eviction".into())
+            .or_default()
+            .insert("image".into(), 79_126_188);
         s.signals = vec![SignalStatus {
             signal: "memory.available".into(),
             available: 400 << 20,
@@ -431,6 +486,11 @@ mod tests {
     #[case::inf_counts_all("monitor_sync_duration_seconds_bucket{le=\"+Inf\"} 2")]
     #[case::sum("monitor_sync_duration_seconds_sum 20.0002")]
     #[case::type_line("# TYPE monitor_wake_to_sync_seconds histogram")]
+    #[case::gc_images("monitor_gc_removed_total{trigger=\"eviction\",kind=\"image\"} 3")]
+    #[case::gc_image_bytes(
+        "monitor_gc_freed_bytes_total{trigger=\"eviction\",kind=\"image\"} 79126188"
+    )]
+    #[case::gc_idle("monitor_gc_removed_total{trigger=\"periodic\",kind=\"sandbox\"} 0")]
     fn exports_sample(#[case] line: &str) {
         let text = render_metrics(&state());
         assert!(

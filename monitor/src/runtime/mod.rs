@@ -353,11 +353,16 @@ impl NodeReclaim for LocalRuntime {
             }
         }
         let mut freed = ReclaimResult::default();
+        let mut removed = 0;
         for path in doomed {
             let (bytes, inodes) = logs::remove(&path);
+            removed += u64::from(inodes > 0);
             freed.freed_bytes += bytes;
             freed.freed_inodes += inodes;
         }
+        shared
+            .state
+            .record_gc("eviction", &[("log", removed, freed.freed_bytes)]);
         shared.state.event(
             "Normal",
             "ContainerGC",
@@ -437,6 +442,7 @@ fn reclaim_on_runtime(
         freed_bytes: u64::try_from(images.image_bytes).unwrap_or(0),
         freed_inodes: 0,
     };
+    record_gc(shared, "eviction", &containers, &images);
     shared.state.event(
         "Normal",
         "ContainerGC",
@@ -491,10 +497,28 @@ async fn image_gc_pass(shared: &Arc<Shared>, cri: &Arc<cri::CriRuntime>) -> cri:
             ),
         );
     }
+    record_gc(shared, "periodic", &containers, &images);
     images.containers = containers.containers;
     images.sandboxes = containers.sandboxes;
     images.errors.extend(containers.errors);
     images
+}
+
+/// Counts one collection on a container runtime for `/metrics`.
+fn record_gc(shared: &Shared, trigger: &str, containers: &cri::Collected, images: &cri::Collected) {
+    let count = |v: &Vec<String>| u64::try_from(v.len()).unwrap_or(u64::MAX);
+    shared.state.record_gc(
+        trigger,
+        &[
+            ("container", count(&containers.containers), 0),
+            ("sandbox", count(&containers.sandboxes), 0),
+            (
+                "image",
+                count(&images.images),
+                u64::try_from(images.image_bytes).unwrap_or(0),
+            ),
+        ],
+    );
 }
 
 /// The image collector's period: a pass every `monitor.imageGcPeriod`.
