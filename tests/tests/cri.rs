@@ -967,3 +967,49 @@ fn a_deleted_pod_gets_its_termination_grace_period_through_the_runtime() {
         "the stubborn pod died {stubborn_gone:?} after its deletion, its grace period is 2 s"
     );
 }
+
+#[test]
+fn an_unreachable_runtime_stops_the_agent_with_the_endpoint_named() {
+    if !require("an_unreachable_runtime", &[Feature::Root]) {
+        return;
+    }
+    let _trees = TestTrees;
+    let cgroup_root = TestTrees::root("unreachable");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nobody-listens.sock");
+    let config = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         staticPodPath: {pods}\ncontainerRuntimeEndpoint: unix://{socket}\n\
+         monitor:\n  runtime: cri\n  cgroupRoot: {cgroup_root}\n  stateDir: {state}\n  \
+         podLogDir: {logs}\n  socket: {sock}\n",
+        pods = dir.path().join("pods").display(),
+        socket = socket.display(),
+        state = dir.path().join("state").display(),
+        logs = dir.path().join("logs").display(),
+        sock = dir.path().join("monitor.sock").display(),
+    );
+    std::fs::create_dir_all(dir.path().join("pods")).unwrap();
+    std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+    let log_path = dir.path().join("agent.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut agent = monitor_run(&dir.path().join("config.yaml"), &log)
+        .spawn()
+        .unwrap();
+    let status = poll(Duration::from_secs(20), || {
+        agent.try_wait().ok().flatten().is_some()
+    });
+    if !status {
+        monitor_tests::stop_agent(agent);
+        panic!(
+            "the agent kept running without its runtime:\n{}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
+    }
+    let code = agent.wait().unwrap();
+    let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(!code.success(), "{text}");
+    assert!(
+        text.contains("containerRuntimeEndpoint") && text.contains("nobody-listens.sock"),
+        "the error names the setting and the socket:\n{text}"
+    );
+}
