@@ -217,6 +217,29 @@ pub fn remove_cgroup_dir(dir: &Path) -> std::io::Result<()> {
     last
 }
 
+/// The OOM kill counter of a memory cgroup directory (`oom_kill` of memory.oom_control on
+/// v1, memory.events on v2: hierarchical, a kill below counts); 0 when unreadable.
+pub fn memcg_oom_kills(dir: &Path, version: CgroupVersion) -> u64 {
+    let file = match version {
+        CgroupVersion::V1 => "memory.oom_control",
+        CgroupVersion::V2 => "memory.events",
+    };
+    let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+    monitor::observe::parse::flat_keyed(&text)
+        .get("oom_kill")
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The OOM kill counter of an agent's pods root (`<cgroupRoot>/kubepods`).
+pub fn pods_oom_kills(cgroup_root: &str) -> u64 {
+    let layout = monitor::observe::CgroupLayout::detect().expect("cgroup layout");
+    memcg_oom_kills(
+        &layout.memory_root.join(cgroup_root).join("kubepods"),
+        layout.version,
+    )
+}
+
 /// Stops an agent the test started: SIGTERM (pods keep running, as with the kubelet),
 /// SIGKILL after 10 s.
 pub fn stop_agent(mut child: Child) {

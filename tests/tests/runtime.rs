@@ -173,17 +173,7 @@ impl Node {
 
     /// The pods root's OOM kill counter (hierarchical: any pod's OOM kill counts).
     fn pods_oom_kills(&self) -> u64 {
-        let layout = monitor::observe::CgroupLayout::detect().unwrap();
-        let dir = layout.memory_root.join(&self.cgroup_root).join("kubepods");
-        let (file, key) = match layout.version {
-            CgroupVersion::V1 => ("memory.oom_control", "oom_kill"),
-            CgroupVersion::V2 => ("memory.events", "oom_kill"),
-        };
-        let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
-        monitor::observe::parse::flat_keyed(&text)
-            .get(key)
-            .copied()
-            .unwrap_or(0)
+        monitor_tests::pods_oom_kills(&self.cgroup_root)
     }
 }
 

@@ -515,7 +515,14 @@ fn memory_race(monitor: &Path, keep: bool) -> Result<()> {
     })?;
     let removed_at = monotonic_ns();
     let log = node.log();
-    let oom_kills = oom_kills(&pods_dir, v1);
+    let oom_kills = monitor_tests::memcg_oom_kills(
+        &pods_dir,
+        if v1 {
+            monitor::observe::CgroupVersion::V1
+        } else {
+            monitor::observe::CgroupVersion::V2
+        },
+    );
 
     let threshold = (1024 - THRESHOLD_MIB) * MIB;
     let sampled = samples
@@ -621,17 +628,4 @@ fn working_set(dir: &Path, v1: bool) -> i64 {
         .get(key)
         .map_or(0, |v| *v as i64);
     (usage - inactive).max(0)
-}
-
-fn oom_kills(dir: &Path, v1: bool) -> u64 {
-    let file = if v1 {
-        "memory.oom_control"
-    } else {
-        "memory.events"
-    };
-    let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
-    monitor::observe::parse::flat_keyed(&text)
-        .get("oom_kill")
-        .copied()
-        .unwrap_or(0)
 }
