@@ -932,8 +932,17 @@ pub(super) fn update_tiers(shared: &Shared) {
     }
 }
 
+/// Saves a pod's record: the newest one the runtime holds when the write's turn comes
+/// (`record` itself when the pod is not, or not yet, in the runtime's map).
 pub(super) fn persist(shared: &Shared, record: &PodRecord) {
-    if let Err(err) = shared.store.save(record) {
+    let latest = || {
+        shared
+            .lock()
+            .pods
+            .get(&record.uid)
+            .map_or_else(|| record.clone(), |live| live.record.clone())
+    };
+    if let Err(err) = shared.store.save_latest(latest) {
         shared
             .state
             .event("Warning", "StateWrite", &record.pod.key(), err.to_string());

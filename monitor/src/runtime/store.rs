@@ -82,7 +82,13 @@ pub enum StoreError {
 #[derive(Clone, Debug)]
 pub struct StateStore {
     dir: PathBuf,
+    /// Saves one at a time: each takes the newest record when its turn comes, so an
+    /// older record never lands after a newer one.
+    order: std::sync::Arc<std::sync::Mutex<()>>,
 }
+
+/// Temp file names unique within the process (with the pid: across processes too).
+static NEXT_TMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl StateStore {
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
@@ -91,7 +97,10 @@ impl StateStore {
             path: dir.clone(),
             source,
         })?;
-        Ok(StateStore { dir })
+        Ok(StateStore {
+            dir,
+            order: Default::default(),
+        })
     }
 
     fn path(&self, uid: &str) -> PathBuf {
@@ -99,14 +108,28 @@ impl StateStore {
     }
 
     pub fn save(&self, record: &PodRecord) -> Result<(), StoreError> {
+        self.save_latest(|| record.clone())
+    }
+
+    /// Saves the record `latest` returns, called once it is this save's turn: concurrent
+    /// saves of one pod then land in the order of the state they read, and each writes
+    /// its own temp file (two writers never share one, which could tear a record).
+    pub fn save_latest(&self, latest: impl FnOnce() -> PodRecord) -> Result<(), StoreError> {
         use std::io::Write;
+        let _turn = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        let record = latest();
         let path = self.path(&record.uid);
-        let tmp = self.dir.join(format!(".{}.json.tmp", record.uid));
+        let tmp = self.dir.join(format!(
+            ".{}.json.{}.{}.tmp",
+            record.uid,
+            std::process::id(),
+            NEXT_TMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
         let io = |source| StoreError::Io {
             path: tmp.clone(),
             source,
         };
-        let text = serde_json::to_vec_pretty(record).expect("records always serialize");
+        let text = serde_json::to_vec_pretty(&record).expect("records always serialize");
         let mut file = std::fs::File::create(&tmp).map_err(io)?;
         file.write_all(&text).map_err(io)?;
         std::fs::rename(&tmp, &path).map_err(|source| StoreError::Io {
@@ -191,5 +214,38 @@ mod tests {
         assert!(errors[0].to_string().contains("u2.json"));
         store.remove("u1");
         assert!(store.load_all().0.is_empty());
+    }
+
+    #[test]
+    fn concurrent_saves_of_one_pod_never_tear_or_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path()).unwrap();
+        let record = |n: u32| PodRecord {
+            uid: "u1".into(),
+            manifest: "m".repeat(20_000 + n as usize).into(),
+            pod: Pod::default(),
+            phase: Phase::Running,
+            reason: None,
+            message: Some(format!("save {n}")),
+            containers: Vec::new(),
+            sandbox_id: None,
+        };
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let store = store.clone();
+                scope.spawn(move || {
+                    for i in 0..50 {
+                        store.save(&record(t * 100 + i)).unwrap();
+                    }
+                });
+            }
+        });
+        let (records, errors) = store.load_all();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(records.len(), 1);
+        let n: usize = records[0].manifest.as_os_str().len() - 20_000;
+        assert_eq!(records[0], record(n as u32), "a whole record, not a mix");
+        let leftovers = std::fs::read_dir(dir.path().join("pods")).unwrap().count();
+        assert_eq!(leftovers, 1, "no temp file left behind");
     }
 }
