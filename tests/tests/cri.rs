@@ -142,6 +142,18 @@ impl Node {
         self.record(name).unwrap()
     }
 
+    /// Waits until the pod has ended Failed, and checks that it was evicted.
+    fn wait_evicted(&self, name: &str) -> PodRecord {
+        let evicted = self.wait_record(
+            "evicted",
+            Duration::from_secs(60),
+            |r| r.phase == Phase::Failed,
+            name,
+        );
+        assert_eq!(evicted.reason.as_deref(), Some("Evicted"), "{evicted:?}");
+        evicted
+    }
+
     /// Waits until every container of the pod runs in the runtime, and returns the record.
     fn wait_running(&self, name: &str) -> PodRecord {
         self.wait_record(
@@ -241,12 +253,8 @@ impl Node {
     /// The image filesystem (containerd's root, a tmpfs here): capacity and available
     /// bytes, as the agent reads them.
     fn image_fs(&self) -> (i64, i64) {
-        let st = nix::sys::statvfs::statvfs(self.containerd.root()).unwrap();
-        let block = st.fragment_size() as i64;
-        (
-            st.blocks() as i64 * block,
-            st.blocks_available() as i64 * block,
-        )
+        let fs = monitor::observe::fs::statvfs(self.containerd.root()).unwrap();
+        (fs.capacity_bytes as i64, fs.available_bytes as i64)
     }
 
     /// Sets a ballast file on the image filesystem so that `available` is `target` bytes.
@@ -470,13 +478,7 @@ fn a_containerised_hog_is_evicted_before_the_oom_killer_and_its_sandbox_removed(
             "",
         ),
     );
-    let evicted = node.wait_record(
-        "evicted",
-        Duration::from_secs(60),
-        |r| r.phase == Phase::Failed,
-        "batch",
-    );
-    assert_eq!(evicted.reason.as_deref(), Some("Evicted"), "{evicted:?}");
+    let evicted = node.wait_evicted("batch");
     assert_eq!(
         node.pods_oom_kills(),
         0,
@@ -763,13 +765,7 @@ fn imagefs_pressure_evicts_the_pod_filling_its_writable_layer_when_gc_is_not_eno
             "",
         ),
     );
-    let evicted = node.wait_record(
-        "evicted",
-        Duration::from_secs(60),
-        |r| r.phase == Phase::Failed,
-        "writer",
-    );
-    assert_eq!(evicted.reason.as_deref(), Some("Evicted"), "{evicted:?}");
+    let evicted = node.wait_evicted("writer");
     // The message names the container and its usage: the writable layer was measured.
     let message = evicted.message.clone().unwrap_or_default();
     assert!(

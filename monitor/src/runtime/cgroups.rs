@@ -567,9 +567,6 @@ impl CgroupTree {
         pids_current.unwrap_or_else(|| self.pids(pod).len() as u64)
     }
 
-    /// Memory working set of one container, from its own memory cgroup only (two small
-    /// reads). `None` when the container has no cgroup to read (not running) or its name
-    /// could not be one: no stats for it, as the kubelet has none for such a container.
     /// Working set of a container runtime's container: its cgroup is named by the
     /// container's id (64 hex digits) under the pod's.
     pub fn runtime_container_working_set(&self, pod: &PodCgroup, id: &str) -> Option<u64> {
@@ -582,6 +579,9 @@ impl CgroupTree {
             .ok()
     }
 
+    /// Memory working set of one container, from its own memory cgroup only (two small
+    /// reads). `None` when the container has no cgroup to read (not running) or its name
+    /// could not be one: no stats for it, as the kubelet has none for such a container.
     pub fn container_working_set(&self, pod: &PodCgroup, name: &str) -> Option<u64> {
         validate_container_name(name).ok()?;
         self.reader()

@@ -462,19 +462,15 @@ async fn launch_on_runtime(
         Err(message) => return fail(message),
     };
     // The run is ours to report from here on: record it, then watch it.
-    let record = {
-        let mut inner = shared.lock();
-        let Some(live) = inner.pods.get_mut(&uid) else {
-            return;
-        };
-        let Some(c) = live.record.containers.iter_mut().find(|c| c.name == name) else {
-            return;
-        };
+    let recorded = update_record(&shared, &uid, |record| {
+        let c = record.containers.iter_mut().find(|c| c.name == name)?;
         c.pid = pid.or(Some(0));
         c.container_id = Some(id.clone());
-        live.record.clone()
-    };
-    persist(&shared, &record);
+        Some(())
+    });
+    if recorded.is_none() {
+        return;
+    }
     publish(&shared);
     let pid = pid.unwrap_or(0);
     if pid > 0 {
@@ -514,15 +510,11 @@ async fn ensure_sandbox(
         .run_pod_sandbox(config.clone())
         .await
         .map_err(|e| e.to_string())?;
-    let record = {
-        let mut inner = shared.lock();
-        let Some(live) = inner.pods.get_mut(uid) else {
-            return Err("the pod went away while its sandbox was made".into());
-        };
-        live.record.sandbox_id = Some(id.clone());
-        live.record.clone()
-    };
-    persist(shared, &record);
+    update_record(shared, uid, |record| {
+        record.sandbox_id = Some(id.clone());
+        Some(())
+    })
+    .ok_or("the pod went away while its sandbox was made")?;
     Ok((id, config))
 }
 
@@ -763,16 +755,10 @@ async fn stop_pod(
                 .event("Warning", "FailedKillPod", &key, err.clone());
         }
         if errors.is_empty() {
-            let record = {
-                let mut inner = shared.lock();
-                inner.pods.get_mut(&record.uid).map(|live| {
-                    live.record.sandbox_id = None;
-                    live.record.clone()
-                })
-            };
-            if let Some(record) = record {
-                persist(shared, &record);
-            }
+            update_record(shared, &record.uid, |record| {
+                record.sandbox_id = None;
+                Some(())
+            });
         }
         // The grace period was the runtime's to give.
         grace_seconds = 0;
@@ -930,6 +916,23 @@ pub(super) fn update_tiers(shared: &Shared) {
         }
         Err(err) => tracing::warn!("QoS tiers: {err}"),
     }
+}
+
+/// Changes the record of pod `uid` in place and saves it. `None`, and nothing saved, when
+/// the pod is gone or `change` declines.
+fn update_record<T>(
+    shared: &Shared,
+    uid: &str,
+    change: impl FnOnce(&mut PodRecord) -> Option<T>,
+) -> Option<T> {
+    let (out, record) = {
+        let mut inner = shared.lock();
+        let live = inner.pods.get_mut(uid)?;
+        let out = change(&mut live.record)?;
+        (out, live.record.clone())
+    };
+    persist(shared, &record);
+    Some(out)
 }
 
 /// Saves a pod's record: the newest one the runtime holds when the write's turn comes

@@ -151,22 +151,6 @@ impl LocalRuntime {
         cri::image_fs(cri).await.ok().map(|(mount, _, _)| mount)
     }
 
-    /// One periodic image collection now (the pass the agent runs every
-    /// `monitor.imageGcPeriod` on a container runtime). `None` on the process runtime.
-    pub async fn collect_images(&self) -> Option<cri::Collected> {
-        let cri = self.shared.cri.clone()?;
-        Some(image_gc_pass(&self.shared, &cri).await)
-    }
-
-    /// What the image collector knows (first detected, last used), on a container runtime.
-    pub fn image_records(&self) -> Vec<crate::policy::image_gc::ImageRecord> {
-        self.shared
-            .cri
-            .as_ref()
-            .map(|cri| cri::image_records(cri))
-            .unwrap_or_default()
-    }
-
     /// The pods root relative to the memory hierarchy (the allocatableMemory.available
     /// signal reads it).
     pub fn pods_cgroup(&self) -> String {
@@ -422,8 +406,9 @@ fn reclaim_on_runtime(
 ) -> ReclaimResult {
     let view = gc_view(shared);
     let policy = shared.config.container_gc;
-    // As the kubelet's DeleteAllUnusedContainers: finished pods lose every dead container.
-    let remove_all = |uid: &str| !view.running.contains(uid) || !view.kept.contains(uid);
+    // As the kubelet's DeleteAllUnusedContainers: finished pods (the evicted among them)
+    // lose every dead container.
+    let remove_all = |uid: &str| !view.running.contains(uid);
     let collect = async {
         let containers = cri::collect_containers(cri, &policy, remove_all).await;
         let images = cri::collect_all_unused_images(cri, &view.specs).await;
@@ -462,11 +447,11 @@ fn reclaim_on_runtime(
 
 /// One periodic pass: dead containers per the kubelet's rules, then images by age and by
 /// the image filesystem's thresholds. Reported as events.
-async fn image_gc_pass(shared: &Arc<Shared>, cri: &Arc<cri::CriRuntime>) -> cri::Collected {
+async fn image_gc_pass(shared: &Shared, cri: &cri::CriRuntime) {
     let view = gc_view(shared);
     let remove_all = |uid: &str| !view.kept.contains(uid);
     let containers = cri::collect_containers(cri, &shared.config.container_gc, remove_all).await;
-    let mut images = cri::collect_images_periodic(cri, &view.specs).await;
+    let images = cri::collect_images_periodic(cri, &view.specs).await;
     for err in containers.errors.iter().chain(&images.errors) {
         shared
             .state
@@ -498,10 +483,6 @@ async fn image_gc_pass(shared: &Arc<Shared>, cri: &Arc<cri::CriRuntime>) -> cri:
         );
     }
     record_gc(shared, "periodic", &containers, &images);
-    images.containers = containers.containers;
-    images.sandboxes = containers.sandboxes;
-    images.errors.extend(containers.errors);
-    images
 }
 
 /// Counts one collection on a container runtime for `/metrics`.

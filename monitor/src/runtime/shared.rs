@@ -41,11 +41,11 @@ pub struct RuntimeConfig {
     /// Run pods on the CRI runtime at this socket (containerd) instead of as host
     /// processes.
     pub cri_socket: Option<PathBuf>,
-    /// Image garbage collection on the CRI runtime: thresholds and ages, and how often
-    /// the periodic pass runs (the kubelet: every 5 minutes).
+    /// Image garbage collection on the CRI runtime: thresholds and ages.
     pub image_gc: ImageGcPolicy,
     /// Dead-container collection on a container runtime.
     pub container_gc: crate::policy::container_gc::ContainerGcPolicy,
+    /// How often the image and container collection runs (the kubelet: every 5 minutes).
     pub image_gc_period: Duration,
 }
 

@@ -173,9 +173,7 @@ impl Node {
     }
 
     fn image_fs_available(&self) -> i64 {
-        nix::sys::statvfs::statvfs(self.containerd.root())
-            .map(|st| st.blocks_available() as i64 * st.fragment_size() as i64)
-            .unwrap_or(0)
+        image_fs_available(self.containerd.root())
     }
 
     fn pods_memory_dir(&self) -> Result<(PathBuf, bool)> {
@@ -350,11 +348,7 @@ fn disk_race(monitor: &Path, keep: bool) -> Result<()> {
     // The writer: 1 MiB every 20 ms into its own writable layer, 160 MiB in all.
     let stop = Arc::new(AtomicBool::new(false));
     let root = node.containerd.root().to_path_buf();
-    let samples = sampler(stop.clone(), move || {
-        nix::sys::statvfs::statvfs(&root)
-            .map(|st| st.blocks_available() as i64 * st.fragment_size() as i64)
-            .unwrap_or(0)
-    });
+    let samples = sampler(stop.clone(), move || image_fs_available(&root));
     let origin = monotonic_ns();
     node.manifest(
         "writer",
@@ -609,6 +603,11 @@ fn memory_race(monitor: &Path, keep: bool) -> Result<()> {
         bail!("the evicted pod has containers again");
     }
     Ok(())
+}
+
+/// Bytes available on the filesystem at `path`, as the agent reads it (0 when unreadable).
+fn image_fs_available(path: &Path) -> i64 {
+    monitor::observe::fs::statvfs(path).map_or(0, |fs| fs.available_bytes as i64)
 }
 
 /// The working set of a memory cgroup: usage less inactive file pages.

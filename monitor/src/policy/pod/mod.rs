@@ -158,15 +158,15 @@ impl Container {
         if let Some(policy) = self.image_pull_policy.as_deref() {
             return policy;
         }
+        if self.image.contains('@') {
+            // Pinned by digest: what is there cannot change.
+            return "IfNotPresent";
+        }
+        // The tag follows the last ':' of the last path part (a registry port is not one).
         let name = self.image.rsplit('/').next().unwrap_or("");
-        let tag = name
-            .split_once('@')
-            .map_or(name, |(n, _)| n)
-            .split_once(':');
-        match tag {
-            _ if self.image.contains('@') => "IfNotPresent",
-            Some((_, "latest")) | None => "Always",
-            Some(_) => "IfNotPresent",
+        match name.split_once(':') {
+            Some((_, tag)) if tag != "latest" => "IfNotPresent",
+            _ => "Always",
         }
     }
 

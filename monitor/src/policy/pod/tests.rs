@@ -755,3 +755,22 @@ fn kubernetes_names_pass() {
     .expect("valid names");
     assert_eq!(pod.key(), "kube-system/web-7d9c6b8f4-x2k8p.v1");
 }
+
+#[rstest]
+#[case::latest("busybox:latest", None, "Always")]
+#[case::untagged("registry.local/app", None, "Always")]
+#[case::registry_port_is_no_tag("registry.local:5000/app", None, "Always")]
+#[case::tagged("registry.local:5000/app:v1", None, "IfNotPresent")]
+#[case::digest("app@sha256:0123abcd", None, "IfNotPresent")]
+#[case::tag_and_digest("app:latest@sha256:0123abcd", None, "IfNotPresent")]
+#[case::explicit("busybox:latest", Some("Never"), "Never")]
+fn the_pull_policy_defaults_as_the_api_server_does(
+    #[case] image: &str,
+    #[case] explicit: Option<&str>,
+    #[case] expected: &str,
+) {
+    let mut c = container("c", "", "");
+    c.image = image.into();
+    c.image_pull_policy = explicit.map(str::to_string);
+    assert_eq!(c.pull_policy(), expected);
+}
