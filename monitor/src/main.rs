@@ -1,9 +1,10 @@
 //! The `monitor` binary: the agent (`monitor run`) and its offline and client commands.
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -12,8 +13,19 @@ use clap::{Parser, Subcommand};
     about = "Node pressure agent: kubelet eviction semantics, woken by the kernel"
 )]
 struct Cli {
+    /// Format of the log lines on stderr: `text`, or `json` (one JSON object per line).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines, coloured only when stderr is a terminal.
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `fields`, `target`).
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -31,6 +43,17 @@ enum Command {
     Events(monitor::api::ClientArgs),
     /// Print the running agent's Prometheus metrics.
     Metrics(monitor::api::ClientArgs),
+    /// Print a shell completion script to stdout.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) to stdout, e.g. into /usr/share/man/man8/monitor.8.
+    Man,
+}
+
+#[derive(Debug, clap::Args)]
+struct CompletionsArgs {
+    /// The shell the script is for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
 }
 
 #[derive(Debug, clap::Args)]
@@ -65,24 +88,178 @@ fn main() -> ExitCode {
         Command::Metrics(args) => {
             monitor::api::run_client(monitor::api::ClientCommand::Metrics, &args)
         }
-        Command::Run(args) => match run(args) {
+        Command::Completions(args) => completions(args.shell),
+        Command::Man => man(),
+        Command::Run(args) => match run(args, cli.log_format) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
-                eprintln!("monitor: {err:#}");
+                // In JSON every line on stderr stays one JSON object, the last one included.
+                if cli.log_format == LogFormat::Json && tracing::dispatcher::has_been_set() {
+                    tracing::error!("{err:#}");
+                } else {
+                    eprintln!("monitor: {err:#}");
+                }
                 ExitCode::FAILURE
             }
         },
     }
 }
 
-fn run(args: RunArgs) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log))
-        .context("--log")?;
-    tracing_subscriber::fmt()
+/// Prints the completion script for `shell`, generated from the same definitions as the
+/// parser: it always offers exactly the subcommands and flags this binary accepts.
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    let mut command = Cli::command();
+    let name = command.get_name().to_string();
+    // Into a buffer first: the generator panics when its writer fails (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, name, &mut script);
+    print_stdout(&script, "completions")
+}
+
+/// Prints the man page: section 8, system administration commands (the agent runs as root).
+fn man() -> ExitCode {
+    match man_page() {
+        Ok(page) => print_stdout(page.as_bytes(), "man"),
+        Err(err) => {
+            eprintln!("monitor man: rendering the man page: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A section of a page, as clap_mangen renders it.
+type Section = fn(&clap_mangen::Man, &mut dyn Write) -> std::io::Result<()>;
+
+/// One page for the whole command line: the global options, then under COMMANDS every
+/// command with its synopsis, description and own options (clap_mangen alone would point
+/// at a separate page per command).
+fn man_page() -> std::io::Result<String> {
+    use clap_mangen::Man;
+    const HEAD: [Section; 4] = [
+        Man::render_name_section,
+        Man::render_synopsis_section,
+        Man::render_description_section,
+        Man::render_options_section,
+    ];
+    const COMMAND: [Section; 3] = [
+        Man::render_synopsis_section,
+        Man::render_description_section,
+        Man::render_options_section,
+    ];
+    let mut command = Cli::command();
+    command.build();
+    let man = Man::new(command.clone()).section("8");
+    // The title's rendering keeps the string definitions every rendering starts with.
+    let mut title = Vec::new();
+    man.render_title(&mut title)?;
+    let mut page = String::from_utf8_lossy(&title).into_owned();
+    for section in HEAD {
+        page += &roff(&man, section, Headings::Keep)?;
+    }
+    page += ".SH COMMANDS\n";
+    for sub in command
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set() && sub.get_name() != "help")
+    {
+        // The global flags and --help are on every command: shown once, at the top.
+        let sub = sub.clone().mut_args(|arg| {
+            let shared = arg.is_global_set()
+                || matches!(
+                    arg.get_action(),
+                    clap::ArgAction::Help | clap::ArgAction::HelpShort | clap::ArgAction::HelpLong
+                );
+            if shared { arg.hide(true) } else { arg }
+        });
+        page += &format!(
+            ".SS \"{}\"\n",
+            sub.get_bin_name().unwrap_or_else(|| sub.get_name())
+        );
+        let sub_man = Man::new(sub).section("8");
+        for section in COMMAND {
+            page += &roff(&sub_man, section, Headings::Drop)?;
+        }
+    }
+    page += &roff(&man, Man::render_version_section, Headings::Keep)?;
+    Ok(page)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Headings {
+    Keep,
+    /// A command's part of the page: its sections become paragraphs under its own heading.
+    Drop,
+}
+
+/// The roff text of one section, without the string definitions (`.ds Aq`) every
+/// rendering starts with: the page has them once, before its title.
+fn roff(man: &clap_mangen::Man, section: Section, headings: Headings) -> std::io::Result<String> {
+    let mut bytes = Vec::new();
+    section(man, &mut bytes)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.starts_with(".ie \\n(.g .ds Aq") || line.starts_with(".el .ds Aq") {
+            continue;
+        }
+        if line.starts_with(".SH") && headings == Headings::Drop {
+            out.push_str(".PP\n");
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+fn print_stdout(bytes: &[u8], command: &str) -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // stdout closed (e.g. piped into `head`): nothing more to say.
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::FAILURE,
+        Err(err) => {
+            eprintln!("monitor {command}: writing to stdout: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Installs the log subscriber on stderr. The filter is RUST_LOG when it parses, else
+/// `--log`. A `--log` that does not parse is returned as an error after a subscriber
+/// (errors only) is installed, so that it is reported in the chosen format.
+fn init_logging(log: &str, format: LogFormat) -> anyhow::Result<()> {
+    let (filter, bad_filter) = match tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(log))
+    {
+        Ok(filter) => (filter, None),
+        Err(err) => (
+            tracing_subscriber::EnvFilter::new("error"),
+            Some(anyhow::Error::new(err).context(format!("--log {log:?}"))),
+        ),
+    };
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    let installed = match format {
+        // Colour only on a terminal: never in a file, a pipe or the journal.
+        LogFormat::Text => builder.with_ansi(colour_stderr()).try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
+    installed.map_err(|err| anyhow::anyhow!("installing the log subscriber: {err}"))?;
+    match bad_filter {
+        Some(err) => Err(err),
+        None => Ok(()),
+    }
+}
+
+/// Whether text log lines are coloured: stderr is a terminal and NO_COLOR is unset or
+/// empty (https://no-color.org).
+fn colour_stderr() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
+    init_logging(&args.log, log_format)?;
     let config = monitor::config::load_agent_config(args.config.as_deref(), &args.kubelet_flags)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -1,8 +1,9 @@
 //! The `monitor` binary as a user runs it: `monitor run` logs which event sources started,
-//! and the client subcommands talk to it over its root-only socket.
+//! and the client subcommands talk to it over its root-only socket; `completions` and `man`
+//! describe the same command line; `--log-format` shapes the log lines.
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use monitor_tests::{Feature, TestTrees, helper_binary, monitor_run, require, wait_until};
 
@@ -156,4 +157,202 @@ fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
     let stopped = monitor(&["status", "--socket", &socket_arg]);
     assert!(!stopped.status.success());
     assert!(String::from_utf8_lossy(&stopped.stderr).contains("is the agent running?"));
+}
+
+const SUBCOMMANDS: [&str; 8] = [
+    "run",
+    "simulate",
+    "status",
+    "pods",
+    "events",
+    "metrics",
+    "completions",
+    "man",
+];
+
+#[test]
+fn completions_cover_every_subcommand_in_every_shell() {
+    let bash = monitor(&["completions", "bash"]);
+    assert!(bash.status.success(), "{bash:?}");
+    let script = String::from_utf8_lossy(&bash.stdout);
+    assert!(
+        script.contains("_monitor()"),
+        "not a bash completion:\n{script}"
+    );
+    for sub in SUBCOMMANDS {
+        // The word list bash offers after `monitor`.
+        assert!(
+            script.contains(&format!(" {sub} ")) || script.contains(&format!(" {sub}\"")),
+            "bash completion without `{sub}`:\n{script}"
+        );
+    }
+    assert!(script.contains("--log-format"), "{script}");
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let out = monitor(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        for sub in ["status", "simulate"] {
+            assert!(
+                script.contains(sub),
+                "{shell} completion without `{sub}`:\n{script}"
+            );
+        }
+    }
+}
+
+#[test]
+fn completions_refuse_an_unknown_shell_naming_the_known_ones() {
+    let out = monitor(&["completions", "tcsh"]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid value 'tcsh'")
+            && stderr.contains("bash")
+            && stderr.contains("zsh"),
+        "{stderr}"
+    );
+    let missing = monitor(&["completions"]);
+    assert!(!missing.status.success(), "{missing:?}");
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("<SHELL>"));
+}
+
+#[test]
+fn man_prints_one_roff_page_with_every_command() {
+    let out = monitor(&["man"]);
+    assert!(out.status.success(), "{out:?}");
+    let page = String::from_utf8(out.stdout).expect("the man page is UTF-8");
+    // Only string definitions may come before the title.
+    let title = page
+        .lines()
+        .find(|line| !line.starts_with(".ie ") && !line.starts_with(".el "))
+        .unwrap_or_default();
+    assert!(title.starts_with(".TH monitor 8 "), "{page}");
+    assert_eq!(page.matches(".TH ").count(), 1, "{page}");
+    for section in [".SH NAME", ".SH SYNOPSIS", ".SH OPTIONS", ".SH COMMANDS"] {
+        assert!(page.contains(section), "no {section}:\n{page}");
+    }
+    for sub in SUBCOMMANDS {
+        assert!(
+            page.contains(&format!(".SS \"monitor {sub}\"")),
+            "no `monitor {sub}` in the page:\n{page}"
+        );
+    }
+    // Each command's own options, and the global flag.
+    for option in [
+        "\\-\\-scenario",
+        "\\-\\-socket",
+        "\\-\\-log\\-format",
+        "KUBELET_FLAGS",
+    ] {
+        assert!(page.contains(option), "no {option}:\n{page}");
+    }
+}
+
+/// `monitor run` on a configuration that names an unknown key (a warning) and an invalid
+/// metrics address (an error at start, before anything is touched): it logs a few lines and
+/// exits. Its stderr goes to a file, as under systemd with `StandardError=file:`.
+fn run_failing_agent(extra_args: &[&str]) -> (std::process::ExitStatus, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnotAKubeletKey: 1\n\
+             monitor:\n  metricsAddress: not-an-address\n  runPods: false\n  stateDir: {}\n  socket: {}\n  \
+             sources: {{ebpf: false, memcgThresholds: false, memoryEvents: false, psi: false}}\n",
+            dir.path().join("state").display(),
+            dir.path().join("api.sock").display(),
+        ),
+    )
+    .unwrap();
+    let log_path = dir.path().join("stderr.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = Command::new(helper_binary("monitor"))
+        .args(extra_args)
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start monitor run");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for monitor run") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "monitor run did not stop on a bad metricsAddress:\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status, std::fs::read_to_string(&log_path).unwrap())
+}
+
+#[test]
+fn json_log_format_writes_one_json_object_per_line() {
+    let (status, stderr) = run_failing_agent(&["--log-format", "json"]);
+    assert!(!status.success(), "{status:?}\n{stderr}");
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line:?}\n{stderr}"));
+            assert!(value["level"].is_string(), "no level: {line}");
+            assert!(value["fields"]["message"].is_string(), "no message: {line}");
+            value
+        })
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["level"] == "WARN"
+            && l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("notAKubeletKey"))),
+        "no warning naming the unknown key:\n{stderr}"
+    );
+    // The error that stops the agent is a JSON line too, and the last one.
+    let last = lines.last().expect("at least one log line");
+    assert_eq!(last["level"], "ERROR", "{stderr}");
+    assert!(
+        last["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{stderr}"
+    );
+
+    // The flag is global: accepted after the subcommand as well.
+    let out = monitor(&["status", "--log-format", "yaml"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid value 'yaml'") && stderr.contains("json"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn text_log_lines_in_a_file_have_no_colour() {
+    let (status, stderr) = run_failing_agent(&[]);
+    assert!(!status.success(), "{status:?}\n{stderr}");
+    assert!(
+        stderr.contains("WARN") && stderr.contains("notAKubeletKey"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("monitor: "),
+        "the error that stops the agent:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("\x1b["),
+        "escape codes in a file: {stderr:?}"
+    );
 }
