@@ -83,6 +83,12 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
         tracing::warn!("cannot set the agent's oom_score_adj to {AGENT_OOM_SCORE_ADJ}: {err}");
     }
     lock_memory();
+    // Every pod's memory files stay open between synchronizes: a thousand pods need a few
+    // thousand descriptors, more than the usual soft limit of 1024.
+    match crate::observe::open_files::raise_open_file_limit() {
+        Ok(limit) => tracing::debug!("open file limit {limit}"),
+        Err(err) => tracing::warn!("cannot raise the open file limit: {err}"),
+    }
     let layout = match loaded.agent.layout.clone() {
         Some(layout) => layout,
         None => CgroupLayout::detect().context("detecting the cgroup layout")?,

@@ -537,6 +537,71 @@ fn cgroups_hog_joins_every_hierarchy_and_is_charged_to_its_pod() {
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
 }
 
+/// A synchronize keeps every pod's memory files open and reads them with pread: the values
+/// must follow the kernel's, an open file must not keep a pod's cgroup from going, and a
+/// pod recreated under the same name must be read anew, not through the dead descriptor.
+#[test]
+fn cgroups_kept_memory_files_read_fresh_values_and_survive_a_recreated_pod() {
+    if !require("cgroups_kept_memory_files", &[Feature::Root]) {
+        return;
+    }
+    let mut fixture = Fixture::new("kept");
+    fixture
+        .tree
+        .ensure_qos_hierarchy(None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let manifest = pod(BURSTABLE);
+    let (cgroup, containers) = create(&fixture.tree, &manifest);
+    let before = fixture
+        .tree
+        .pod_working_set(&cgroup)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pid = fixture.spawn(&containers[0], {
+        let mut c = hog(&["anon", "48", "8", "0", "60"]);
+        c.stdout(Stdio::piped());
+        c
+    });
+    wait_allocated(fixture.child(pid), 48);
+    let tree = &fixture.tree;
+    let during = tree
+        .pod_working_set(&cgroup)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        during >= before + (48 << 20),
+        "the kept files see the hog's 48 MiB: {before} then {during}"
+    );
+    tree.signal(&cgroup, Signal::SIGKILL)
+        .unwrap_or_else(|e| panic!("{e}"));
+    fixture
+        .child(pid)
+        .wait()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    let tree = &fixture.tree;
+    wait_until("the pod to empty", Duration::from_secs(5), || {
+        tree.is_empty(&cgroup)
+    });
+    let after = tree
+        .pod_working_set(&cgroup)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(after < during - (40 << 20), "freed: {during} then {after}");
+    // The descriptors are still open: removing the pod must work all the same.
+    tree.remove_pod(&cgroup).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        tree.pod_working_set(&cgroup).is_err(),
+        "a gone pod reads as an error"
+    );
+    let (again, _) = create(tree, &manifest);
+    assert_eq!(again.relative, cgroup.relative);
+    let fresh = tree
+        .pod_working_set(&again)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        fresh < 1 << 20,
+        "the recreated, empty pod is read through new descriptors: {fresh}"
+    );
+    tree.remove_pod(&again).unwrap_or_else(|e| panic!("{e}"));
+}
+
 #[test]
 fn cgroups_sigkill_empties_the_pod_and_remove_leaves_nothing() {
     if !require("cgroups_sigkill_empties_the_pod", &[Feature::Root]) {

@@ -2,8 +2,10 @@
 //! detected once from /proc/self/mountinfo; every read afterwards goes to the files at that
 //! moment. Roots are injectable so tests can point a reader at a fake tree.
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::error::{ObserveError, read_file};
+use super::open_files::OpenFiles;
 use super::parse;
 
 /// Which hierarchy carries the memory controller.
@@ -186,6 +188,8 @@ pub struct MemoryEvents {
 pub struct CgroupReader {
     version: CgroupVersion,
     root: PathBuf,
+    /// Where the usage and memory.stat files stay open between reads, if anywhere.
+    open: Option<Arc<OpenFiles>>,
 }
 
 impl CgroupReader {
@@ -193,6 +197,21 @@ impl CgroupReader {
         CgroupReader {
             version,
             root: root.into(),
+            open: None,
+        }
+    }
+
+    /// Keeps the files the working set is read from open in `open` (for readers of the
+    /// same cgroups at every synchronize).
+    pub fn keeping_open(mut self, open: Arc<OpenFiles>) -> Self {
+        self.open = Some(open);
+        self
+    }
+
+    fn read(&self, path: &Path) -> Result<String, ObserveError> {
+        match &self.open {
+            Some(open) => open.read(path),
+            None => read_file(path),
         }
     }
 
@@ -247,14 +266,15 @@ impl CgroupReader {
     }
 
     fn usage_and_inactive_file(&self, cgroup: &str) -> Result<(u64, Option<u64>), ObserveError> {
-        let usage_bytes = read_single(&self.usage_file(cgroup))?.unwrap_or(0);
+        let usage_path = self.usage_file(cgroup);
+        let usage_bytes = single(&usage_path, &self.read(&usage_path)?)?.unwrap_or(0);
         let stat_path = self.file(cgroup, "memory.stat", "memory.stat");
-        let stat = parse::flat_keyed(&read_file(&stat_path)?);
         let inactive_key = match self.version {
             CgroupVersion::V1 => "total_inactive_file",
             CgroupVersion::V2 => "inactive_file",
         };
-        Ok((usage_bytes, stat.get(inactive_key).copied()))
+        let inactive = parse::flat_keyed_value(&self.read(&stat_path)?, inactive_key);
+        Ok((usage_bytes, inactive))
     }
 
     pub fn memory_events(&self, cgroup: &str) -> Result<MemoryEvents, ObserveError> {
@@ -290,7 +310,11 @@ impl CgroupReader {
 }
 
 fn read_single(path: &Path) -> Result<Option<u64>, ObserveError> {
-    parse::single_value(&read_file(path)?).map_err(|e| ObserveError::Parse {
+    single(path, &read_file(path)?)
+}
+
+fn single(path: &Path, text: &str) -> Result<Option<u64>, ObserveError> {
+    parse::single_value(text).map_err(|e| ObserveError::Parse {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })

@@ -1,18 +1,21 @@
 //! Fresh observations of the node: memory (cgroupfs, /proc/meminfo), filesystems
-//! (statvfs), pids (sysinfo, pid_max) and PSI. Nothing here caches: every call reads the
-//! kernel's files at that moment, which is what keeps decisions off stale stats
-//! (kubernetes#51745).
+//! (statvfs), pids (sysinfo, pid_max) and PSI. Nothing here caches values: every call
+//! reads the kernel's files at that moment, which is what keeps decisions off stale stats
+//! (kubernetes#51745). Files read at every synchronize may stay open ([`OpenFiles`]); each
+//! read still asks the kernel anew.
 use std::path::PathBuf;
 
 pub mod cgroup;
 mod error;
 pub mod fs;
+pub mod open_files;
 pub mod parse;
 
 pub use cgroup::{CgroupLayout, CgroupReader, CgroupVersion, MemoryEvents, MemoryStats};
 pub use error::ObserveError;
 use error::read_file;
 pub use fs::FsStats;
+pub use open_files::OpenFiles;
 pub use parse::Psi;
 
 /// Where to look.

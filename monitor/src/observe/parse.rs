@@ -23,6 +23,24 @@ pub fn flat_keyed(text: &str) -> BTreeMap<String, u64> {
     out
 }
 
+/// One key of a flat keyed file, found without building the whole map (memory.stat has
+/// dozens of keys; a synchronize wants one of them from every pod).
+pub fn flat_keyed_value(text: &str, wanted: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let mut words = line.split_whitespace();
+        let key = words.next()?.trim_end_matches(':');
+        if key != wanted {
+            return None;
+        }
+        let value = words.next()?.parse::<u64>().ok()?;
+        Some(if words.next() == Some("kB") {
+            value.saturating_mul(1024)
+        } else {
+            value
+        })
+    })
+}
+
 /// A single-value file held neither a number nor `max`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("expected a number or \"max\", found {found:?}")]
@@ -152,6 +170,26 @@ mod tests {
         );
         assert_eq!(m["MemTotal"], 24576000 * 1024);
         assert_eq!(m["HugePages_Total"], 0);
+    }
+
+    #[test]
+    fn one_key_agrees_with_the_map() {
+        let text = "inactive_anon 1\ntotal_inactive_file 7\ninactive_file 5\nodd\nMemFree: 2 kB\n";
+        let map = flat_keyed(text);
+        for key in [
+            "inactive_file",
+            "total_inactive_file",
+            "MemFree",
+            "odd",
+            "absent",
+        ] {
+            assert_eq!(flat_keyed_value(text, key), map.get(key).copied(), "{key}");
+        }
+        // A prefix is not the key.
+        assert_eq!(
+            flat_keyed_value("inactive_file_x 3\n", "inactive_file"),
+            None
+        );
     }
 
     #[test]

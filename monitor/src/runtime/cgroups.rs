@@ -30,14 +30,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::observe::{CgroupLayout, CgroupReader, CgroupVersion, MemoryStats, ObserveError};
+use crate::observe::{
+    CgroupLayout, CgroupReader, CgroupVersion, MemoryStats, ObserveError, OpenFiles,
+};
 use crate::policy::qos::{MIN_SHARES, QosTierConfigs, ResourceConfig, milli_cpu_to_shares};
 use crate::policy::types::QosClass;
 
@@ -197,6 +199,8 @@ pub struct CgroupTree {
     /// CPU of the node in millicores, for the pods root's shares.
     node_cpu_milli: i64,
     warnings: Mutex<Vec<CgroupWarning>>,
+    /// The memory files of pods and containers, kept open between synchronizes.
+    open: Arc<OpenFiles>,
 }
 
 impl CgroupTree {
@@ -248,6 +252,7 @@ impl CgroupTree {
             hierarchies,
             node_cpu_milli,
             warnings: Mutex::new(Vec::new()),
+            open: Arc::new(OpenFiles::new()),
         })
     }
 
@@ -540,6 +545,17 @@ impl CgroupTree {
         self.reader().memory_stats(&pod.relative)
     }
 
+    /// The pod's working set alone: two reads of files kept open.
+    pub fn pod_working_set(&self, pod: &PodCgroup) -> Result<u64, ObserveError> {
+        self.reader().working_set_bytes(&pod.relative)
+    }
+
+    /// Closes the kept memory files no read used since the previous call (pods and
+    /// containers that went): called after every pass over the pods.
+    pub fn sweep_open_files(&self) {
+        self.open.sweep();
+    }
+
     /// The pod's `cgroup.kill` in a cgroup v2 hierarchy (the unified mirror on a v1 host),
     /// when the kernel has it (5.14+).
     pub fn kill_file(&self, pod: &PodCgroup) -> Option<PathBuf> {
@@ -590,7 +606,7 @@ impl CgroupTree {
     }
 
     fn reader(&self) -> CgroupReader {
-        CgroupReader::new(self.version, self.memory_root.clone())
+        CgroupReader::new(self.version, self.memory_root.clone()).keeping_open(self.open.clone())
     }
 
     /// Pod cgroups that exist now in any hierarchy (for adoption after an agent restart

@@ -186,23 +186,50 @@ impl LocalRuntime {
 }
 
 impl ActivePods for LocalRuntime {
+    /// The pods are listed under the runtime's lock; their stats are read after it is
+    /// released, so starting, stopping and the API never wait on a pass over every pod.
     fn active_pods(&self, needs: StatsNeeds) -> Vec<PodWithStats> {
         let shared = &self.shared;
-        let inner = shared.lock();
-        inner
-            .pods
-            .values()
-            .filter(|p| !p.terminating && !p.record.phase.is_terminal())
-            .filter_map(|p| {
-                let cgroup = p.cgroup.as_ref()?;
-                let mut pod = p.record.pod.clone();
-                pod.metadata.uid = p.record.uid.clone();
-                Some(PodWithStats {
-                    stats: pod_stats(shared, &p.record, cgroup, needs),
-                    pod,
-                })
+        let listed: Vec<(PodRecord, PodCgroup)> = {
+            let inner = shared.lock();
+            inner
+                .pods
+                .values()
+                .filter(|p| !p.terminating && !p.record.phase.is_terminal())
+                .filter_map(|p| Some((p.record.clone(), p.cgroup.clone()?)))
+                .collect()
+        };
+        let pods = listed
+            .into_iter()
+            .map(|(record, cgroup)| {
+                let stats = pod_stats(shared, &record, &cgroup, needs);
+                let mut pod = record.pod;
+                pod.metadata.uid = record.uid;
+                PodWithStats { stats, pod }
             })
-            .collect()
+            .collect();
+        shared.tree.sweep_open_files();
+        pods
+    }
+
+    fn add_container_memory(&self, pod: &mut PodWithStats) {
+        let uid = &pod.pod.metadata.uid;
+        let listed = {
+            let inner = self.shared.lock();
+            inner
+                .pods
+                .get(uid)
+                .and_then(|p| Some((p.record.containers.clone(), p.cgroup.clone()?)))
+        };
+        let Some((containers, cgroup)) = listed else {
+            return;
+        };
+        for stats in &mut pod.stats.containers {
+            if let Some(container) = containers.iter().find(|c| c.name == stats.name) {
+                stats.memory_working_set_bytes =
+                    container_working_set(&self.shared, &cgroup, container);
+            }
+        }
     }
 }
 
@@ -236,20 +263,33 @@ impl PodKiller for LocalRuntime {
     }
 }
 
+/// A container's working set now. A container without a process has no memory to report;
+/// a container of a container runtime has its cgroup named by its id.
+fn container_working_set(
+    shared: &Shared,
+    cgroup: &PodCgroup,
+    container: &store::ContainerRecord,
+) -> Option<u64> {
+    container.pid?;
+    match (&shared.cri, &container.container_id) {
+        (Some(_), Some(id)) => shared.tree.runtime_container_working_set(cgroup, id),
+        _ => shared.tree.container_working_set(cgroup, &container.name),
+    }
+}
+
 /// Fresh stats of one pod: memory from its cgroup; and, as `needs` asks, disk from its
-/// logs, each container's memory, and the task count from the pids controller.
+/// logs and containers' writable layers, and the task count from the pids controller.
 fn pod_stats(
     shared: &Shared,
     record: &PodRecord,
     cgroup: &PodCgroup,
     needs: StatsNeeds,
 ) -> PodStats {
-    let memory = shared
-        .tree
-        .pod_memory(cgroup)
-        .ok()
-        .map(|m| m.working_set_bytes);
+    let memory = shared.tree.pod_working_set(cgroup).ok();
     let pod = &record.pod;
+    let disk = needs.disk
+        || (needs.local_storage_limits
+            && crate::policy::eviction::local_storage::has_local_storage_limit(pod));
     let pod_dir = logs::pod_dir(
         &shared.config.log_dir,
         pod.namespace(),
@@ -260,22 +300,14 @@ fn pod_stats(
         .containers
         .iter()
         .map(|c| {
-            let (logs_used_bytes, logs_inodes_used) = if needs.disk {
+            let (logs_used_bytes, logs_inodes_used) = if disk {
                 let (bytes, inodes) = logs::usage(&pod_dir.join(&c.name));
                 (Some(bytes), Some(inodes))
             } else {
                 (None, None)
             };
-            // A container without a process has no memory to report. A container of a
-            // container runtime has its cgroup named by its id.
-            let working_set = c.pid.filter(|_| needs.container_memory).and_then(|_| {
-                match (&shared.cri, &c.container_id) {
-                    (Some(_), Some(id)) => shared.tree.runtime_container_working_set(cgroup, id),
-                    _ => shared.tree.container_working_set(cgroup, &c.name),
-                }
-            });
             // On a container runtime the container's writable layer counts too.
-            let (rootfs_used_bytes, rootfs_inodes_used) = match (needs.disk, &shared.cri, c.pid) {
+            let (rootfs_used_bytes, rootfs_inodes_used) = match (disk, &shared.cri, c.pid) {
                 (true, Some(_), Some(pid)) if pid > 0 => cri::writable_layer(pid)
                     .map(|layer| logs::usage(&layer))
                     .map_or((None, None), |(bytes, inodes)| (Some(bytes), Some(inodes))),
@@ -283,7 +315,7 @@ fn pod_stats(
             };
             ContainerStats {
                 name: c.name.clone(),
-                memory_working_set_bytes: working_set,
+                memory_working_set_bytes: None,
                 rootfs_used_bytes,
                 rootfs_inodes_used,
                 logs_used_bytes,
@@ -291,7 +323,7 @@ fn pod_stats(
             }
         })
         .collect();
-    let ephemeral = needs.disk.then(|| {
+    let ephemeral = disk.then(|| {
         containers
             .iter()
             .map(|c| c.logs_used_bytes.unwrap_or(0) + c.rootfs_used_bytes.unwrap_or(0))

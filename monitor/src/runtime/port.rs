@@ -76,9 +76,15 @@ impl std::fmt::Display for EvictionOutcome {
 pub struct StatsNeeds {
     /// Process counts: only the pid.available ranking reads them.
     pub processes: bool,
-    /// Disk usage of logs and volumes: disk signals and local storage limits.
+    /// Disk usage of every pod's logs, volumes and writable layers: a disk signal's
+    /// ranking. A pass asks for it only while a disk threshold is met or near.
     pub disk: bool,
-    /// Each container's memory: the memory eviction message names containers.
+    /// The same for the pods with a local storage limit (an ephemeral-storage limit or an
+    /// emptyDir sizeLimit), which local storage isolation checks at every pass.
+    pub local_storage_limits: bool,
+    /// Each container's memory: the memory eviction message names containers. Read only
+    /// for the pods a memory eviction would pick ([`ActivePods::add_container_memory`]),
+    /// never for every pod.
     pub container_memory: bool,
 }
 
@@ -87,14 +93,22 @@ impl StatsNeeds {
     pub const ALL: StatsNeeds = StatsNeeds {
         processes: true,
         disk: true,
+        local_storage_limits: true,
         container_memory: true,
     };
 }
 
 /// The pods that may be evicted, with their usage.
 pub trait ActivePods: Send + Sync {
-    /// Running pods, not already being stopped, with the stats in `needs` read NOW.
+    /// Running pods, not already being stopped, with the stats in `needs` read NOW
+    /// (containers' memory aside: see [`ActivePods::add_container_memory`]).
     fn active_pods(&self, needs: StatsNeeds) -> Vec<PodWithStats>;
+
+    /// Reads each container's memory working set of `pod` NOW into its stats. A pass reads
+    /// them only for the pod a memory eviction would pick, whose message names them.
+    fn add_container_memory(&self, pod: &mut PodWithStats) {
+        let _ = pod;
+    }
 }
 
 /// A pod's kill, prepared in advance: an open `cgroup.kill` of the pod's cgroup (cgroup v2,

@@ -19,6 +19,7 @@ use crate::policy::eviction::{
     SyncOutcome,
 };
 use crate::policy::signal::{Observations, Signal, format_value};
+use crate::policy::stats::PodWithStats;
 use crate::policy::summary::make_signal_observations;
 use crate::policy::types::{FsLayout, Time};
 use crate::runtime::port::{EvictionOutcome, PodKiller, Ports, StatsNeeds};
@@ -135,14 +136,6 @@ impl EvictionSync {
                 self.start(kill.decision.clone());
             }
         }
-        let pods = self
-            .ports
-            .pods
-            .active_pods(self.needs)
-            .into_iter()
-            .filter(|p| !self.in_flight.iter().any(|e| e.pod_key == p.pod.key()))
-            .collect::<Vec<_>>();
-        let stats = node_stats(node, &self.kubelet, &pods, now);
         // The process runtime keeps no images: with an imagefs path configured, it is a
         // dedicated image filesystem in the kubelet's sense.
         let fs_layout = if node.imagefs.is_some() {
@@ -150,6 +143,18 @@ impl EvictionSync {
         } else {
             FsLayout::Shared
         };
+        let needs = StatsNeeds {
+            disk: self.needs.disk && self.disk_threshold_near(node, fs_layout, now),
+            ..self.needs
+        };
+        let mut pods = blocking(|| self.ports.pods.active_pods(needs))
+            .into_iter()
+            .filter(|p| !self.in_flight.iter().any(|e| e.pod_key == p.pod.key()))
+            .collect::<Vec<_>>();
+        if self.needs.container_memory {
+            blocking(|| self.add_victims_container_memory(&mut pods, fs_layout));
+        }
+        let stats = node_stats(node, &self.kubelet, &pods, now);
         let input = SyncInput {
             observations: make_signal_observations(&stats, fs_layout),
             pods,
@@ -188,6 +193,63 @@ impl EvictionSync {
             deferred,
             finished,
             hot_kills,
+        }
+    }
+
+    /// Whether a disk threshold is met now or still short of its minimum reclaim, on the
+    /// node's filesystem stats alone (they need no pod stats): only then does the pass
+    /// rank pods by disk usage, so only then is every pod's usage read. A signal without
+    /// an observation counts as near.
+    fn disk_threshold_near(&self, node: &NodeObservation, fs_layout: FsLayout, now: Time) -> bool {
+        let observations =
+            make_signal_observations(&node_stats(node, &self.kubelet, &[], now), fs_layout);
+        self.kubelet
+            .eviction
+            .thresholds
+            .iter()
+            .filter(|t| is_disk(t.signal))
+            .any(|t| {
+                observations.get(&t.signal).is_none_or(|o| {
+                    let level = t
+                        .quantity(o.capacity)
+                        .saturating_add(t.min_reclaim_quantity(o.capacity));
+                    o.available < level
+                })
+            })
+    }
+
+    /// Reads the containers' memory of the pod each memory signal's ranking puts first
+    /// (never a critical one): the pod a memory eviction at this pass, or the hot path's
+    /// next kill, would pick, whose eviction message names its containers. The ranking
+    /// reads only pod-level stats, so filling these in changes no choice; reading them
+    /// for one pod instead of every pod keeps a pass's cost from growing with containers.
+    fn add_victims_container_memory(&self, pods: &mut [PodWithStats], fs_layout: FsLayout) {
+        let signals = [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable];
+        let victims: Vec<usize> = signals
+            .into_iter()
+            .filter(|s| {
+                self.kubelet
+                    .eviction
+                    .thresholds
+                    .iter()
+                    .any(|t| t.signal == *s)
+            })
+            .filter_map(|signal| {
+                let ranked = crate::policy::rank::rank_pods(signal, fs_layout, pods);
+                let victim = ranked.into_iter().find(|p| !p.pod.is_critical())?;
+                pods.iter().position(|p| std::ptr::eq(p, victim))
+            })
+            .collect();
+        for index in victims {
+            if let Some(pod) = pods.get_mut(index)
+                && pod
+                    .stats
+                    .containers
+                    .iter()
+                    .all(|c| c.memory_working_set_bytes.is_none())
+            {
+                self.ports.pods.add_container_memory(pod);
+            }
         }
     }
 
@@ -353,16 +415,32 @@ impl EvictionSync {
     }
 }
 
+/// Runs `read`, which reads kernel files and may block, without stalling the runtime's
+/// other tasks: on a multi-threaded runtime the worker first hands them to another worker.
+/// (The loop's tests run on a single thread, where there is no other worker to hand to.)
+pub(crate) fn blocking<T>(read: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(read),
+        _ => read(),
+    }
+}
+
+fn is_disk(signal: Signal) -> bool {
+    !signal.is_memory() && signal != Signal::PidAvailable
+}
+
 /// The pod stats the policy reads under `kubelet`'s thresholds: process counts only for a
-/// pid.available threshold, disk usage for disk thresholds and local storage limits,
-/// containers' memory for memory thresholds (the eviction message names containers).
+/// pid.available threshold, disk usage for disk thresholds (every pod's, while one is met
+/// or near) and local storage limits (the limited pods'), containers' memory for memory
+/// thresholds (the eviction message names containers).
 pub fn stats_needs(kubelet: &KubeletConfig) -> StatsNeeds {
     let eviction = &kubelet.eviction;
     let any = |wanted: fn(Signal) -> bool| eviction.thresholds.iter().any(|t| wanted(t.signal));
     StatsNeeds {
         processes: any(|s| s == Signal::PidAvailable),
-        disk: eviction.local_storage_capacity_isolation
-            || any(|s| !s.is_memory() && s != Signal::PidAvailable),
+        disk: any(is_disk),
+        local_storage_limits: eviction.local_storage_capacity_isolation,
         container_memory: any(Signal::is_memory),
     }
 }

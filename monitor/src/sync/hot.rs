@@ -13,15 +13,18 @@
 //!
 //! Only immediate evictions take this path (a hard threshold with a grace period of 0);
 //! soft thresholds, disk and pid signals, and a 1 s hard grace period keep the normal one.
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::clock::monotonic_ns;
 use crate::notify::memcg::ThresholdSpec;
 use crate::notify::{CrossingHook, WakeSource};
-use crate::observe::{CgroupReader, CgroupVersion};
+use crate::observe::{CgroupReader, CgroupVersion, OpenFiles};
 use crate::policy::eviction::EvictionDecision;
 use crate::runtime::port::KillSwitch;
 use crate::state::SharedState;
+
+/// Files the levels keep open (two per cgroup with a level).
+const LEVEL_FILES_KEPT: usize = 8;
 
 /// One level whose crossing calls for the armed kill, on the cgroup's working set (usage
 /// minus inactive_file, as the signals count it): a notifier armed on usage also fires
@@ -62,6 +65,9 @@ struct Armed {
 pub struct HotPath {
     armed: Mutex<Armed>,
     state: SharedState,
+    /// The levels' usage and memory.stat files, kept open: a confirmation is two preads.
+    /// The levels sit on the root and the pods cgroup, so the set stays a few files.
+    open: Arc<OpenFiles>,
 }
 
 impl HotPath {
@@ -69,6 +75,7 @@ impl HotPath {
         HotPath {
             armed: Mutex::new(Armed::default()),
             state,
+            open: Arc::new(OpenFiles::with_budget(LEVEL_FILES_KEPT)),
         }
     }
 
@@ -91,7 +98,8 @@ impl HotPath {
             .iter()
             .filter(|s| s.hard)
             .map(|s| Level {
-                cgroup: CgroupReader::new(version, s.cgroup.clone()),
+                cgroup: CgroupReader::new(version, s.cgroup.clone())
+                    .keeping_open(self.open.clone()),
                 working_set: s.usage_bytes.saturating_sub(inactive_file_at(&s.cgroup)),
             })
             .collect();

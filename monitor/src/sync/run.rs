@@ -291,7 +291,7 @@ impl<O: Observe> SyncLoop<O> {
         let started_ns = monotonic_ns();
         let now = Instant::now().saturating_duration_since(self.origin);
         log_wakes(sequence, &wakes, started_ns);
-        let observation = self.observer.observe();
+        let observation = super::eviction::blocking(|| self.observer.observe());
         let (pass, summary) = match &observation {
             Ok(observation) => {
                 let pass = self.eviction.synchronize(observation, now).await;

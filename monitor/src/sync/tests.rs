@@ -65,6 +65,10 @@ struct Node {
     reclaims: Vec<(Resource, Signal)>,
     reclaim_frees: u64,
     conditions: Vec<NodeConditionType>,
+    /// The pods whose containers' memory a pass asked for, in order.
+    container_reads: Vec<String>,
+    /// What each pass asked the pods' stats for.
+    needs_seen: Vec<crate::runtime::port::StatsNeeds>,
 }
 
 #[derive(Clone)]
@@ -87,6 +91,8 @@ impl Fake {
             reclaims: Vec::new(),
             reclaim_frees: 0,
             conditions: Vec::new(),
+            container_reads: Vec::new(),
+            needs_seen: Vec::new(),
         })))
     }
 
@@ -130,9 +136,10 @@ impl Observe for Fake {
 }
 
 impl ActivePods for Fake {
-    fn active_pods(&self, _needs: crate::runtime::port::StatsNeeds) -> Vec<PodWithStats> {
-        self.node()
-            .pods
+    fn active_pods(&self, needs: crate::runtime::port::StatsNeeds) -> Vec<PodWithStats> {
+        let mut node = self.node();
+        node.needs_seen.push(needs);
+        node.pods
             .iter()
             .filter(|(_, _, evicted)| !evicted)
             .map(|(key, ws, _)| {
@@ -144,11 +151,27 @@ impl ActivePods for Fake {
                     pod,
                     stats: PodStats {
                         memory_working_set_bytes: Some(*ws),
+                        // As a runtime lists them: the container's memory is read only
+                        // when asked for.
+                        containers: vec![crate::policy::stats::ContainerStats {
+                            name: "c".into(),
+                            ..Default::default()
+                        }],
                         ..PodStats::default()
                     },
                 }
             })
             .collect()
+    }
+
+    /// The pod's one container holds all its memory.
+    fn add_container_memory(&self, pod: &mut PodWithStats) {
+        let mut node = self.node();
+        let key = pod.pod.key();
+        node.container_reads.push(key);
+        for container in &mut pod.stats.containers {
+            container.memory_working_set_bytes = pod.stats.memory_working_set_bytes;
+        }
     }
 }
 
@@ -361,6 +384,33 @@ async fn a_soft_threshold_evicts_when_its_grace_period_ends_without_another_wake
 }
 
 #[tokio::test(start_paused = true)]
+async fn containers_memory_is_read_for_the_pod_a_memory_eviction_picks_and_named_in_its_message() {
+    // 8Gi − 7.5Gi = 0.5Gi available: under the hard 1Gi.
+    let pods: Vec<(String, u64)> = (0..20)
+        .map(|i| (format!("default/pod{i:02}"), GI / 8 + i * MI))
+        .collect();
+    let pods: Vec<(&str, u64)> = pods.iter().map(|(k, ws)| (k.as_str(), *ws)).collect();
+    let fake = Fake::new(5 * GI, &pods);
+    // The eviction stays under way: no second pass looks for another victim.
+    fake.node().kill_delay = secs(3600);
+    let mut h = Harness::start(fake, 1);
+    let report = h.next(secs(1)).await;
+    let pass = report.pass.as_ref().expect("observed");
+    let decision = pass.started.first().expect("a hard eviction");
+    assert_eq!(decision.pod_key, "default/pod19", "the biggest user");
+    assert!(
+        decision.message.contains("Container c was using"),
+        "the message names the victim's container: {}",
+        decision.message
+    );
+    // One read for the one memory signal configured, of the victim alone: never all 20.
+    assert_eq!(
+        h.fake.node().container_reads,
+        vec!["default/pod19".to_string()]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_hard_crossing_during_a_soft_grace_period_acts_at_once_on_another_pod() {
     let mut h = Harness::start(
         Fake::new(5 * GI, &[("default/small", GI / 2), ("default/big", GI)]),
@@ -556,12 +606,30 @@ async fn node_level_reclaim_runs_off_the_loop_and_spares_the_pods_when_enough() 
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn every_pods_disk_usage_is_read_only_while_a_disk_threshold_is_met_or_near() {
+    // nodefs.available<10% of 100Gi: 50Gi free is calm, 9Gi is under it.
+    let mut h = Harness::start(Fake::new(3 * GI, &[("default/a", GI)]), 1);
+    h.next(secs(1)).await;
+    h.fake.node().nodefs_available = 9 * GI;
+    h.wake();
+    h.next(secs(1)).await;
+    let seen = h.fake.node().needs_seen.clone();
+    let disk: Vec<bool> = seen.iter().map(|n| n.disk).collect();
+    assert_eq!(&disk[..2], &[false, true], "{seen:?}");
+    assert!(
+        seen.iter().all(|n| n.local_storage_limits),
+        "pods with local storage limits are always read: {seen:?}"
+    );
+}
+
 #[rstest::rstest]
 // The kubelet's defaults: memory and disk thresholds, no pid one: no process walk.
-#[case::defaults("{}\n", false, true, true)]
+#[case::defaults("{}\n", false, true, true, true)]
 #[case::pid_threshold(
     "evictionHard: {pid.available: 10%}\nlocalStorageCapacityIsolation: false\n",
     true,
+    false,
     false,
     false
 )]
@@ -569,10 +637,12 @@ async fn node_level_reclaim_runs_off_the_loop_and_spares_the_pods_when_enough() 
     "evictionHard: {memory.available: 1Gi}\nlocalStorageCapacityIsolation: false\n",
     false,
     false,
+    false,
     true
 )]
-#[case::local_storage_limits_need_disk(
+#[case::local_storage_limits_need_disk_of_the_limited_pods(
     "evictionHard: {memory.available: 1Gi}\n",
+    false,
     false,
     true,
     true
@@ -581,6 +651,7 @@ fn the_pod_stats_read_follow_the_thresholds(
     #[case] yaml: &str,
     #[case] processes: bool,
     #[case] disk: bool,
+    #[case] local_storage_limits: bool,
     #[case] container_memory: bool,
 ) {
     let (kubelet, _) =
@@ -590,6 +661,7 @@ fn the_pod_stats_read_follow_the_thresholds(
         crate::runtime::port::StatsNeeds {
             processes,
             disk,
+            local_storage_limits,
             container_memory
         },
         "{yaml}"

@@ -65,6 +65,17 @@ fn empty_dir_limit_exceeded(p: &PodWithStats) -> Option<(EvictionReason, String)
     })
 }
 
+/// Whether local storage isolation has anything to check on `pod`: an ephemeral-storage
+/// limit on any container or an emptyDir with a sizeLimit.
+pub fn has_local_storage_limit(pod: &Pod) -> bool {
+    pod_ephemeral_storage_limit(pod).is_some()
+        || pod
+            .spec
+            .volumes
+            .iter()
+            .any(|v| v.empty_dir.as_ref().is_some_and(|e| e.size_limit.is_some()))
+}
+
 /// The pod's ephemeral-storage limit as the kubelet sums it (component-helpers PodLimits):
 /// the regular containers' limits added up, or the largest init container limit if that
 /// is larger; `None` when no container sets one. Unlike the cgroup limit, containers

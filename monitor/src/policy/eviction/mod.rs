@@ -41,7 +41,7 @@ use super::types::{FsLayout, NodeConditionType, Resource, Time};
 
 #[cfg(test)]
 pub(crate) mod fixtures;
-mod local_storage;
+pub mod local_storage;
 mod message;
 mod reclaim;
 #[cfg(test)]
