@@ -64,14 +64,14 @@ fn sleep_binary() -> Result<String> {
         .context("no sleep binary in /bin or /usr/bin for the idle pods")
 }
 
-fn write_idle_pods(dir: &Path, count: usize) -> Result<()> {
+pub(crate) fn write_idle_pods(dir: &Path, count: usize, resources: &str) -> Result<()> {
     let sleep = sleep_binary()?;
     for i in 0..count {
         let path = dir.join("pods").join(format!("idle-{i}.yaml"));
         let text = race::manifest(
             &format!("idle-{i}"),
             &[sleep.clone(), "3600".into()],
-            "",
+            resources,
             "",
         );
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -81,7 +81,7 @@ fn write_idle_pods(dir: &Path, count: usize) -> Result<()> {
 
 /// Waits for `count` running pods, reading the records twice a second only: with a
 /// thousand records a tighter loop would compete with the agent it measures.
-fn wait_running(dir: &Path, count: usize, timeout: Duration) -> Result<usize> {
+pub(crate) fn wait_running(dir: &Path, count: usize, timeout: Duration) -> Result<usize> {
     let state = dir.join("state");
     let deadline = std::time::Instant::now() + timeout;
     loop {
@@ -136,8 +136,16 @@ fn usage(pid: u32) -> Result<(f64, u64, u64)> {
 /// The agent with every source on and `pods` sleeping pods, left alone for `seconds`.
 pub(crate) fn idle(bin: &Path, seconds: u64, pods: usize, keep: bool) -> Result<Idle> {
     let id = format!("monitor-bench-{}-idle", std::process::id());
-    let (guard, dir) = race::start_agent(bin, &id, &ALL_SOURCES, "", keep, race::Level::Pods)?;
-    write_idle_pods(&dir, pods)?;
+    let (guard, dir) = race::start_agent(
+        bin,
+        &id,
+        &ALL_SOURCES,
+        "",
+        keep,
+        race::Level::Pods,
+        race::Bounds::RACE,
+    )?;
+    write_idle_pods(&dir, pods, "")?;
     wait_running(&dir, pods, Duration::from_secs(60))?;
     // Let pod start-up settle before the window opens.
     std::thread::sleep(Duration::from_secs(3));
@@ -172,8 +180,16 @@ pub(crate) fn sync_scaling(
     let id = format!("monitor-bench-{}-sync-{pods}", std::process::id());
     // maxPods above the count: admission must not refuse any of them.
     let extra = format!("maxPods: {}\n", pods.saturating_add(10));
-    let (guard, dir) = race::start_agent(bin, &id, &TIMER_ONLY, &extra, keep, race::Level::Pods)?;
-    write_idle_pods(&dir, pods)?;
+    let (guard, dir) = race::start_agent(
+        bin,
+        &id,
+        &TIMER_ONLY,
+        &extra,
+        keep,
+        race::Level::Pods,
+        race::Bounds::RACE,
+    )?;
+    write_idle_pods(&dir, pods, "")?;
     // Measured with however many run by then: the count is reported next to the result.
     let running = match wait_running(&dir, pods, start_limit) {
         Ok(running) => running,

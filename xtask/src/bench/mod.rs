@@ -19,6 +19,7 @@ pub(crate) mod logparse;
 mod peer;
 mod race;
 mod report;
+mod scaling;
 mod stats;
 mod svg;
 mod vm;
@@ -42,6 +43,16 @@ pub struct BenchArgs {
     /// Pod counts for the synchronize duration (`--sync-pods` alone skips it).
     #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = [10usize, 110, 1000])]
     pub sync_pods: Vec<usize>,
+    /// Idle pod counts for the pressure race beside many pods, all sources on
+    /// (`--race-pods` alone skips it).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = [10usize, 110, 1000])]
+    pub race_pods: Vec<usize>,
+    /// The hard threshold's headroom (MiB) in the races beside many pods.
+    #[arg(long, value_delimiter = ',', default_values_t = [200u64, 50])]
+    pub race_headrooms: Vec<u64>,
+    /// Trials per pod count and headroom in the races beside many pods.
+    #[arg(long, default_value_t = 20)]
+    pub race_trials: u32,
     /// Seconds the synchronize measurement waits for its pods to start; it then measures
     /// with those running (reported).
     #[arg(long, default_value_t = 180)]
@@ -89,6 +100,9 @@ const MODES: &[Mode] = &[
     mode("psi", [false, false, false, true], "10s"),
     mode("all", [true; 4], "10s"),
 ];
+
+/// Pods beside the idle agent: the kubelet's default maxPods.
+const IDLE_PODS: usize = 110;
 
 /// The label of the VM's trials in the table (full speed, cgroup v2, under qemu).
 const VM_RATE: &str = "vm-v2";
@@ -151,6 +165,8 @@ struct Results {
     bpf_vm: Vec<bpf::ProgCost>,
     idle: Option<costs::Idle>,
     sync_scaling: Vec<costs::SyncScaling>,
+    /// The races beside many pods, with the kernel-stamped stages.
+    races_at_scale: Vec<scaling::ScaleRun>,
     policy_bench: Vec<costs::PolicyBench>,
     trials: Vec<Trial>,
 }
@@ -203,10 +219,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     let idle = if args.idle_seconds > 0 {
         println!(
-            "bench: idle agent (all sources, 10 pods) for {} s",
+            "bench: idle agent (all sources, {IDLE_PODS} pods) for {} s",
             args.idle_seconds
         );
-        match costs::idle(&bin, args.idle_seconds, 10, args.keep) {
+        match costs::idle(&bin, args.idle_seconds, IDLE_PODS, args.keep) {
             Ok(idle) => Some(idle),
             Err(err) => {
                 println!("bench: idle measurement FAILED: {err:#}");
@@ -223,6 +239,20 @@ pub fn run(args: BenchArgs) -> Result<()> {
         match costs::sync_scaling(&bin, *pods, Duration::from_secs(10), limit, args.keep) {
             Ok(s) => sync_scaling.push(s),
             Err(err) => println!("bench: synchronize with {pods} pods FAILED: {err:#}"),
+        }
+    }
+
+    let mut races_at_scale = Vec::new();
+    for pods in &args.race_pods {
+        for headroom in &args.race_headrooms {
+            println!("bench: pressure race beside {pods} idle pods, {headroom} MiB headroom");
+            let limit = Duration::from_secs(args.pod_start_seconds);
+            match scaling::run(&bin, *pods, *headroom, args.race_trials, limit, args.keep) {
+                Ok(run) => races_at_scale.push(run),
+                Err(err) => {
+                    println!("bench: race beside {pods} pods, {headroom} MiB FAILED: {err:#}")
+                }
+            }
         }
     }
 
@@ -319,10 +349,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
         bpf_vm: bpf::costs(&vm_bpf),
         idle,
         sync_scaling,
+        races_at_scale,
         policy_bench: policy,
         trials,
     };
-    let table = report::table(&results);
+    let mut table = report::table(&results);
+    if !results.races_at_scale.is_empty() {
+        table.push_str(
+            "\nPressure race beside idle pods (all sources, full speed; µs from the crossing detector's kernel-stamped record; SIGKILL stamped by the kernel's signal_generate):\n\n",
+        );
+        table.push_str(&scaling::table(&results.races_at_scale));
+    }
     println!("\n{table}");
 
     let mut plots = Vec::new();

@@ -31,7 +31,7 @@ pub(crate) const NODE_MIB: u64 = 1024;
 pub(crate) const HEADROOM_MIB: u64 = 200;
 /// Memory the guaranteed ballast holds before the race starts.
 const BALLAST_MIB: u64 = 600;
-const NAMESPACE: &str = "bench";
+pub(crate) const NAMESPACE: &str = "bench";
 /// Node-level race: how far into the hog's allocation the crossing comes (as in the
 /// earlyoom peer's race, so both see the same climb).
 pub(crate) const HOG_TO_CROSSING_MIB: u64 = 224;
@@ -150,14 +150,34 @@ pub(crate) struct Setup<'a> {
     pub(crate) level: Level,
 }
 
-fn config(dir: &Path, id: &str, mode: &Mode, extra: &str, level: Level) -> String {
+/// The node's size and the hard threshold's headroom of an agent run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bounds {
+    /// The pods cgroup's limit (Level::Pods only).
+    pub(crate) node_mib: u64,
+    pub(crate) headroom_mib: u64,
+}
+
+impl Bounds {
+    /// The race's: a 1 GiB node, 200 MiB headroom.
+    pub(crate) const RACE: Bounds = Bounds {
+        node_mib: NODE_MIB,
+        headroom_mib: HEADROOM_MIB,
+    };
+}
+
+fn config(dir: &Path, id: &str, mode: &Mode, extra: &str, level: Level, bounds: Bounds) -> String {
+    let Bounds {
+        node_mib,
+        headroom_mib,
+    } = bounds;
     let (eviction, limit) = match level {
         Level::Pods => (
-            format!("{{allocatableMemory.available: {HEADROOM_MIB}Mi, memory.available: 100Mi}}"),
-            format!("  podsMemoryLimit: {NODE_MIB}Mi\n"),
+            format!("{{allocatableMemory.available: {headroom_mib}Mi, memory.available: 100Mi}}"),
+            format!("  podsMemoryLimit: {node_mib}Mi\n"),
         ),
         Level::Node => (
-            format!("{{memory.available: {HEADROOM_MIB}Mi}}"),
+            format!("{{memory.available: {headroom_mib}Mi}}"),
             String::new(),
         ),
     };
@@ -196,6 +216,7 @@ pub(crate) fn start_agent(
     extra_config: &str,
     keep: bool,
     level: Level,
+    bounds: Bounds,
 ) -> Result<(Guard, PathBuf)> {
     let dir = std::env::temp_dir().join(id);
     let _ = std::fs::remove_dir_all(&dir);
@@ -208,7 +229,7 @@ pub(crate) fn start_agent(
         keep,
     };
     let path = dir.join("config.yaml");
-    std::fs::write(&path, config(&dir, id, mode, extra_config, level))
+    std::fs::write(&path, config(&dir, id, mode, extra_config, level, bounds))
         .with_context(|| format!("writing {}", path.display()))?;
     spawn_agent(&mut guard, bin, &dir)?;
     Ok((guard, dir))
@@ -266,7 +287,15 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         }
     };
     let threshold = node_bytes.saturating_sub(HEADROOM_MIB * MIB);
-    let (guard, dir) = start_agent(setup.bin, &id, mode, "", setup.keep, setup.level)?;
+    let (guard, dir) = start_agent(
+        setup.bin,
+        &id,
+        mode,
+        "",
+        setup.keep,
+        setup.level,
+        Bounds::RACE,
+    )?;
     let hog = setup.bin.join("hog").display().to_string();
     let go = dir.join("go");
     let args = |total: u64, step: u64, pause: u64| -> Vec<String> {
