@@ -130,18 +130,24 @@ impl OpenFiles {
     }
 }
 
-/// Reads from offset 0 to the end with `pread(2)`.
+/// Reads from offset 0 to the end with `pread(2)`. A read that leaves room in the buffer
+/// has the whole file: a kernfs file fills the buffer with as much of its content as fits,
+/// and asking for more at an offset past 0 would make the kernel generate the content
+/// anew just to skip to that offset. So a file that fits costs one generation.
 fn read_at_start(file: &File) -> io::Result<String> {
     let mut buf = vec![0u8; FIRST_READ];
     let mut len = 0;
     loop {
-        if len == buf.len() {
-            buf.resize(buf.len() * 2, 0);
-        }
         let offset = u64::try_from(len).unwrap_or(u64::MAX);
         match file.read_at(&mut buf[len..], offset) {
             Ok(0) => break,
-            Ok(n) => len += n,
+            Ok(n) => {
+                len += n;
+                if len < buf.len() {
+                    break;
+                }
+                buf.resize(buf.len() * 2, 0);
+            }
             Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
             Err(err) => return Err(err),
         }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use inotify::{Inotify, WatchMask};
 use nix::sys::signal::Signal as UnixSignal;
 use tokio::sync::mpsc;
@@ -67,8 +67,13 @@ pub(super) async fn supervise(
         let next_restart = next_restart(&shared);
         tokio::select! {
             Some(_) = async { match &mut changes { Some(s) => s.next().await, None => std::future::pending().await } } => {
-                // Editors write in bursts: let the burst settle, then read the directory once.
+                // Editors write in bursts: let the burst settle, then read the directory once
+                // for every event the burst queued (a thousand manifests written at once
+                // must cost one read of the directory, not a thousand).
                 tokio::time::sleep(Duration::from_millis(50)).await;
+                if let Some(stream) = &mut changes {
+                    while let Some(Some(_)) = stream.next().now_or_never() {}
+                }
                 reconcile(&shared);
             }
             Some(()) = reconcile_requests.recv() => reconcile(&shared),

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use super::costs;
@@ -218,10 +218,13 @@ fn one(
 ) -> Result<ScaleTrial> {
     let name = format!("hog-{n}");
     let go = dir.join(format!("go-{n}"));
+    // The hog tolerates the memory-pressure taint, as a batch job would: while the node
+    // condition lingers after the previous race (its transition period), a BestEffort pod
+    // without it is refused.
     let manifest = race::manifest(
         &name,
         &args(node_bytes / MIB * 2, 8),
-        "",
+        "  tolerations:\n  - {key: node.kubernetes.io/memory-pressure, operator: Exists, effect: NoSchedule}\n",
         &format!(
             "    env:\n    - {{name: HOG_START_FILE, value: \"{}\"}}\n",
             go.display()
@@ -230,11 +233,19 @@ fn one(
     let path = dir.join("pods").join(format!("{name}.yaml"));
     std::fs::write(&path, manifest).with_context(|| format!("writing {}", path.display()))?;
     let state = dir.join("state");
+    let mut refused = None;
     demo::wait(&format!("{name} running"), Duration::from_secs(30), || {
-        demo::records(&state)
-            .iter()
-            .any(|r| r.name == name && r.phase == "Running" && !r.pids.is_empty())
+        demo::records(&state).iter().any(|r| {
+            if r.name == name && r.phase == "Failed" {
+                refused = Some(r.reason.clone());
+            }
+            r.name == name && (r.phase == "Failed" || (r.phase == "Running" && !r.pids.is_empty()))
+        })
     })?;
+    if let Some(reason) = refused {
+        let _ = std::fs::remove_file(&path);
+        bail!("{name} did not start: {reason}");
+    }
     // The pod's start made the agent synchronize and arm its victim; give it the time.
     std::thread::sleep(Duration::from_millis(300));
     let stop = Arc::new(AtomicBool::new(false));
