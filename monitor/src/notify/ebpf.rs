@@ -21,7 +21,7 @@ use monitor_common::{
     GLOBAL_SIGNAL_PID_OFFSET, GLOBAL_SIGNAL_SIG_OFFSET, KIND_COUNT, LEVEL_HARD, LEVELS_MAP,
     MemcgLayout, PRESSURE_EVENT_SIZE, PressureEvent,
 };
-use std::sync::atomic::{AtomicBool, Ordering};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::detector::{AttachPoint, Detector, VMLINUX_BTF, memcg_layout};
 use super::{Hook, SourceStatus, WakeDetail, WakeSender, WakeSource};
@@ -114,9 +114,10 @@ pub struct KernelCounters {
 /// A running eBPF source. Dropping it detaches the programs.
 pub struct EbpfSource {
     pub status: SourceStatus,
-    /// The consumer thread, and the flag that stops it (checked every 100 ms).
+    /// The consumer thread, and the eventfd that stops it (it sleeps in poll(2) on the ring
+    /// and this fd, with no timeout: an idle agent is not woken for nothing).
     consumer: Option<std::thread::JoinHandle<()>>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<EventFd>,
     /// The crossing detector, when one attached; `Err` says why none did.
     pub detector: Result<Arc<Detector>, String>,
     counters: PerCpuArray<MapData, u64>,
@@ -126,7 +127,10 @@ pub struct EbpfSource {
 
 impl Drop for EbpfSource {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        // Without the stop signal the thread would sleep on forever: then do not wait.
+        if self.stop.write(1).is_err() {
+            return;
+        }
         if let Some(consumer) = self.consumer.take() {
             let _ = consumer.join();
         }
@@ -222,7 +226,10 @@ pub fn start(
         .ok_or_else(|| EbpfError::RingBuf(format!("{COUNTERS_MAP} not in the object")))?;
     let counters =
         PerCpuArray::try_from(counters).map_err(|e| EbpfError::RingBuf(e.to_string()))?;
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(
+        EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC)
+            .map_err(|err| EbpfError::RingBuf(format!("an eventfd for its consumer: {err}")))?,
+    );
     let (consumer, scheduling) = spawn_consumer(ring, wakes, hook, stop.clone())
         .map_err(|e| EbpfError::RingBuf(format!("starting its consumer thread: {e}")))?;
 
@@ -372,7 +379,7 @@ fn spawn_consumer(
     mut ring: RingBuf<MapData>,
     wakes: WakeSender,
     hook: Hook,
-    stop: Arc<AtomicBool>,
+    stop: Arc<EventFd>,
 ) -> std::io::Result<(std::thread::JoinHandle<()>, String)> {
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
@@ -413,16 +420,24 @@ fn realtime_priority() -> String {
     }
 }
 
-fn consume(ring: &mut RingBuf<MapData>, wakes: &WakeSender, hook: &Hook, stop: &AtomicBool) {
+fn consume(ring: &mut RingBuf<MapData>, wakes: &WakeSender, hook: &Hook, stop: &EventFd) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     use std::os::fd::AsFd;
-    while !stop.load(Ordering::Relaxed) {
-        let ready = {
-            let mut fds = [nix::poll::PollFd::new(
-                ring.as_fd(),
-                nix::poll::PollFlags::POLLIN,
-            )];
-            nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(100u16))
+    loop {
+        let (ready, stopping) = {
+            let mut fds = [
+                PollFd::new(ring.as_fd(), PollFlags::POLLIN),
+                PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+            ];
+            let ready = poll(&mut fds, PollTimeout::NONE);
+            let stopping = fds[1]
+                .revents()
+                .is_some_and(|r| r.contains(PollFlags::POLLIN));
+            (ready, stopping)
         };
+        if stopping {
+            return;
+        }
         match ready {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(err) => {

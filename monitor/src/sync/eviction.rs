@@ -154,6 +154,7 @@ impl EvictionSync {
         if self.needs.container_memory {
             blocking(|| self.add_victims_container_memory(&mut pods, fs_layout));
         }
+        self.show_pod_memory(&pods);
         let stats = node_stats(node, &self.kubelet, &pods, now);
         let input = SyncInput {
             observations: make_signal_observations(&stats, fs_layout),
@@ -178,6 +179,10 @@ impl EvictionSync {
             .partition(|d| self.may_start(d));
         for decision in &started {
             self.start(decision.clone());
+        }
+        if started.iter().any(|d| d.signal.is_some()) {
+            self.state
+                .record_stats_age(node.taken_at_ns, &outcome.thresholds_met);
         }
         for decision in &deferred {
             tracing::debug!(
@@ -216,6 +221,20 @@ impl EvictionSync {
                     o.available < level
                 })
             })
+    }
+
+    /// Hands each pod's working set, as this pass read it, to the API's view of the pods.
+    fn show_pod_memory(&self, pods: &[PodWithStats]) {
+        let read: std::collections::HashMap<&str, Option<u64>> = pods
+            .iter()
+            .map(|p| (p.pod.metadata.uid.as_str(), p.stats.memory_working_set_bytes))
+            .collect();
+        let mut state = self.state.lock();
+        for view in &mut state.pods {
+            if let Some(memory) = read.get(view.uid.as_str()) {
+                view.memory_working_set_bytes = *memory;
+            }
+        }
     }
 
     /// Reads the containers' memory of the pod each memory signal's ranking puts first
@@ -350,7 +369,7 @@ impl EvictionSync {
         }
         let mut state = self.state.lock();
         if done.outcome == EvictionOutcome::Evicted {
-            *state.metrics.evictions.entry(signal.clone()).or_default() += 1;
+            state.metrics.count_eviction(decision);
         }
         *state
             .metrics

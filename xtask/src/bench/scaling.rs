@@ -61,6 +61,9 @@ pub(crate) struct ScaleTrial {
     pub(crate) signal_to_freed_ms: Option<f64>,
     /// Kernel OOM kills on the node during the trial (/proc/vmstat oom_kill).
     pub(crate) oom_kills: u64,
+    /// The agent killed the hog (hot path or eviction), whether or not the crossing got a
+    /// kernel stamp (a memcg notifier may beat the detector's sampled look).
+    pub(crate) agent_killed: bool,
 }
 
 /// One (pods, headroom) run.
@@ -195,7 +198,7 @@ fn summarize(
         planned,
         avoided: trials
             .iter()
-            .filter(|t| t.oom_kills == 0 && t.told_to_signal_us.is_some())
+            .filter(|t| t.oom_kills == 0 && t.agent_killed)
             .count(),
         stage_p50_us: stages.map(|f| percentile(&values(f), 50.0)),
         stage_p99_us: stages.map(|f| percentile(&values(f), 99.0)),
@@ -287,6 +290,8 @@ fn one(
     })?;
 
     let hot = logparse::hot_kill(&log, &object, start_ns);
+    let agent_killed =
+        hot.is_some() || logparse::event(&log, "Killing", &object, start_ns).is_some();
     let kernel = logparse::kernel_crossing_and_kill(&log, start_ns);
     let us = |from: Option<u64>, to: Option<u64>| -> Option<f64> {
         Some((to? as f64 - from? as f64) / 1000.0)
@@ -311,6 +316,7 @@ fn one(
         crossing_to_signal_us: us(crossed, signal),
         signal_to_freed_ms: us(signal, freed).map(|v| v / 1000.0),
         oom_kills,
+        agent_killed,
     })
 }
 
@@ -376,6 +382,7 @@ mod tests {
             crossing_to_signal_us: signal_us,
             signal_to_freed_ms: Some(2.0),
             oom_kills: oom,
+            agent_killed: oom == 0 || signal_us.is_some(),
         }
     }
 
@@ -386,16 +393,18 @@ mod tests {
             trial(2, Some(300.0), 0),
             trial(3, Some(200.0), 1),
             trial(4, None, 1),
+            // Killed by the agent, but the crossing got no kernel stamp: avoided all the same.
+            trial(5, None, 0),
         ];
-        let run = summarize(110, 111, 50, 4, trials, &[1.0, 3.0]);
-        assert_eq!(run.avoided, 2);
+        let run = summarize(110, 111, 50, 5, trials, &[1.0, 3.0]);
+        assert_eq!(run.avoided, 3);
         assert_eq!(run.crossing_to_signal_us.count, 3);
         assert_eq!(run.crossing_to_signal_us.p50_ms, Some(200.0));
         assert_eq!(run.crossing_to_signal_us.max_ms, Some(300.0));
         assert_eq!(run.stage_p50_us[0], Some(10.0));
         let table = table(&[run]);
         assert!(
-            table.contains("| 110 (110 running) | 50 | 2/4 | 200 / 300 / 300 |"),
+            table.contains("| 110 (110 running) | 50 | 3/5 | 200 / 300 / 300 |"),
             "{table}"
         );
     }
