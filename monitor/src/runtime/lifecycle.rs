@@ -979,11 +979,10 @@ pub(super) fn publish(shared: &Shared) {
                     reason: r.reason.clone(),
                     message: r.message.clone(),
                     cgroup: p.cgroup.as_ref().map(|c| c.relative.clone()),
-                    memory_working_set_bytes: p
-                        .cgroup
-                        .as_ref()
-                        .and_then(|c| shared.tree.pod_memory(c).ok())
-                        .map(|m| m.working_set_bytes),
+                    // Filled in below from the last synchronize, which reads every pod's
+                    // working set anyway: reading a thousand cgroups here, at every pod
+                    // start and under the runtime's lock, would cost more than the pass.
+                    memory_working_set_bytes: None,
                     containers: r
                         .containers
                         .iter()
@@ -1005,7 +1004,18 @@ pub(super) fn publish(shared: &Shared) {
             })
             .collect()
     };
-    shared.state.lock().pods = views;
+    let mut views = views;
+    let mut state = shared.state.lock();
+    let known: std::collections::HashMap<&str, u64> = state
+        .pods
+        .iter()
+        .filter_map(|v| Some((v.uid.as_str(), v.memory_working_set_bytes?)))
+        .collect();
+    for view in &mut views {
+        view.memory_working_set_bytes = known.get(view.uid.as_str()).copied();
+    }
+    state.pods = views;
+    drop(state);
     // Whoever decides on these pods (the synchronize loop, whose hot path holds a victim
     // ranked among them) looks again.
     if let Some(changed) = shared.on_change.get() {
