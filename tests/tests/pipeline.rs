@@ -755,7 +755,12 @@ async fn observer_reads_the_real_cgroup_files() {
         observation.memory.capacity_bytes > 0
             && observation.memory.available_bytes <= observation.memory.capacity_bytes
     );
-    assert!(observation.nodefs.capacity_bytes > 0 && observation.pids.current > 0);
+    assert!(
+        observation.nodefs.is_some_and(|fs| fs.capacity_bytes > 0)
+            && observation.pids.is_some_and(|pids| pids.current > 0)
+            && observation.failed.is_empty(),
+        "{observation:?}"
+    );
     let events = reader
         .memory_events(&cgroup.relative)
         .expect("memory events readable");

@@ -215,10 +215,12 @@ mod tests {
                 },
                 available_bytes: 1_600,
             }),
-            nodefs: FsStats::default(),
+            nodefs: Some(FsStats::default()),
             imagefs: None,
-            pids: PidStats::default(),
+            pids: Some(PidStats::default()),
             psi: None,
+            dedicated_imagefs: false,
+            failed: Vec::new(),
         }
     }
 

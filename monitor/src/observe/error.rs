@@ -4,15 +4,20 @@ use std::path::{Path, PathBuf};
 /// What went wrong reading a kernel file. Always names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ObserveError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {}: {source}", path.display())]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: {reason}")]
+    #[error("{}: {reason}", path.display())]
     Parse { path: PathBuf, reason: String },
-    #[error("{path}: key {key:?} is missing")]
+    #[error("{}: key {key:?} is missing", path.display())]
     Missing { path: PathBuf, key: String },
+    #[error("{}: no answer after {after:?}", path.display())]
+    Hung {
+        path: PathBuf,
+        after: std::time::Duration,
+    },
 }
 
 pub(crate) fn read_file(path: &Path) -> Result<String, ObserveError> {

@@ -14,7 +14,7 @@ pub mod parse;
 pub use cgroup::{CgroupLayout, CgroupReader, CgroupVersion, MemoryEvents, MemoryStats};
 pub use error::ObserveError;
 use error::read_file;
-pub use fs::FsStats;
+pub use fs::{BoundedStatvfs, FsStats};
 pub use open_files::OpenFiles;
 pub use parse::Psi;
 
@@ -81,24 +81,52 @@ pub struct NodeObservation {
     pub taken_at_ns: u64,
     pub memory: NodeMemory,
     pub allocatable: Option<AllocatableMemory>,
-    pub nodefs: FsStats,
+    /// `None` when its statvfs failed or hung (see `failed`).
+    pub nodefs: Option<FsStats>,
+    /// `None` without an image filesystem, or when its statvfs failed or hung.
     pub imagefs: Option<FsStats>,
-    pub pids: PidStats,
+    /// Whether an image filesystem of its own is configured (read or not).
+    pub dedicated_imagefs: bool,
+    /// `None` when pid_max or the task count could not be read.
+    pub pids: Option<PidStats>,
     /// System-wide memory PSI, when the kernel has it.
     #[serde(skip)]
     pub psi: Option<Psi>,
+    /// The parts left out of this observation and why: their signals are off until they
+    /// read again, and every other signal keeps acting.
+    pub failed: Vec<String>,
 }
+
+/// A part of the observation that may be left out: its value, or `None` with the reason
+/// added to `failed`.
+fn kept<T>(failed: &mut Vec<String>, what: &str, result: Result<T, ObserveError>) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(err) => {
+            failed.push(format!("{what}: {err}"));
+            None
+        }
+    }
+}
+
+/// How long a filesystem's statvfs may take before it counts as hung.
+pub const STATVFS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Takes [`NodeObservation`]s.
 #[derive(Clone, Debug)]
 pub struct Observer {
     reader: CgroupReader,
     config: ObserverConfig,
+    statvfs: BoundedStatvfs,
 }
 
 impl Observer {
     pub fn new(reader: CgroupReader, config: ObserverConfig) -> Self {
-        Observer { reader, config }
+        Observer {
+            reader,
+            config,
+            statvfs: BoundedStatvfs::new(STATVFS_TIMEOUT),
+        }
     }
 
     pub fn reader(&self) -> &CgroupReader {
@@ -109,8 +137,11 @@ impl Observer {
         &self.config
     }
 
-    /// Reads everything now. Optional parts (PSI, imagefs) that fail are left out; the
-    /// parts every signal needs fail the observation with an error naming the file.
+    /// Reads everything now. Memory is what every decision that protects the node from
+    /// the OOM killer needs: a failure there fails the observation, naming the file. The
+    /// filesystems and pid counts are read apart: one that fails or hangs (statvfs waits
+    /// at most [`STATVFS_TIMEOUT`]) is left out and named in `failed`, and the rest of the
+    /// observation, memory first, stands. PSI is optional.
     pub fn observe(&self) -> Result<NodeObservation, ObserveError> {
         let taken_at_ns = crate::clock::monotonic_ns();
         let memory = self.node_memory()?;
@@ -118,12 +149,17 @@ impl Observer {
             Some(cgroup) => Some(self.allocatable(cgroup, memory.capacity_bytes)?),
             None => None,
         };
-        let nodefs = fs::statvfs(&self.config.nodefs)?;
+        let mut failed = Vec::new();
+        let nodefs = kept(
+            &mut failed,
+            "nodefs",
+            self.statvfs.statvfs(&self.config.nodefs),
+        );
         let imagefs = match &self.config.imagefs {
-            Some(path) => Some(fs::statvfs(path)?),
+            Some(path) => kept(&mut failed, "imagefs", self.statvfs.statvfs(path)),
             None => None,
         };
-        let pids = self.pids()?;
+        let pids = kept(&mut failed, "pids", self.pids());
         let psi_path = self.config.proc_root.join("pressure/memory");
         let psi = read_file(&psi_path).ok().and_then(|t| parse::psi(&t).ok());
         Ok(NodeObservation {
@@ -132,8 +168,10 @@ impl Observer {
             allocatable,
             nodefs,
             imagefs,
+            dedicated_imagefs: self.config.imagefs.is_some(),
             pids,
             psi,
+            failed,
         })
     }
 
@@ -263,12 +301,42 @@ mod tests {
         assert_eq!((a.capacity_bytes, a.available_bytes), (10000, 8000));
         assert_eq!(
             o.pids,
-            PidStats {
+            Some(PidStats {
                 max: 4194304,
                 current: 345
-            }
+            })
         );
-        assert!(o.nodefs.capacity_bytes > 0);
+        assert!(o.nodefs.is_some_and(|fs| fs.capacity_bytes > 0));
+        assert!(o.failed.is_empty(), "{:?}", o.failed);
+    }
+
+    #[test]
+    fn a_failing_filesystem_or_pid_count_is_left_out_and_memory_stands() {
+        let cg = tempfile::tempdir().unwrap();
+        let proc = tempfile::tempdir().unwrap();
+        write(
+            proc.path(),
+            "meminfo",
+            "MemTotal: 1000 kB\nMemFree: 400 kB\nInactive(file): 100 kB\n",
+        );
+        let observer = Observer::new(
+            CgroupReader::new(CgroupVersion::V2, cg.path()),
+            ObserverConfig {
+                nodefs: cg.path().join("gone"),
+                imagefs: Some(cg.path().join("also-gone")),
+                proc_root: proc.path().to_path_buf(),
+                ..ObserverConfig::default()
+            },
+        );
+        let o = observer
+            .observe()
+            .expect("memory alone makes an observation");
+        assert_eq!(o.memory.available_bytes, 500 * 1024);
+        assert_eq!((o.nodefs, o.imagefs, o.pids), (None, None, None));
+        assert!(o.dedicated_imagefs);
+        assert_eq!(o.failed.len(), 3, "{:?}", o.failed);
+        assert!(o.failed[0].starts_with("nodefs: ") && o.failed[0].contains("gone"));
+        assert!(o.failed[2].starts_with("pids: ") && o.failed[2].contains("pid_max"));
     }
 
     #[test]

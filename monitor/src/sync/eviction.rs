@@ -74,6 +74,8 @@ pub struct EvictionSync {
     in_flight: Vec<EvictionDecision>,
     /// The hot kill path, when it runs.
     hot: Option<Arc<HotPath>>,
+    /// The parts of the observation that failed at the last pass ("nodefs", "pids", …).
+    unavailable: std::collections::BTreeSet<String>,
     finished_tx: mpsc::UnboundedSender<FinishedEviction>,
     finished_rx: mpsc::UnboundedReceiver<FinishedEviction>,
 }
@@ -95,6 +97,7 @@ impl EvictionSync {
             wakes,
             in_flight: Vec::new(),
             hot: None,
+            unavailable: std::collections::BTreeSet::new(),
             finished_tx,
             finished_rx,
         }
@@ -138,7 +141,8 @@ impl EvictionSync {
         }
         // The process runtime keeps no images: with an imagefs path configured, it is a
         // dedicated image filesystem in the kubelet's sense.
-        let fs_layout = if node.imagefs.is_some() {
+        self.report_unavailable(node);
+        let fs_layout = if node.dedicated_imagefs {
             FsLayout::DedicatedImageFs
         } else {
             FsLayout::Shared
@@ -223,11 +227,52 @@ impl EvictionSync {
             })
     }
 
+    /// Says once when a part of the observation starts failing (its signals are off) and
+    /// once when it reads again, as a Warning and a Normal event.
+    fn report_unavailable(&mut self, node: &NodeObservation) {
+        let now: std::collections::BTreeSet<String> = node
+            .failed
+            .iter()
+            .map(|f| f.split(':').next().unwrap_or(f).to_string())
+            .collect();
+        for failure in &node.failed {
+            let part = failure.split(':').next().unwrap_or(failure);
+            if !self.unavailable.contains(part) {
+                tracing::warn!(
+                    "{failure}: its signals are off until it reads again; the other signals keep acting"
+                );
+                self.state.event(
+                    "Warning",
+                    "SignalUnavailable",
+                    "node",
+                    format!(
+                        "{failure}: its signals are off until it reads again; the other signals keep acting"
+                    ),
+                );
+            }
+        }
+        for part in self.unavailable.difference(&now) {
+            tracing::info!("{part} reads again; its signals are back");
+            self.state.event(
+                "Normal",
+                "SignalRestored",
+                "node",
+                format!("{part} reads again; its signals are back"),
+            );
+        }
+        self.unavailable = now;
+    }
+
     /// Hands each pod's working set, as this pass read it, to the API's view of the pods.
     fn show_pod_memory(&self, pods: &[PodWithStats]) {
         let read: std::collections::HashMap<&str, Option<u64>> = pods
             .iter()
-            .map(|p| (p.pod.metadata.uid.as_str(), p.stats.memory_working_set_bytes))
+            .map(|p| {
+                (
+                    p.pod.metadata.uid.as_str(),
+                    p.stats.memory_working_set_bytes,
+                )
+            })
             .collect();
         let mut state = self.state.lock();
         for view in &mut state.pods {

@@ -451,18 +451,20 @@ mod tests {
                     available_bytes: (1 << 33) - (1 << 30),
                 },
                 allocatable: None,
-                nodefs: FsStats {
+                nodefs: Some(FsStats {
                     capacity_bytes: 1 << 40,
                     available_bytes: 1 << 39,
                     inodes: 100,
                     inodes_free: 90,
-                },
+                }),
                 imagefs: None,
-                pids: PidStats {
+                pids: Some(PidStats {
                     max: 4096,
                     current: 10,
-                },
+                }),
                 psi: None,
+                dedicated_imagefs: false,
+                failed: Vec::new(),
             })
         }
     }

@@ -54,12 +54,12 @@ pub fn node_stats(
             time,
         }),
         allocatable: Some(allocatable),
-        nodefs: Some(fs(&node.nodefs)),
+        nodefs: node.nodefs.as_ref().map(fs),
         imagefs: node.imagefs.as_ref().map(fs),
         containerfs: None,
-        pids: Some(PidStat {
-            max: node.pids.max,
-            current: node.pids.current,
+        pids: node.pids.map(|pids| PidStat {
+            max: pids.max,
+            current: pids.current,
             time,
         }),
     }
@@ -98,18 +98,20 @@ mod tests {
                 },
                 available_bytes: a,
             }),
-            nodefs: FsStats {
+            nodefs: Some(FsStats {
                 capacity_bytes: 100 * GI,
                 available_bytes: 50 * GI,
                 inodes: 1000,
                 inodes_free: 900,
-            },
+            }),
             imagefs: None,
-            pids: PidStats {
+            pids: Some(PidStats {
                 max: 4096,
                 current: 96,
-            },
+            }),
             psi: None,
+            dedicated_imagefs: false,
+            failed: Vec::new(),
         }
     }
 

@@ -69,6 +69,8 @@ struct Node {
     container_reads: Vec<String>,
     /// What each pass asked the pods' stats for.
     needs_seen: Vec<crate::runtime::port::StatsNeeds>,
+    /// The node filesystem does not answer: the observation leaves it out.
+    nodefs_hung: bool,
 }
 
 #[derive(Clone)]
@@ -93,6 +95,7 @@ impl Fake {
             conditions: Vec::new(),
             container_reads: Vec::new(),
             needs_seen: Vec::new(),
+            nodefs_hung: false,
         })))
     }
 
@@ -119,18 +122,27 @@ impl Observe for Fake {
                 available_bytes: CAPACITY - usage,
             },
             allocatable: None,
-            nodefs: FsStats {
+            nodefs: (!node.nodefs_hung).then_some(FsStats {
                 capacity_bytes: 100 * GI,
                 available_bytes: node.nodefs_available,
                 inodes: 1000,
                 inodes_free: 900,
-            },
+            }),
             imagefs: None,
-            pids: PidStats {
+            pids: Some(PidStats {
                 max: 4096,
                 current: 100,
-            },
+            }),
             psi: None,
+            dedicated_imagefs: false,
+            failed: if node.nodefs_hung {
+                vec![
+                    "nodefs: /: no answer after 2s; its signals are left out until it answers"
+                        .into(),
+                ]
+            } else {
+                Vec::new()
+            },
         })
     }
 }
@@ -569,6 +581,45 @@ async fn a_failed_kill_is_retried_at_once_a_bounded_number_of_times_and_reported
             .any(|e| e.reason == "EvictionFailed" && e.object == "default/stuck"),
         "{:?}",
         state.events
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_filesystem_turns_its_signals_off_once_and_memory_still_evicts() {
+    // 8Gi − 7.5Gi = 0.5Gi available: under the hard memory.available<1Gi.
+    let fake = Fake::new(7 * GI, &[("default/p", GI / 2)]);
+    fake.node().nodefs_hung = true;
+    fake.node().kill_delay = secs(3600);
+    let mut h = Harness::start(fake, 1);
+    let first = h.next(secs(1)).await;
+    assert_eq!(
+        started(&first),
+        vec![("default/p".to_string(), 0)],
+        "{}",
+        first.summary
+    );
+    let pass = first.pass.as_ref().expect("observed");
+    assert!(
+        !pass.observations.contains_key(&Signal::NodeFsAvailable),
+        "no nodefs signal without its statvfs: {:?}",
+        pass.observations.keys()
+    );
+    h.wake();
+    h.next(secs(1)).await;
+    h.fake.node().nodefs_hung = false;
+    h.wake();
+    h.next(secs(1)).await;
+    let state = h.state.read();
+    let reasons: Vec<&str> = state
+        .events
+        .iter()
+        .filter(|e| e.reason.starts_with("Signal"))
+        .map(|e| e.reason.as_str())
+        .collect();
+    assert_eq!(
+        reasons,
+        vec!["SignalUnavailable", "SignalRestored"],
+        "said once each"
     );
 }
 
