@@ -17,9 +17,13 @@ use super::shared::{Exit, LivePod, Shared};
 pub(super) fn adopt(shared: &Arc<Shared>) {
     let (records, errors) = shared.store.load_all();
     for err in errors {
+        let reason = match err {
+            super::store::StoreError::Quarantined { .. } => "StateQuarantined",
+            _ => "StateUnreadable",
+        };
         shared
             .state
-            .event("Warning", "StateUnreadable", "node", err.to_string());
+            .event("Warning", reason, "node", err.to_string());
     }
     let cgroups: BTreeMap<String, PodCgroup> = shared
         .tree
@@ -87,19 +91,30 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
         }
         adopted.push(key);
     }
-    // Orphans: pod cgroups under our root that no record claims.
+    // Pod cgroups under our root that no readable record claims: nothing proves what
+    // runs there or that it is ours to stop (a record set aside as corrupt, a state
+    // directory changed or emptied). They are left as they are and reported; an empty
+    // one is only removed.
     let known: Vec<String> = shared.lock().pods.keys().cloned().collect();
     for (uid, cgroup) in cgroups {
-        if !known.contains(&uid) {
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                if kill(&shared, &cgroup, 0, Duration::from_secs(5)).await
-                    == EvictionOutcome::Evicted
-                {
-                    remove_cgroups(&shared, &format!("orphan pod{uid}"), &cgroup);
-                }
-            });
+        if known.contains(&uid) {
+            continue;
         }
+        if shared.tree.is_empty(&cgroup) {
+            remove_cgroups(shared, &format!("pod{uid} (no record, empty)"), &cgroup);
+            continue;
+        }
+        shared.state.event(
+            "Warning",
+            "UnmanagedPod",
+            &format!("pod{uid}"),
+            format!(
+                "{} has processes but no record in {}: left running and unmanaged (never killed, never evicted); a manifest with this uid waits until it is empty",
+                cgroup.relative,
+                shared.config.state_dir.display()
+            ),
+        );
+        shared.lock().unmanaged.insert(uid, cgroup);
     }
     if !adopted.is_empty() {
         shared.state.event(

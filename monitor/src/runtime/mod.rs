@@ -96,6 +96,7 @@ impl LocalRuntime {
                 pods: BTreeMap::new(),
                 conditions: Vec::new(),
                 reported_errors: BTreeMap::new(),
+                unmanaged: BTreeMap::new(),
             }),
             exits,
             reconcile,

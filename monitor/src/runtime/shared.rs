@@ -68,6 +68,11 @@ pub(super) struct Inner {
     pub(super) conditions: Vec<NodeConditionType>,
     /// Manifest errors already reported (path → message), so each is reported once.
     pub(super) reported_errors: BTreeMap<PathBuf, String>,
+    /// Pod cgroups under our root that no readable record claims (a record set aside as
+    /// corrupt, a state directory changed or emptied), by uid. Nothing in them is killed:
+    /// nothing proves what they run. A manifest with the same uid does not start while
+    /// its cgroup still has processes (the pod would run twice).
+    pub(super) unmanaged: BTreeMap<String, super::cgroups::PodCgroup>,
 }
 
 /// A container process ended.

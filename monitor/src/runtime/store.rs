@@ -76,6 +76,16 @@ pub enum StoreError {
     },
     #[error("{path}: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    /// A record that could not be read, moved aside to `to` so that no later run trusts
+    /// it; the pod it was about is named by the file's name.
+    #[error("{path}: {reason}; set aside as {to}")]
+    Quarantined {
+        path: PathBuf,
+        to: PathBuf,
+        reason: String,
+        /// The pod uid the file's name gives.
+        uid: String,
+    },
 }
 
 /// The pod records under a state directory.
@@ -132,6 +142,9 @@ impl StateStore {
         let text = serde_json::to_vec_pretty(&record).expect("records always serialize");
         let mut file = std::fs::File::create(&tmp).map_err(io)?;
         file.write_all(&text).map_err(io)?;
+        // On disk before it replaces the old record: after a crash or a power cut the
+        // record is the old one or the new one, never an empty file.
+        file.sync_all().map_err(io)?;
         std::fs::rename(&tmp, &path).map_err(|source| StoreError::Io {
             path: path.clone(),
             source,
@@ -142,7 +155,10 @@ impl StateStore {
         let _ = std::fs::remove_file(self.path(uid));
     }
 
-    /// Every record; unreadable files are returned as errors (and left in place).
+    /// Every record. A file that does not parse, or whose uid is not the one its name
+    /// gives, is moved aside to `<name>.corrupt` and returned as
+    /// [`StoreError::Quarantined`]: its pod is unknown from then on, never acted on from
+    /// a record that may be wrong. A file that cannot be read is an error, left in place.
     pub fn load_all(&self) -> (Vec<PodRecord>, Vec<StoreError>) {
         let mut records = Vec::new();
         let mut errors = Vec::new();
@@ -165,19 +181,51 @@ impl StateStore {
             {
                 continue;
             }
-            match std::fs::read(&path) {
-                Ok(bytes) => match serde_json::from_slice::<PodRecord>(&bytes) {
-                    Ok(record) => records.push(record),
-                    Err(e) => errors.push(StoreError::Corrupt {
-                        path,
-                        reason: e.to_string(),
-                    }),
-                },
-                Err(source) => errors.push(StoreError::Io { path, source }),
-            }
+            let stem = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let bytes = match std::fs::read(&path) {
+                Ok(bytes) => bytes,
+                Err(source) => {
+                    errors.push(StoreError::Io { path, source });
+                    continue;
+                }
+            };
+            let problem = match serde_json::from_slice::<PodRecord>(&bytes) {
+                Ok(record) if record.uid == stem => {
+                    records.push(record);
+                    continue;
+                }
+                Ok(record) => format!(
+                    "holds pod uid {:?}, not the {stem:?} its name gives",
+                    record.uid
+                ),
+                Err(e) => e.to_string(),
+            };
+            errors.push(self.quarantine(path, stem, problem));
         }
         records.sort_by(|a, b| a.uid.cmp(&b.uid));
         (records, errors)
+    }
+
+    fn quarantine(&self, path: PathBuf, uid: String, reason: String) -> StoreError {
+        let mut to = path.clone().into_os_string();
+        to.push(".corrupt");
+        let to = PathBuf::from(to);
+        match std::fs::rename(&path, &to) {
+            Ok(()) => StoreError::Quarantined {
+                path,
+                to,
+                reason,
+                uid,
+            },
+            // Left in place: the next start finds it again and says so again.
+            Err(err) => StoreError::Corrupt {
+                path,
+                reason: format!("{reason}; could not be set aside: {err}"),
+            },
+        }
     }
 }
 
@@ -208,10 +256,38 @@ mod tests {
         };
         store.save(&record).unwrap();
         std::fs::write(dir.path().join("pods/u2.json"), "{not json").unwrap();
+        // A record under another pod's name: a crafted or misplaced file.
+        let text = std::fs::read_to_string(dir.path().join("pods/u1.json")).unwrap();
+        std::fs::write(dir.path().join("pods/u3.json"), text).unwrap();
         let (records, errors) = store.load_all();
         assert_eq!(records, vec![record]);
-        assert_eq!(errors.len(), 1);
-        assert!(errors[0].to_string().contains("u2.json"));
+        let mut set_aside: Vec<(String, String)> = errors
+            .iter()
+            .map(|e| match e {
+                StoreError::Quarantined { uid, to, .. } => (
+                    uid.clone(),
+                    to.file_name().unwrap().to_string_lossy().into_owned(),
+                ),
+                other => panic!("not quarantined: {other}"),
+            })
+            .collect();
+        set_aside.sort();
+        assert_eq!(
+            set_aside,
+            vec![
+                ("u2".to_string(), "u2.json.corrupt".to_string()),
+                ("u3".to_string(), "u3.json.corrupt".to_string())
+            ]
+        );
+        assert!(
+            errors[0].to_string().contains("set aside as"),
+            "{}",
+            errors[0]
+        );
+        // Set aside for good: the next load neither reads nor reports them.
+        let (records, errors) = store.load_all();
+        assert_eq!((records.len(), errors.len()), (1, 0));
+        assert!(dir.path().join("pods/u2.json.corrupt").exists());
         store.remove("u1");
         assert!(store.load_all().0.is_empty());
     }
