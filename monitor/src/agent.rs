@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::sync::{broadcast, watch};
-use tokio::task::JoinHandle;
 
 use crate::config::agent::AgentConfig;
 use crate::config::kubelet::KubeletConfig;
@@ -15,6 +14,7 @@ use crate::observe::{CgroupLayout, CgroupReader, CgroupVersion, Observer, Observ
 use crate::runtime::port::Ports;
 use crate::state::SharedState;
 use crate::sync::{Arming, EvictionSync, HotPath, SyncLoop, SyncReport};
+use crate::tasks::{Role, TaskAdder, Tasks};
 
 /// A running agent.
 pub struct Agent {
@@ -25,7 +25,7 @@ pub struct Agent {
     wakes: WakeSender,
     ebpf: Option<EbpfSource>,
     watched: watch::Sender<Vec<PathBuf>>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Tasks,
 }
 
 /// Reports kept for slow subscribers before they start missing some.
@@ -64,7 +64,7 @@ impl Agent {
             .then(|| Arc::new(HotPath::new(state.clone())));
         let hook: Hook = hot.clone().map(|h| h as Arc<dyn CrossingHook>);
         let mut statuses = Vec::new();
-        let mut tasks = Vec::new();
+        let tasks = Tasks::start(state.clone());
 
         // eBPF ring buffer.
         let mut ebpf = None;
@@ -106,7 +106,11 @@ impl Agent {
             statuses.push(SourceStatus::disabled(WakeSource::MemcgThreshold));
         } else if layout.version == CgroupVersion::V1 {
             let (tx, rx) = watch::channel(Vec::new());
-            tasks.push(notify::memcg::spawn(rx, wakes.clone(), hook.clone()));
+            tasks.add(
+                "memcg threshold notifier",
+                Role::Source(WakeSource::MemcgThreshold),
+                notify::memcg::spawn(rx, wakes.clone(), hook.clone()),
+            );
             levels_tx = Some(tx);
             statuses.push(SourceStatus::running(
                 WakeSource::MemcgThreshold,
@@ -124,7 +128,11 @@ impl Agent {
             ));
         } else if settings.sources.memory_events && settings.pods_cgroup.is_some() {
             let (tx, rx) = watch::channel(Vec::new());
-            tasks.push(notify::memcg::spawn_v2_high(rx, layout.memory_root.clone()));
+            tasks.add(
+                "memory.high stand-in",
+                Role::Source(WakeSource::MemcgThreshold),
+                notify::memcg::spawn_v2_high(rx, layout.memory_root.clone()),
+            );
             levels_tx = Some(tx);
             statuses.push(SourceStatus::running(
                 WakeSource::MemcgThreshold,
@@ -165,7 +173,11 @@ impl Agent {
                         ),
                     ));
                     watched.send_replace(dirs);
-                    tasks.push(task);
+                    tasks.add(
+                        "memory.events watcher",
+                        Role::Source(WakeSource::MemoryEvents),
+                        task,
+                    );
                 }
                 Err(err) => statuses.push(SourceStatus::failed(WakeSource::MemoryEvents, err)),
             }
@@ -203,7 +215,7 @@ impl Agent {
                 .collect();
             match task {
                 Some(task) => {
-                    tasks.push(task);
+                    tasks.add("PSI triggers", Role::Source(WakeSource::Psi), task);
                     let mut detail = format!("triggers on {}", armed.join(", "));
                     if !failed.is_empty() {
                         detail.push_str(&format!("; not armed: {}", failed.join(", ")));
@@ -218,7 +230,11 @@ impl Agent {
         }
 
         // The fallback timer always runs.
-        tasks.push(notify::timer::spawn(config.housekeeping, wakes.clone()));
+        tasks.add(
+            "housekeeping timer",
+            Role::Source(WakeSource::Timer),
+            notify::timer::spawn(config.housekeeping, wakes.clone()),
+        );
         statuses.push(SourceStatus::running(
             WakeSource::Timer,
             format!("housekeeping every {:?}", config.housekeeping),
@@ -252,7 +268,11 @@ impl Agent {
             origin: tokio::time::Instant::now(),
         };
         state.lock().sources = statuses.clone();
-        tasks.push(tokio::spawn(sync_loop.run(wake_rx)));
+        tasks.add(
+            "synchronize loop",
+            Role::Critical,
+            tokio::spawn(sync_loop.run(wake_rx)),
+        );
         // The first synchronize: observe and arm thresholds right away.
         wakes.wake(WakeSource::Request, WakeDetail::None);
         Ok(Agent {
@@ -295,22 +315,23 @@ impl Agent {
         self.watched.send_replace(dirs);
     }
 
+    /// Puts tasks started elsewhere (the pods' supervisor) under the same watch.
+    pub fn task_adder(&self) -> TaskAdder {
+        self.tasks.adder()
+    }
+
+    /// Why a critical task ended, as it happens: the agent must then stop, non-zero.
+    /// Taken once.
+    pub fn take_fatal(&mut self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {
+        self.tasks.take_fatal()
+    }
+
     /// Stops every task and detaches the eBPF programs.
     pub async fn shutdown(mut self) {
-        // The loop first (it was started last): dropping its threshold sender lets the
-        // cgroup v2 memory.high task put `max` back before it ends.
-        if let Some(sync_loop) = self.tasks.pop() {
-            sync_loop.abort();
-            let _ = sync_loop.await;
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        for task in &self.tasks {
-            task.abort();
-        }
+        // Newest first: the loop (started last) goes first; dropping its threshold sender
+        // lets the cgroup v2 memory.high task put `max` back before it is stopped.
+        self.tasks.stop().await;
         // Stops the eBPF consumer thread and detaches the programs.
         drop(self.ebpf.take());
-        for task in self.tasks {
-            let _ = task.await;
-        }
     }
 }

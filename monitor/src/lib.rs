@@ -26,3 +26,4 @@ pub mod runtime;
 pub mod simulate;
 pub mod state;
 pub mod sync;
+pub mod tasks;

@@ -267,7 +267,11 @@ fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let node = monitor::node::start(config, monitor::state::SharedState::default()).await?;
+        let mut node = monitor::node::start(config, monitor::state::SharedState::default()).await?;
+        let mut fatal = node
+            .agent
+            .take_fatal()
+            .context("the agent's task watch was taken twice")?;
         let agent = &node.agent;
         tracing::info!(
             "agent running: memory controller on cgroup {:?} at {}",
@@ -275,11 +279,16 @@ fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
             agent.layout.memory_root.display()
         );
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => tracing::info!("interrupted, stopping"),
-            _ = term.recv() => tracing::info!("terminated, stopping"),
-        }
+        let failure = tokio::select! {
+            _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted, stopping"); None }
+            _ = term.recv() => { tracing::info!("terminated, stopping"); None }
+            Some(why) = fatal.recv() => Some(why),
+        };
         node.shutdown().await;
-        Ok(())
+        match failure {
+            // Non-zero: the service manager restarts the agent, which adopts the pods.
+            Some(why) => anyhow::bail!("{why}; stopped"),
+            None => Ok(()),
+        }
     })
 }

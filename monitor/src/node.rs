@@ -199,7 +199,7 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
             )
         });
         // The sources are up: now the pods may start.
-        runtime.run_pods();
+        runtime.run_pods(&agent.task_adder());
         agent.request_sync();
     }
     Ok(NodeAgent {

@@ -114,20 +114,31 @@ impl LocalRuntime {
     /// and follows the manifest directory. The agent calls it once its event sources are
     /// up, so no pod runs before the agent can protect the node from it. Pods adopted
     /// from an earlier run keep running meanwhile. Later calls do nothing.
-    pub fn run_pods(&self) {
+    /// The tasks go under `tasks`' watch: the supervisor's end stops the agent (pods would
+    /// never start or restart again), the image collector's is reported.
+    pub fn run_pods(&self, tasks: &crate::tasks::TaskAdder) {
+        use crate::tasks::Role;
         let pending = self
             .pending
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
         if let Some((exits_rx, reconcile_rx)) = pending {
-            tokio::spawn(lifecycle::supervise(
-                self.shared.clone(),
-                exits_rx,
-                reconcile_rx,
-            ));
+            tasks.add(
+                "pods supervisor",
+                Role::Critical,
+                tokio::spawn(lifecycle::supervise(
+                    self.shared.clone(),
+                    exits_rx,
+                    reconcile_rx,
+                )),
+            );
             if self.shared.cri.is_some() {
-                tokio::spawn(collect_images_periodically(self.shared.clone()));
+                tasks.add(
+                    "image and container collector",
+                    Role::Helper,
+                    tokio::spawn(collect_images_periodically(self.shared.clone())),
+                );
             }
         }
     }
