@@ -5,10 +5,12 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use monitor_common::{EventKind, LEVEL_HARD};
 use serde::Serialize;
 
-use crate::notify::{SourceStatus, WakeSource};
+use crate::notify::{SourceStatus, Wake, WakeDetail, WakeSource};
 use crate::observe::NodeObservation;
+use crate::policy::eviction::{EvictionDecision, EvictionReason, ThresholdMet};
 
 /// One threshold of one signal, as `monitor status` shows it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -93,30 +95,163 @@ pub struct Event {
     pub message: String,
 }
 
-/// Counters and histograms for `/metrics`.
+/// Counters and histograms for `/metrics`. Where the kubelet has the metric, the keys are
+/// its label values (see `api/metrics.rs`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Metrics {
-    /// Evictions carried out, by signal name (or resource, for local storage limits).
+    /// Evictions carried out, by the kubelet's `eviction_signal`: the signal whose threshold
+    /// drove the eviction, or for a local storage limit `ephemeralpodfs.limit`,
+    /// `ephemeralcontainerfs.limit` or `emptydirfs.limit` ([`eviction_signal`]).
     pub evictions: BTreeMap<String, u64>,
     /// Eviction attempts by how they ended ([`crate::runtime::port::EvictionOutcome::name`]).
     pub eviction_outcomes: BTreeMap<String, u64>,
+    /// Age of the observation a threshold eviction was decided on (from its read to the
+    /// decision), by the signal of each threshold met: the kubelet's
+    /// `eviction_stats_age_seconds`.
+    pub eviction_stats_age: BTreeMap<String, Histogram>,
+    /// Pods preempted to admit a critical pod, by the kubelet's `preemption_signal`: the
+    /// first resource the critical pod lacked ("" when none was named).
+    pub preemptions: BTreeMap<String, u64>,
+    /// Pods admission turned away, by reason ([`admission_rejection_reason`]).
+    pub admission_rejections: BTreeMap<String, u64>,
     /// Wake-to-synchronize-start latency samples by source, as histogram buckets.
     pub wake_latency: BTreeMap<WakeSource, Histogram>,
+    /// Kills of the hot path, from the crossing to the `cgroup.kill` write, by the source
+    /// whose notifier fired the kill and by what stamped the crossing ([`CrossingStamp`]).
+    pub crossing_to_kill: BTreeMap<WakeSource, BTreeMap<String, Histogram>>,
     pub sync_duration: Histogram,
     pub synchronizes: u64,
     /// Synchronize passes that panicked (the loop survives them; each is a bug).
     pub synchronize_panics: u64,
     /// Victims of the kernel's OOM killer seen by the eBPF `oom:mark_victim` program, by
-    /// pod ("namespace/name"; "" when the victim was in no pod or was gone too soon).
+    /// pod ("namespace/name"; "" when the victim was in no pod, was gone too soon, or was
+    /// one of the records the in-kernel rate limit suppressed).
     pub kernel_oom_kills: BTreeMap<String, u64>,
     /// What garbage collection removed, by (trigger, kind): trigger "periodic" (the image
     /// GC period) or "eviction" (node-level reclaim under pressure); kind "container",
     /// "sandbox", "image" or "log".
     pub gc_removed: BTreeMap<String, BTreeMap<String, u64>>,
     /// Bytes garbage collection freed, by (trigger, kind): images by their size, logs by
-    /// their disk usage.
+    /// their disk usage (containers and sandboxes are not measured).
     pub gc_freed_bytes: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+/// The kubelet's `eviction_signal` of an eviction: the signal whose threshold drove it, or
+/// for a local storage limit the kubelet's pseudo-signal of that limit
+/// (pkg/kubelet/eviction: signalEphemeralPodFsLimit, signalEphemeralContainerFsLimit,
+/// signalEmptyDirFsLimit).
+pub fn eviction_signal(decision: &EvictionDecision) -> &'static str {
+    match (decision.signal, decision.reason) {
+        (Some(signal), _) => signal.as_str(),
+        (None, EvictionReason::PodEphemeralStorageLimit) => "ephemeralpodfs.limit",
+        (None, EvictionReason::ContainerEphemeralStorageLimit) => "ephemeralcontainerfs.limit",
+        (None, EvictionReason::EmptyDirSizeLimit) => "emptydirfs.limit",
+        (None, EvictionReason::Threshold) => decision.resource.as_str(),
+    }
+}
+
+/// The pod status reasons admission gives, each its own `reason` of
+/// `monitor_admission_rejections_total`.
+pub const ADMISSION_REJECTION_REASONS: [&str; 8] = [
+    "Evicted",
+    "NodeName",
+    "OutOfcpu",
+    "OutOfephemeral-storage",
+    "OutOfmemory",
+    "OutOfpods",
+    "TaintToleration",
+    "UnexpectedAdmissionError",
+];
+
+/// The `reason` label of an admission rejection. As in the kubelet (recordAdmissionRejection),
+/// the label stays bounded: a known reason is itself, a lack of any other (extended)
+/// resource is "OutOfExtendedResources", anything else "Other".
+pub fn admission_rejection_reason(reason: &str) -> &str {
+    if ADMISSION_REJECTION_REASONS.contains(&reason) {
+        reason
+    } else if reason.starts_with("OutOf") {
+        "OutOfExtendedResources"
+    } else {
+        "Other"
+    }
+}
+
+/// The `preemption_signal` values known ahead: the resources admission checks.
+pub const PREEMPTION_SIGNALS: [&str; 4] = ["cpu", "ephemeral-storage", "memory", "pods"];
+
+/// What a hot kill's crossing time was taken from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrossingStamp {
+    /// The kernel's clock in the crossing detector's record, at the charge that crossed.
+    Kernel,
+    /// The moment the notifier reached the hot path in the agent: memcg eventfds and
+    /// memory.events carry no stamp of their own.
+    Notifier,
+}
+
+impl CrossingStamp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CrossingStamp::Kernel => "kernel",
+            CrossingStamp::Notifier => "notifier",
+        }
+    }
+
+    /// The crossing of a hot kill that `source` fired: the source queues its wake right
+    /// after the hot path returns, so the kill's own wake is the first of that source
+    /// received at or after `killed_ns`. When that wake is a hard level's record of the
+    /// crossing detector, its kernel stamp is the crossing; otherwise (another notifier, a
+    /// reclaim record, or a wake that fell into the next synchronize) the crossing is
+    /// `detected_ns`, when the hot path was called.
+    pub fn of_kill(
+        source: WakeSource,
+        detected_ns: u64,
+        killed_ns: u64,
+        wakes: &[Wake],
+    ) -> (CrossingStamp, u64) {
+        let own_wake = wakes
+            .iter()
+            .find(|w| w.source == source && w.received_ns >= killed_ns);
+        match own_wake.map(|w| &w.detail) {
+            Some(WakeDetail::Kernel { event, .. })
+                if event.kind == EventKind::Crossing as u32
+                    && event.level_flags & LEVEL_HARD != 0
+                    && event.timestamp_ns <= detected_ns =>
+            {
+                (CrossingStamp::Kernel, event.timestamp_ns)
+            }
+            _ => (CrossingStamp::Notifier, detected_ns),
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts an eviction carried out (the pod is gone).
+    pub fn count_eviction(&mut self, decision: &EvictionDecision) {
+        *self
+            .evictions
+            .entry(eviction_signal(decision).to_string())
+            .or_default() += 1;
+    }
+
+    /// Records one kill of the hot path, fired by `source`'s notifier; `wakes` are the wakes
+    /// of the synchronize that took the kill over.
+    pub fn observe_hot_kill(
+        &mut self,
+        source: WakeSource,
+        detected_ns: u64,
+        killed_ns: u64,
+        wakes: &[Wake],
+    ) {
+        let (stamp, crossing_ns) = CrossingStamp::of_kill(source, detected_ns, killed_ns, wakes);
+        self.crossing_to_kill
+            .entry(source)
+            .or_default()
+            .entry(stamp.as_str().to_string())
+            .or_default()
+            .observe(killed_ns.saturating_sub(crossing_ns) as f64 / 1e9);
+    }
 }
 
 /// A Prometheus-style cumulative histogram in seconds.
@@ -241,6 +376,45 @@ impl SharedState {
         }
     }
 
+    /// Records the age of the observation taken at `taken_at_ns` for an eviction decided
+    /// now on the thresholds `met`: one sample per threshold whose grace period has passed,
+    /// as the kubelet does. An observation without a stamp (0) is not counted.
+    pub fn record_stats_age(&self, taken_at_ns: u64, met: &[ThresholdMet]) {
+        if taken_at_ns == 0 {
+            return;
+        }
+        let age = crate::clock::monotonic_ns().saturating_sub(taken_at_ns) as f64 / 1e9;
+        let mut state = self.lock();
+        for m in met.iter().filter(|m| m.grace_period_met) {
+            state
+                .metrics
+                .eviction_stats_age
+                .entry(m.threshold.signal.as_str().to_string())
+                .or_default()
+                .observe(age);
+        }
+    }
+
+    /// Counts a pod preempted (gone) to admit a critical pod that lacked `resource` first.
+    pub fn record_preemption(&self, resource: &str) {
+        *self
+            .lock()
+            .metrics
+            .preemptions
+            .entry(resource.to_string())
+            .or_default() += 1;
+    }
+
+    /// Counts a pod admission rejected with the pod status reason `reason`.
+    pub fn record_admission_rejection(&self, reason: &str) {
+        *self
+            .lock()
+            .metrics
+            .admission_rejections
+            .entry(admission_rejection_reason(reason).to_string())
+            .or_default() += 1;
+    }
+
     /// Records an event (and logs it).
     pub fn event(&self, kind: &str, reason: &str, object: &str, message: impl Into<String>) {
         let message = message.into();
@@ -302,7 +476,196 @@ pub fn now_rfc3339() -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use monitor_common::PressureEvent;
+    use rstest::rstest;
+
     use super::*;
+    use crate::policy::quantity::QuantityOrPercent;
+    use crate::policy::signal::{Signal, SignalObservation, Threshold};
+    use crate::policy::types::Resource;
+
+    fn decision(signal: Option<Signal>, reason: EvictionReason) -> EvictionDecision {
+        EvictionDecision {
+            pod_key: "default/a".into(),
+            signal,
+            resource: Resource::EphemeralStorage,
+            reason,
+            grace_period_seconds: 0,
+            immediate: true,
+            kill_timeout: Duration::from_secs(2),
+            message: String::new(),
+        }
+    }
+
+    #[rstest]
+    #[case(
+        Some(Signal::MemoryAvailable),
+        EvictionReason::Threshold,
+        "memory.available"
+    )]
+    #[case(
+        Some(Signal::NodeFsInodesFree),
+        EvictionReason::Threshold,
+        "nodefs.inodesFree"
+    )]
+    #[case(None, EvictionReason::PodEphemeralStorageLimit, "ephemeralpodfs.limit")]
+    #[case(
+        None,
+        EvictionReason::ContainerEphemeralStorageLimit,
+        "ephemeralcontainerfs.limit"
+    )]
+    #[case(None, EvictionReason::EmptyDirSizeLimit, "emptydirfs.limit")]
+    fn evictions_are_counted_by_the_kubelets_eviction_signal(
+        #[case] signal: Option<Signal>,
+        #[case] reason: EvictionReason,
+        #[case] label: &str,
+    ) {
+        let mut metrics = Metrics::default();
+        metrics.count_eviction(&decision(signal, reason));
+        metrics.count_eviction(&decision(signal, reason));
+        assert_eq!(metrics.evictions.get(label), Some(&2), "{metrics:?}");
+    }
+
+    #[rstest]
+    #[case("OutOfmemory", "OutOfmemory")]
+    #[case("OutOfpods", "OutOfpods")]
+    #[case("Evicted", "Evicted")]
+    #[case("TaintToleration", "TaintToleration")]
+    #[case("UnexpectedAdmissionError", "UnexpectedAdmissionError")]
+    #[case("OutOfnvidia.com/gpu", "OutOfExtendedResources")]
+    #[case("SomethingNew", "Other")]
+    fn admission_reasons_stay_bounded(#[case] reason: &str, #[case] label: &str) {
+        assert_eq!(admission_rejection_reason(reason), label);
+        let state = SharedState::default();
+        state.record_admission_rejection(reason);
+        assert_eq!(
+            state.read().metrics.admission_rejections.get(label),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn preemptions_are_counted_by_resource() {
+        let state = SharedState::default();
+        state.record_preemption("memory");
+        state.record_preemption("memory");
+        state.record_preemption("pods");
+        let preemptions = state.read().metrics.preemptions;
+        assert_eq!(preemptions.get("memory"), Some(&2));
+        assert_eq!(preemptions.get("pods"), Some(&1));
+    }
+
+    fn met(signal: Signal, grace_period_met: bool) -> ThresholdMet {
+        ThresholdMet {
+            threshold: Threshold::hard(signal, QuantityOrPercent::Percent(0.1)),
+            observed: SignalObservation {
+                available: 1,
+                capacity: 10,
+                time: Duration::ZERO,
+            },
+            grace_period_met,
+        }
+    }
+
+    #[test]
+    fn stats_age_counts_each_threshold_whose_grace_period_passed() {
+        let state = SharedState::default();
+        let taken = crate::clock::monotonic_ns().saturating_sub(3_000_000);
+        state.record_stats_age(
+            taken,
+            &[
+                met(Signal::MemoryAvailable, true),
+                met(Signal::NodeFsAvailable, false),
+            ],
+        );
+        let ages = state.read().metrics.eviction_stats_age;
+        let memory = &ages["memory.available"];
+        assert_eq!(memory.count, 1);
+        assert!(memory.sum >= 0.003 && memory.sum < 1.0, "{memory:?}");
+        assert!(
+            !ages.contains_key("nodefs.available"),
+            "grace period running"
+        );
+        // An observation without a stamp is not counted.
+        state.record_stats_age(0, &[met(Signal::MemoryAvailable, true)]);
+        assert_eq!(
+            state.read().metrics.eviction_stats_age["memory.available"].count,
+            1
+        );
+    }
+
+    fn wake(source: WakeSource, received_ns: u64, detail: WakeDetail) -> Wake {
+        Wake {
+            source,
+            received_ns,
+            detail,
+        }
+    }
+
+    fn record(kind: EventKind, timestamp_ns: u64, level_flags: u32) -> WakeDetail {
+        WakeDetail::Kernel {
+            event: PressureEvent {
+                kind: kind as u32,
+                pid: 1,
+                timestamp_ns,
+                cgroup_id: 7,
+                suppressed: 0,
+                level_flags,
+                usage_bytes: 2000,
+                level_bytes: 1000,
+            },
+            memcg: None,
+        }
+    }
+
+    fn crossing(timestamp_ns: u64, level_flags: u32) -> WakeDetail {
+        record(EventKind::Crossing, timestamp_ns, level_flags)
+    }
+
+    #[test]
+    fn a_detector_kill_is_timed_from_the_kernels_crossing() {
+        // An earlier record (its wake came before the kill), then the record that fired
+        // the kill (stamped at 900 in the kernel), then a wake of another source.
+        let wakes = [
+            wake(WakeSource::Ebpf, 500, crossing(400, LEVEL_HARD)),
+            wake(WakeSource::Psi, 1_300, WakeDetail::None),
+            wake(WakeSource::Ebpf, 1_400, crossing(900, LEVEL_HARD)),
+        ];
+        assert_eq!(
+            CrossingStamp::of_kill(WakeSource::Ebpf, 1_000, 1_200, &wakes),
+            (CrossingStamp::Kernel, 900)
+        );
+        let mut metrics = Metrics::default();
+        metrics.observe_hot_kill(WakeSource::Ebpf, 1_000, 1_200, &wakes);
+        let h = &metrics.crossing_to_kill[&WakeSource::Ebpf]["kernel"];
+        assert_eq!(h.count, 1);
+        assert!((h.sum - 300e-9).abs() < 1e-12, "{h:?}");
+    }
+
+    #[rstest]
+    // A notifier without a stamp of its own.
+    #[case::memcg(WakeSource::MemcgThreshold, WakeDetail::None)]
+    // A record of a soft level did not fire the kill.
+    #[case::soft_level(WakeSource::Ebpf, crossing(900, 0))]
+    // A reclaim record fired it: its stamp is no crossing.
+    #[case::reclaim(WakeSource::Ebpf, record(EventKind::MemcgReclaim, 900, 0))]
+    fn other_kills_are_timed_from_the_notifier(
+        #[case] source: WakeSource,
+        #[case] detail: WakeDetail,
+    ) {
+        let wakes = [wake(source, 1_400, detail)];
+        assert_eq!(
+            CrossingStamp::of_kill(source, 1_000, 1_200, &wakes),
+            (CrossingStamp::Notifier, 1_000)
+        );
+        // Its wake fell into the next synchronize.
+        assert_eq!(
+            CrossingStamp::of_kill(source, 1_000, 1_200, &[]),
+            (CrossingStamp::Notifier, 1_000)
+        );
+    }
 
     #[test]
     fn histogram_is_cumulative() {

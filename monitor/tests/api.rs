@@ -282,12 +282,15 @@ fn metrics_pass_the_format_checker() {
     let samples = check_exposition(body).unwrap_or_else(|e| panic!("{e}\n{body}"));
     assert!(samples > 50, "only {samples} samples:\n{body}");
     for line in [
-        "monitor_evictions_total{signal=\"memory.available\"} 1",
-        "monitor_evictions_total{signal=\"nodefs.inodesFree\"} 0",
+        "monitor_evictions_total{eviction_signal=\"memory.available\"} 1",
+        "monitor_evictions_total{eviction_signal=\"nodefs.inodesFree\"} 0",
         "monitor_wake_to_sync_seconds_bucket{source=\"ebpf\",le=\"0.0001\"} 2",
         "monitor_wake_to_sync_seconds_count{source=\"timer\"} 1",
         "monitor_sync_duration_seconds_count 2",
-        "monitor_threshold_met{signal=\"nodefs.inodesFree\",threshold=\"5%\",kind=\"hard\"} 0",
+        "monitor_threshold_met{eviction_signal=\"nodefs.inodesFree\",threshold=\"5%\",kind=\"hard\"} 0",
+        "monitor_signal_available_inodes{eviction_signal=\"nodefs.inodesFree\"} 900000",
+        "monitor_signal_capacity_bytes{eviction_signal=\"memory.available\"} 4294967296",
+        "monitor_admission_rejections_total{reason=\"OutOfmemory\"} 0",
         "monitor_source_up{source=\"memcg_threshold\",state=\"unsupported\"} 0",
         "monitor_pods{phase=\"Failed\"} 1",
     ] {

@@ -171,6 +171,19 @@ impl Node {
         self.record(name).unwrap()
     }
 
+    /// Whether `monitor metrics` against this node's agent has the sample `line`.
+    fn has_metric(&self, line: &str) -> bool {
+        let out = std::process::Command::new(monitor_tests::helper_binary("monitor"))
+            .args(["metrics", "--socket"])
+            .arg(self.path("monitor.sock"))
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("monitor metrics");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l == line)
+    }
+
     /// The pods root's OOM kill counter (hierarchical: any pod's OOM kill counts).
     fn pods_oom_kills(&self) -> u64 {
         monitor_tests::pods_oom_kills(&self.cgroup_root)
@@ -954,6 +967,7 @@ fn admission_rejects_best_effort_under_memory_pressure_and_critical_pods_preempt
         "kubelet's reason for pressure rejections: {rejected:?}"
     );
     assert!(node.log(1).contains("FailedAdmission"));
+    assert!(node.has_metric("monitor_admission_rejections_total{reason=\"Evicted\"} 1"));
     // A critical pod that does not fit (400Mi + 200Mi > 512Mi allocatable) preempts the
     // holder instead of being rejected.
     node.manifest(
@@ -973,4 +987,6 @@ fn admission_rejects_best_effort_under_memory_pressure_and_critical_pods_preempt
         "{holder:?}"
     );
     assert!(node.log(1).contains("Preempting"));
+    // Counted by the resource the critical pod lacked, as the kubelet's preemption_signal.
+    assert!(node.has_metric("monitor_preemptions_total{preemption_signal=\"memory\"} 1"));
 }

@@ -1,16 +1,32 @@
 //! `/metrics`: the agent's state in the Prometheus text exposition format 0.0.4
 //! (<https://prometheus.io/docs/instrumenting/exposition_formats/>).
 //!
-//! The kubelet exports evictions as `kubelet_evictions{eviction_signal}` (pkg/kubelet/
-//! metrics/metrics.go); ours is `monitor_evictions_total{signal}`, a counter named the way
-//! current Prometheus conventions ask. Label values that are known ahead (wake sources,
-//! node conditions, pod phases, configured signals) are always exported, at 0 when idle,
-//! so that alerts and `rate()` see a series from the start instead of an absent one.
+//! Naming: every family is `monitor_` and a name. Where the kubelet exports the same
+//! measure (pkg/kubelet/metrics/metrics.go), the name is the kubelet's without its
+//! `kubelet_` prefix, with `_total` added to a counter that lacks it, and the labels are
+//! the kubelet's, names and values: `kubelet_evictions{eviction_signal}` is
+//! `monitor_evictions_total{eviction_signal}`, `kubelet_preemptions{preemption_signal}` is
+//! `monitor_preemptions_total{preemption_signal}`,
+//! `kubelet_eviction_stats_age_seconds{eviction_signal}` and
+//! `kubelet_admission_rejections_total{reason}` keep their names after the prefix. The
+//! rest follow Prometheus' conventions: counters end in `_total`, values are in base units
+//! named by the suffix (`_seconds`, `_bytes`), and a gauge holds one unit (the signals'
+//! amounts are split into `_bytes`, `_inodes` and `_pids` families). An eviction signal is
+//! always labelled `eviction_signal`.
+//!
+//! Label values that are known ahead (wake sources, node conditions, pod phases, configured
+//! signals, admission reasons, preemption resources) are always exported, at 0 when idle,
+//! so that alerts and `rate()` see a series from the start instead of an absent one. A
+//! family with no series at all (a histogram nothing has been observed for, a unit no
+//! configured signal has) is left out.
 use std::collections::BTreeMap;
 
 use crate::notify::{SourceState, WakeSource};
-use crate::policy::types::NodeConditionType;
-use crate::state::{AgentState, Histogram};
+use crate::policy::signal::Signal;
+use crate::policy::types::{NodeConditionType, Resource};
+use crate::state::{
+    ADMISSION_REJECTION_REASONS, AgentState, Histogram, PREEMPTION_SIGNALS, SignalStatus,
+};
 
 /// The `Content-Type` Prometheus expects for this format.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -27,6 +43,31 @@ const CONDITIONS: [NodeConditionType; 3] = [
 /// What starts a garbage collection, and what it removes.
 const GC_TRIGGERS: [&str; 2] = ["periodic", "eviction"];
 const GC_KINDS: [&str; 4] = ["container", "sandbox", "image", "log"];
+/// The kinds whose freed bytes are measured (images by size, logs by disk usage).
+const GC_MEASURED_KINDS: [&str; 2] = ["image", "log"];
+
+/// The units of the eviction signals, each a family of its own, with what its signals are.
+const SIGNAL_UNITS: [(&str, &str); 3] = [
+    (
+        "bytes",
+        "memory.available, allocatableMemory.available, nodefs.available, imagefs.available, containerfs.available",
+    ),
+    (
+        "inodes",
+        "nodefs.inodesFree, imagefs.inodesFree, containerfs.inodesFree",
+    ),
+    ("pids", "pid.available"),
+];
+
+/// The unit of an eviction signal's amounts; `None` for a name that is no signal.
+fn signal_unit(signal: &str) -> Option<&'static str> {
+    let signal: Signal = signal.parse().ok()?;
+    Some(match signal.resource() {
+        Resource::Memory | Resource::EphemeralStorage => "bytes",
+        Resource::Inodes => "inodes",
+        Resource::Pids => "pids",
+    })
+}
 
 /// `oom_kill` of /proc/vmstat (kernels since 4.13).
 fn node_oom_kills() -> Option<u64> {
@@ -35,26 +76,35 @@ fn node_oom_kills() -> Option<u64> {
         .find_map(|line| line.strip_prefix("oom_kill ")?.trim().parse().ok())
 }
 
+/// The counts by label value, with every value in `known` present (0 when not counted).
+fn with_known<'a>(
+    known: impl IntoIterator<Item = &'a str>,
+    counted: &'a BTreeMap<String, u64>,
+) -> BTreeMap<&'a str, u64> {
+    let mut all: BTreeMap<&str, u64> = known.into_iter().map(|k| (k, 0)).collect();
+    for (key, count) in counted {
+        all.insert(key, *count);
+    }
+    all
+}
+
 /// Renders every metric family, each as HELP, TYPE and its samples in one group.
 pub fn render_metrics(state: &AgentState) -> String {
     let mut out = Metrics::default();
     let m = &state.metrics;
+    let configured = || state.signals.iter().map(|s| s.signal.as_str());
 
     out.family(
         "monitor_evictions_total",
         "counter",
-        "Pods evicted by the agent, by the eviction signal that triggered the eviction.",
+        "Pods evicted by the agent, by eviction_signal: the signal whose threshold drove the eviction, or the local storage limit the pod exceeded (ephemeralpodfs.limit, ephemeralcontainerfs.limit, emptydirfs.limit). The kubelet's kubelet_evictions.",
     );
-    let mut evictions: BTreeMap<&str, u64> = state
-        .signals
-        .iter()
-        .map(|s| (s.signal.as_str(), 0))
-        .collect();
-    for (signal, count) in &m.evictions {
-        evictions.insert(signal, *count);
-    }
-    for (signal, count) in evictions {
-        out.sample("monitor_evictions_total", &[("signal", signal)], count);
+    for (signal, count) in with_known(configured(), &m.evictions) {
+        out.sample(
+            "monitor_evictions_total",
+            &[("eviction_signal", signal)],
+            count,
+        );
     }
 
     out.family(
@@ -72,16 +122,59 @@ pub fn render_metrics(state: &AgentState) -> String {
     }
 
     out.family(
+        "monitor_eviction_stats_age_seconds",
+        "histogram",
+        "Age of the observation a threshold eviction was decided on, from its read to the decision, by the eviction_signal of each threshold met. The kubelet's kubelet_eviction_stats_age_seconds. Kills of the hot path are not in it: they are confirmed on the kernel's counters at the crossing (see monitor_crossing_to_kill_seconds).",
+    );
+    let idle = Histogram::default();
+    let mut ages: BTreeMap<&str, &Histogram> = configured().map(|s| (s, &idle)).collect();
+    for (signal, histogram) in &m.eviction_stats_age {
+        ages.insert(signal, histogram);
+    }
+    for (signal, histogram) in ages {
+        out.histogram(
+            "monitor_eviction_stats_age_seconds",
+            &[("eviction_signal", signal)],
+            histogram,
+        );
+    }
+
+    out.family(
+        "monitor_preemptions_total",
+        "counter",
+        "Pods preempted (stopped) to admit a critical pod, by preemption_signal: the first resource the critical pod lacked. The kubelet's kubelet_preemptions.",
+    );
+    for (signal, count) in with_known(PREEMPTION_SIGNALS, &m.preemptions) {
+        out.sample(
+            "monitor_preemptions_total",
+            &[("preemption_signal", signal)],
+            count,
+        );
+    }
+
+    out.family(
+        "monitor_admission_rejections_total",
+        "counter",
+        "Pods admission turned away, by reason: the pod status reason (Evicted for node pressure, OutOf<resource>, NodeName, TaintToleration, UnexpectedAdmissionError when preemption found no pods to free enough); other OutOf reasons count as OutOfExtendedResources and anything else as Other. The kubelet's kubelet_admission_rejections_total.",
+    );
+    let reasons = ADMISSION_REJECTION_REASONS
+        .into_iter()
+        .chain(["OutOfExtendedResources", "Other"]);
+    for (reason, count) in with_known(reasons, &m.admission_rejections) {
+        out.sample(
+            "monitor_admission_rejections_total",
+            &[("reason", reason)],
+            count,
+        );
+    }
+
+    out.family(
         "monitor_kernel_oom_kills_total",
         "counter",
-        "Victims of the kernel OOM killer (eBPF oom:mark_victim), by pod; pod=\"\" is outside any pod or unattributed. Every one is a kill the agent did not prevent.",
+        "Victims of the kernel OOM killer (eBPF oom:mark_victim), by pod; pod=\"\" is outside any pod, gone before its pod was known, or held back by the in-kernel rate limit. Every one is a kill the agent did not prevent.",
     );
-    let mut oom: BTreeMap<&str, u64> = state.pods.iter().map(|p| (p.key.as_str(), 0)).collect();
-    oom.insert("", 0);
-    for (pod, count) in &m.kernel_oom_kills {
-        oom.insert(pod, *count);
-    }
-    for (pod, count) in oom {
+    let pods = state.pods.iter().map(|p| p.key.as_str()).chain([""]);
+    for (pod, count) in with_known(pods, &m.kernel_oom_kills) {
         out.sample("monitor_kernel_oom_kills_total", &[("pod", pod)], count);
     }
     if let Some(node) = node_oom_kills() {
@@ -98,39 +191,47 @@ pub fn render_metrics(state: &AgentState) -> String {
         "counter",
         "Dead containers, sandboxes, unused images and old container logs removed by garbage collection, by trigger (periodic, or eviction: node-level reclaim under pressure) and kind.",
     );
-    let mut removed: BTreeMap<(&str, &str), (u64, u64)> = BTreeMap::new();
+    let mut removed: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     for trigger in GC_TRIGGERS {
         for kind in GC_KINDS {
-            removed.insert((trigger, kind), (0, 0));
+            removed.insert((trigger, kind), 0);
         }
     }
     for (trigger, kinds) in &m.gc_removed {
         for (kind, count) in kinds {
-            removed.entry((trigger, kind)).or_default().0 = *count;
+            removed.insert((trigger, kind), *count);
         }
     }
-    for (trigger, kinds) in &m.gc_freed_bytes {
-        for (kind, bytes) in kinds {
-            removed.entry((trigger, kind)).or_default().1 = *bytes;
-        }
-    }
-    for ((trigger, kind), (count, _)) in &removed {
+    for ((trigger, kind), count) in removed {
         out.sample(
             "monitor_gc_removed_total",
             &[("trigger", trigger), ("kind", kind)],
-            *count,
+            count,
         );
     }
     out.family(
         "monitor_gc_freed_bytes_total",
         "counter",
-        "Bytes garbage collection freed, by trigger and kind (images by their size, logs by their disk usage).",
+        "Bytes garbage collection freed, by trigger and kind: images by their size, logs by their disk usage (the space of removed containers is not measured).",
     );
-    for ((trigger, kind), (_, bytes)) in &removed {
+    let mut freed: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for trigger in GC_TRIGGERS {
+        for kind in GC_MEASURED_KINDS {
+            freed.insert((trigger, kind), 0);
+        }
+    }
+    for (trigger, kinds) in &m.gc_freed_bytes {
+        for (kind, bytes) in kinds {
+            if *bytes > 0 || GC_MEASURED_KINDS.contains(&kind.as_str()) {
+                freed.insert((trigger, kind), *bytes);
+            }
+        }
+    }
+    for ((trigger, kind), bytes) in freed {
         out.sample(
             "monitor_gc_freed_bytes_total",
             &[("trigger", trigger), ("kind", kind)],
-            *bytes,
+            bytes,
         );
     }
 
@@ -162,9 +263,8 @@ pub fn render_metrics(state: &AgentState) -> String {
     out.family(
         "monitor_wake_to_sync_seconds",
         "histogram",
-        "Time from a wake-up reaching userspace to the synchronize it caused, by wake source.",
+        "Time from a wake-up reaching userspace to the start of the synchronize it caused, by wake source (every wake a synchronize coalesced counts).",
     );
-    let idle = Histogram::default();
     for source in WakeSource::ALL {
         let histogram = m.wake_latency.get(&source).unwrap_or(&idle);
         out.histogram(
@@ -175,28 +275,44 @@ pub fn render_metrics(state: &AgentState) -> String {
     }
 
     out.family(
-        "monitor_signal_available",
-        "gauge",
-        "Eviction signal: amount available now (bytes, inodes or pids, by signal).",
+        "monitor_crossing_to_kill_seconds",
+        "histogram",
+        "Hot kill path: time from a hard memory threshold's crossing to the cgroup.kill write, by the source whose notifier fired the kill and by stamp: kernel when the crossing detector's record stamped the crossing in the kernel, notifier when the crossing is the moment the notifier reached the agent (memcg eventfds and memory.events carry no stamp).",
     );
-    for s in &state.signals {
-        out.sample(
-            "monitor_signal_available",
-            &[("signal", &s.signal)],
-            s.available,
-        );
+    for (source, stamps) in &m.crossing_to_kill {
+        for (stamp, histogram) in stamps {
+            out.histogram(
+                "monitor_crossing_to_kill_seconds",
+                &[("source", source.name()), ("stamp", stamp)],
+                histogram,
+            );
+        }
     }
-    out.family(
-        "monitor_signal_capacity",
-        "gauge",
-        "Eviction signal: capacity the available amount is measured against.",
-    );
-    for s in &state.signals {
-        out.sample(
-            "monitor_signal_capacity",
-            &[("signal", &s.signal)],
-            s.capacity,
+
+    for (unit, signals) in SIGNAL_UNITS {
+        let of_unit: Vec<&SignalStatus> = state
+            .signals
+            .iter()
+            .filter(|s| signal_unit(&s.signal) == Some(unit))
+            .collect();
+        let available = format!("monitor_signal_available_{unit}");
+        out.family(
+            &available,
+            "gauge",
+            &format!("Eviction signal: the amount available now, in {unit} ({signals}), by eviction_signal."),
         );
+        for s in &of_unit {
+            out.sample(&available, &[("eviction_signal", &s.signal)], s.available);
+        }
+        let capacity = format!("monitor_signal_capacity_{unit}");
+        out.family(
+            &capacity,
+            "gauge",
+            &format!("Eviction signal: the capacity its available amount and percentage thresholds are measured against, in {unit}, by eviction_signal."),
+        );
+        for s in &of_unit {
+            out.sample(&capacity, &[("eviction_signal", &s.signal)], s.capacity);
+        }
     }
 
     out.family(
@@ -209,7 +325,7 @@ pub fn render_metrics(state: &AgentState) -> String {
             out.sample(
                 "monitor_threshold_met",
                 &[
-                    ("signal", &s.signal),
+                    ("eviction_signal", &s.signal),
                     ("threshold", &t.value),
                     ("kind", &t.kind),
                 ],
@@ -234,7 +350,7 @@ pub fn render_metrics(state: &AgentState) -> String {
     out.family(
         "monitor_source_up",
         "gauge",
-        "1 when the event source runs, else 0; the state label says why not.",
+        "1 when the event source started and runs, else 0; the state label says why not (running, disabled, failed, unsupported). Set when the agent starts its sources.",
     );
     for s in &state.sources {
         out.sample(
@@ -273,15 +389,23 @@ pub(crate) fn source_state(state: SourceState) -> &'static str {
 #[derive(Default)]
 struct Metrics {
     text: String,
+    /// The HELP and TYPE lines of the family begun last, until its first sample: a family
+    /// without samples is left out.
+    header: Option<String>,
 }
 
 impl Metrics {
     fn family(&mut self, name: &str, kind: &str, help: &str) {
-        self.text += &format!("# HELP {name} {}\n", escape_help(help));
-        self.text += &format!("# TYPE {name} {kind}\n");
+        self.header = Some(format!(
+            "# HELP {name} {}\n# TYPE {name} {kind}\n",
+            escape_help(help)
+        ));
     }
 
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        if let Some(header) = self.header.take() {
+            self.text += &header;
+        }
         self.text += &format!("{name}{} {value}\n", label_set(labels));
     }
 
@@ -369,6 +493,9 @@ pub(crate) fn format_float(value: f64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
+    use nom_openmetrics::{MetricDescriptor, MetricType};
     use rstest::rstest;
 
     use super::*;
@@ -376,9 +503,9 @@ mod tests {
     use crate::notify::SourceStatus;
     use crate::state::{PodView, SignalStatus, ThresholdStatus};
 
-    fn pod(phase: &str) -> PodView {
+    fn pod(key: &str, phase: &str) -> PodView {
         PodView {
-            key: "default/web".into(),
+            key: key.into(),
             uid: "u1".into(),
             qos_class: "Burstable".into(),
             priority: 0,
@@ -388,6 +515,22 @@ mod tests {
             cgroup: None,
             memory_working_set_bytes: None,
             containers: vec![],
+        }
+    }
+
+    fn signal(name: &str, available: i64, capacity: i64) -> SignalStatus {
+        SignalStatus {
+            signal: name.into(),
+            available,
+            capacity,
+            thresholds: vec![ThresholdStatus {
+                value: "5%".into(),
+                quantity: capacity / 20,
+                kind: "hard".into(),
+                grace_period: None,
+                met: false,
+                grace_period_met: false,
+            }],
         }
     }
 
@@ -410,31 +553,40 @@ mod tests {
             .entry("eviction".into())
             .or_default()
             .insert("image".into(), 79_126_188);
-        s.signals = vec![SignalStatus {
-            signal: "memory.available".into(),
-            available: 400 << 20,
-            capacity: 8 << 30,
-            thresholds: vec![
-                ThresholdStatus {
-                    value: "500Mi".into(),
-                    quantity: 500 << 20,
-                    kind: "hard".into(),
-                    grace_period: None,
-                    met: true,
-                    grace_period_met: true,
-                },
-                ThresholdStatus {
-                    value: "1Gi".into(),
-                    quantity: 1 << 30,
-                    kind: "soft".into(),
-                    grace_period: Some("1m30s".into()),
-                    met: true,
-                    grace_period_met: false,
-                },
-            ],
-        }];
-        s.pods = vec![pod("Running"), pod("Running"), pod("Failed")];
+        s.signals = vec![
+            SignalStatus {
+                signal: "memory.available".into(),
+                available: 400 << 20,
+                capacity: 8 << 30,
+                thresholds: vec![
+                    ThresholdStatus {
+                        value: "500Mi".into(),
+                        quantity: 500 << 20,
+                        kind: "hard".into(),
+                        grace_period: None,
+                        met: true,
+                        grace_period_met: true,
+                    },
+                    ThresholdStatus {
+                        value: "1Gi".into(),
+                        quantity: 1 << 30,
+                        kind: "soft".into(),
+                        grace_period: Some("1m30s".into()),
+                        met: true,
+                        grace_period_met: false,
+                    },
+                ],
+            },
+            signal("nodefs.inodesFree", 1_200_000, 6_553_600),
+            signal("pid.available", 4_190_000, 4_194_304),
+        ];
+        s.pods = vec![
+            pod("default/web", "Running"),
+            pod("default/api", "Running"),
+            pod("default/batch", "Failed"),
+        ];
         s.metrics.evictions.insert("memory.available".into(), 3);
+        s.metrics.evictions.insert("ephemeralpodfs.limit".into(), 1);
         s.metrics.synchronizes = 42;
         s.metrics.eviction_outcomes.insert("timed_out".into(), 2);
         s.metrics.sync_duration.observe(0.0002);
@@ -443,7 +595,185 @@ mod tests {
         psi.observe(3e-5);
         psi.observe(0.002);
         s.metrics.wake_latency.insert(WakeSource::Psi, psi);
+        let mut age = Histogram::default();
+        age.observe(0.004);
+        s.metrics
+            .eviction_stats_age
+            .insert("memory.available".into(), age);
+        s.metrics.preemptions.insert("memory".into(), 2);
+        s.metrics
+            .admission_rejections
+            .insert("OutOfmemory".into(), 4);
+        s.metrics.kernel_oom_kills.insert("default/batch".into(), 1);
+        let mut kill = Histogram::default();
+        kill.observe(2.3e-4);
+        s.metrics
+            .crossing_to_kill
+            .entry(WakeSource::Ebpf)
+            .or_default()
+            .insert("kernel".into(), kill);
         s
+    }
+
+    /// One sample as a parser read it.
+    #[derive(Debug)]
+    struct Parsed {
+        name: String,
+        labels: Vec<(String, String)>,
+        value: f64,
+    }
+
+    fn type_name<'a>(kind: &'a MetricType<'a>) -> &'a str {
+        match kind {
+            MetricType::Counter => "counter",
+            MetricType::Gauge => "gauge",
+            MetricType::Histogram => "histogram",
+            MetricType::Summary => "summary",
+            MetricType::Unknown(other) => other,
+            _ => "not a type of the 0.0.4 format",
+        }
+    }
+
+    /// Reads `text` with nom-openmetrics' parser of the Prometheus text format (the whole
+    /// text must parse: one bad line fails it) and checks what a scrape relies on: each
+    /// family has one HELP and one TYPE of its own name, holds only its own samples and
+    /// comes once; counters end in `_total` and histograms in `_seconds`; each histogram
+    /// series has `_sum`, `_count`, and buckets with increasing bounds and cumulative
+    /// counts ending with `+Inf` at `_count`.
+    fn parse(text: &str) -> Vec<Parsed> {
+        let (rest, families) = nom_openmetrics::parser::prometheus(text)
+            .unwrap_or_else(|e| panic!("the exposition does not parse: {e:?}\n{text}"));
+        assert!(rest.is_empty(), "unparsed: {rest:?}");
+        let mut seen = BTreeSet::new();
+        let mut samples = Vec::new();
+        for family in &families {
+            let helps: Vec<&str> = family
+                .descriptors
+                .iter()
+                .filter_map(|d| match d {
+                    MetricDescriptor::Help { metric, .. } => Some(*metric),
+                    _ => None,
+                })
+                .collect();
+            let types: Vec<(&str, &str)> = family
+                .descriptors
+                .iter()
+                .filter_map(|d| match d {
+                    MetricDescriptor::Type { metric, r#type } => Some((*metric, type_name(r#type))),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                family.descriptors.len(),
+                2,
+                "one HELP and one TYPE per family: {:?}",
+                family.descriptors
+            );
+            let ([name], [(typed, kind)]) = (&helps[..], &types[..]) else {
+                panic!("one HELP and one TYPE per family: {:?}", family.descriptors);
+            };
+            assert_eq!(name, typed, "HELP and TYPE name one family");
+            assert!(seen.insert(name.to_string()), "{name} comes twice");
+            match *kind {
+                "counter" => assert!(name.ends_with("_total"), "counter {name}"),
+                "histogram" => assert!(name.ends_with("_seconds"), "histogram {name}"),
+                "gauge" => assert!(!name.ends_with("_total"), "gauge {name}"),
+                other => panic!("{name}: unexpected type {other}"),
+            }
+            type Series = (Vec<(f64, f64)>, Option<f64>, Option<f64>);
+            let mut histograms: BTreeMap<Vec<(String, String)>, Series> = BTreeMap::new();
+            for sample in &family.samples {
+                let labels: Vec<(String, String)> = sample
+                    .labels()
+                    .iter()
+                    .map(|l| (l.name.to_string(), l.value.clone()))
+                    .collect();
+                let value = sample.number();
+                if *kind == "histogram" {
+                    let series: Vec<(String, String)> =
+                        labels.iter().filter(|(k, _)| k != "le").cloned().collect();
+                    let entry = histograms.entry(series).or_default();
+                    let suffix = sample.name().strip_prefix(name).unwrap_or("");
+                    match suffix {
+                        "_bucket" => {
+                            let (_, le) = labels
+                                .iter()
+                                .find(|(k, _)| k == "le")
+                                .unwrap_or_else(|| panic!("{name}: a bucket without le"));
+                            let bound: f64 = le.parse().unwrap_or_else(|_| panic!("le={le}"));
+                            entry.0.push((bound, value));
+                        }
+                        "_sum" => entry.1 = Some(value),
+                        "_count" => entry.2 = Some(value),
+                        _ => panic!("{} in histogram {name}", sample.name()),
+                    }
+                } else {
+                    assert_eq!(sample.name(), *name, "a sample of another family");
+                }
+                samples.push(Parsed {
+                    name: sample.name().to_string(),
+                    labels,
+                    value,
+                });
+            }
+            for (series, (buckets, sum, count)) in histograms {
+                let count = count.unwrap_or_else(|| panic!("{name}{series:?}: no _count"));
+                assert!(sum.is_some(), "{name}{series:?}: no _sum");
+                for pair in buckets.windows(2) {
+                    assert!(
+                        pair[0].0 < pair[1].0 && pair[0].1 <= pair[1].1,
+                        "{name}{series:?}: buckets {pair:?} not increasing and cumulative"
+                    );
+                }
+                assert_eq!(
+                    buckets.last(),
+                    Some(&(f64::INFINITY, count)),
+                    "{name}{series:?}: the last bucket is +Inf and holds _count"
+                );
+            }
+        }
+        samples
+    }
+
+    #[test]
+    fn a_prometheus_parser_reads_every_line() {
+        for state in [state(), AgentState::default()] {
+            let text = render_metrics(&state);
+            let samples = parse(&text);
+            assert_eq!(
+                samples.len(),
+                text.lines().filter(|l| !l.starts_with('#')).count(),
+                "every sample line is a sample\n{text}"
+            );
+        }
+        let samples = parse(&render_metrics(&state()));
+        let value = |name: &str, labels: &[(&str, &str)]| {
+            samples
+                .iter()
+                .find(|s| {
+                    s.name == name
+                        && s.labels.len() == labels.len()
+                        && labels
+                            .iter()
+                            .all(|(k, v)| s.labels.iter().any(|(sk, sv)| sk == k && sv == v))
+                })
+                .map(|s| s.value)
+        };
+        assert_eq!(value("monitor_synchronizes_total", &[]), Some(42.0));
+        assert_eq!(
+            value(
+                "monitor_preemptions_total",
+                &[("preemption_signal", "memory")]
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(
+                "monitor_signal_available_bytes",
+                &[("eviction_signal", "memory.available")]
+            ),
+            Some(419_430_400.0)
+        );
     }
 
     #[test]
@@ -462,15 +792,66 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_family_without_samples_is_left_out() {
+        let text = render_metrics(&AgentState::default());
+        // No signal is configured yet (before the first synchronize).
+        for absent in [
+            "monitor_evictions_total",
+            "monitor_signal_available_bytes",
+            "monitor_threshold_met",
+            "monitor_crossing_to_kill_seconds",
+            "monitor_eviction_stats_age_seconds",
+        ] {
+            assert!(!text.contains(absent), "{absent} in\n{text}");
+        }
+        // Families whose label values are known ahead are there, at 0.
+        assert!(text.contains("\nmonitor_eviction_outcomes_total{outcome=\"evicted\"} 0\n"));
+    }
+
     #[rstest]
-    #[case::eviction_counter("monitor_evictions_total{signal=\"memory.available\"} 3")]
+    #[case::eviction_counter("monitor_evictions_total{eviction_signal=\"memory.available\"} 3")]
+    #[case::eviction_idle_signal("monitor_evictions_total{eviction_signal=\"pid.available\"} 0")]
+    #[case::eviction_local_storage(
+        "monitor_evictions_total{eviction_signal=\"ephemeralpodfs.limit\"} 1"
+    )]
     #[case::synchronizes("monitor_synchronizes_total 42")]
     #[case::eviction_outcome("monitor_eviction_outcomes_total{outcome=\"timed_out\"} 2")]
     #[case::eviction_outcome_zero("monitor_eviction_outcomes_total{outcome=\"kill_failed\"} 0")]
-    #[case::available("monitor_signal_available{signal=\"memory.available\"} 419430400")]
-    #[case::capacity("monitor_signal_capacity{signal=\"memory.available\"} 8589934592")]
+    #[case::stats_age(
+        "monitor_eviction_stats_age_seconds_bucket{eviction_signal=\"memory.available\",le=\"0.005\"} 1"
+    )]
+    #[case::stats_age_idle(
+        "monitor_eviction_stats_age_seconds_count{eviction_signal=\"nodefs.inodesFree\"} 0"
+    )]
+    #[case::preemptions("monitor_preemptions_total{preemption_signal=\"memory\"} 2")]
+    #[case::preemptions_idle("monitor_preemptions_total{preemption_signal=\"pods\"} 0")]
+    #[case::rejections("monitor_admission_rejections_total{reason=\"OutOfmemory\"} 4")]
+    #[case::rejections_idle("monitor_admission_rejections_total{reason=\"Evicted\"} 0")]
+    #[case::rejections_other("monitor_admission_rejections_total{reason=\"Other\"} 0")]
+    #[case::kernel_oom("monitor_kernel_oom_kills_total{pod=\"default/batch\"} 1")]
+    #[case::kernel_oom_idle("monitor_kernel_oom_kills_total{pod=\"default/web\"} 0")]
+    #[case::kernel_oom_unattributed("monitor_kernel_oom_kills_total{pod=\"\"} 0")]
+    #[case::available_bytes(
+        "monitor_signal_available_bytes{eviction_signal=\"memory.available\"} 419430400"
+    )]
+    #[case::capacity_bytes(
+        "monitor_signal_capacity_bytes{eviction_signal=\"memory.available\"} 8589934592"
+    )]
+    #[case::available_inodes(
+        "monitor_signal_available_inodes{eviction_signal=\"nodefs.inodesFree\"} 1200000"
+    )]
+    #[case::capacity_inodes(
+        "monitor_signal_capacity_inodes{eviction_signal=\"nodefs.inodesFree\"} 6553600"
+    )]
+    #[case::available_pids(
+        "monitor_signal_available_pids{eviction_signal=\"pid.available\"} 4190000"
+    )]
+    #[case::capacity_pids(
+        "monitor_signal_capacity_pids{eviction_signal=\"pid.available\"} 4194304"
+    )]
     #[case::hard_met(
-        "monitor_threshold_met{signal=\"memory.available\",threshold=\"500Mi\",kind=\"hard\"} 1"
+        "monitor_threshold_met{eviction_signal=\"memory.available\",threshold=\"500Mi\",kind=\"hard\"} 1"
     )]
     #[case::condition_on("monitor_node_condition{condition=\"MemoryPressure\"} 1")]
     #[case::condition_off("monitor_node_condition{condition=\"DiskPressure\"} 0")]
@@ -481,6 +862,9 @@ mod tests {
     #[case::wake_bucket("monitor_wake_to_sync_seconds_bucket{source=\"psi\",le=\"0.00005\"} 1")]
     #[case::wake_inf("monitor_wake_to_sync_seconds_bucket{source=\"psi\",le=\"+Inf\"} 2")]
     #[case::idle_source("monitor_wake_to_sync_seconds_count{source=\"ebpf\"} 0")]
+    #[case::crossing_to_kill(
+        "monitor_crossing_to_kill_seconds_bucket{source=\"ebpf\",stamp=\"kernel\",le=\"0.0005\"} 1"
+    )]
     // A 20 s sync is above every bound: only +Inf and _count hold it.
     #[case::above_all_bounds("monitor_sync_duration_seconds_bucket{le=\"10\"} 1")]
     #[case::inf_counts_all("monitor_sync_duration_seconds_bucket{le=\"+Inf\"} 2")]
@@ -491,6 +875,7 @@ mod tests {
         "monitor_gc_freed_bytes_total{trigger=\"eviction\",kind=\"image\"} 79126188"
     )]
     #[case::gc_idle("monitor_gc_removed_total{trigger=\"periodic\",kind=\"sandbox\"} 0")]
+    #[case::gc_log_bytes_idle("monitor_gc_freed_bytes_total{trigger=\"periodic\",kind=\"log\"} 0")]
     fn exports_sample(#[case] line: &str) {
         let text = render_metrics(&state());
         assert!(
@@ -500,22 +885,52 @@ mod tests {
     }
 
     #[rstest]
+    // Replaced: one gauge mixed bytes, inodes and pids; evictions were labelled `signal`.
+    #[case::mixed_units("monitor_signal_available{")]
+    #[case::mixed_capacity("monitor_signal_capacity{")]
+    #[case::old_label("{signal=")]
+    // Containers' and sandboxes' space is not measured: no series that would stay 0.
+    #[case::unmeasured_bytes(
+        "monitor_gc_freed_bytes_total{trigger=\"periodic\",kind=\"container\"}"
+    )]
+    fn does_not_export(#[case] text: &str) {
+        let rendered = render_metrics(&state());
+        assert!(!rendered.contains(text), "{text:?} in\n{rendered}");
+    }
+
+    #[rstest]
     #[case::quote("a\"b", "a\\\"b")]
     #[case::backslash("a\\b", "a\\\\b")]
     #[case::newline("a\nb", "a\\nb")]
+    #[case::all("x\\\"\ny", "x\\\\\\\"\\ny")]
     #[case::plain("memory.available", "memory.available")]
     fn escapes_label_values(#[case] raw: &str, #[case] escaped: &str) {
         assert_eq!(escape_label_value(raw), escaped);
         let mut s = state();
         s.signals[0].signal = raw.into();
+        s.pods[0].key = raw.into();
         let text = render_metrics(&s);
         assert!(
-            text.contains(&format!("monitor_signal_available{{signal=\"{escaped}\"}}")),
+            text.contains(&format!(
+                "monitor_threshold_met{{eviction_signal=\"{escaped}\""
+            )),
             "{text}"
         );
         if let Err(e) = check_exposition(&text) {
             panic!("{e}\n{text}");
         }
+        // The parser reads back the raw values.
+        let samples = parse(&text);
+        let read_back = |family: &str, label: &str| {
+            samples
+                .iter()
+                .any(|s| s.name == family && s.labels.iter().any(|(k, v)| k == label && v == raw))
+        };
+        assert!(
+            read_back("monitor_threshold_met", "eviction_signal"),
+            "{text}"
+        );
+        assert!(read_back("monitor_kernel_oom_kills_total", "pod"), "{text}");
     }
 
     #[test]
@@ -537,6 +952,7 @@ mod tests {
         if let Err(e) = check_exposition(&text) {
             panic!("{e}\n{text}");
         }
+        parse(&text);
         assert!(
             text.contains("monitor_sync_duration_seconds_bucket{le=\"0.1\"} 7\n"),
             "{text}"
@@ -563,5 +979,16 @@ mod tests {
     #[case(10.0, "10")]
     fn formats_floats(#[case] value: f64, #[case] text: &str) {
         assert_eq!(format_float(value), text);
+    }
+
+    #[rstest]
+    #[case("memory.available", Some("bytes"))]
+    #[case("allocatableMemory.available", Some("bytes"))]
+    #[case("imagefs.available", Some("bytes"))]
+    #[case("containerfs.inodesFree", Some("inodes"))]
+    #[case("pid.available", Some("pids"))]
+    #[case("no.such", None)]
+    fn signals_have_one_unit(#[case] signal: &str, #[case] unit: Option<&str>) {
+        assert_eq!(signal_unit(signal), unit);
     }
 }

@@ -18,6 +18,7 @@ use super::port::EvictionOutcome;
 use super::shared::{Exit, LivePod, MAX_BACKOFF, Shared};
 use super::store::{ContainerRecord, Phase, PodRecord};
 use super::{container, logs};
+use crate::policy::admission::insufficient_resources;
 use crate::policy::eviction::{MIN_KILL_TIMEOUT, kill_timeout};
 use crate::policy::pod::Pod;
 use crate::policy::preemption::{AdmissionOutcome, admit_with_preemption};
@@ -181,6 +182,12 @@ fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
     ) {
         AdmissionOutcome::Admitted => start(shared, manifest),
         AdmissionOutcome::AdmittedAfterPreempting(victims) => {
+            // The kubelet's preemption_signal: the first resource the pod lacked.
+            let signal =
+                insufficient_resources(&manifest.pod, &running, &shared.config.node_allocatable)
+                    .first()
+                    .map(|r| r.resource.clone())
+                    .unwrap_or_default();
             shared.state.event(
                 "Normal",
                 "Preempting",
@@ -203,7 +210,7 @@ fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
                         .map(|p| p.record.pod.termination_grace_period_seconds())
                         .unwrap_or(0);
                     let message = format!("Preempted in order to admit critical pod {key}");
-                    evict(
+                    let outcome = evict(
                         &shared,
                         victim,
                         grace,
@@ -212,6 +219,9 @@ fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
                         kill_timeout(grace),
                     )
                     .await;
+                    if outcome == EvictionOutcome::Evicted {
+                        shared.state.record_preemption(&signal);
+                    }
                 }
                 shared.lock().pods.remove(&manifest.uid);
                 start(&shared, manifest);
@@ -219,6 +229,7 @@ fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
             });
         }
         AdmissionOutcome::Rejected(result) => {
+            shared.state.record_admission_rejection(&result.reason);
             shared.state.event(
                 "Warning",
                 "FailedAdmission",

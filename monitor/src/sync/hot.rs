@@ -48,6 +48,8 @@ impl Level {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HotKill {
     pub decision: EvictionDecision,
+    /// The source whose notifier fired the kill.
+    pub source: WakeSource,
     /// CLOCK_MONOTONIC ns when the source told the hot path, and when the kill was written.
     pub detected_ns: u64,
     pub killed_ns: u64,
@@ -167,6 +169,7 @@ impl CrossingHook for HotPath {
                 );
                 armed.fired = Some(HotKill {
                     decision: decision.clone(),
+                    source,
                     detected_ns,
                     killed_ns,
                 });

@@ -262,6 +262,15 @@ impl<O: Observe> SyncLoop<O> {
                     .and_then(|memcg| pod_of_cgroup(&state.pods, memcg))
                     .unwrap_or_default();
                 *state.metrics.kernel_oom_kills.entry(pod).or_default() += 1;
+                // Victims the in-kernel rate limit held back since the last record: their
+                // pods are unknown.
+                if event.suppressed > 0 {
+                    *state
+                        .metrics
+                        .kernel_oom_kills
+                        .entry(String::new())
+                        .or_default() += u64::from(event.suppressed);
+                }
             }
             let latency = report.started_ns.saturating_sub(wake.received_ns) as f64 / 1e9;
             state
@@ -270,6 +279,14 @@ impl<O: Observe> SyncLoop<O> {
                 .entry(wake.source)
                 .or_default()
                 .observe(latency);
+        }
+        for kill in report.pass.iter().flat_map(|pass| &pass.hot_kills) {
+            state.metrics.observe_hot_kill(
+                kill.source,
+                kill.detected_ns,
+                kill.killed_ns,
+                &report.wakes,
+            );
         }
         state.metrics.sync_duration.observe(duration.as_secs_f64());
         state.metrics.synchronizes += 1;
