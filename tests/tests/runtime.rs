@@ -990,3 +990,158 @@ fn admission_rejects_best_effort_under_memory_pressure_and_critical_pods_preempt
     // Counted by the resource the critical pod lacked, as the kubelet's preemption_signal.
     assert!(node.has_metric("monitor_preemptions_total{preemption_signal=\"memory\"} 1"));
 }
+
+/// What the agent cannot prove is its own it leaves alone: a pod whose record is corrupt
+/// (set aside as `.corrupt`) or gone keeps running, unmanaged, and its manifest does not
+/// start a second copy while that cgroup has processes; once it is empty the pod starts.
+#[test]
+fn pods_without_a_readable_record_are_left_running_and_never_run_twice() {
+    if !require("pods_without_a_readable_record", &[Feature::Root]) {
+        return;
+    }
+    let mut node = Node::new("evictionHard: {memory.available: 1Mi}");
+    node.manifest("corrupt.yaml", &sleeper("corrupt", BURSTABLE));
+    node.manifest("forgotten.yaml", &sleeper("forgotten", BURSTABLE));
+    node.start();
+    let corrupt = node.wait_running("corrupt");
+    let forgotten = node.wait_running("forgotten");
+    node.stop();
+    let records = node.path("state").join("pods");
+    std::fs::write(
+        records.join(format!("{}.json", corrupt.uid)),
+        "{\"uid\": 12",
+    )
+    .unwrap();
+    std::fs::remove_file(records.join(format!("{}.json", forgotten.uid))).unwrap();
+    let (cp, fp) = (
+        corrupt.containers[0].pid.unwrap(),
+        forgotten.containers[0].pid.unwrap(),
+    );
+
+    node.start();
+    wait_until(
+        &format!("both reported\n{}", node.log(2)),
+        Duration::from_secs(10),
+        || {
+            node.log(2).matches("UnmanagedPod").count() >= 2
+                && node.log(2).contains("agent running")
+        },
+    );
+    let log = node.log(2);
+    assert!(log.contains("StateQuarantined"), "{log}");
+    assert!(
+        records
+            .join(format!("{}.json.corrupt", corrupt.uid))
+            .exists(),
+        "the corrupt record is set aside"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        alive(cp) && alive(fp),
+        "nothing unproven is killed\n{}",
+        node.log(2)
+    );
+    assert!(
+        node.record("corrupt").is_none() && node.record("forgotten").is_none(),
+        "no second copy starts beside the unmanaged processes: {:?}",
+        node.records()
+    );
+
+    // The operator ends the unmanaged process: the next look at the manifests starts the
+    // pod afresh (any manifest change triggers it; the periodic look would too).
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(fp as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(poll(Duration::from_secs(5), || !alive(fp)));
+    std::thread::sleep(Duration::from_millis(200));
+    node.manifest("nudge.yaml", &sleeper("nudge", BURSTABLE));
+    let restarted = node.wait_running("forgotten");
+    assert_ne!(restarted.containers[0].pid, Some(fp));
+    assert!(alive(cp), "the other unmanaged pod is still untouched");
+    assert!(node.record("corrupt").is_none());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(cp as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
+/// The manifest directory deleted and made again is watched again: a manifest written
+/// into the new directory starts its pod.
+#[test]
+fn a_recreated_manifest_directory_is_watched_again() {
+    if !require("a_recreated_manifest_directory", &[Feature::Root]) {
+        return;
+    }
+    let mut node = Node::new("evictionHard: {memory.available: 1Mi}");
+    node.start();
+    // A pod started from an event: the directory is watched.
+    std::thread::sleep(Duration::from_millis(300));
+    node.manifest("first.yaml", &sleeper("first", BURSTABLE));
+    node.wait_running("first");
+    let dir = node.path("pods");
+    std::fs::remove_dir_all(&dir).unwrap();
+    wait_until(
+        &format!("the loss noticed\n{}", node.log(1)),
+        Duration::from_secs(5),
+        || node.log(1).contains("the directory went away"),
+    );
+    std::fs::create_dir(&dir).unwrap();
+    // Written while nothing watches: the look that sets the watch up again finds it.
+    node.manifest("early.yaml", &sleeper("early", BURSTABLE));
+    wait_until(
+        &format!("watched again\n{}", node.log(1)),
+        Duration::from_secs(15),
+        || node.log(1).contains("watched again reason=\"ManifestDir\""),
+    );
+    // Written after the new watch: it arrives as an event.
+    node.manifest("late.yaml", &sleeper("late", BURSTABLE));
+    let late = node.wait_running("late");
+    let early = node.wait_running("early");
+    assert!(alive(late.containers[0].pid.unwrap()) && alive(early.containers[0].pid.unwrap()));
+}
+
+/// After a reboot the state directory is kept but the cgroups and processes are gone: a
+/// pod that was running starts afresh from its manifest instead of showing Running with
+/// nothing behind it.
+#[test]
+fn pods_whose_cgroups_are_gone_start_afresh() {
+    if !require("pods_whose_cgroups_are_gone", &[Feature::Root]) {
+        return;
+    }
+    let mut node = Node::new("evictionHard: {memory.available: 1Mi}");
+    node.manifest("survivor.yaml", &sleeper("survivor", BURSTABLE));
+    node.start();
+    let before = node.wait_running("survivor");
+    node.stop();
+    // What a reboot leaves: no process, no cgroup, the record still on disk.
+    let pid = before.containers[0].pid.unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(poll(Duration::from_secs(5), || !alive(pid)));
+    let layout = monitor::observe::CgroupLayout::detect().unwrap();
+    let tree = monitor::runtime::cgroups::CgroupTree::new(&layout, &node.cgroup_root).unwrap();
+    let pod = tree
+        .existing_pods()
+        .into_iter()
+        .find(|p| p.uid == before.uid)
+        .expect("the pod's cgroup");
+    tree.remove_pod(&pod).unwrap_or_else(|e| panic!("{e}"));
+    assert!(node.record("survivor").is_some(), "the record is kept");
+
+    node.start();
+    let started_again = poll(Duration::from_secs(20), || {
+        node.record("survivor").is_some_and(|r| {
+            r.phase == Phase::Running && r.containers[0].pid.is_some_and(|p| p != pid)
+        })
+    });
+    assert!(started_again, "{:?}\n{}", node.record("survivor"), node.log(2));
+    let after = node.record("survivor").unwrap();
+    assert!(alive(after.containers[0].pid.unwrap()));
+    assert!(node.log(2).contains("PodCgroupGone"), "{}", node.log(2));
+}

@@ -51,6 +51,19 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
         }
         let key = record.pod.key();
         let terminal = record.phase.is_terminal();
+        if !terminal && cgroup.is_none() {
+            // Its cgroup is gone, and every process with it: the node restarted (or
+            // someone removed it). The record describes nothing that runs; the pod starts
+            // afresh from its manifest, as the kubelet starts static pods after a reboot.
+            shared.store.remove(&record.uid);
+            shared.state.event(
+                "Normal",
+                "PodCgroupGone",
+                &key,
+                "its cgroup is gone (the node restarted?): it starts afresh from its manifest",
+            );
+            continue;
+        }
         shared.lock().pods.insert(
             record.uid.clone(),
             LivePod {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use inotify::{Inotify, WatchMask};
 use nix::sys::signal::Signal as UnixSignal;
 use tokio::sync::mpsc;
@@ -25,8 +25,59 @@ use crate::policy::preemption::{AdmissionOutcome, admit_with_preemption};
 use crate::policy::qos;
 use crate::state::{ContainerView, PodView};
 
-/// The supervisor task: reconciles on manifest changes, handles container exits and
-/// due restarts. Sleeps otherwise (no polling).
+/// How often the supervisor looks again without a change event: a watch that was lost
+/// (the directory deleted and made again) is set up again then, and a pod held back by a
+/// cgroup that has since emptied starts.
+const MANIFEST_RESYNC: Duration = Duration::from_secs(10);
+
+type ManifestEvents = inotify::EventStream<Vec<u8>>;
+
+/// What the manifest directory's watch reports.
+fn manifest_mask() -> WatchMask {
+    WatchMask::CREATE
+        | WatchMask::CLOSE_WRITE
+        | WatchMask::MOVED_TO
+        | WatchMask::MOVED_FROM
+        | WatchMask::DELETE
+        | WatchMask::DELETE_SELF
+        | WatchMask::MOVE_SELF
+}
+
+/// Whether an event says the watched directory itself is gone (deleted or moved away).
+fn directory_went(event: &std::io::Result<inotify::EventOwned>) -> bool {
+    use inotify::EventMask;
+    event.as_ref().is_ok_and(|e| {
+        e.mask
+            .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED)
+    })
+}
+
+/// Watches the manifest directory; `None` (and a Warning) when it cannot be watched.
+fn watch_manifests(shared: &Shared) -> Option<ManifestEvents> {
+    let dir = &shared.config.manifest_dir;
+    let watched = Inotify::init().and_then(|i| {
+        i.watches().add(dir, manifest_mask())?;
+        i.into_event_stream(vec![0u8; 4096])
+    });
+    match watched {
+        Ok(stream) => Some(stream),
+        Err(err) => {
+            shared.state.event(
+                "Warning",
+                "ManifestDir",
+                &dir.display().to_string(),
+                format!(
+                    "not watched ({err}); read every {}s until it can be",
+                    MANIFEST_RESYNC.as_secs()
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// The supervisor task: reconciles on manifest changes (and every [`MANIFEST_RESYNC`]),
+/// handles container exits and due restarts.
 pub(super) async fn supervise(
     shared: Arc<Shared>,
     mut exits: mpsc::UnboundedReceiver<Exit>,
@@ -41,41 +92,68 @@ pub(super) async fn supervise(
             format!("cannot create: {err}"),
         );
     }
-    let mut changes = match Inotify::init().and_then(|i| {
-        i.watches().add(
-            &dir,
-            WatchMask::CREATE
-                | WatchMask::CLOSE_WRITE
-                | WatchMask::MOVED_TO
-                | WatchMask::MOVED_FROM
-                | WatchMask::DELETE,
-        )?;
-        i.into_event_stream(vec![0u8; 4096])
-    }) {
-        Ok(stream) => Some(stream),
-        Err(err) => {
-            shared.state.event(
-                "Warning",
-                "ManifestDir",
-                &dir.display().to_string(),
-                format!("not watched ({err}); manifests are read at start only"),
-            );
-            None
-        }
-    };
+    let mut changes = watch_manifests(&shared);
+    // The directory went away and its watch with it (the stream stays, for the new one).
+    let mut watch_lost = changes.is_none();
+    let mut resync = tokio::time::interval_at(Instant::now() + MANIFEST_RESYNC, MANIFEST_RESYNC);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     reconcile(&shared);
     loop {
         let next_restart = next_restart(&shared);
         tokio::select! {
-            Some(_) = async { match &mut changes { Some(s) => s.next().await, None => std::future::pending().await } } => {
+            Some(event) = async { match &mut changes { Some(s) => s.next().await, None => std::future::pending().await } } => {
                 // Editors write in bursts: let the burst settle, then read the directory once
                 // for every event the burst queued (a thousand manifests written at once
-                // must cost one read of the directory, not a thousand).
+                // must cost one read of the directory, not a thousand). Each queued event is
+                // taken with a zero timeout, so the stream is polled from this task and
+                // wakes it again for the next one.
+                let mut gone = directory_went(&event);
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 if let Some(stream) = &mut changes {
-                    while let Some(Some(_)) = stream.next().now_or_never() {}
+                    while let Ok(Some(event)) = tokio::time::timeout(Duration::ZERO, stream.next()).await {
+                        gone |= directory_went(&event);
+                    }
+                }
+                // The directory itself went (deleted or moved away), and its watch with it:
+                // the resync sets one up again once the directory is back.
+                if gone {
+                    watch_lost = true;
+                    shared.state.event(
+                        "Warning",
+                        "ManifestDir",
+                        &dir.display().to_string(),
+                        format!("the directory went away; looked for every {}s and watched once it is back", MANIFEST_RESYNC.as_secs()),
+                    );
                 }
                 reconcile(&shared);
+            }
+            _ = resync.tick() => {
+                if watch_lost && dir.is_dir() {
+                    let added = match &changes {
+                        Some(stream) => stream.watches().add(&dir, manifest_mask()).is_ok(),
+                        None => {
+                            changes = watch_manifests(&shared);
+                            changes.is_some()
+                        }
+                    };
+                    if added {
+                        watch_lost = false;
+                        shared.state.event(
+                            "Normal",
+                            "ManifestDir",
+                            &dir.display().to_string(),
+                            "watched again".to_string(),
+                        );
+                        // Manifests written before the watch was back raised no event.
+                        reconcile(&shared);
+                    }
+                }
+                // With a live watch every change arrives as an event (a queue overflow
+                // too): a full read is needed only while unwatched or while a pod waits on
+                // a cgroup to empty, so an idle agent does not parse every manifest.
+                if watch_lost || !shared.lock().unmanaged.is_empty() {
+                    reconcile(&shared);
+                }
             }
             Some(()) = reconcile_requests.recv() => reconcile(&shared),
             Some(exit) = exits.recv() => on_exit(&shared, exit),
@@ -124,6 +202,7 @@ pub(super) fn reconcile(shared: &Arc<Shared>) {
             .filter(|m| !inner.pods.contains_key(&m.uid))
             .collect()
     };
+    new.retain(|m| !held_by_unmanaged_cgroup(shared, m));
     new.sort_by_key(|m| (!m.pod.is_critical(), m.pod.key()));
     for manifest in new {
         // A pod whose previous version is still stopping waits for it.
@@ -966,6 +1045,21 @@ pub(super) fn persist(shared: &Shared, record: &PodRecord) {
             .state
             .event("Warning", "StateWrite", &record.pod.key(), err.to_string());
     }
+}
+
+/// Whether `manifest`'s pod must wait: a cgroup of its uid that no record claims still
+/// has processes (it would run twice). Once that cgroup is empty it is removed and the pod
+/// may start.
+fn held_by_unmanaged_cgroup(shared: &Arc<Shared>, manifest: &Manifest) -> bool {
+    let Some(cgroup) = shared.lock().unmanaged.get(&manifest.uid).cloned() else {
+        return false;
+    };
+    if !shared.tree.is_empty(&cgroup) {
+        return true;
+    }
+    shared.lock().unmanaged.remove(&manifest.uid);
+    remove_cgroups(shared, &manifest.pod.key(), &cgroup);
+    false
 }
 
 /// Publishes every pod to the shared state (the API's `pods`).
