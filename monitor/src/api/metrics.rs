@@ -350,7 +350,7 @@ pub fn render_metrics(state: &AgentState) -> String {
     out.family(
         "monitor_source_up",
         "gauge",
-        "1 when the event source started and runs, else 0; the state label says why not (running, disabled, failed, unsupported). Set when the agent starts its sources.",
+        "1 when the event source started and runs, else 0; the state label says why not (running, disabled, failed, unsupported). A source that ends or panics later turns failed.",
     );
     for s in &state.sources {
         out.sample(
