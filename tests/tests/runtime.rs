@@ -1140,8 +1140,55 @@ fn pods_whose_cgroups_are_gone_start_afresh() {
             r.phase == Phase::Running && r.containers[0].pid.is_some_and(|p| p != pid)
         })
     });
-    assert!(started_again, "{:?}\n{}", node.record("survivor"), node.log(2));
+    assert!(
+        started_again,
+        "{:?}\n{}",
+        node.record("survivor"),
+        node.log(2)
+    );
     let after = node.record("survivor").unwrap();
     assert!(alive(after.containers[0].pid.unwrap()));
     assert!(node.log(2).contains("PodCgroupGone"), "{}", node.log(2));
+}
+
+/// A container is its main process: when that exits, what it started in the background
+/// goes too, instead of piling up across restarts.
+#[test]
+fn a_containers_leftover_processes_die_with_its_main_process() {
+    if !require("a_containers_leftover_processes", &[Feature::Root]) {
+        return;
+    }
+    let mut node = Node::new("evictionHard: {memory.available: 1Mi}");
+    let pid_file = node.path("background.pid");
+    // Restarted after each exit (restartPolicy Always): the pod stays, only the
+    // container's run ends.
+    let script = format!(
+        "/bin/sleep 1000 & echo $! >> {}; /bin/sleep 1; exit 0",
+        pid_file.display()
+    );
+    node.manifest("job.yaml", &pod("job", "", &["/bin/sh", "-c", &script], ""));
+    node.start();
+    let restarted = poll(Duration::from_secs(20), || {
+        node.record("job")
+            .is_some_and(|r| r.containers[0].restart_count >= 1)
+    });
+    assert!(
+        restarted,
+        "the container ran and restarted\n{}",
+        node.log(1)
+    );
+    let first: u32 = std::fs::read_to_string(&pid_file)
+        .expect("the script wrote its background pid")
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(node.record("job").unwrap().phase, Phase::Running);
+    assert!(
+        poll(Duration::from_secs(5), || !alive(first)),
+        "the first run's background sleep ({first}) outlived it\n{}",
+        node.log(1)
+    );
 }

@@ -460,15 +460,39 @@ impl CgroupTree {
     /// Without it, SIGKILL is repeated while new processes appear. Other signals go to the
     /// processes listed at the time of the call. A process that exits meanwhile is skipped.
     pub fn signal(&self, pod: &PodCgroup, signal: Signal) -> Result<usize, CgroupError> {
+        self.signal_subtree(&pod.relative, signal)
+    }
+
+    /// SIGKILLs whatever is left in a container's cgroup once its main process has
+    /// exited (background children it started, which would otherwise pile up across
+    /// restarts), the same way as a pod's kill. Returns how many were killed.
+    pub fn kill_container_leftovers(
+        &self,
+        pod: &PodCgroup,
+        name: &str,
+    ) -> Result<usize, CgroupError> {
+        validate_container_name(name)?;
+        self.signal_subtree(&join(&pod.relative, name), Signal::SIGKILL)
+    }
+
+    fn pids_at(&self, relative: &str) -> Vec<i32> {
+        let mut pids = BTreeSet::new();
+        for h in &self.hierarchies {
+            collect_pids(&h.mount.join(relative), 0, &mut pids);
+        }
+        pids.into_iter().collect()
+    }
+
+    fn signal_subtree(&self, relative: &str, signal: Signal) -> Result<usize, CgroupError> {
         let mut signalled = BTreeSet::new();
-        let mut pids = self.pids(pod);
+        let mut pids = self.pids_at(relative);
         if signal == Signal::SIGKILL {
             for h in self
                 .hierarchies
                 .iter()
                 .filter(|h| h.version == CgroupVersion::V2)
             {
-                let kill = h.mount.join(&pod.relative).join("cgroup.kill");
+                let kill = h.mount.join(relative).join("cgroup.kill");
                 // On failure the per-process kills below still run.
                 if kill.exists()
                     && let Err(e) = write_file(&kill, "1")
@@ -497,7 +521,7 @@ impl CgroupTree {
                     }
                     Err(source) => {
                         return Err(CgroupError::Signal {
-                            cgroup: pod.relative.clone(),
+                            cgroup: relative.to_string(),
                             pid,
                             signal,
                             source,
@@ -505,7 +529,7 @@ impl CgroupTree {
                     }
                 }
             }
-            pids = self.pids(pod);
+            pids = self.pids_at(relative);
         }
         Ok(signalled.len())
     }

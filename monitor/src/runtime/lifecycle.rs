@@ -683,8 +683,27 @@ fn on_exit(shared: &Arc<Shared>, exit: Exit) {
         live.record.phase = if ok { Phase::Succeeded } else { Phase::Failed };
     }
     let record = live.record.clone();
+    let pod_cgroup = live.cgroup.clone();
     let cgroup = if finished { live.cgroup.take() } else { None };
     drop(inner);
+    // The container ended with its main process: whatever it left behind in its cgroup
+    // goes too (a container runtime does this itself).
+    if shared.cri.is_none()
+        && let Some(pod_cgroup) = &pod_cgroup
+    {
+        match shared
+            .tree
+            .kill_container_leftovers(pod_cgroup, &exit.container)
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                pod = %key,
+                container = %exit.container,
+                "killed {n} process(es) left behind by the container's main process"
+            ),
+            Err(err) => tracing::warn!(pod = %key, "container {} leftovers: {err}", exit.container),
+        }
+    }
     persist(shared, &record);
     shared.state.event(
         if failed { "Warning" } else { "Normal" },
