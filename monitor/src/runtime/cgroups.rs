@@ -487,6 +487,7 @@ impl CgroupTree {
         let mut signalled = BTreeSet::new();
         let mut pids = self.pids_at(relative);
         if signal == Signal::SIGKILL {
+            let mut killed = false;
             for h in self
                 .hierarchies
                 .iter()
@@ -494,11 +495,20 @@ impl CgroupTree {
             {
                 let kill = h.mount.join(relative).join("cgroup.kill");
                 // On failure the per-process kills below still run.
-                if kill.exists()
-                    && let Err(e) = write_file(&kill, "1")
-                {
-                    tracing::debug!(error = %e, "cgroup.kill failed; signalling each process");
+                if kill.exists() {
+                    match write_file(&kill, "1") {
+                        Ok(()) => killed = true,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "cgroup.kill failed; signalling each process")
+                        }
+                    }
                 }
+            }
+            // The kernel killed every process of the subtree, forks included: signalling
+            // the pids listed before would only open a window in which one of them, reaped
+            // meanwhile, is reused by a process outside the pod.
+            if killed {
+                return Ok(pids.len());
             }
         }
         let rounds = if signal == Signal::SIGKILL {
