@@ -310,21 +310,32 @@ mod tests {
         assert!(o.failed.is_empty(), "{:?}", o.failed);
     }
 
+    /// A cgroup v2 node of 1000 kB with 500 kB in use, whose proc root holds only meminfo.
+    fn v2_node(cg: &std::path::Path, proc: &std::path::Path, config: ObserverConfig) -> Observer {
+        write(
+            proc,
+            "meminfo",
+            "MemTotal: 1000 kB\nMemFree: 400 kB\nInactive(file): 100 kB\n",
+        );
+        Observer::new(
+            CgroupReader::new(CgroupVersion::V2, cg),
+            ObserverConfig {
+                proc_root: proc.to_path_buf(),
+                ..config
+            },
+        )
+    }
+
     #[test]
     fn a_failing_filesystem_or_pid_count_is_left_out_and_memory_stands() {
         let cg = tempfile::tempdir().unwrap();
         let proc = tempfile::tempdir().unwrap();
-        write(
+        let observer = v2_node(
+            cg.path(),
             proc.path(),
-            "meminfo",
-            "MemTotal: 1000 kB\nMemFree: 400 kB\nInactive(file): 100 kB\n",
-        );
-        let observer = Observer::new(
-            CgroupReader::new(CgroupVersion::V2, cg.path()),
             ObserverConfig {
                 nodefs: cg.path().join("gone"),
                 imagefs: Some(cg.path().join("also-gone")),
-                proc_root: proc.path().to_path_buf(),
                 ..ObserverConfig::default()
             },
         );
@@ -343,18 +354,7 @@ mod tests {
     fn v2_node_memory_comes_from_meminfo() {
         let cg = tempfile::tempdir().unwrap();
         let proc = tempfile::tempdir().unwrap();
-        write(
-            proc.path(),
-            "meminfo",
-            "MemTotal: 1000 kB\nMemFree: 400 kB\nInactive(file): 100 kB\n",
-        );
-        let observer = Observer::new(
-            CgroupReader::new(CgroupVersion::V2, cg.path()),
-            ObserverConfig {
-                proc_root: proc.path().to_path_buf(),
-                ..ObserverConfig::default()
-            },
-        );
+        let observer = v2_node(cg.path(), proc.path(), ObserverConfig::default());
         let m = observer.node_memory().unwrap();
         assert_eq!(m.working_set_bytes, 500 * 1024);
         assert_eq!(m.available_bytes, 500 * 1024);

@@ -29,7 +29,9 @@ use super::race::{self, Bounds, MIB, Mode};
 use super::stats::{Spread, percentile};
 use crate::demo;
 
-/// Every kernel source; the housekeeping timer at the kubelet's default.
+/// Every kernel source that can tell the hot path of a crossing (PSI only wakes the
+/// loop, so it is left off: the race measures the kill); the housekeeping timer at the
+/// kubelet's default.
 const ALL_SOURCES: Mode = Mode {
     name: "all",
     ebpf: true,
