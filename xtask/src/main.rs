@@ -6,6 +6,7 @@ mod arch;
 mod bench;
 mod cmd;
 mod demo;
+mod fuzz;
 mod run;
 mod setup;
 mod test;
@@ -34,6 +35,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// The latency benchmark: event-driven modes against polling, and the agent's costs.
     Bench(bench::BenchArgs),
+    /// Run the coverage-guided fuzzers of every parser of outside input (cargo-fuzz,
+    /// nightly): 1,000,000 inputs per target unless `--runs N` or `--time SECS`.
+    Fuzz(fuzz::FuzzArgs),
     /// Boot a throw-away VM (Debian kernel, busybox initramfs, cgroup v2) and run the
     /// privileged integration tests inside it.
     Vm(vm::VmArgs),
@@ -48,5 +52,6 @@ fn main() -> Result<()> {
         Command::Vm(args) => vm::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Fuzz(args) => fuzz::run(args),
     }
 }

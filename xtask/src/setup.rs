@@ -2,7 +2,8 @@
 //! fresh machine of this kind: nightly's rust-src (for `-Z build-std=core`), LLVM 22
 //! (Debian's llvm-22-dev) and bpf-linker 0.13 built against it; and, for the integration
 //! tests' private containerd, Debian's containerd, runc and busybox-static. Each step
-//! checks first and does nothing when its tool is already there.
+//! checks first and does nothing when its tool is already there. cargo-fuzz is installed
+//! the same way, by `cargo xtask fuzz` when it runs (nothing else needs it).
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -89,6 +90,20 @@ fn ensure_containerd() -> Result<()> {
         || !succeeds(Command::new("runc").arg("--version"))
     {
         bail!("containerd and runc were installed but do not run");
+    }
+    Ok(())
+}
+
+/// cargo-fuzz (`cargo fuzz`), which builds and runs the fuzz targets of monitor/fuzz:
+/// installed from crates.io when `cargo fuzz --version` fails.
+pub fn ensure_cargo_fuzz() -> Result<()> {
+    if succeeds(Command::new("cargo").args(["fuzz", "--version"])) {
+        return Ok(());
+    }
+    println!("setup: cargo-fuzz: installing with cargo install (a few minutes)");
+    run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
+    if !succeeds(Command::new("cargo").args(["fuzz", "--version"])) {
+        bail!("cargo-fuzz was installed but `cargo fuzz` does not run; is ~/.cargo/bin on PATH?");
     }
     Ok(())
 }

@@ -293,6 +293,17 @@ async fn accept(listener: &Listener) -> std::io::Result<Stream> {
     }
 }
 
+/// Serves the requests of one connection as a listener does, until the client closes it
+/// (or stalls past the header timeout). The fuzz targets feed it raw request bytes.
+pub async fn serve_connection<S>(stream: S, state: SharedState, scope: Scope)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    // Kept until the connection ends: nothing asks this connection to stop.
+    let (_stop, stopped) = watch::channel(false);
+    connection(stream, state, scope, stopped).await;
+}
+
 async fn connection<S>(
     stream: S,
     state: SharedState,

@@ -198,11 +198,11 @@ impl Simulation {
             .map(|(resource, cap)| {
                 let value = if resource == "cpu" {
                     // CPU is reserved in millicores ("500m"); nothing else is evicted on.
-                    let reserved: i64 = [&self.config.system_reserved, &self.config.kube_reserved]
+                    // Reservations past i64 (two of "9E") leave nothing, not an overflow.
+                    let reserved = [&self.config.system_reserved, &self.config.kube_reserved]
                         .iter()
                         .filter_map(|m| m.get("cpu"))
-                        .map(|q| q.milli_value())
-                        .sum();
+                        .fold(0i64, |sum, q| sum.saturating_add(q.milli_value()));
                     Quantity::from_milli(cap.milli_value().saturating_sub(reserved).max(0))
                 } else {
                     Quantity::from_units(self.config.allocatable(resource, cap.value()))

@@ -146,6 +146,26 @@ steps:
     assert_eq!(out[1].admission, [], "admit is one-shot");
 }
 
+/// Two cpu reservations of 9E once overflowed their sum (a scenario fuzz input).
+#[test]
+fn cpu_reservations_past_i64_leave_no_allocatable_cpu() {
+    let text = "config:
+  systemReserved: {cpu: 9E}
+  kubeReserved: {cpu: 9E}
+steps:
+  - at: 0s
+    node: {status: {capacity: {cpu: '8'}}}
+    summary:
+      node: {memory: {availableBytes: 1, workingSetBytes: 1}}
+    admit:
+      - metadata: {name: newcomer, namespace: x}
+        spec:
+          containers: [{name: c, image: i, resources: {requests: {cpu: 1m}}}]
+";
+    let out = run(text);
+    assert!(!out[0].admission[0].admitted, "{:?}", out[0].admission);
+}
+
 #[test]
 fn periodic_image_gc_frees_least_recently_used_images_down_to_the_low_threshold() {
     // 10Gi filesystem shared by images, 1Gi free: 90% used ≥ 85%, free down to 80%:
