@@ -7,7 +7,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal as UnixSignal;
 
 use super::cgroups::PodCgroup;
-use super::lifecycle::{kill, publish, remove_cgroups, update_tiers};
+use super::lifecycle::{kill, persist, publish, remove_cgroups, update_tiers};
 use super::port::EvictionOutcome;
 use super::shared::{Exit, LivePod, Shared};
 
@@ -75,6 +75,12 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
             },
         );
         if terminal {
+            // Its record says what ran when it was written; the processes it names that
+            // are gone are gone for good (the run that ended them may have stopped
+            // before it wrote that down).
+            if !dead.is_empty() {
+                persist(shared, &record);
+            }
             // An evicted or finished pod whose processes outlived us: finish the job.
             if let Some(cgroup) = cgroup {
                 let _ = shared.tree.signal(&cgroup, UnixSignal::SIGKILL);

@@ -35,6 +35,12 @@ pub enum ManifestError {
     },
     #[error("{}: metadata.name: pod {key} is already defined by another manifest", path.display())]
     Duplicate { path: PathBuf, key: String },
+    #[error("{}: metadata.uid: {uid:?} is already the uid of pod {key} in another manifest", path.display())]
+    DuplicateUid {
+        path: PathBuf,
+        uid: String,
+        key: String,
+    },
 }
 
 impl ManifestError {
@@ -43,7 +49,8 @@ impl ManifestError {
         match self {
             ManifestError::Read { path, .. }
             | ManifestError::Pod { path, .. }
-            | ManifestError::Duplicate { path, .. } => path,
+            | ManifestError::Duplicate { path, .. }
+            | ManifestError::DuplicateUid { path, .. } => path,
         }
     }
 }
@@ -83,17 +90,32 @@ pub fn load_dir(dir: &Path) -> (Vec<Manifest>, Vec<ManifestError>) {
             Err(err) => errors.push(err),
         }
     }
-    // Two files may not define the same pod: the first (by name) wins.
+    // Two files may not define the same pod, nor give two pods one uid (the uid names the
+    // pod's record and cgroup): the first file (by name) wins, the other is reported.
     let mut seen = std::collections::BTreeSet::new();
+    let mut uids: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
     manifests.retain(|m| {
-        let fresh = seen.insert(m.pod.key());
-        if !fresh {
+        if !seen.insert(m.pod.key()) {
             errors.push(ManifestError::Duplicate {
                 path: m.path.clone(),
                 key: m.pod.key(),
             });
+            return false;
         }
-        fresh
+        match uids.entry(m.uid.clone()) {
+            std::collections::btree_map::Entry::Occupied(first) => {
+                errors.push(ManifestError::DuplicateUid {
+                    path: m.path.clone(),
+                    uid: m.uid.clone(),
+                    key: first.get().clone(),
+                });
+                false
+            }
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(m.pod.key());
+                true
+            }
+        }
     });
     (manifests, errors)
 }
@@ -190,6 +212,28 @@ mod tests {
         let message = bad[0].to_string();
         assert!(message.contains("already defined"), "{message}");
         assert!(bad[0].path().ends_with("b.yaml"));
+    }
+
+    #[test]
+    fn two_pods_with_one_uid_keep_the_first_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let with_uid = |name: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, uid: same-uid}}\nspec:\n  containers:\n  - {{name: c, image: x, command: [/bin/true]}}\n"
+            )
+        };
+        std::fs::write(dir.path().join("a.yaml"), with_uid("first")).unwrap();
+        std::fs::write(dir.path().join("b.yaml"), with_uid("second")).unwrap();
+        let (ok, bad) = load_dir(dir.path());
+        assert_eq!(ok.len(), 1, "{bad:?}");
+        assert_eq!(ok[0].pod.metadata.name, "first");
+        let message = bad[0].to_string();
+        assert!(
+            message.contains("b.yaml")
+                && message.contains("metadata.uid")
+                && message.contains("first"),
+            "{message}"
+        );
     }
 
     #[test]
