@@ -148,11 +148,11 @@ async fn watch(
     }
 }
 
+/// Reports a task's end as an event (events are logged too), and acts on its role.
 fn ended(state: &SharedState, fatal: &mpsc::UnboundedSender<String>, task: &Task, why: &str) {
     let message = format!("{} {why}", task.name);
     match task.role {
         Role::Source(source) => {
-            tracing::error!("{message}; the agent runs on the other sources");
             {
                 let mut state = state.lock();
                 for status in state.sources.iter_mut().filter(|s| s.source == source) {
@@ -160,17 +160,23 @@ fn ended(state: &SharedState, fatal: &mpsc::UnboundedSender<String>, task: &Task
                     status.detail = message.clone();
                 }
             }
-            state.event("Warning", "SourceFailed", "node", message);
+            state.event(
+                "Warning",
+                "SourceFailed",
+                "node",
+                format!("{message}; the agent runs on the other sources"),
+            );
         }
         Role::Critical => {
-            tracing::error!("{message}; the agent stops so that it is restarted");
-            state.event("Warning", "TaskFailed", "node", message.clone());
+            state.event(
+                "Warning",
+                "TaskFailed",
+                "node",
+                format!("{message}; the agent stops so that it is restarted"),
+            );
             let _ = fatal.send(message);
         }
-        Role::Helper => {
-            tracing::warn!("{message}");
-            state.event("Warning", "TaskFailed", "node", message);
-        }
+        Role::Helper => state.event("Warning", "TaskFailed", "node", message),
     }
 }
 

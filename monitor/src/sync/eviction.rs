@@ -228,7 +228,7 @@ impl EvictionSync {
     }
 
     /// Says once when a part of the observation starts failing (its signals are off) and
-    /// once when it reads again, as a Warning and a Normal event.
+    /// once when it reads again, as a Warning and a Normal event (events are logged too).
     fn report_unavailable(&mut self, node: &NodeObservation) {
         let now: std::collections::BTreeSet<String> = node
             .failed
@@ -238,9 +238,6 @@ impl EvictionSync {
         for failure in &node.failed {
             let part = failure.split(':').next().unwrap_or(failure);
             if !self.unavailable.contains(part) {
-                tracing::warn!(
-                    "{failure}: its signals are off until it reads again; the other signals keep acting"
-                );
                 self.state.event(
                     "Warning",
                     "SignalUnavailable",
@@ -252,7 +249,6 @@ impl EvictionSync {
             }
         }
         for part in self.unavailable.difference(&now) {
-            tracing::info!("{part} reads again; its signals are back");
             self.state.event(
                 "Normal",
                 "SignalRestored",
