@@ -461,6 +461,17 @@ pub fn monitor_run(config: &Path, log: &std::fs::File) -> Command {
     command
 }
 
+/// `monitor metrics` against the agent serving `socket`: the exposition text.
+pub fn agent_metrics(socket: &Path) -> String {
+    let out = std::process::Command::new(helper_binary("monitor"))
+        .args(["metrics", "--socket"])
+        .arg(socket)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("monitor metrics");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Finds a helper binary: beside the test executables (cargo's target directory), else on
 /// PATH (the VM puts helpers in /bin).
 pub fn helper_binary(name: &str) -> PathBuf {

@@ -171,13 +171,7 @@ impl Node {
 
     /// `monitor metrics` against this node's agent.
     fn metrics(&self) -> String {
-        let out = std::process::Command::new(monitor_tests::helper_binary("monitor"))
-            .args(["metrics", "--socket"])
-            .arg(self.path("monitor.sock"))
-            .env("NO_COLOR", "1")
-            .output()
-            .expect("monitor metrics");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        monitor_tests::agent_metrics(&self.path("monitor.sock"))
     }
 
     /// The runtime's containers and sandboxes that carry the agent's label.

@@ -173,13 +173,7 @@ impl Node {
 
     /// Whether `monitor metrics` against this node's agent has the sample `line`.
     fn has_metric(&self, line: &str) -> bool {
-        let out = std::process::Command::new(monitor_tests::helper_binary("monitor"))
-            .args(["metrics", "--socket"])
-            .arg(self.path("monitor.sock"))
-            .env("NO_COLOR", "1")
-            .output()
-            .expect("monitor metrics");
-        String::from_utf8_lossy(&out.stdout)
+        monitor_tests::agent_metrics(&self.path("monitor.sock"))
             .lines()
             .any(|l| l == line)
     }
