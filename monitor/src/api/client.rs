@@ -1,10 +1,15 @@
-//! The CLI side: a blocking HTTP/1.1 GET over the unix socket and the `monitor status |
-//! pods | events | metrics` subcommands. Plain std, no runtime: one request per run.
-use std::io::{ErrorKind, Read, Write};
-use std::os::unix::net::UnixStream;
+//! The CLI side: one HTTP/1.1 GET over the unix socket (hyper's client) and the `monitor
+//! status | pods | events | metrics | explain` subcommands.
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::Request;
+use hyper::header::{HOST, USER_AGENT};
+use hyper_util::rt::TokioIo;
 
 use super::error::ApiError;
 
@@ -14,7 +19,7 @@ pub const DEFAULT_SOCKET: &str = "/run/monitor/monitor.sock";
 /// How long the client waits for the agent.
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest answer read (1000 events are well under 1 MiB).
-const MAX_RESPONSE: u64 = 64 << 20;
+const MAX_RESPONSE: usize = 64 << 20;
 
 /// Options shared by the client subcommands.
 #[derive(Clone, Debug, clap::Args)]
@@ -87,35 +92,70 @@ pub fn run_client(cmd: ClientCommand, args: &ClientArgs) -> ExitCode {
     }
 }
 
-/// GETs `route` over the unix socket and returns the status code and body.
+/// GETs `route` over the unix socket and returns the status code and body: one HTTP/1.1
+/// exchange with hyper's client on a single-threaded runtime of its own.
 pub fn get(socket: &Path, route: &str) -> Result<(u16, String), ApiError> {
     if !route.starts_with('/') || route.chars().any(|c| c.is_control() || c == ' ') {
         return Err(ApiError::InvalidRoute {
             route: route.into(),
         });
     }
-    let mut stream = UnixStream::connect(socket).map_err(|e| connect_error(socket, e))?;
-    let io_error = |source| ApiError::Request {
-        path: socket.to_path_buf(),
-        route: route.into(),
-        source,
-    };
-    stream.set_read_timeout(Some(TIMEOUT)).map_err(io_error)?;
-    stream.set_write_timeout(Some(TIMEOUT)).map_err(io_error)?;
-    let request = format!(
-        "GET {route} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: monitor-cli\r\nAccept: */*\r\nConnection: close\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).map_err(io_error)?;
-    let mut raw = Vec::new();
-    stream
-        .take(MAX_RESPONSE)
-        .read_to_end(&mut raw)
-        .map_err(io_error)?;
-    parse_response(&raw).map_err(|reason| ApiError::BadResponse {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|source| ApiError::Request {
+            path: socket.to_path_buf(),
+            route: route.into(),
+            source,
+        })?;
+    runtime.block_on(async {
+        match tokio::time::timeout(TIMEOUT, exchange(socket, route)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(ApiError::Request {
+                path: socket.to_path_buf(),
+                route: route.into(),
+                source: std::io::Error::new(
+                    ErrorKind::TimedOut,
+                    format!("no answer within {}s", TIMEOUT.as_secs()),
+                ),
+            }),
+        }
+    })
+}
+
+async fn exchange(socket: &Path, route: &str) -> Result<(u16, String), ApiError> {
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|e| connect_error(socket, e))?;
+    let bad = |reason: String| ApiError::BadResponse {
         path: socket.to_path_buf(),
         route: route.into(),
         reason,
-    })
+    };
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    // The connection is driven beside the request; it ends when the answer is read.
+    let driver = tokio::spawn(connection);
+    let request = Request::get(route)
+        .header(HOST, "localhost")
+        .header(USER_AGENT, "monitor-cli")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| bad(format!("building the request: {e}")))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    let status = response.status().as_u16();
+    let body = Limited::new(response.into_body(), MAX_RESPONSE)
+        .collect()
+        .await
+        .map_err(|e| bad(format!("reading the body: {e}")))?
+        .to_bytes();
+    driver.abort();
+    let body = String::from_utf8(body.to_vec()).map_err(|_| bad("the body is not UTF-8".into()))?;
+    Ok((status, body))
 }
 
 /// EACCES means the agent runs but the socket is root-only; anything else (ENOENT,
@@ -132,111 +172,60 @@ fn connect_error(socket: &Path, source: std::io::Error) -> ApiError {
     }
 }
 
-/// Status line, headers, then the body by Content-Length, chunked, or up to the close.
-fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
-    let head_end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("no end of headers")?;
-    let head = std::str::from_utf8(&raw[..head_end]).map_err(|_| "headers are not UTF-8")?;
-    let rest = &raw[head_end + 4..];
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let mut parts = status_line.splitn(3, ' ');
-    let (version, code) = (parts.next(), parts.next());
-    if !version.is_some_and(|v| v.starts_with("HTTP/1.")) {
-        return Err(format!("not an HTTP/1 status line: {status_line:?}"));
-    }
-    let status: u16 = code
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("no status code in {status_line:?}"))?;
-    let mut length = None;
-    let mut chunked = false;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            return Err(format!("malformed header {line:?}"));
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            length = Some(
-                value
-                    .parse::<usize>()
-                    .map_err(|_| format!("bad Content-Length {value:?}"))?,
-            );
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.eq_ignore_ascii_case("chunked");
-        }
-    }
-    let body = if chunked {
-        dechunk(rest)?
-    } else if let Some(length) = length {
-        rest.get(..length)
-            .ok_or_else(|| format!("body shorter than its Content-Length {length}"))?
-            .to_vec()
-    } else {
-        rest.to_vec()
-    };
-    let body = String::from_utf8(body).map_err(|_| "the body is not UTF-8".to_string())?;
-    Ok((status, body))
-}
-
-fn dechunk(mut raw: &[u8]) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    loop {
-        let line_end = raw
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or("unterminated chunk size")?;
-        let size_text = std::str::from_utf8(&raw[..line_end]).map_err(|_| "bad chunk size")?;
-        let size_text = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16)
-            .map_err(|_| format!("bad chunk size {size_text:?}"))?;
-        raw = &raw[line_end + 2..];
-        if size == 0 {
-            return Ok(body);
-        }
-        let chunk = raw.get(..size).ok_or("truncated chunk")?;
-        body.extend_from_slice(chunk);
-        raw = raw.get(size + 2..).ok_or("truncated chunk")?;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use rstest::rstest;
 
     use super::*;
 
+    /// Serves one connection on a real unix socket with `answer` as the raw bytes of the
+    /// response, and returns the socket's path.
+    fn answering(dir: &Path, answer: &'static [u8]) -> PathBuf {
+        use std::io::Read;
+        let socket = dir.join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        std::thread::spawn(move || {
+            if let Ok((mut stream, _)) = listener.accept() {
+                // The request's head, then the canned answer.
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(answer);
+            }
+        });
+        socket
+    }
+
     #[rstest]
     #[case::length(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello".as_slice(), 200, "hello")]
-    #[case::close(b"HTTP/1.1 404 Not Found\r\n\r\n{}\n".as_slice(), 404, "{}\n")]
+    #[case::close(b"HTTP/1.1 404 Not Found\r\nConnection: close\r\n\r\n{}\n".as_slice(), 404, "{}\n")]
     #[case::chunked(
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n".as_slice(),
         200,
         "abcde"
     )]
-    fn parses_responses(#[case] raw: &[u8], #[case] status: u16, #[case] body: &str) {
-        assert_eq!(parse_response(raw), Ok((status, body.to_string())));
+    fn reads_answers(#[case] raw: &'static [u8], #[case] status: u16, #[case] body: &str) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = answering(dir.path(), raw);
+        let answer = get(&socket, "/status").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(answer, (status, body.to_string()));
     }
 
     #[rstest]
-    #[case::no_head(b"HTTP/1.1 200 OK\r\n".as_slice(), "no end of headers")]
-    #[case::not_http(b"SSH-2.0\r\n\r\n".as_slice(), "not an HTTP/1 status line")]
-    #[case::bad_code(b"HTTP/1.1 abc\r\n\r\n".as_slice(), "no status code")]
-    #[case::short(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc".as_slice(), "shorter")]
-    #[case::bad_chunk(
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".as_slice(),
-        "bad chunk size"
-    )]
-    #[case::truncated_chunk(
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nff\r\nabc".as_slice(),
-        "truncated chunk"
-    )]
-    fn rejects_malformed_responses(#[case] raw: &[u8], #[case] why: &str) {
-        match parse_response(raw) {
-            Ok(r) => panic!("accepted {r:?}"),
-            Err(e) => assert!(e.contains(why), "{e:?} does not say {why:?}"),
-        }
+    #[case::not_http(b"SSH-2.0-OpenSSH\r\n\r\n".as_slice())]
+    #[case::short(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc".as_slice())]
+    #[case::bad_chunk(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".as_slice())]
+    #[case::not_utf8(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n\xff\xfe".as_slice())]
+    fn malformed_answers_name_the_socket_and_route(#[case] raw: &'static [u8]) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = answering(dir.path(), raw);
+        let err = get(&socket, "/pods").expect_err("must refuse").to_string();
+        assert!(
+            err.starts_with(&format!(
+                "GET /pods on socket {}: malformed answer: ",
+                socket.display()
+            )),
+            "{err}"
+        );
     }
 
     #[rstest]

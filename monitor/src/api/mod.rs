@@ -19,7 +19,8 @@
 //! Server: `hyper` 1 with `hyper-util`, chosen over `axum` because four fixed GET routes
 //! need no router or middleware stack: `hyper`'s connection builder serves any tokio
 //! stream, unix or TCP alike, with a smaller dependency tree (no tower, matchit, ...).
-//! The client is plain std (`UnixStream`, `Connection: close`): the CLI needs no runtime.
+//! The client is hyper's HTTP/1.1 client connection over a tokio `UnixStream`, on a
+//! single-threaded runtime made for the one request.
 
 mod client;
 mod error;

@@ -1,8 +1,10 @@
-//! RFC 3339 timestamps (the Summary API's `time` fields, Go's `metav1.Time`), parsed
-//! without a date-time crate: the simulation only needs to order them.
+//! RFC 3339 timestamps (the Summary API's `time` fields, Go's `metav1.Time`): parsed by
+//! the `time` crate's strict RFC 3339 parser; the simulation only orders and subtracts them.
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, de};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
 /// An instant as nanoseconds since the Unix epoch (UTC). Only compared and subtracted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -40,112 +42,12 @@ pub enum TimestampError {
 /// Parses `2024-05-01T10:00:00Z`, `2024-05-01T10:00:00.123456789+02:00` and the lower-case
 /// `t`/`z` forms RFC 3339 allows.
 pub fn parse_rfc3339(text: &str) -> Result<Timestamp, TimestampError> {
-    let bad = || TimestampError::NotRfc3339 {
+    let parsed = OffsetDateTime::parse(text, &Rfc3339).map_err(|_| TimestampError::NotRfc3339 {
         text: text.to_string(),
-    };
-    let b = text.as_bytes();
-    if b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || !matches!(b[10], b'T' | b't' | b' ')
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return Err(bad());
-    }
-    let num = |range: std::ops::Range<usize>| -> Result<i64, TimestampError> {
-        let s = text.get(range).ok_or_else(bad)?;
-        if !s.bytes().all(|c| c.is_ascii_digit()) {
-            return Err(bad());
-        }
-        s.parse::<i64>().map_err(|_| bad())
-    };
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month)
-        || day < 1
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return Err(bad());
-    }
-    let mut rest = &text[19..];
-    let mut nanos: i128 = 0;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return Err(bad());
-        }
-        // Keep nanosecond precision; extra digits are truncated as Go's parser does.
-        for (i, c) in frac.bytes().take(digits).enumerate() {
-            if i < 9 {
-                nanos = nanos * 10 + i128::from(c - b'0');
-            }
-        }
-        for _ in digits..9 {
-            nanos *= 10;
-        }
-        rest = &frac[digits..];
-    }
-    let offset_seconds: i64 = match rest {
-        "Z" | "z" => 0,
-        _ => {
-            let sign = match rest.as_bytes().first() {
-                Some(b'+') => 1,
-                Some(b'-') => -1,
-                _ => return Err(bad()),
-            };
-            let ob = rest.as_bytes();
-            if ob.len() != 6 || ob[3] != b':' {
-                return Err(bad());
-            }
-            let oh = num_in(rest, 1..3).ok_or_else(bad)?;
-            let om = num_in(rest, 4..6).ok_or_else(bad)?;
-            if oh > 23 || om > 59 {
-                return Err(bad());
-            }
-            sign * (oh * 3600 + om * 60)
-        }
-    };
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
+    })?;
     Ok(Timestamp {
-        nanos: i128::from(seconds) * 1_000_000_000 + nanos,
+        nanos: parsed.unix_timestamp_nanos(),
     })
-}
-
-fn num_in(text: &str, range: std::ops::Range<usize>) -> Option<i64> {
-    let s = text.get(range)?;
-    if !s.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
-}
-
-fn is_leap(year: i64) -> bool {
-    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if is_leap(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -161,6 +63,8 @@ mod tests {
     #[case("1970-01-01T00:00:00.5Z", 500_000_000)]
     #[case("2000-03-01T00:00:00Z", 951_868_800_000_000_000)]
     #[case("2024-02-29T12:00:00.123456789Z", 1_709_208_000_123_456_789)]
+    #[case("1970-01-01t00:00:10z", 10_000_000_000)]
+    #[case("1969-12-31T23:00:00-01:00", 0)]
     fn rfc3339_parses_to_epoch_nanos(#[case] text: &str, #[case] nanos: i128) {
         let ts = parse_rfc3339(text).unwrap_or_else(|e| panic!("{text}: {e}"));
         assert_eq!(ts.nanos, nanos, "{text}");
