@@ -49,6 +49,17 @@ pub struct LastSync {
     pub wake_latency_us: u64,
     pub duration_us: u64,
     pub summary: String,
+    /// CLOCK_MONOTONIC when it finished: its age is read against this, so a wall-clock
+    /// step (NTP, a manual `date`) cannot make a stalled loop look fresh.
+    #[serde(skip)]
+    pub finished_ns: u64,
+}
+
+impl LastSync {
+    /// How long ago it finished, at monotonic time `now_ns`.
+    pub fn age(&self, now_ns: u64) -> std::time::Duration {
+        std::time::Duration::from_nanos(now_ns.saturating_sub(self.finished_ns))
+    }
 }
 
 /// A pod as `monitor pods` shows it.

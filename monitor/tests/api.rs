@@ -91,6 +91,7 @@ fn filled_state() -> SharedState {
             wake_latency_us: 85,
             duration_us: 1_900,
             summary: "evicted default/hog (memory.available < 500Mi)".into(),
+            finished_ns: monitor::clock::monotonic_ns(),
         });
         s.pods = vec![
             PodView {
@@ -474,7 +475,7 @@ fn cli(args: &[&str]) -> (bool, String, String) {
 }
 
 #[rstest]
-#[case::status("status", &["EVENT SOURCES", "memory.available: 412Mi available of 4096Mi (10.1%)", "hard threshold memory.available<500Mi (= 500Mi): met", "grace period 1m30s running", "MemoryPressure", "#31 at 2025-06-01T12:00:00Z, woken by ebpf: wake latency 85µs"])]
+#[case::status("status", &["EVENT SOURCES", "memory.available: 412Mi available of 4096Mi (10.1%)", "hard threshold memory.available<500Mi (= 500Mi): met", "grace period 1m30s running", "MemoryPressure", "#31 at 2025-06-01T12:00:00Z (", "ago), woken by ebpf: wake latency 85µs"])]
 #[case::pods("pods", &["KEY", "RESTARTS", "default/hog", "Evicted", "3072Mi", "default/web"])]
 #[case::events("events", &["TIME", "MESSAGE", "Evicted", "The node was low on resource: memory."])]
 #[case::metrics("metrics", &["# TYPE monitor_evictions_total counter", "monitor_synchronizes_total 31"])]

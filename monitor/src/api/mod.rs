@@ -23,6 +23,7 @@
 //! single-threaded runtime made for the one request.
 
 mod client;
+mod deadline;
 mod error;
 /// The test-only checker of the exposition format, shared with the integration tests.
 #[cfg(test)]

@@ -12,8 +12,9 @@ use crate::state::{AgentState, Event, SignalStatus};
 
 const MI: f64 = 1024.0 * 1024.0;
 
-/// Sources, signals against thresholds, node conditions and the last synchronize.
-pub fn render_status(state: &AgentState) -> String {
+/// Sources, signals against thresholds, node conditions and the last synchronize (its
+/// age taken at monotonic time `now_ns`).
+pub fn render_status(state: &AgentState, now_ns: u64) -> String {
     let mut out = String::new();
 
     out += "EVENT SOURCES\n";
@@ -106,9 +107,10 @@ pub fn render_status(state: &AgentState) -> String {
                 sources.join(", ")
             };
             out += &format!(
-                "  #{} at {}, woken by {woken_by}: wake latency {}, took {}\n",
+                "  #{} at {} ({} ago), woken by {woken_by}: wake latency {}, took {}\n",
                 sync.sequence,
                 clean(&sync.at),
+                age(sync.age(now_ns)),
                 micros(sync.wake_latency_us),
                 micros(sync.duration_us),
             );
@@ -217,6 +219,20 @@ fn micros(us: u64) -> String {
     }
 }
 
+/// An age for a reader: 850ms, 2.5s, 3m12s, 2h05m.
+fn age(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    if secs == 0 {
+        format!("{}ms", d.as_millis())
+    } else if secs < 60 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if secs < 3600 {
+        format!("{}m{:02}s", secs / 60, secs % 60)
+    } else {
+        format!("{}h{:02}m", secs / 3600, secs % 3600 / 60)
+    }
+}
+
 /// Control characters (escape sequences, line breaks) shown escaped, so one cell stays on
 /// one line and cannot drive the terminal.
 fn clean(text: &str) -> String {
@@ -317,6 +333,7 @@ mod tests {
             wake_latency_us: 1_250,
             duration_us: 640,
             summary: "soft threshold met, waiting for grace period".into(),
+            finished_ns: 1_000_000_000,
         });
         s.evictions.push_back(crate::state::EvictionView {
             pod: "default/stuck".into(),
@@ -341,20 +358,29 @@ mod tests {
     )]
     #[case::condition("  MemoryPressure")]
     #[case::last_sync(
-        "#17 at 2025-01-02T03:04:05Z, woken by psi, ebpf: wake latency 1.25ms, took 640µs"
+        "#17 at 2025-01-02T03:04:05Z (2.5s ago), woken by psi, ebpf: wake latency 1.25ms, took 640µs"
     )]
     #[case::summary("soft threshold met, waiting for grace period")]
     #[case::eviction(
         "default/stuck (memory.available, grace 0 s): timed_out after 3 attempt(s): 2 process(es) still alive"
     )]
     fn status_shows(#[case] expected: &str) {
-        let text = render_status(&status_state());
+        let text = render_status(&status_state(), 3_500_000_000);
         assert!(text.contains(expected), "{expected:?} not in\n{text}");
+    }
+
+    #[rstest]
+    #[case(850, "850ms")]
+    #[case(2_500, "2.5s")]
+    #[case(192_000, "3m12s")]
+    #[case(7_500_000, "2h05m")]
+    fn ages_read_at_a_glance(#[case] ms: u64, #[case] expected: &str) {
+        assert_eq!(age(std::time::Duration::from_millis(ms)), expected);
     }
 
     #[test]
     fn status_of_a_fresh_agent_says_so() {
-        let text = render_status(&AgentState::default());
+        let text = render_status(&AgentState::default(), 0);
         for expected in [
             "(none reported yet)",
             "(no observation yet)",

@@ -52,8 +52,12 @@ pub fn respond(state: &AgentState, scope: Scope, method: &str, target: &str) -> 
     };
     match route {
         "/status" => match query.format {
-            Some(Format::Text) => text(render_status(state)),
-            _ => to_json(&status_view(state), query.pretty, route),
+            Some(Format::Text) => text(render_status(state, crate::clock::monotonic_ns())),
+            _ => to_json(
+                &status_view(state, crate::clock::monotonic_ns()),
+                query.pretty,
+                route,
+            ),
         },
         "/pods" => match query.format {
             Some(Format::Text) => text(render_pods(state)),
@@ -85,17 +89,25 @@ struct StatusView<'a> {
     signals: &'a [SignalStatus],
     conditions: &'a [String],
     last_sync: Option<&'a LastSync>,
+    /// Seconds since the last synchronize finished: a loop that stopped shows here while
+    /// everything else still looks current.
+    last_sync_age_seconds: Option<f64>,
     /// The newest evictions and how each ended.
     evictions: &'a std::collections::VecDeque<crate::state::EvictionView>,
     observation: Option<&'a NodeObservation>,
 }
 
-fn status_view(state: &AgentState) -> StatusView<'_> {
+fn status_view(state: &AgentState, now_ns: u64) -> StatusView<'_> {
     StatusView {
         sources: &state.sources,
         signals: &state.signals,
         conditions: &state.conditions,
         last_sync: state.last_sync.as_ref(),
+        // Milliseconds are all a reader of an age needs.
+        last_sync_age_seconds: state
+            .last_sync
+            .as_ref()
+            .map(|sync| (sync.age(now_ns).as_millis() as f64) / 1000.0),
         evictions: &state.evictions,
         observation: state.observation.as_ref(),
     }
@@ -312,6 +324,25 @@ mod tests {
         assert_eq!(v["conditions"][0], "DiskPressure");
         assert!(v["lastSync"].is_null() && v["observation"].is_null(), "{v}");
         assert!(v.get("events").is_none(), "status carries no events: {v}");
+        assert!(v["lastSyncAgeSeconds"].is_null(), "{v}");
+    }
+
+    #[test]
+    fn status_json_carries_the_age_of_the_last_synchronize() {
+        let mut s = state(1, 0);
+        s.last_sync = Some(LastSync {
+            sequence: 4,
+            at: "2025-01-02T03:04:05Z".into(),
+            wake_sources: vec![],
+            wake_latency_us: 0,
+            duration_us: 0,
+            summary: String::new(),
+            finished_ns: 10_000_000_000,
+        });
+        let v = serde_json::to_value(status_view(&s, 12_345_000_000)).expect("serialize");
+        assert_eq!(v["lastSyncAgeSeconds"], 2.345, "{v}");
+        assert_eq!(v["lastSync"]["sequence"], 4, "{v}");
+        assert!(v["lastSync"].get("finishedNs").is_none(), "{v}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Serving the routes: HTTP/1.1 on the unix socket (every route) and, optionally, on a TCP
 //! address (`/metrics` only), as tokio tasks that stop on [`ApiServer::shutdown`].
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
@@ -18,16 +19,22 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 
+use super::deadline::WriteDeadline;
 use super::error::ApiError;
 use super::routes::{ALLOWED_METHODS, Scope, respond};
 use crate::state::SharedState;
 
-/// Connections served at once per listener; more wait in the kernel's accept queue.
+/// Connections served at once per listener. One more arriving closes the oldest, so a
+/// listener full of stalled clients still answers a new `/metrics` or `/status` at once:
+/// the agent's own requests take milliseconds, only a stalled or idle connection grows old.
 const MAX_CONNECTIONS: usize = 64;
-/// A client must send its request headers within this time (slowloris).
+/// A client must send its request headers within this time (slowloris); an idle
+/// keep-alive connection is closed after it too.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A client must take its response within this time once it stopped reading.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// On shutdown, requests in flight get this long to finish.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -192,24 +199,35 @@ async fn clear_stale(socket: &Path) -> Result<(), ApiError> {
     }
 }
 
-/// Binds under a temporary name, makes it 0600, then renames it into place: the socket is
-/// never reachable at its public path with the umask's looser mode.
+/// Binds inside a fresh 0700 directory, makes the socket 0600, then renames it into place:
+/// it is never reachable, at its public path or its temporary one, with the umask's mode.
+/// (A directory instead of `umask(2)`: the umask is the whole process's, and other threads
+/// create files meanwhile.)
 fn bind_private(socket: &Path) -> Result<(UnixListener, (u64, u64)), ApiError> {
     let name = socket
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "monitor.sock".into());
-    let private = socket.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&private);
+    let private_dir = socket.with_file_name(format!(".{name}.{}.d", std::process::id()));
+    let private = private_dir.join(&name);
     let bind_error = |source| ApiError::Bind {
         path: socket.to_path_buf(),
         source,
     };
-    let listener = std::os::unix::net::UnixListener::bind(&private).map_err(bind_error)?;
+    // A leftover of a crashed start with our pid (a pid namespace's init restarting).
+    let _ = std::fs::remove_file(&private);
+    let _ = std::fs::remove_dir(&private_dir);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private_dir)
+        .map_err(bind_error)?;
     let cleanup = |err: ApiError| {
         let _ = std::fs::remove_file(&private);
+        let _ = std::fs::remove_dir(&private_dir);
         err
     };
+    let listener = std::os::unix::net::UnixListener::bind(&private)
+        .map_err(|source| cleanup(bind_error(source)))?;
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).map_err(
         |source| {
             cleanup(ApiError::Permissions {
@@ -224,6 +242,7 @@ fn bind_private(socket: &Path) -> Result<(UnixListener, (u64, u64)), ApiError> {
             source,
         })
     })?;
+    let _ = std::fs::remove_dir(&private_dir);
     let meta = std::fs::symlink_metadata(socket).map_err(|source| ApiError::Publish {
         path: socket.to_path_buf(),
         source,
@@ -245,34 +264,58 @@ async fn accept_loop(
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut connections = JoinSet::new();
+    // Live connections, oldest first.
+    let mut by_age: VecDeque<AbortHandle> = VecDeque::new();
+    let mut shed: u64 = 0;
     loop {
         if *stopped.borrow() {
             break;
         }
-        if connections.len() >= MAX_CONNECTIONS {
-            tokio::select! {
-                _ = stopped.changed() => break,
-                _ = connections.join_next() => continue,
-            }
-        }
         let accepted = tokio::select! {
             _ = stopped.changed() => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            Some(done) = connections.join_next_with_id(), if !connections.is_empty() => {
+                let id = match &done {
+                    Ok((id, ())) => *id,
+                    Err(e) => e.id(),
+                };
+                by_age.retain(|handle| handle.id() != id);
+                continue;
+            }
             accepted = accept(&listener) => accepted,
         };
-        match accepted {
-            Ok(Stream::Unix(s)) => {
-                connections.spawn(connection(s, state.clone(), scope, stopped.clone()));
-            }
-            Ok(Stream::Tcp(s)) => {
-                connections.spawn(connection(s, state.clone(), scope, stopped.clone()));
-            }
+        let stream = match accepted {
+            Ok(stream) => stream,
             Err(e) => {
                 // Out of descriptors and the like: back off instead of spinning.
                 tracing::warn!("API accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if by_age.len() >= MAX_CONNECTIONS
+            && let Some(oldest) = by_age.pop_front()
+        {
+            // Aborting drops the stream (the client sees the connection closed); a request
+            // is never cut while it holds the state's lock, the handler does not await.
+            oldest.abort();
+            shed += 1;
+            if shed == 1 {
+                tracing::warn!(
+                    "API: {MAX_CONNECTIONS} connections open on one listener, closing the oldest for each new one"
+                );
+            } else {
+                tracing::debug!("API: {shed} connections closed for newer ones");
             }
         }
+        let handle = match stream {
+            Stream::Unix(s) => {
+                connections.spawn(connection(s, state.clone(), scope, stopped.clone()))
+            }
+            Stream::Tcp(s) => {
+                connections.spawn(connection(s, state.clone(), scope, stopped.clone()))
+            }
+        };
+        by_age.push_back(handle);
     }
     drop(listener);
     let drain = async { while connections.join_next().await.is_some() {} };
@@ -294,7 +337,7 @@ async fn accept(listener: &Listener) -> std::io::Result<Stream> {
 }
 
 /// Serves the requests of one connection as a listener does, until the client closes it
-/// (or stalls past the header timeout). The fuzz targets feed it raw request bytes.
+/// (or stalls past the header or write timeout). The fuzz targets feed it raw request bytes.
 pub async fn serve_connection<S>(stream: S, state: SharedState, scope: Scope)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -320,6 +363,7 @@ async fn connection<S>(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
+    let stream = WriteDeadline::new(stream, WRITE_TIMEOUT);
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     tokio::select! {

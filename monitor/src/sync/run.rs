@@ -300,6 +300,7 @@ impl<O: Observe> SyncLoop<O> {
                 .unwrap_or(0),
             duration_us: u64::try_from(duration.as_micros()).unwrap_or(u64::MAX),
             summary: report.summary.clone(),
+            finished_ns: monotonic_ns(),
         });
         state.observation = report.observation.as_ref().ok().cloned();
     }

@@ -1,0 +1,244 @@
+//! The API of a real `monitor run` under hostile clients: its socket is root-only from the
+//! moment it exists, and `monitor status` / `monitor metrics` keep answering while slow
+//! clients hold every connection the listener serves.
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use monitor_tests::{Feature, TestTrees, helper_binary, monitor_run, require, wait_until};
+
+/// The listener's connection budget in the agent (`MAX_CONNECTIONS`).
+const BUDGET: usize = 64;
+/// The agent's write timeout, and what this test allows on top of it.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct Agent {
+    child: Option<Child>,
+    socket: PathBuf,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+    _trees: TestTrees,
+}
+
+impl Agent {
+    fn start(name: &str) -> Agent {
+        let trees = TestTrees;
+        let cgroup_root = TestTrees::root(name);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("run/api.sock");
+        std::fs::create_dir_all(dir.path().join("pods")).expect("pods dir");
+        let config = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
+             monitor:\n  cgroupRoot: {cgroup_root}\n  stateDir: {}\n  podLogDir: {}\n  socket: {}\n",
+            dir.path().join("pods").display(),
+            dir.path().join("state").display(),
+            dir.path().join("logs").display(),
+            socket.display(),
+        );
+        std::fs::write(dir.path().join("config.yaml"), config).expect("config");
+        let log = dir.path().join("agent.log");
+        let file = std::fs::File::create(&log).expect("log");
+        // A permissive umask: the socket must not inherit it.
+        let previous = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+        let child = monitor_run(&dir.path().join("config.yaml"), &file)
+            .spawn()
+            .expect("start monitor run");
+        nix::sys::stat::umask(previous);
+        let agent = Agent {
+            child: Some(child),
+            socket,
+            log,
+            _dir: dir,
+            _trees: trees,
+        };
+        wait_until(
+            "the agent's first synchronize",
+            Duration::from_secs(30),
+            || agent.cli(&["status"]).1.contains("LAST SYNCHRONIZE\n  #"),
+        );
+        agent
+    }
+
+    /// Runs a client subcommand against this agent: (success, stdout, elapsed).
+    fn cli(&self, args: &[&str]) -> (bool, String, Duration) {
+        let started = Instant::now();
+        let out = Command::new(helper_binary("monitor"))
+            .args(args)
+            .arg("--socket")
+            .arg(&self.socket)
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run monitor");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            started.elapsed(),
+        )
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            monitor_tests::stop_agent(child);
+        }
+    }
+}
+
+/// A client that sends half a request line and then nothing.
+fn half_request(socket: &Path) -> UnixStream {
+    let mut stream = UnixStream::connect(socket).expect("connect");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x")
+        .expect("write half a request");
+    stream
+}
+
+/// A client that asks for many responses at once and never reads them.
+fn never_reads(socket: &Path) -> UnixStream {
+    let mut stream = UnixStream::connect(socket).expect("connect");
+    let requests = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(400);
+    stream
+        .write_all(requests.as_bytes())
+        .expect("write pipelined requests");
+    stream
+}
+
+#[test]
+fn status_and_metrics_answer_while_slow_clients_hold_every_connection() {
+    if !require(
+        "status_and_metrics_answer_while_slow_clients_hold_every_connection",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    let agent = Agent::start("api-slow");
+
+    // The socket was made 0600 before anyone could reach it, whatever the agent's umask,
+    // and nothing of its private making is left beside it.
+    let meta = std::fs::symlink_metadata(&agent.socket).expect("socket");
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let beside: Vec<String> = std::fs::read_dir(agent.socket.parent().expect("dir"))
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(beside, ["api.sock"], "{beside:?}");
+
+    let mut stalled: Vec<UnixStream> = (0..BUDGET).map(|_| half_request(&agent.socket)).collect();
+    let readers_started = Instant::now();
+    let mut silent: Vec<UnixStream> = (0..8).map(|_| never_reads(&agent.socket)).collect();
+    // More half requests than the budget: the listener is full of clients that send nothing.
+    stalled.extend((0..BUDGET / 2).map(|_| half_request(&agent.socket)));
+    // Give the agent time to accept them all and fill the silent clients' sockets.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        for command in ["status", "metrics"] {
+            let (ok, out, took) = agent.cli(&[command]);
+            assert!(
+                ok,
+                "monitor {command} failed under slow clients:\n{}",
+                agent.log()
+            );
+            assert!(
+                took < Duration::from_secs(2),
+                "monitor {command} took {took:?} under slow clients"
+            );
+            let expected = if command == "status" {
+                "LAST SYNCHRONIZE"
+            } else {
+                "monitor_synchronizes_total"
+            };
+            assert!(out.contains(expected), "{out}");
+            slowest = slowest.max(took);
+        }
+    }
+    println!(
+        "{} half requests and {} non-reading clients open: slowest monitor status/metrics {slowest:?}",
+        stalled.len(),
+        silent.len()
+    );
+
+    // A client that never reads is dropped after the write timeout: reading once it has
+    // passed finds the responses the kernel had buffered, then the end of the connection,
+    // far short of the 400 it asked for.
+    std::thread::sleep(
+        (WRITE_TIMEOUT + Duration::from_secs(2)).saturating_sub(readers_started.elapsed()),
+    );
+    for stream in &mut silent {
+        stream
+            .set_read_timeout(Some(WRITE_TIMEOUT * 3))
+            .expect("read timeout");
+        let mut got = Vec::new();
+        match stream.read_to_end(&mut got) {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("the agent kept a non-reading client: {e}"),
+        }
+        let responses = String::from_utf8_lossy(&got)
+            .matches("HTTP/1.1 200")
+            .count();
+        assert!(
+            (1..400).contains(&responses),
+            "{responses} of 400 responses were written"
+        );
+        println!(
+            "a client that stopped reading: {responses} of 400 responses ({} bytes) reached it before it was dropped",
+            got.len()
+        );
+    }
+    drop(stalled);
+
+    // The agent is still whole.
+    let (ok, _, took) = agent.cli(&["status"]);
+    assert!(ok && took < Duration::from_secs(2), "{}", agent.log());
+}
+
+#[test]
+fn status_shows_the_age_of_the_last_synchronize() {
+    if !require(
+        "status_shows_the_age_of_the_last_synchronize",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    let agent = Agent::start("api-age");
+    let (ok, text, _) = agent.cli(&["status"]);
+    assert!(ok, "{}", agent.log());
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with('#'))
+        .unwrap_or_else(|| panic!("no synchronize line in\n{text}"));
+    assert!(line.contains(" ago), woken by "), "{line}");
+
+    let (ok, json, _) = agent.cli(&["status", "--json"]);
+    assert!(ok);
+    let value: serde_json::Value = serde_json::from_str(&json).expect("status --json");
+    let age = value["lastSyncAgeSeconds"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no lastSyncAgeSeconds in {value}"));
+    // The housekeeping timer synchronizes every 10 s on an idle node.
+    assert!((0.0..=15.0).contains(&age), "age {age} s");
+    assert!(value["lastSync"]["sequence"].as_u64().is_some(), "{value}");
+
+    // Between two synchronizes the age grows with the wall clock.
+    let sequence = value["lastSync"]["sequence"].clone();
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, json, _) = agent.cli(&["status", "--json"]);
+    let later: serde_json::Value = serde_json::from_str(&json).expect("status --json");
+    let later_age = later["lastSyncAgeSeconds"].as_f64().expect("age");
+    if later["lastSync"]["sequence"] == sequence {
+        assert!(later_age >= age + 1.4, "{age} s then {later_age} s");
+    } else {
+        assert!(later_age < 1.6, "a newer synchronize, {later_age} s old");
+    }
+}
