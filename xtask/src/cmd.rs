@@ -37,17 +37,24 @@ pub fn workspace_root() -> std::path::PathBuf {
         .to_path_buf()
 }
 
-/// Cargo's target directory (honours `CARGO_TARGET_DIR` and config), from `cargo metadata`.
+/// Cargo's target directory, as cargo itself resolves it: `CARGO_TARGET_DIR`, then
+/// `build.target-dir` of the cargo configuration, then `<workspace>/target`. Every command
+/// that builds or looks for a build output goes through here.
 pub fn target_dir(workspace: &std::path::Path) -> Result<std::path::PathBuf> {
-    let out = cargo()
+    metadata_target_dir(cargo().current_dir(workspace))
+}
+
+/// `target_directory` from `cargo metadata`, run as `command` is set up (its directory
+/// and environment).
+fn metadata_target_dir(command: &mut Command) -> Result<std::path::PathBuf> {
+    let out = command
         .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(workspace)
         .output()
         .context("running cargo metadata")?;
     if !out.status.success() {
         bail!(
             "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr).trim()
         );
     }
     let metadata: serde_json::Value =
@@ -56,6 +63,48 @@ pub fn target_dir(workspace: &std::path::Path) -> Result<std::path::PathBuf> {
         .as_str()
         .map(std::path::PathBuf::from)
         .context("cargo metadata has no target_directory")
+}
+
+/// Whether to colour what goes to a stream: only a terminal, and only without `NO_COLOR`
+/// (<https://no-color.org>: set to anything non-empty).
+pub fn colour(stream: &impl std::io::IsTerminal) -> bool {
+    stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// A failure as one line: its causes, outermost first, joined by ": " (a cause spanning
+/// lines, such as a command's stderr, folded onto the line).
+pub fn error_line(err: &anyhow::Error) -> String {
+    let causes: Vec<String> = err
+        .chain()
+        .map(|c| {
+            c.to_string()
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join(" / ")
+        })
+        .filter(|c| !c.is_empty())
+        .collect();
+    causes.join(": ")
+}
+
+/// The process's end: on failure, `error: <causes>` on stderr (red on a terminal) and
+/// exit status 1, instead of the error's debug form.
+pub fn exit(result: Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            let stderr = std::io::stderr();
+            let prefix = if colour(&stderr) {
+                "\x1b[1;31merror\x1b[0m"
+            } else {
+                "error"
+            };
+            eprintln!("{prefix}: {}", error_line(&err));
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 /// Builds the agent and the test helpers (the hog), in release mode or not; returns the
@@ -74,4 +123,67 @@ pub fn build_bins(workspace: &std::path::Path, release: bool) -> Result<std::pat
 /// [`build_bins`] in release mode (the demo and the benchmark).
 pub fn build_release_bins(workspace: &std::path::Path) -> Result<std::path::PathBuf> {
     build_bins(workspace, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    /// Where cargo puts a throw-away crate's builds, given its config and environment.
+    #[rstest]
+    #[case::default(None, None, "target")]
+    #[case::config(None, Some("from-config"), "from-config")]
+    #[case::environment_over_config(Some("from-env"), Some("from-config"), "from-env")]
+    fn target_dir_follows_cargo(
+        #[case] env: Option<&str>,
+        #[case] config: Option<&str>,
+        #[case] expected: &str,
+    ) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        std::fs::write(
+            root.join("Cargo.toml"),
+            "[package]\nname = \"probe\"\nversion = \"0.0.0\"\nedition = \"2024\"\n",
+        )
+        .expect("Cargo.toml");
+        std::fs::create_dir_all(root.join("src")).expect("src");
+        std::fs::write(root.join("src/lib.rs"), "").expect("lib.rs");
+        if let Some(config) = config {
+            std::fs::create_dir_all(root.join(".cargo")).expect(".cargo");
+            std::fs::write(
+                root.join(".cargo/config.toml"),
+                format!("[build]\ntarget-dir = \"{config}\"\n"),
+            )
+            .expect("config.toml");
+        }
+        let mut command = cargo();
+        command
+            .current_dir(root)
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("CARGO_BUILD_TARGET_DIR");
+        if let Some(env) = env {
+            command.env("CARGO_TARGET_DIR", root.join(env));
+        }
+        let found = metadata_target_dir(&mut command).expect("cargo metadata");
+        let root = root.canonicalize().expect("canonical root");
+        assert_eq!(
+            found.canonicalize().unwrap_or(found.clone()),
+            root.join(expected)
+        );
+    }
+
+    #[rstest]
+    #[case::one(anyhow::anyhow!("boom"), "boom")]
+    #[case::chain(
+        anyhow::anyhow!("no such file").context("reading a.json").context("replot"),
+        "replot: reading a.json: no such file"
+    )]
+    #[case::multi_line_cause(
+        anyhow::anyhow!("error: a\n\n  b\n").context("cargo metadata failed"),
+        "cargo metadata failed: error: a / b"
+    )]
+    fn errors_read_as_one_line(#[case] err: anyhow::Error, #[case] expected: &str) {
+        assert_eq!(error_line(&err), expected);
+    }
 }

@@ -7,10 +7,11 @@
 //!
 //! The targets are built once (`cargo fuzz build`), then each binary is run directly, so a
 //! source file edited during a long run does not rebuild anything halfway. New inputs
-//! that reach new code go to `monitor/fuzz/target/corpus/<target>/`, so the checked-in
-//! seeds (`monitor/fuzz/corpus/<target>/`) stay as they are and a later run starts from
-//! the coverage an earlier one reached. libFuzzer's own output is kept in
-//! `monitor/fuzz/target/logs/<target>.log`.
+//! that reach new code go to `<target dir>/fuzz/corpus/<target>/` (cargo's target
+//! directory, `target/` unless `CARGO_TARGET_DIR` or the cargo configuration says
+//! otherwise), so the checked-in seeds (`monitor/fuzz/corpus/<target>/`) stay as they are
+//! and a later run starts from the coverage an earlier one reached. The builds are there
+//! too, and libFuzzer's own output in `<target dir>/fuzz/logs/<target>.log`.
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -18,7 +19,7 @@ use std::time::Instant;
 
 use anyhow::{Result, anyhow, bail};
 
-use crate::cmd::workspace_root;
+use crate::cmd::{target_dir, workspace_root};
 use crate::setup;
 
 /// Inputs per target when neither `--runs` nor `--time` is given.
@@ -62,21 +63,24 @@ pub fn run(args: FuzzArgs) -> Result<()> {
         (_, Some(seconds)) => Budget::Seconds(seconds),
         (runs, None) => Budget::Runs(runs.unwrap_or(DEFAULT_RUNS)),
     };
-    let fuzz_dir = workspace_root().join("monitor/fuzz");
+    let root = workspace_root();
+    let fuzz_dir = root.join("monitor/fuzz");
+    // The fuzz crate is a workspace of its own: its builds, grown corpus and logs go under
+    // the main workspace's target directory, wherever that is.
+    let work = target_dir(&root)?.join("fuzz");
     setup::ensure_cargo_fuzz()?;
     ensure_nightly()?;
     let all = list_targets(&fuzz_dir)?;
     let targets = select_targets(&all, &args.targets)?;
-    let logs = fuzz_dir.join("target/logs");
+    let logs = work.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| anyhow!("creating {}: {e}", logs.display()))?;
 
-    let bin_dir = build(&fuzz_dir, &logs.join("build.log"))?;
-    let root = workspace_root();
+    let bin_dir = build(&fuzz_dir, &work, &logs.join("build.log"))?;
     let mut failures = Vec::new();
     for target in &targets {
         let log = logs.join(format!("{target}.log"));
         let started = Instant::now();
-        let success = run_target(&fuzz_dir, &bin_dir, target, budget, &log)?;
+        let success = run_target(&fuzz_dir, &work, &bin_dir, target, budget, &log)?;
         let seconds = started.elapsed().as_secs();
         let text =
             std::fs::read_to_string(&log).map_err(|e| anyhow!("reading {}: {e}", log.display()))?;
@@ -178,14 +182,14 @@ fn select_targets(all: &[String], asked: &[String]) -> Result<Vec<String>> {
 }
 
 /// Builds every target once (release, debug assertions and overflow checks on, address
-/// sanitizer), its output in `log`; returns the directory of the binaries.
-fn build(fuzz_dir: &Path, log: &Path) -> Result<PathBuf> {
+/// sanitizer) under `work`, its output in `log`; returns the directory of the binaries.
+fn build(fuzz_dir: &Path, work: &Path, log: &Path) -> Result<PathBuf> {
     println!(
         "fuzz: building the targets with nightly (log: {})",
         log.display()
     );
     let triple = host_triple()?;
-    let target_dir = fuzz_dir.join("target");
+    let target_dir = work.join("build");
     let (stdout, stderr) = log_files(log)?;
     let status = nightly_cargo(fuzz_dir)
         .args([
@@ -229,16 +233,17 @@ fn host_triple() -> Result<String> {
 }
 
 /// Runs one target's binary as `cargo fuzz run` would, with the seeds and the grown
-/// corpus; its output (stdout and stderr) goes to `log`. Returns whether it finished
-/// without finding anything.
+/// corpus (under `work`); its output (stdout and stderr) goes to `log`. Returns whether it
+/// finished without finding anything.
 fn run_target(
     fuzz_dir: &Path,
+    work: &Path,
     bin_dir: &Path,
     target: &str,
     budget: Budget,
     log: &Path,
 ) -> Result<bool> {
-    let grown = fuzz_dir.join("target/corpus").join(target);
+    let grown = work.join("corpus").join(target);
     let seeds = fuzz_dir.join("corpus").join(target);
     let artifacts = fuzz_dir.join("artifacts").join(target);
     for dir in [&grown, &artifacts] {

@@ -43,8 +43,12 @@ enum Command {
     Vm(vm::VmArgs),
 }
 
-fn main() -> Result<()> {
-    match Cli::parse().command {
+fn main() -> std::process::ExitCode {
+    cmd::exit(dispatch(Cli::parse().command))
+}
+
+fn dispatch(command: Command) -> Result<()> {
+    match command {
         Command::Setup => setup::ensure(),
         Command::Arch => arch::run(),
         Command::Run(args) => run::run(args),

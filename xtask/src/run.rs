@@ -2,7 +2,7 @@
 //! default configuration (or the arguments given after `--`).
 use anyhow::Result;
 
-use crate::cmd::{cargo, run as run_command, workspace_root};
+use crate::cmd::{cargo, run as run_command, target_dir, workspace_root};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -23,8 +23,8 @@ pub fn run(args: RunArgs) -> Result<()> {
         build.arg("--release");
     }
     run_command(&mut build)?;
-    let binary = root
-        .join("target")
+    // Where cargo put it: CARGO_TARGET_DIR or the configured target dir, if set.
+    let binary = target_dir(&root)?
         .join(if args.release { "release" } else { "debug" })
         .join("monitor");
     run_command(

@@ -128,7 +128,7 @@ fn prog_name(id: u32) -> Option<String> {
 }
 
 /// Counters summed per program name over many agent runs, with the cost per event.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ProgCost {
     pub(crate) name: String,
     pub(crate) run_cnt: u64,

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::logparse;
 use super::race::{self, Mode};
@@ -33,7 +33,7 @@ const TIMER_ONLY: Mode = Mode {
     housekeeping: "1s",
 };
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Idle {
     pub(crate) seconds: u64,
     pub(crate) pods: usize,
@@ -44,7 +44,7 @@ pub(crate) struct Idle {
     pub(crate) rss_peak_kib: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct SyncScaling {
     /// Pods asked for.
     pub(crate) pods: usize,
@@ -230,7 +230,7 @@ pub(crate) fn sync_scaling(
 }
 
 /// One line of criterion's report: `synchronize/110  time:  [72.6 µs 75.8 µs 79.3 µs]`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct PolicyBench {
     pub(crate) pods: usize,
     /// Criterion's estimate and its confidence interval, in microseconds.

@@ -3,12 +3,14 @@
 //! and 100 ms, all kernel sources off) and each kernel source alone, then all together —
 //! at full allocation speed and at a slower rate; then the agent's costs (idle CPU and
 //! RSS, eBPF per-event cost, synchronize duration against pod count). Prints a table, and
-//! writes JSON and one SVG plot per mode under `<target>/bench/`.
+//! writes the JSON of every trial and the plots (see [`plot`]) under `<target>/bench/`;
+//! `--replot` redraws them from that JSON, `--readme` puts the table and the plots in
+//! README.md and docs/bench/.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cmd::{target_dir, workspace_root};
 
@@ -17,11 +19,11 @@ mod costs;
 mod guest;
 pub(crate) mod logparse;
 mod peer;
+mod plot;
 mod race;
 mod report;
 mod scaling;
 mod stats;
-mod svg;
 mod vm;
 
 use race::{Mode, Rate, Trial};
@@ -73,9 +75,14 @@ pub struct BenchArgs {
     /// Keep each run's directory (config, manifests, agent log).
     #[arg(long)]
     pub keep: bool,
-    /// Do not rewrite README.md's benchmark section and docs/bench/.
+    /// Also rewrite README.md's benchmark section and the plots in docs/bench/ (only from
+    /// a run on a quiet machine: they are the published figures).
     #[arg(long)]
-    pub no_readme: bool,
+    pub readme: bool,
+    /// Redraw the plots (and with `--readme` the README section) from the JSON of the last
+    /// run, `<target>/bench/bench.json`, without running anything.
+    #[arg(long)]
+    pub replot: bool,
 }
 
 const fn mode(name: &'static str, sources: [bool; 4], housekeeping: &'static str) -> Mode {
@@ -147,11 +154,12 @@ fn pick<T: Copy>(
         .collect()
 }
 
-/// Everything one run measured: the JSON written under target/bench/.
-#[derive(Debug, Serialize)]
+/// Everything one run measured: the JSON written under target/bench/, read back by
+/// `--replot`.
+#[derive(Debug, Serialize, Deserialize)]
 struct Results {
     kernel: String,
-    cgroup: &'static str,
+    cgroup: String,
     /// The VM's kernel and how qemu ran it (KVM, or TCG emulation: slower, so compare
     /// the VM's modes with each other, not with the host's).
     vm_kernel: Option<String>,
@@ -172,6 +180,9 @@ struct Results {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    if args.replot {
+        return replot(args.readme);
+    }
     let modes = pick(MODES, &args.modes, |m| m.name, "mode")?;
     let rates = pick(RATES, &args.rates, |r| r.name, "rate")?;
     if args.trials == 0 {
@@ -337,7 +348,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .collect();
     let results = Results {
         kernel: kernel_release(),
-        cgroup: if v1 { "v1" } else { "v2" },
+        cgroup: if v1 { "v1" } else { "v2" }.to_string(),
         vm_kernel: vm_run.as_ref().map(|r| r.kernel.clone()),
         vm_accel: vm_run.as_ref().map(|r| r.accel.clone()),
         node_mib: race::NODE_MIB,
@@ -353,48 +364,65 @@ pub fn run(args: BenchArgs) -> Result<()> {
         policy_bench: policy,
         trials,
     };
-    let mut table = report::table(&results);
+    let mut results = results;
+    // Every trial's curve is kept, for the plots and a later --replot; its flat stretches
+    // (1 ms samples of an unchanged working set) are left out.
+    for t in &mut results.trials {
+        t.curve = plot::thin(&t.curve, 1.0, 20.0);
+    }
+    let json_path = out.join("bench.json");
+    let json = serde_json::to_string_pretty(&results).context("serialising the results")?;
+    std::fs::write(&json_path, json).with_context(|| format!("writing {}", json_path.display()))?;
+    println!("\n{}", full_table(&results));
+    println!("bench: JSON {}", json_path.display());
+    publish(&root, &out, &results, args.readme)
+}
+
+/// The report's table, with the races beside many pods when they ran.
+fn full_table(results: &Results) -> String {
+    let mut table = report::table(results);
     if !results.races_at_scale.is_empty() {
         table.push_str(
             "\nPressure race beside idle pods (all sources, full speed; µs from the crossing detector's kernel-stamped record; SIGKILL stamped by the kernel's signal_generate):\n\n",
         );
         table.push_str(&scaling::table(&results.races_at_scale));
     }
-    println!("\n{table}");
+    table
+}
 
-    let mut plots = Vec::new();
-    for g in &groups {
-        let Some(first) = results
-            .trials
-            .iter()
-            .find(|t| t.rate == g.rate && t.mode == g.mode)
-        else {
-            continue;
-        };
-        let path = out.join(format!("{}-{}.svg", g.rate, g.mode));
-        std::fs::write(&path, svg::plot(first))
-            .with_context(|| format!("writing {}", path.display()))?;
-        plots.push(path);
-    }
-    // The plotted curves stay in the JSON; the others would only bloat it.
-    let mut results = results;
-    for t in &mut results.trials {
-        if t.trial > 1 {
-            t.curve.clear();
-        }
-    }
-    let json_path = out.join("bench.json");
-    let json = serde_json::to_string_pretty(&results).context("serialising the results")?;
-    std::fs::write(&json_path, json).with_context(|| format!("writing {}", json_path.display()))?;
-    println!(
-        "bench: JSON {}; plots {}",
-        json_path.display(),
-        out.join("*.svg").display()
-    );
-    if !args.no_readme {
-        report::update_readme(&root, &table, &plots, &results.kernel, results.cgroup)?;
+/// Draws the plots into `out`; with `readme`, also rewrites README.md's section and
+/// docs/bench/.
+fn publish(
+    root: &std::path::Path,
+    out: &std::path::Path,
+    results: &Results,
+    readme: bool,
+) -> Result<()> {
+    let plots = plot::write_all(out, &results.trials, &results.races_at_scale)?;
+    println!("bench: plots {}", out.join("*.svg").display());
+    if readme {
+        report::update_readme(
+            root,
+            &full_table(results),
+            &plots,
+            &results.kernel,
+            &results.cgroup,
+        )?;
+        println!("bench: README.md and docs/bench/ rewritten");
     }
     Ok(())
+}
+
+/// `--replot`: the plots again from the last run's JSON.
+fn replot(readme: bool) -> Result<()> {
+    let root = workspace_root();
+    let out = target_dir(&root)?.join("bench");
+    let path = out.join("bench.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {} (run cargo xtask bench first)", path.display()))?;
+    let results: Results =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    publish(&root, &out, &results, readme)
 }
 
 fn kernel_release() -> String {

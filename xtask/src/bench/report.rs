@@ -3,13 +3,13 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::race::Trial;
 use super::stats::{Spread, ms, ratio};
 
 /// One mode at one rate.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Summary {
     pub(crate) rate: String,
     pub(crate) mode: String,
@@ -80,7 +80,7 @@ pub(crate) fn summaries(trials: &[Trial], groups: &[Group]) -> Vec<Summary> {
 }
 
 /// How many times longer polling took than an event-driven mode, p50 over p50.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Ratio {
     pub(crate) rate: String,
     pub(crate) mode: String,
@@ -347,7 +347,13 @@ pub(crate) fn update_readme(
     let mut section = format!(
         "{START}\n## Benchmark\n\nProduced by `cargo xtask bench`, as root (kernel {kernel}, cgroup {cgroup}; node = pods cgroup limited to 1 GiB, hard threshold allocatableMemory.available<200Mi, a guaranteed 600 MiB ballast and a best-effort hog; crossing from a 1 ms sampler of the pods cgroup's working set). Rows `vm-v2` run the same race in a 2 GiB VM on cgroup v2 under qemu emulation (TCG: compare them with each other, not with the host); rows `vm-v2-node` race on the whole VM instead (memory.available<200Mi, no pods limit, crossing from a 1 ms sampler of /proc/meminfo), the race earlyoom (Debian package, `-M` at the same 200 MiB) runs beside them. JSON and plots: `target/bench/`.\n\n{table}\n"
     );
-    for preferred in ["full-all.svg", "full-poll-10s.svg"] {
+    // The CDF of every mode tells the story; the stages and one mode's trials explain it.
+    for preferred in [
+        "cdf-kill-full.svg",
+        "stages.svg",
+        "full-all.svg",
+        "full-poll-10s.svg",
+    ] {
         if names.iter().any(|n| n == preferred) {
             let _ = writeln!(section, "![{preferred}](docs/bench/{preferred})\n");
         }
@@ -358,7 +364,7 @@ pub(crate) fn update_readme(
         .collect();
     let _ = writeln!(
         section,
-        "All plots (first trial of each mode): {}\n{END}",
+        "All plots (every trial of each mode, the CDFs of each rate): {}\n{END}",
         others.join(" · ")
     );
     let path = root.join("README.md");

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::costs;
 use super::logparse;
@@ -47,7 +47,7 @@ const BALLAST_MIB: u64 = 600;
 const IDLE_POD_MIB: u64 = 1;
 
 /// One race at a pod count.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ScaleTrial {
     pub(crate) pods: usize,
     pub(crate) headroom_mib: u64,
@@ -69,7 +69,7 @@ pub(crate) struct ScaleTrial {
 }
 
 /// One (pods, headroom) run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ScaleRun {
     pub(crate) pods: usize,
     pub(crate) running: usize,

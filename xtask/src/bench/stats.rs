@@ -1,5 +1,5 @@
 //! Percentiles and per-mode summaries of the race trials.
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Nearest-rank percentile (`p` in 0..=100) of unsorted values; none when empty.
 /// With 20 trials p99 is the largest value: reported as such, not interpolated.
@@ -15,7 +15,7 @@ pub(crate) fn percentile(values: &[f64], p: f64) -> Option<f64> {
 }
 
 /// p50, p99 and max of a latency, over the trials that have it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Spread {
     /// Trials that have a value (the others: none, e.g. no wake before the trial ended).
     pub(crate) count: usize,
