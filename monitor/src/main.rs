@@ -43,6 +43,10 @@ enum Command {
     Events(monitor::api::ClientArgs),
     /// Print the running agent's Prometheus metrics.
     Metrics(monitor::api::ClientArgs),
+    /// Explain why a pod would or would not be evicted: for every signal with a threshold,
+    /// whether it is met, the pod's usage and request, its rank (1 = evicted first) and
+    /// the rule that orders it against its neighbours, on the last synchronize's stats.
+    Explain(monitor::api::ExplainArgs),
     /// Print a shell completion script to stdout.
     Completions(CompletionsArgs),
     /// Print the man page (roff) to stdout, e.g. into /usr/share/man/man8/monitor.8.
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         Command::Metrics(args) => {
             monitor::api::run_client(monitor::api::ClientCommand::Metrics, &args)
         }
+        Command::Explain(args) => monitor::api::run_explain(&args),
         Command::Completions(args) => completions(args.shell),
         Command::Man => man(),
         Command::Run(args) => match run(args, cli.log_format) {

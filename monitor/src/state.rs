@@ -320,6 +320,22 @@ pub struct AgentState {
     /// The newest evictions and how they ended, oldest first, at most [`EVICTIONS_KEPT`].
     pub evictions: VecDeque<EvictionView>,
     pub metrics: Metrics,
+    /// What the last eviction pass ranked, for `monitor explain` (shared: reading the
+    /// state clones it).
+    #[serde(skip)]
+    pub ranking: Option<Arc<RankingSnapshot>>,
+}
+
+/// The inputs of the last eviction pass: the pods and stats it read, the observations and
+/// the thresholds it judged them by, and the hot path's victim it armed.
+#[derive(Debug, Default)]
+pub struct RankingSnapshot {
+    pub input: crate::policy::eviction::SyncInput,
+    pub thresholds: Vec<crate::policy::signal::Threshold>,
+    /// Whether the hot kill path runs.
+    pub hot_path: bool,
+    /// The pod the hot path holds ready, if any.
+    pub hot_victim: Option<String>,
 }
 
 /// Evictions kept in memory for the API.

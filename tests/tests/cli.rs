@@ -159,13 +159,146 @@ fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
     assert!(String::from_utf8_lossy(&stopped.stderr).contains("is the agent running?"));
 }
 
-const SUBCOMMANDS: [&str; 8] = [
+/// `monitor explain` against a running agent: two pods and a critical one, ranked by the
+/// policy on the last synchronize's stats; the answer names the rank, the rule and the
+/// hot path's victim.
+#[test]
+fn explain_says_where_a_pod_stands_in_the_ranking() {
+    if !require("explain_says_where_a_pod_stands", &[Feature::Root]) {
+        return;
+    }
+    let _trees = TestTrees;
+    let cgroup_root = TestTrees::root("explain");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("api.sock");
+    std::fs::create_dir_all(dir.path().join("pods")).unwrap();
+    let manifest = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n{extra}  containers:\n  - name: main\n    image: none\n    command: [/bin/sleep, '1000']\n"
+        )
+    };
+    // low: BestEffort at priority -5, above its (zero) request; web: within a 100Mi
+    // request; node-agent: critical by priority.
+    for (name, extra) in [
+        ("low", "  priority: -5\n"),
+        ("web", ""),
+        ("node-agent", "  priority: 2000001000\n"),
+    ] {
+        let mut text = manifest(name, extra);
+        if name == "web" {
+            text += "    resources: {requests: {memory: 100Mi}}\n";
+        }
+        std::fs::write(dir.path().join(format!("pods/{name}.yaml")), text).unwrap();
+    }
+    let config = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
+         evictionHard: {{allocatableMemory.available: 50Mi}}\nmonitor:\n  podsMemoryLimit: 256Mi\n  cgroupRoot: {cgroup_root}\n  \
+         stateDir: {}\n  podLogDir: {}\n  socket: {}\n",
+        dir.path().join("pods").display(),
+        dir.path().join("state").display(),
+        dir.path().join("logs").display(),
+        socket.display(),
+    );
+    std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+    let log_path = dir.path().join("agent.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut agent = monitor_run(&dir.path().join("config.yaml"), &log)
+        .spawn()
+        .expect("start monitor run");
+    let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let socket_arg = socket.to_string_lossy().to_string();
+    let explain = |pod: &str| monitor(&["explain", pod, "--socket", &socket_arg]);
+
+    // The pods start, then a synchronize ranks all three (the timer paces it).
+    let mut last = String::new();
+    let ranked = (|| {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while Instant::now() < deadline {
+            let out = explain("low");
+            last = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if out.status.success() && last.contains("of 2 (1 = evicted first)") {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        false
+    })();
+    assert!(
+        ranked,
+        "explain low never ranked both pods: {last}\n{}",
+        read_log()
+    );
+    println!("monitor explain low:\n{last}");
+    assert!(
+        last.contains("POD default/low: BestEffort, priority -5")
+            && last.contains("allocatableMemory.available")
+            && last.contains("hard threshold allocatableMemory.available<50Mi")
+            && last.contains("rank 1 of 2 (1 = evicted first)")
+            && last.contains("before default/web: by "),
+        "{last}"
+    );
+    assert!(
+        last.contains("hot path: this pod is the armed victim"),
+        "the hot path arms the first-ranked pod: {last}"
+    );
+
+    let web = explain("default/web");
+    let web_text = String::from_utf8_lossy(&web.stdout);
+    assert!(web.status.success(), "{web:?}");
+    assert!(
+        web_text.contains("POD default/web: Burstable, priority 0")
+            && web_text.contains("request 100Mi: within its request")
+            && web_text.contains("rank 2 of 2")
+            && web_text.contains("after default/low: by ")
+            && web_text.contains("hot path: armed with default/low, not this pod"),
+        "{web_text}"
+    );
+
+    let critical = explain("node-agent");
+    let critical_text = String::from_utf8_lossy(&critical.stdout);
+    assert!(
+        critical.status.success() && critical_text.contains("never evicted"),
+        "{critical:?}"
+    );
+
+    let json = monitor(&["explain", "low", "--socket", &socket_arg, "--json"]);
+    let value: serde_json::Value =
+        serde_json::from_slice(&json.stdout).expect("explain --json is JSON");
+    let signal = &value["signals"][0];
+    assert_eq!(signal["signal"], "allocatableMemory.available", "{value}");
+    assert_eq!(signal["rank"], 1, "{value}");
+    assert_eq!(signal["candidates"], 2, "{value}");
+    assert!(signal["usage"].as_u64().is_some_and(|u| u > 0), "{value}");
+
+    let unknown = explain("nope");
+    assert!(!unknown.status.success());
+    let why = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        why.contains("the agent answered 404 to GET /explain?pod=nope")
+            && why.contains("no pod named nope"),
+        "{why}"
+    );
+
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let status = agent.wait().expect("agent exits");
+    assert!(status.success(), "exit status {status:?}:\n{}", read_log());
+}
+
+const SUBCOMMANDS: [&str; 9] = [
     "run",
     "simulate",
     "status",
     "pods",
     "events",
     "metrics",
+    "explain",
     "completions",
     "man",
 ];

@@ -58,10 +58,49 @@ impl ClientCommand {
     }
 }
 
+/// `monitor explain POD`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// The pod: NAMESPACE/NAME, or NAME when only one pod has it.
+    pub pod: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
 /// Runs one client subcommand: prints the answer on stdout, or the problem on stderr and
 /// fails.
 pub fn run_client(cmd: ClientCommand, args: &ClientArgs) -> ExitCode {
-    let route = cmd.route(args.json);
+    print_answer(cmd.route(args.json), args)
+}
+
+/// `monitor explain POD`: why the agent would or would not evict the pod.
+pub fn run_explain(args: &ExplainArgs) -> ExitCode {
+    match explain_route(&args.pod, args.client.json) {
+        Ok(route) => print_answer(&route, &args.client),
+        Err(why) => {
+            eprintln!("monitor explain: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The request target for `pod`. Pod names and namespaces are DNS labels and subdomains,
+/// so anything else is refused here rather than encoded.
+fn explain_route(pod: &str, json: bool) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '/');
+    if pod.is_empty() || !pod.chars().all(allowed) || pod.matches('/').count() > 1 {
+        return Err(format!(
+            "{pod:?} is not a pod name: NAMESPACE/NAME or NAME (letters, digits, '-', '.')"
+        ));
+    }
+    Ok(if json {
+        format!("/explain?pod={pod}&pretty=true")
+    } else {
+        format!("/explain?pod={pod}&format=text")
+    })
+}
+
+fn print_answer(route: &str, args: &ClientArgs) -> ExitCode {
     match get(&args.socket, route) {
         Ok((200, body)) => {
             let mut stdout = std::io::stdout().lock();
@@ -266,6 +305,20 @@ mod tests {
             err.starts_with(says),
             "{err:?} does not start with {says:?}"
         );
+    }
+
+    #[rstest]
+    #[case::key("default/web", false, Ok("/explain?pod=default/web&format=text"))]
+    #[case::name("web-0", true, Ok("/explain?pod=web-0&pretty=true"))]
+    #[case::query_smuggled("web&format=json", false, Err(()))]
+    #[case::two_slashes("a/b/c", false, Err(()))]
+    #[case::empty("", false, Err(()))]
+    fn explain_routes(#[case] pod: &str, #[case] json: bool, #[case] want: Result<&str, ()>) {
+        match (explain_route(pod, json), want) {
+            (Ok(route), Ok(want)) => assert_eq!(route, want),
+            (Err(why), Err(())) => assert!(why.contains("not a pod name"), "{why}"),
+            (got, want) => panic!("{pod:?}: got {got:?}, want {want:?}"),
+        }
     }
 
     #[rstest]

@@ -11,6 +11,7 @@
 //! | `GET /status` | sources, each signal against its thresholds, conditions, last synchronize, observation |
 //! | `GET /pods` | the pods the agent runs |
 //! | `GET /events[?since=N][&limit=N]` | events, each with its number since startup |
+//! | `GET /explain?pod=POD` | why the pod would or would not be evicted: per signal its thresholds, the pod's usage and request, its rank and the rule against its neighbours, from the last synchronize's ranking inputs |
 //! | `GET /metrics` | Prometheus text exposition format 0.0.4 |
 //!
 //! Every route takes `?format=text` (the CLI's tables, rendered by the agent like the API
@@ -34,7 +35,9 @@ mod render;
 mod routes;
 mod server;
 
-pub use client::{ClientArgs, ClientCommand, DEFAULT_SOCKET, get, run_client};
+pub use client::{
+    ClientArgs, ClientCommand, DEFAULT_SOCKET, ExplainArgs, get, run_client, run_explain,
+};
 pub use error::ApiError;
 pub use metrics::{METRICS_CONTENT_TYPE, render_metrics};
 pub use render::{render_events, render_pods, render_status};

@@ -6,6 +6,7 @@
 use std::str::FromStr;
 
 use super::metrics::source_state;
+use crate::policy::explain::Explanation;
 use crate::policy::signal::Signal;
 use crate::policy::types::Resource;
 use crate::state::{AgentState, Event, SignalStatus};
@@ -278,6 +279,117 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
 
 fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+/// `monitor explain POD`: the pod, the hot path, then per signal its thresholds, the
+/// pod's numbers and its place in the ranking.
+pub fn render_explanation(e: &Explanation) -> String {
+    let mut out = format!(
+        "POD {}: {}, priority {}\n",
+        clean(&e.pod),
+        e.qos_class,
+        e.priority
+    );
+    if e.critical {
+        out +=
+            "  critical (static, mirror or priority >= 2000000000): never evicted, never ranked\n";
+    }
+    out += &match (e.hot_path, e.hot_path_victim.as_deref()) {
+        (false, _) => "  hot path: off\n".to_string(),
+        (true, None) => "  hot path: no victim armed (no hard memory threshold that kills at once, or no candidate)\n".to_string(),
+        (true, Some(_)) if e.is_hot_path_victim() => {
+            "  hot path: this pod is the armed victim: a hard memory threshold's crossing kills it at once\n".to_string()
+        }
+        (true, Some(other)) => format!("  hot path: armed with {}, not this pod\n", clean(other)),
+    };
+    if e.signals.is_empty() {
+        out += "\nno eviction thresholds are configured\n";
+    }
+    for s in &e.signals {
+        let signal = s.signal;
+        let show = |v: i64| {
+            if signal.is_bytes() {
+                mebibytes(v as f64)
+            } else {
+                v.to_string()
+            }
+        };
+        out += &format!("\n{signal}");
+        match (s.available, s.capacity) {
+            (Some(available), Some(capacity)) => {
+                out += &format!(": {} available of {}", show(available), show(capacity));
+            }
+            _ => out += ": not observed",
+        }
+        out += if s.met {
+            " (threshold met)\n"
+        } else {
+            " (no threshold met)\n"
+        };
+        for t in &s.thresholds {
+            let resolved = t
+                .quantity
+                .map(|q| format!(" (= {})", show(q)))
+                .unwrap_or_default();
+            out += &format!(
+                "  {} threshold {signal}<{}{resolved}: {}\n",
+                t.kind,
+                clean(&t.value),
+                if t.met { "met" } else { "not met" }
+            );
+        }
+        let resource = s.resource.as_str();
+        let usage = |v: u64| show(i64::try_from(v).unwrap_or(i64::MAX));
+        out += &match (s.usage, s.request) {
+            (None, _)
+                if s.resource == Resource::EphemeralStorage || s.resource == Resource::Inodes =>
+            {
+                format!(
+                    "  {resource}: not read at the last synchronize (pods' disk usage is read only while a disk threshold is met or near; the ranking then counts it as 0)\n"
+                )
+            }
+            (None, _) => format!("  {resource}: no stats found for this pod\n"),
+            (Some(u), Some(r)) => format!(
+                "  {resource}: usage {}, request {}{}\n",
+                usage(u),
+                show(r),
+                match s.exceeds_request {
+                    Some(true) => ": above its request",
+                    Some(false) => ": within its request",
+                    None => "",
+                }
+            ),
+            (Some(u), None) => format!(
+                "  {resource}: usage {}{}\n",
+                usage(u),
+                match s.exceeds_request {
+                    Some(true) => " (above zero: ranks among the pods over their request)",
+                    _ => "",
+                }
+            ),
+        };
+        match s.rank {
+            None => out += "  rank: none (critical)\n",
+            Some(rank) => {
+                out += &format!(
+                    "  rank {rank} of {} (1 = evicted first){}\n",
+                    s.candidates,
+                    if rank == 1 && s.met {
+                        ": first in line while this signal is met"
+                    } else {
+                        ""
+                    }
+                );
+                if let Some(n) = &s.before {
+                    out += &format!("    after {}: by {}\n", clean(&n.pod), n.rule);
+                }
+                if let Some(n) = &s.after {
+                    out += &format!("    before {}: by {}\n", clean(&n.pod), n.rule);
+                }
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

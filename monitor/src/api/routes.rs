@@ -4,7 +4,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::metrics::{METRICS_CONTENT_TYPE, render_metrics};
-use super::render::{render_event_list, render_pods, render_status};
+use super::render::{render_event_list, render_explanation, render_pods, render_status};
 use crate::notify::SourceStatus;
 use crate::observe::NodeObservation;
 use crate::state::{AgentState, Event, LastSync, SignalStatus};
@@ -36,7 +36,7 @@ pub const ALLOWED_METHODS: &str = "GET, HEAD";
 pub fn respond(state: &AgentState, scope: Scope, method: &str, target: &str) -> Reply {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let route = match (scope, path) {
-        (Scope::Full, "/status" | "/pods" | "/events") | (_, "/metrics") => path,
+        (Scope::Full, "/status" | "/pods" | "/events" | "/explain") | (_, "/metrics") => path,
         _ => return error(404, &format!("no route {path}"), path),
     };
     if !matches!(method, "GET" | "HEAD") {
@@ -63,6 +63,7 @@ pub fn respond(state: &AgentState, scope: Scope, method: &str, target: &str) -> 
             Some(Format::Text) => text(render_pods(state)),
             _ => to_json(&json!({ "pods": state.pods }), query.pretty, route),
         },
+        "/explain" => explain_reply(state, &query),
         "/events" => {
             let page = events_page(state, query.since, query.limit);
             match query.format {
@@ -179,6 +180,8 @@ struct Query {
     pretty: bool,
     since: Option<u64>,
     limit: Option<usize>,
+    /// `/explain`: "namespace/name" or a name.
+    pod: Option<String>,
 }
 
 impl Query {
@@ -206,10 +209,112 @@ impl Query {
                 }
                 "since" => q.since = Some(value.parse().map_err(|_| bad())?),
                 "limit" => q.limit = Some(value.parse().map_err(|_| bad())?),
+                "pod" => q.pod = Some(value.to_string()),
                 _ => {}
             }
         }
         Ok(q)
+    }
+}
+
+/// `/explain?pod=POD`: why the pod would or would not be evicted, computed by the
+/// policy's ranking on the inputs of the last eviction pass.
+fn explain_reply(state: &AgentState, query: &Query) -> Reply {
+    const ROUTE: &str = "/explain";
+    let Some(asked) = query.pod.as_deref().filter(|p| !p.is_empty()) else {
+        return error(
+            400,
+            "which pod? pass ?pod=NAMESPACE/NAME (or a name alone when it is unique)",
+            ROUTE,
+        );
+    };
+    let Some(snapshot) = state.ranking.as_deref() else {
+        return error(
+            503,
+            "no synchronize has ranked the pods yet; ask again in a moment",
+            ROUTE,
+        );
+    };
+    let known: Vec<String> = snapshot
+        .input
+        .pods
+        .iter()
+        .map(|p| p.pod.key())
+        .chain(state.pods.iter().map(|p| p.key.clone()))
+        .collect();
+    let key = match resolve_pod(asked, &known) {
+        Ok(key) => key,
+        Err((status, why)) => return error(status, &why, ROUTE),
+    };
+    let explanation = crate::policy::explain::explain(
+        &snapshot.input,
+        &snapshot.thresholds,
+        &key,
+        snapshot.hot_path,
+        snapshot.hot_victim.as_deref(),
+    );
+    match explanation {
+        Some(e) => match query.format {
+            Some(Format::Text) => text(render_explanation(&e)),
+            _ => to_json(&e, query.pretty, ROUTE),
+        },
+        None => {
+            let status = state
+                .pods
+                .iter()
+                .find(|p| p.key == key)
+                .map(|p| match &p.reason {
+                    Some(reason) => format!(" (phase {}, reason {reason})", p.phase),
+                    None => format!(" (phase {})", p.phase),
+                })
+                .unwrap_or_default();
+            error(
+                404,
+                &format!(
+                    "pod {key} was not among the eviction candidates of the last synchronize{status}: only active pods whose eviction is not under way are ranked"
+                ),
+                ROUTE,
+            )
+        }
+    }
+}
+
+/// The pod key `asked` names: "namespace/name" as is, a bare name when exactly one known
+/// pod has it. Errors carry the HTTP status.
+fn resolve_pod(asked: &str, known: &[String]) -> Result<String, (u16, String)> {
+    if asked.contains('/') {
+        return if known.iter().any(|k| k == asked) {
+            Ok(asked.to_string())
+        } else {
+            Err((
+                404,
+                format!("no pod {asked} among the pods the agent manages"),
+            ))
+        };
+    }
+    let mut matches: Vec<&String> = known
+        .iter()
+        .filter(|k| k.split_once('/').is_some_and(|(_, name)| name == asked))
+        .collect();
+    matches.sort();
+    matches.dedup();
+    match matches.as_slice() {
+        [] => Err((
+            404,
+            format!("no pod named {asked} among the pods the agent manages"),
+        )),
+        [one] => Ok((*one).clone()),
+        many => Err((
+            400,
+            format!(
+                "{} pods are named {asked} ({}): give NAMESPACE/NAME",
+                many.len(),
+                many.iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
     }
 }
 
@@ -416,5 +521,116 @@ mod tests {
         );
         let json = body(&respond(&s, Scope::Full, "GET", "/metrics?format=json"));
         assert_eq!(json["synchronizes"], 0);
+    }
+
+    #[rstest]
+    #[case::full_key("default/web", Ok("default/web"))]
+    #[case::name("web", Ok("default/web"))]
+    #[case::unique_elsewhere("batch", Ok("jobs/batch"))]
+    #[case::ambiguous("db", Err(400))]
+    #[case::unknown_name("nope", Err(404))]
+    #[case::unknown_key("jobs/web", Err(404))]
+    fn resolves_pod_names(#[case] asked: &str, #[case] want: Result<&str, u16>) {
+        let known: Vec<String> = [
+            "default/web",
+            "jobs/batch",
+            "default/db",
+            "jobs/db",
+            "default/web",
+        ]
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+        let got = resolve_pod(asked, &known);
+        match want {
+            Ok(key) => assert_eq!(got, Ok(key.to_string())),
+            Err(status) => {
+                let (code, why) = got.expect_err(asked);
+                assert_eq!(code, status, "{why}");
+                assert!(why.contains(asked), "{why}");
+            }
+        }
+    }
+
+    fn ranked_state() -> AgentState {
+        use crate::policy::eviction::fixtures::{MI, pod, qty};
+        use crate::policy::quantity::QuantityOrPercent;
+        use crate::policy::signal::{Signal, SignalObservation, Threshold};
+        let mut s = state(0, 0);
+        let mut observations = crate::policy::signal::Observations::new();
+        observations.insert(
+            Signal::MemoryAvailable,
+            SignalObservation {
+                available: 100 * MI as i64,
+                capacity: 1024 * MI as i64,
+                time: std::time::Duration::ZERO,
+            },
+        );
+        s.ranking = Some(std::sync::Arc::new(crate::state::RankingSnapshot {
+            input: crate::policy::eviction::SyncInput {
+                observations,
+                pods: vec![
+                    pod("small").working_set(10 * MI).build(),
+                    pod("big").working_set(600 * MI).build(),
+                ],
+                fs_layout: crate::policy::types::FsLayout::Shared,
+            },
+            thresholds: vec![Threshold::hard(
+                Signal::MemoryAvailable,
+                QuantityOrPercent::Quantity(qty("200Mi")),
+            )],
+            hot_path: true,
+            hot_victim: Some("default/big".into()),
+        }));
+        s
+    }
+
+    #[test]
+    fn explain_answers_from_the_last_ranking() {
+        let s = ranked_state();
+        let v = body(&respond(&s, Scope::Full, "GET", "/explain?pod=small"));
+        assert_eq!(v["pod"], "default/small", "{v}");
+        assert_eq!(v["signals"][0]["signal"], "memory.available", "{v}");
+        assert_eq!(v["signals"][0]["met"], true, "{v}");
+        assert_eq!(v["signals"][0]["rank"], 2, "{v}");
+        assert_eq!(v["signals"][0]["before"]["pod"], "default/big", "{v}");
+        assert_eq!(v["hotPathVictim"], "default/big", "{v}");
+        let text = respond(
+            &s,
+            Scope::Full,
+            "GET",
+            "/explain?pod=default/big&format=text",
+        );
+        assert_eq!(text.status, 200, "{}", text.body);
+        assert!(
+            text.body.contains("rank 1 of 2") && text.body.contains("hot path"),
+            "{}",
+            text.body
+        );
+    }
+
+    #[rstest]
+    #[case::no_pod("/explain", 400)]
+    #[case::unknown("/explain?pod=default/nope", 404)]
+    #[case::tcp_hides_it("/explain?pod=small", 404)]
+    fn explain_refuses_clearly(#[case] target: &str, #[case] status: u16) {
+        let scope = if target.ends_with("small") {
+            Scope::MetricsOnly
+        } else {
+            Scope::Full
+        };
+        let reply = respond(&ranked_state(), scope, "GET", target);
+        assert_eq!(reply.status, status, "{}", reply.body);
+    }
+
+    #[test]
+    fn explain_before_any_synchronize_says_so() {
+        let reply = respond(&state(0, 0), Scope::Full, "GET", "/explain?pod=x");
+        assert_eq!(reply.status, 503);
+        assert!(
+            body(&reply)["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("no synchronize"))
+        );
     }
 }

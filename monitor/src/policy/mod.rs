@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod container_gc;
 pub mod eviction;
+pub mod explain;
 pub mod image_gc;
 pub mod pod;
 pub mod preemption;

@@ -194,9 +194,11 @@ impl EvictionSync {
                 "eviction deferred: an eviction under way already answers this pressure"
             );
         }
-        self.arm_hot_path(&input);
+        let hot_victim = self.arm_hot_path(&input);
+        let observations = input.observations.clone();
+        self.publish_ranking(input, hot_victim);
         EvictionPass {
-            observations: input.observations,
+            observations,
             outcome,
             started,
             deferred,
@@ -316,16 +318,33 @@ impl EvictionSync {
     /// Arms the hot path with the pod a hard memory threshold would evict now, on the
     /// stats just read; disarms it while an immediate eviction runs (that one answers the
     /// pressure) or when no hard memory threshold kills at once.
-    fn arm_hot_path(&self, input: &SyncInput) {
-        let Some(hot) = &self.hot else { return };
+    /// Returns the armed victim's key.
+    fn arm_hot_path(&self, input: &SyncInput) -> Option<String> {
+        let Some(hot) = &self.hot else { return None };
         let immediate_under_way = self.in_flight.iter().any(|e| e.immediate);
         let victim = [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable]
             .into_iter()
             .filter(|_| !immediate_under_way)
             .find_map(|signal| self.manager.prospective_eviction(input, signal))
             .filter(|d| d.grace_period_seconds == 0);
+        let victim_key = victim.as_ref().map(|d| d.pod_key.clone());
         let killer = self.ports.killer.clone();
         hot.arm(victim, |pod| killer.kill_switch(pod));
+        victim_key
+    }
+
+    /// Keeps this pass's inputs for `monitor explain`, which ranks on them with the
+    /// policy's own functions: the API reads no stats of its own.
+    fn publish_ranking(&self, input: SyncInput, hot_victim: Option<String>) {
+        let snapshot = Arc::new(crate::state::RankingSnapshot {
+            input,
+            thresholds: self.manager.config().thresholds.clone(),
+            hot_path: self.hot.is_some(),
+            hot_victim,
+        });
+        let previous = self.state.lock().ranking.replace(snapshot);
+        // Freed here, after the lock is released: a thousand pods' specs take a while.
+        drop(previous);
     }
 
     /// Node-level reclaim on a blocking thread: it deletes files, and nothing of the
