@@ -475,6 +475,26 @@ impl SharedState {
     }
 }
 
+/// The most an event's message keeps, in bytes: the kubelet's events carry a note of at
+/// most 1 KiB (events.k8s.io/v1), and messages quote manifests and process output.
+pub const EVENT_MESSAGE_MAX_BYTES: usize = 1024;
+
+/// `message` cut to [`EVENT_MESSAGE_MAX_BYTES`] on a character boundary, marked with "…"
+/// where it was cut.
+pub fn bounded_note(mut message: String) -> String {
+    if message.len() <= EVENT_MESSAGE_MAX_BYTES {
+        return message;
+    }
+    const MARK: &str = "…";
+    let mut end = EVENT_MESSAGE_MAX_BYTES - MARK.len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push_str(MARK);
+    message
+}
+
 /// The wall clock in RFC 3339 (UTC, seconds), for events and reports only: decisions
 /// never read it.
 pub fn now_rfc3339() -> String {
@@ -699,6 +719,23 @@ mod tests {
         assert_eq!(events.len(), EVENTS_KEPT);
         assert_eq!(events.front().unwrap().message, "event 5");
         assert_eq!(state.read().events_dropped, 5);
+    }
+
+    #[rstest]
+    #[case::short("evicted", "evicted")]
+    #[case::at_the_limit(&"a".repeat(1024), &"a".repeat(1024))]
+    #[case::over(&"a".repeat(5000), &format!("{}…", "a".repeat(1021)))]
+    // "é" is two bytes: a cut inside it moves back to the character's start.
+    #[case::multibyte(&"é".repeat(600), &format!("{}…", "é".repeat(510)))]
+    fn event_messages_are_bounded_like_the_kubelets_notes(
+        #[case] message: &str,
+        #[case] kept: &str,
+    ) {
+        let state = SharedState::default();
+        state.event("Warning", "BadManifest", "node", message);
+        let stored = state.read().events.back().unwrap().message.clone();
+        assert!(stored.len() <= EVENT_MESSAGE_MAX_BYTES, "{}", stored.len());
+        assert_eq!(stored, kept);
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! The API of a real `monitor run` under hostile clients: its socket is root-only from the
-//! moment it exists, and `monitor status` / `monitor metrics` keep answering while slow
-//! clients hold every connection the listener serves.
+//! A real `monitor run` under hostile clients and input: its socket is root-only from the
+//! moment it exists, `monitor status` / `monitor metrics` keep answering while slow
+//! clients hold every connection the listener serves, and oversized manifests and event
+//! messages are bounded.
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
@@ -24,12 +25,16 @@ struct Agent {
 }
 
 impl Agent {
-    fn start(name: &str) -> Agent {
+    /// Starts the agent with `manifests` (file name, content) in its manifest directory.
+    fn start(name: &str, manifests: &[(&str, Vec<u8>)]) -> Agent {
         let trees = TestTrees;
         let cgroup_root = TestTrees::root(name);
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("run/api.sock");
         std::fs::create_dir_all(dir.path().join("pods")).expect("pods dir");
+        for (file, content) in manifests {
+            std::fs::write(dir.path().join("pods").join(file), content).expect("manifest");
+        }
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
              monitor:\n  cgroupRoot: {cgroup_root}\n  stateDir: {}\n  podLogDir: {}\n  socket: {}\n",
@@ -119,7 +124,7 @@ fn status_and_metrics_answer_while_slow_clients_hold_every_connection() {
     ) {
         return;
     }
-    let agent = Agent::start("api-slow");
+    let agent = Agent::start("api-slow", &[]);
 
     // The socket was made 0600 before anyone could reach it, whatever the agent's umask,
     // and nothing of its private making is left beside it.
@@ -211,7 +216,7 @@ fn status_shows_the_age_of_the_last_synchronize() {
     ) {
         return;
     }
-    let agent = Agent::start("api-age");
+    let agent = Agent::start("api-age", &[]);
     let (ok, text, _) = agent.cli(&["status"]);
     assert!(ok, "{}", agent.log());
     let line = text
@@ -241,4 +246,87 @@ fn status_shows_the_age_of_the_last_synchronize() {
     } else {
         assert!(later_age < 1.6, "a newer synchronize, {later_age} s old");
     }
+}
+
+#[test]
+fn oversized_manifests_are_refused_by_name_and_event_messages_are_bounded() {
+    if !require(
+        "oversized_manifests_are_refused_by_name_and_event_messages_are_bounded",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    let pod = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - {{name: main, image: none, command: [/bin/sleep, '1000']}}\n"
+        )
+    };
+    // 2 MiB: a valid pod padded with a comment.
+    let mut huge = pod("huge").into_bytes();
+    huge.extend(b"#");
+    huge.extend(std::iter::repeat_n(b'x', 2 << 20));
+    // A container name of 4000 characters: its error quotes it, past an event's bound.
+    let long_name = "c".repeat(4000);
+    let bad = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: longname}}\nspec:\n  containers:\n  - {{name: {long_name}, image: none, command: [/bin/true]}}\n"
+    );
+    let agent = Agent::start(
+        "api-input",
+        &[
+            ("web.yaml", pod("web").into_bytes()),
+            ("huge.yaml", huge),
+            ("longname.yaml", bad.into_bytes()),
+        ],
+    );
+    let events = || -> Vec<serde_json::Value> {
+        let (_, json, _) = agent.cli(&["events", "--json"]);
+        serde_json::from_str::<serde_json::Value>(&json)
+            .ok()
+            .and_then(|v| v["events"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let mentions = |events: &[serde_json::Value], file: &str| {
+        events
+            .iter()
+            .find(|e| e["message"].as_str().is_some_and(|m| m.contains(file)))
+            .cloned()
+    };
+    wait_until(
+        "events for both bad manifests",
+        Duration::from_secs(20),
+        || {
+            let events = events();
+            mentions(&events, "huge.yaml").is_some() && mentions(&events, "longname.yaml").is_some()
+        },
+    );
+    let events = events();
+    let huge = mentions(&events, "huge.yaml").expect("huge.yaml event");
+    let message = huge["message"].as_str().expect("message");
+    assert!(
+        message.contains("larger than the 1048576 bytes a manifest may have"),
+        "{huge}"
+    );
+    let long = mentions(&events, "longname.yaml").expect("longname.yaml event");
+    let message = long["message"].as_str().expect("message");
+    assert!(
+        message.len() <= 1024 && message.ends_with('…'),
+        "{} bytes: {message}",
+        message.len()
+    );
+    for event in &events {
+        let len = event["message"].as_str().map_or(0, str::len);
+        assert!(len <= 1024, "an event of {len} bytes: {event}");
+    }
+    // The good manifest beside them runs.
+    wait_until("default/web running", Duration::from_secs(20), || {
+        agent
+            .cli(&["pods"])
+            .1
+            .lines()
+            .any(|l| l.contains("default/web") && l.contains("Running"))
+    });
+    assert!(
+        !agent.cli(&["pods"]).1.contains("default/huge"),
+        "the oversized pod was started"
+    );
 }

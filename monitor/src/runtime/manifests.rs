@@ -1,6 +1,8 @@
 //! Pod manifests from a directory (the kubelet's staticPodPath): every `*.yaml`, `*.yml`
 //! and `*.json` file holds one Pod. A file that does not parse is reported (naming the
 //! file and the field) and skipped; the others still run.
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::policy::pod::{Pod, PodError, parse_pod};
@@ -27,6 +29,9 @@ pub enum ManifestError {
         source: std::io::Error,
     },
     /// The pod error already names the file and the field.
+    /// Larger than [`MAX_MANIFEST_BYTES`]: refused before it is read into memory.
+    #[error("{}: {size} bytes or more, larger than the {MAX_MANIFEST_BYTES} bytes a manifest may have", path.display())]
+    TooLarge { path: PathBuf, size: u64 },
     #[error("{source}")]
     Pod {
         path: PathBuf,
@@ -48,6 +53,7 @@ impl ManifestError {
     pub fn path(&self) -> &Path {
         match self {
             ManifestError::Read { path, .. }
+            | ManifestError::TooLarge { path, .. }
             | ManifestError::Pod { path, .. }
             | ManifestError::Duplicate { path, .. }
             | ManifestError::DuplicateUid { path, .. } => path,
@@ -120,10 +126,53 @@ pub fn load_dir(dir: &Path) -> (Vec<Manifest>, Vec<ManifestError>) {
     (manifests, errors)
 }
 
+/// The largest manifest read: 1 MiB, the size Kubernetes allows a ConfigMap or a Secret
+/// and below what etcd stores as one object, so no pod a cluster could hold is refused
+/// (real pods take a few KiB), while a runaway file in the directory cannot make the
+/// agent parse gigabytes or hold them in memory.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
 pub fn load_file(path: &Path) -> Result<Manifest, ManifestError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+    let read_error = |source| ManifestError::Read {
         path: path.to_path_buf(),
         source,
+    };
+    let too_large = |size| ManifestError::TooLarge {
+        path: path.to_path_buf(),
+        size,
+    };
+    // O_NONBLOCK: a FIFO named like a manifest must not hang the agent in open(2); it is
+    // then refused as not a regular file.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(read_error)?;
+    let meta = file.metadata().map_err(read_error)?;
+    if !meta.is_file() {
+        return Err(read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        )));
+    }
+    let size = meta.len();
+    if size > MAX_MANIFEST_BYTES {
+        return Err(too_large(size));
+    }
+    // The size can change after the stat (a file being written, a pipe): read one byte
+    // past the limit at most, and refuse when it is there.
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text: {e}"),
+        ))
     })?;
     let pod =
         parse_pod(&text, &path.display().to_string()).map_err(|source| ManifestError::Pod {
@@ -232,6 +281,55 @@ mod tests {
             message.contains("b.yaml")
                 && message.contains("metadata.uid")
                 && message.contains("first"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_manifest_larger_than_the_limit_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.yaml");
+        // A valid pod padded with a comment past the limit: refused by its size alone.
+        let mut text = POD.to_string();
+        text.push('#');
+        text.push_str(&"x".repeat(MAX_MANIFEST_BYTES as usize));
+        std::fs::write(&path, &text).unwrap();
+        let err = load_file(&path).expect_err("too large");
+        assert!(matches!(err, ManifestError::TooLarge { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains("huge.yaml") && message.contains("1048576 bytes"),
+            "{message}"
+        );
+        // At the limit it still loads.
+        let mut fits = POD.to_string();
+        fits.push('#');
+        fits.push_str(&"x".repeat(MAX_MANIFEST_BYTES as usize - POD.len() - 1));
+        assert_eq!(fits.len() as u64, MAX_MANIFEST_BYTES);
+        std::fs::write(&path, &fits).unwrap();
+        assert_eq!(load_file(&path).expect("fits").pod.key(), "default/web");
+    }
+
+    #[test]
+    fn a_manifest_that_is_not_utf8_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("binary.yaml");
+        std::fs::write(&path, [0xff, 0xfe, 0x00, 0x41]).unwrap();
+        let message = load_file(&path).expect_err("not text").to_string();
+        assert!(
+            message.contains("binary.yaml") && message.contains("UTF-8"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_fifo_named_like_a_manifest_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pipe.yaml");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let message = load_file(&path).expect_err("a fifo").to_string();
+        assert!(
+            message.contains("pipe.yaml") && message.contains("not a regular file"),
             "{message}"
         );
     }
