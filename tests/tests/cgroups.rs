@@ -39,10 +39,14 @@ struct Fixture {
 
 impl Fixture {
     fn new(test: &str) -> Fixture {
-        cleanup_stale();
         let layout = CgroupLayout::detect().unwrap_or_else(|e| panic!("cgroup layout: {e}"));
+        Fixture::with_layout(test, &layout)
+    }
+
+    fn with_layout(test: &str, layout: &CgroupLayout) -> Fixture {
+        cleanup_stale();
         let root = format!("{}/{test}", parent_name());
-        let tree = CgroupTree::new(&layout, &root).unwrap_or_else(|e| panic!("tree {root}: {e}"));
+        let tree = CgroupTree::new(layout, &root).unwrap_or_else(|e| panic!("tree {root}: {e}"));
         cleanup_stale_everywhere(&tree);
         Fixture {
             tree,
@@ -664,6 +668,73 @@ fn cgroups_sigkill_empties_the_pod_and_remove_leaves_nothing() {
     for dir in dirs(tree, &tree.tier_relative(QosClass::Burstable)) {
         assert!(dir.is_dir(), "the tiers stay: {}", dir.display());
     }
+}
+
+/// A pure cgroup v1 node (no cgroup2 mount, so no `cgroup.kill`): SIGKILL goes to each
+/// process through a pidfd while the pod still lists it, and a forking container is
+/// emptied all the same; a process of ours outside the pod is left alone.
+#[test]
+fn cgroups_sigkill_on_a_pure_v1_node_empties_a_forking_pod_and_nothing_else() {
+    const TEST: &str = "cgroups_sigkill_on_a_pure_v1_node";
+    if !require(TEST, &[Feature::Root, Feature::CgroupV1Memory]) {
+        return;
+    }
+    // This host's v1 hierarchies without the cgroup2 mirror beside them.
+    let mut layout = CgroupLayout::detect().unwrap_or_else(|e| panic!("cgroup layout: {e}"));
+    layout.unified_root = None;
+    let mut fixture = Fixture::with_layout("kill-v1", &layout);
+    fixture
+        .tree
+        .ensure_qos_hierarchy(None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (cgroup, containers) = create(&fixture.tree, &pod(GUARANTEED));
+    assert!(
+        fixture.tree.kill_file(&cgroup).is_none(),
+        "a pure v1 tree has no cgroup.kill"
+    );
+    // A shell that keeps forking sleepers while it is killed.
+    let mut forker = Command::new("sh");
+    forker
+        .args([
+            "-c",
+            "sleep 600 & sleep 600 & while :; do sleep 600 & sleep 0.02; done",
+        ])
+        .stdin(Stdio::null());
+    let shell = fixture.spawn(&containers[0], forker);
+    let tree = &fixture.tree;
+    wait_until("the forker's sleepers", Duration::from_secs(5), || {
+        tree.pids(&cgroup).len() >= 6
+    });
+    let mut outside = Command::new("sleep")
+        .arg("600")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+
+    let before = tree.pids(&cgroup).len();
+    let killed = tree
+        .signal(&cgroup, Signal::SIGKILL)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(killed >= before, "{killed} killed of {before} listed");
+    wait_until("the pod to empty", Duration::from_secs(5), || {
+        tree.is_empty(&cgroup)
+    });
+    let status = fixture
+        .child(shell)
+        .wait()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    assert!(
+        outside.try_wait().expect("try_wait").is_none(),
+        "a process outside the pod was signalled"
+    );
+    outside.kill().expect("kill");
+    outside.wait().expect("wait");
+    println!("pure v1 kill: {killed} processes of a forking pod ({before} listed before)");
+    fixture
+        .tree
+        .remove_pod(&cgroup)
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]

@@ -43,6 +43,7 @@ use crate::observe::{
 use crate::policy::qos::{MIN_SHARES, QosTierConfigs, ResourceConfig, milli_cpu_to_shares};
 use crate::policy::types::QosClass;
 
+mod pidfd;
 #[cfg(test)]
 mod tests;
 
@@ -63,6 +64,7 @@ const MAX_DEPTH: usize = 16;
 const REMOVE_ATTEMPTS: u32 = 20;
 const REMOVE_PAUSE: Duration = Duration::from_millis(10);
 /// Rounds of kill-and-rescan when SIGKILL cannot use `cgroup.kill` (forks race the scan).
+/// A v1 freezer would stop the forks, but the tree does not join the freezer hierarchy.
 const KILL_ROUNDS: usize = 10;
 
 /// The controllers whose values this tree writes.
@@ -457,8 +459,10 @@ impl CgroupTree {
     ///
     /// `cgroup.kill` (5.14+) kills the whole subtree atomically, forks included; it exists
     /// in any cgroup2 hierarchy, so on a v1 host the unified mirror provides it too.
-    /// Without it, SIGKILL is repeated while new processes appear. Other signals go to the
-    /// processes listed at the time of the call. A process that exits meanwhile is skipped.
+    /// Without it (a pure v1 node), each process is signalled through a pidfd and only
+    /// while the cgroup still lists it, so a reused pid is never hit; SIGKILL is repeated
+    /// while new processes appear. Other signals go to the processes listed at the time of
+    /// the call. A process that exits meanwhile is skipped.
     pub fn signal(&self, pod: &PodCgroup, signal: Signal) -> Result<usize, CgroupError> {
         self.signal_subtree(&pod.relative, signal)
     }
@@ -524,18 +528,34 @@ impl CgroupTree {
             if fresh.is_empty() {
                 break;
             }
-            for pid in fresh {
-                match nix::sys::signal::kill(Pid::from_raw(pid), signal) {
-                    Ok(()) | Err(Errno::ESRCH) => {
-                        signalled.insert(pid);
-                    }
-                    Err(source) => {
-                        return Err(CgroupError::Signal {
-                            cgroup: relative.to_string(),
-                            pid,
-                            signal,
-                            source,
-                        });
+            // Each pid through a pidfd, and only while the cgroup still lists it: no pid
+            // read here can be a reused number by the time the signal is sent.
+            match pidfd::signal_members(&fresh, || self.pids_at(relative), signal) {
+                Ok(round) => signalled.extend(round.signalled),
+                Err(pidfd::RoundError::Signal { pid, source }) => {
+                    return Err(CgroupError::Signal {
+                        cgroup: relative.to_string(),
+                        pid,
+                        signal,
+                        source,
+                    });
+                }
+                // Before Linux 5.3: kill(2), with the window pidfds close.
+                Err(pidfd::RoundError::Unsupported) => {
+                    for pid in fresh {
+                        match nix::sys::signal::kill(Pid::from_raw(pid), signal) {
+                            Ok(()) | Err(Errno::ESRCH) => {
+                                signalled.insert(pid);
+                            }
+                            Err(source) => {
+                                return Err(CgroupError::Signal {
+                                    cgroup: relative.to_string(),
+                                    pid,
+                                    signal,
+                                    source,
+                                });
+                            }
+                        }
                     }
                 }
             }
