@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use monitor::observe::{CgroupLayout, CgroupVersion};
 
+pub mod chaos;
 pub mod containerd;
+pub mod node;
 pub mod oci;
 pub mod registry;
 

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod arch;
 mod bench;
+mod chaos;
 mod cmd;
 mod demo;
 mod fuzz;
@@ -41,6 +42,10 @@ enum Command {
     /// Boot a throw-away VM (Debian kernel, busybox initramfs, cgroup v2) and run the
     /// privileged integration tests inside it.
     Vm(vm::VmArgs),
+    /// Kill the agent at random moments under memory pressure (50 cycles), switch each
+    /// event source off in turn, replay hostile input; on this host and in the VM. Fails on
+    /// any pod lost, double eviction, orphan cgroup, stale memory.high, OOM kill or panic.
+    Chaos(chaos::ChaosArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -57,5 +62,6 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Fuzz(args) => fuzz::run(args),
+        Command::Chaos(args) => chaos::run(args),
     }
 }

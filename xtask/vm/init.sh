@@ -33,6 +33,11 @@ echo "$M INFO cgroup.controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
 echo "$M INFO cgroup.subtree_control: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 echo "$M INFO memory: $(grep MemTotal /proc/meminfo) cpus: $(nproc) psi: $(test -r /proc/pressure/memory && echo yes || echo no)"
 
+# Environment the host passed with --env, one NAME=VALUE per line (checked on the host).
+if [ -r /etc/xtask-vm/env ]; then
+    while IFS= read -r variable; do export "$variable"; done < /etc/xtask-vm/env
+fi
+
 # The test filter passed after `--` on the host, one argument per line.
 set --
 if [ -r /etc/xtask-vm/test-args ]; then

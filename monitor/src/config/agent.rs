@@ -43,10 +43,12 @@ fn hard_eviction_grace<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Res
 /// A `monitor:` block the agent refuses. Every variant names the file (`origin`).
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
-    /// An unknown key or a value of the wrong type (serde names the key).
-    #[error("{origin}: monitor: {source}")]
+    /// An unknown key or a value of the wrong type, at `path` (`podsMemoryLimit`,
+    /// `sources.psi`; empty for the block itself).
+    #[error("{origin}: monitor{}{path}: {source}", if path.is_empty() { "" } else { "." })]
     Yaml {
         origin: String,
+        path: String,
         #[source]
         source: serde_yaml_ng::Error,
     },
@@ -237,11 +239,16 @@ impl AgentSettings {
         let Some(value) = value else {
             return Ok(AgentSettings::default());
         };
-        let settings: AgentSettings =
-            serde_yaml_ng::from_value(value).map_err(|source| SettingsError::Yaml {
+        // The path names the key of a value of the wrong type, which serde's own message
+        // leaves out.
+        let settings: AgentSettings = serde_path_to_error::deserialize(value).map_err(|err| {
+            let path = err.path().to_string();
+            SettingsError::Yaml {
                 origin: origin.to_string(),
-                source,
-            })?;
+                path: if path == "." { String::new() } else { path },
+                source: err.into_inner(),
+            }
+        })?;
         settings
             .psi_trigger()
             .validate()
@@ -323,6 +330,8 @@ mod tests {
     #[case::climbs_out("cgroupRoot: a/../..\n", "monitor.cgroupRoot")]
     #[case::hot_restart_loop("restartBackoff: 0s\n", "monitor.restartBackoff")]
     #[case::hot_image_gc_loop("imageGcPeriod: 0s\n", "monitor.imageGcPeriod")]
+    #[case::quantity_of_the_wrong_type("podsMemoryLimit: [1, 2]\n", "monitor.podsMemoryLimit")]
+    #[case::flag_of_the_wrong_type("sources: {psi: maybe}\n", "monitor.sources.psi")]
     #[case::unknown_attach_point(
         "sources: {crossingDetector: [kprobe/try_charge]}\n",
         "monitor.sources.crossingDetector"

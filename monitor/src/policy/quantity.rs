@@ -371,19 +371,27 @@ pub fn parse_quantity_or_percent(text: &str) -> Result<QuantityOrPercent, Quanti
 impl<'de> Deserialize<'de> for Quantity {
     /// Accepts a string ("1Gi") or a bare number (YAML `memory: 1000`).
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Text(String),
-            Int(i64),
-            Float(f64),
-        }
-        match Raw::deserialize(deserializer)? {
-            Raw::Text(s) => parse_quantity(&s).map_err(de::Error::custom),
+        struct QuantityVisitor;
+        impl de::Visitor<'_> for QuantityVisitor {
+            type Value = Quantity;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a quantity such as 512Mi, 100m or 1000")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Quantity, E> {
+                parse_quantity(s).map_err(E::custom)
+            }
             // As the apimachinery reads a JSON number: the digits, parsed (DecimalSI).
-            Raw::Int(i) => Ok(Quantity::new(i, Format::DecimalSI)),
-            Raw::Float(f) => parse_quantity(&f.to_string()).map_err(de::Error::custom),
+            fn visit_i64<E: de::Error>(self, i: i64) -> Result<Quantity, E> {
+                Ok(Quantity::new(i, Format::DecimalSI))
+            }
+            fn visit_u64<E: de::Error>(self, u: u64) -> Result<Quantity, E> {
+                parse_quantity(&u.to_string()).map_err(E::custom)
+            }
+            fn visit_f64<E: de::Error>(self, f: f64) -> Result<Quantity, E> {
+                parse_quantity(&f.to_string()).map_err(E::custom)
+            }
         }
+        deserializer.deserialize_any(QuantityVisitor)
     }
 }
 

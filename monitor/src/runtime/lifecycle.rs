@@ -905,10 +905,16 @@ pub(super) async fn evict(
 ) -> EvictionOutcome {
     let (uid, cgroup, record) = {
         let mut inner = shared.lock();
+        // A pod that failed a moment ago without a reason is still evicted: the hot path
+        // kills its victim through cgroup.kill before this call, and the exit of a pod
+        // that is never restarted may be handled first. Its eviction is then written
+        // down, not lost as a plain exit 137.
         let Some((uid, live)) = inner.pods.iter_mut().find(|(_, p)| {
             p.record.pod.key() == key
                 && !p.terminating
-                && (!p.record.phase.is_terminal() || p.cgroup.is_some())
+                && (!p.record.phase.is_terminal()
+                    || p.cgroup.is_some()
+                    || (p.record.phase == Phase::Failed && p.record.reason.is_none()))
         }) else {
             return EvictionOutcome::AlreadyGone;
         };
@@ -948,6 +954,9 @@ pub(super) async fn evict(
         }
     }
     update_tiers(shared);
+    // A manifest removed or changed while the pod was being killed was passed over by the
+    // reconcile it raised (the pod was terminating): look at the directory again.
+    let _ = shared.reconcile.send(());
     shared.state.event(
         "Warning",
         reason,

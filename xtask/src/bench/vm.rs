@@ -81,7 +81,7 @@ pub(crate) fn run(root: &Path, target: &Path, modes: &[String], trials: u32) -> 
         bins,
     };
     let image = vm_dir.join(format!("bench-initramfs-{}.cpio", std::process::id()));
-    initramfs::write(&image, &payload, &[])?;
+    initramfs::write(&image, &payload, &[], &[])?;
     let accel = qemu::choose_accel(qemu::Accel::Auto, qemu::KvmProbe::of_this_host());
     // 7 modes on the pods cgroup, 3 of the agent's and earlyoom on the node: 11 sets of
     // `trials` races; under emulation a race takes seconds.

@@ -6,7 +6,7 @@ use std::{
     path::Path,
 };
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 use super::{cpio, host::BUSYBOX, payload::Payload};
 
@@ -26,7 +26,7 @@ const DIRS: &[&str] = &[
 ];
 
 /// Writes the archive to `out` (atomically: a `.tmp` file renamed into place).
-pub fn write(out: &Path, payload: &Payload, test_args: &[String]) -> Result<()> {
+pub fn write(out: &Path, payload: &Payload, test_args: &[String], env: &[String]) -> Result<()> {
     let tmp = out.with_extension("tmp");
     let file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let mut archive = cpio::Writer::new(BufWriter::new(file));
@@ -59,6 +59,11 @@ pub fn write(out: &Path, payload: &Payload, test_args: &[String]) -> Result<()> 
         )
         .with_context(context)?;
 
+    let env = test_args_file(env);
+    archive
+        .file("etc/xtask-vm/env", 0o644, env.len() as u64, env.as_bytes())
+        .with_context(context)?;
+
     let mut writer = archive.finish().with_context(context)?;
     writer.flush().with_context(context)?;
     drop(writer);
@@ -75,6 +80,21 @@ fn add_host_file(archive: &mut cpio::Writer<impl Write>, name: &str, source: &Pa
     archive
         .file(name, 0o755, len, file)
         .with_context(|| format!("adding {} as /{name}", source.display()))
+}
+
+/// Checks a `NAME=VALUE` for the guest's environment: the init script exports each line
+/// of /etc/xtask-vm/env as it is.
+pub fn check_env(variable: &str) -> Result<()> {
+    let Some((name, value)) = variable.split_once('=') else {
+        bail!("--env {variable:?}: expected NAME=VALUE");
+    };
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        bail!("--env {variable:?}: the name must be letters, digits and _");
+    }
+    if value.contains('\n') {
+        bail!("--env {variable:?}: newlines cannot be passed to the guest");
+    }
+    Ok(())
 }
 
 /// One argument per line, read back by the init script with `read -r`; arguments holding
@@ -96,6 +116,16 @@ mod tests {
         assert_eq!(test_args_file(&args), expected);
     }
 
+    #[rstest]
+    #[case::plain("MONITOR_CHAOS_CYCLES=50", true)]
+    #[case::empty_value("A=", true)]
+    #[case::no_equals("MONITOR_CHAOS_CYCLES", false)]
+    #[case::bad_name("A-B=1", false)]
+    #[case::newline("A=1\nB=2", false)]
+    fn guest_environment_is_checked(#[case] variable: &str, #[case] ok: bool) {
+        assert_eq!(check_env(variable).is_ok(), ok, "{variable:?}");
+    }
+
     #[test]
     fn init_script_speaks_the_markers_the_host_parses() {
         let marker_definition = format!("M={}", super::super::report::MARKER);
@@ -111,6 +141,7 @@ mod tests {
             "SETUP-FAILED",
             "poweroff -f",
             "--test-threads=1",
+            "/etc/xtask-vm/env",
         ] {
             assert!(INIT.contains(word), "init.sh must contain {word}");
         }

@@ -55,6 +55,9 @@ pub struct VmArgs {
     /// Do not install missing host packages or Rust targets; fail instead.
     #[arg(long)]
     pub no_install: bool,
+    /// Environment for the tests in the guest (repeatable), e.g. `MONITOR_CHAOS_CYCLES=50`.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
     /// Passed to every test binary after `--test-threads=1`, e.g. a test name filter.
     #[arg(last = true, value_name = "TEST FILTER")]
     pub test_args: Vec<String>,
@@ -63,6 +66,9 @@ pub struct VmArgs {
 pub fn run(args: VmArgs) -> Result<()> {
     if let Some(bad) = args.test_args.iter().find(|a| a.contains('\n')) {
         bail!("test argument {bad:?}: newlines cannot be passed to the guest");
+    }
+    for variable in &args.env {
+        initramfs::check_env(variable)?;
     }
     let mut kernel_values = args.kernel.clone();
     if args.matrix {
@@ -101,7 +107,7 @@ pub fn run(args: VmArgs) -> Result<()> {
     // One archive per run, so runs sharing a target directory do not overwrite each
     // other's; removed when the run ends.
     let initramfs = RemoveOnDrop(vm_dir.join(format!("initramfs-{}.cpio", std::process::id())));
-    initramfs::write(&initramfs.0, &payload, &args.test_args)?;
+    initramfs::write(&initramfs.0, &payload, &args.test_args, &args.env)?;
     let expected: Vec<String> = payload.tests.iter().map(|t| t.name.clone()).collect();
 
     let accel = qemu::choose_accel(args.accel, qemu::KvmProbe::of_this_host());
