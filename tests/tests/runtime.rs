@@ -985,6 +985,98 @@ fn admission_rejects_best_effort_under_memory_pressure_and_critical_pods_preempt
     assert!(node.has_metric("monitor_preemptions_total{preemption_signal=\"memory\"} 1"));
 }
 
+/// An agent that dies while a critical pod waits for its victims leaves that pod Pending
+/// (its record written, perhaps its cgroup made, nothing started). The next run decides its
+/// admission again from the manifest: here it still does not fit, so it preempts again and
+/// runs, instead of staying Pending for ever.
+#[test]
+fn a_critical_pod_left_pending_by_a_crash_is_admitted_again() {
+    if !require("a_critical_pod_left_pending", &[Feature::Root]) {
+        return;
+    }
+    let mut node = Node::new("evictionHard: {allocatableMemory.available: 20Mi}");
+    node.manifest(
+        "holder.yaml",
+        &pod(
+            "holder",
+            "    resources:\n      requests: {memory: 400Mi}\n      limits: {memory: 480Mi}\n",
+            &["/bin/sleep", "1000"],
+            "",
+        ),
+    );
+    node.start();
+    let holder = node.wait_running("holder");
+    // What the crash leaves: SIGKILL (no clean stop), then the critical pod's manifest, its
+    // Pending record as admission writes it before the victims go, and its pod cgroup
+    // made but empty (the agent died inside the start).
+    if let Some(mut agent) = node.agent.take() {
+        agent.kill().expect("SIGKILL the agent");
+        agent.wait().expect("reap the agent");
+    }
+    let uid = "3f1c8d2e-5b7a-4c9e-8d1f-2a3b4c5d6e7f";
+    let critical = pod(
+        "critical",
+        "    resources:\n      requests: {memory: 200Mi}\n      limits: {memory: 200Mi}\n",
+        &["/bin/sleep", "1000"],
+        "  priority: 2000000000\n",
+    )
+    .replace(
+        "  namespace: demo\n",
+        &format!("  namespace: demo\n  uid: {uid}\n"),
+    );
+    node.manifest("critical.yaml", &critical);
+    let parsed = monitor::policy::pod::parse_pod(&critical, "critical.yaml").expect("pod");
+    let store = monitor::runtime::store::StateStore::open(&node.path("state")).expect("store");
+    store
+        .save(&PodRecord {
+            uid: uid.into(),
+            manifest: node.path("pods").join("critical.yaml"),
+            pod: parsed.clone(),
+            phase: Phase::Pending,
+            reason: None,
+            message: None,
+            containers: vec![monitor::runtime::store::ContainerRecord {
+                name: "main".into(),
+                pid: None,
+                restart_count: 0,
+                last_exit: None,
+                done: false,
+                container_id: None,
+            }],
+            sandbox_id: None,
+        })
+        .expect("save the Pending record");
+    let layout = monitor::observe::CgroupLayout::detect().unwrap();
+    let tree = monitor::runtime::cgroups::CgroupTree::new(&layout, &node.cgroup_root).unwrap();
+    let cgroup = tree
+        .create_pod(
+            uid,
+            parsed.qos_class(),
+            &monitor::policy::qos::pod_resource_config(
+                &parsed,
+                &monitor::policy::qos::CgroupOptions::default(),
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(tree.is_empty(&cgroup));
+
+    node.start();
+    let running = node.wait_running("critical");
+    assert_eq!(running.uid, uid);
+    let holder_after = node.wait_phase("holder", Phase::Failed, Duration::from_secs(10));
+    assert_eq!(
+        holder_after.reason.as_deref(),
+        Some("Preempted"),
+        "{holder_after:?}"
+    );
+    assert!(!alive(holder.containers[0].pid.unwrap()));
+    let log = node.log(2);
+    assert!(
+        log.contains("PendingReadmitted") && log.contains("Preempting"),
+        "{log}"
+    );
+}
+
 /// What the agent cannot prove is its own it leaves alone: a pod whose record is corrupt
 /// (set aside as `.corrupt`) or gone keeps running, unmanaged, and its manifest does not
 /// start a second copy while that cgroup has processes; once it is empty the pod starts.

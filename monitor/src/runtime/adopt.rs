@@ -51,6 +51,25 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
         }
         let key = record.pod.key();
         let terminal = record.phase.is_terminal();
+        if record.phase == super::store::Phase::Pending
+            && cgroup.as_ref().is_none_or(|c| shared.tree.is_empty(c))
+        {
+            // Admitted but never started: the agent stopped while a critical pod waited
+            // for its victims to go (or between making its cgroup and starting it).
+            // Admission is decided again from the manifest, on the node as it is now:
+            // started if it fits, preempting again if it must, or rejected with a reason.
+            if let Some(cgroup) = &cgroup {
+                remove_cgroups(shared, &key, cgroup);
+            }
+            shared.store.remove(&record.uid);
+            shared.state.event(
+                "Normal",
+                "PendingReadmitted",
+                &key,
+                "admitted but not started when the agent stopped (a preemption cut short?): admitted again from its manifest",
+            );
+            continue;
+        }
         if !terminal && cgroup.is_none() {
             // Its cgroup is gone, and every process with it: the node restarted (or
             // someone removed it). The record describes nothing that runs; the pod starts
