@@ -6,9 +6,45 @@
 /// Name of the BPF ring buffer every program writes its [`PressureEvent`]s into.
 pub const EVENTS_MAP: &str = "PRESSURE_EVENTS";
 /// Name of the per-CPU array that counts events per [`EventKind`]: index `2 * kind` holds
-/// events emitted, `2 * kind + 1` events suppressed by the in-kernel rate limit, and
-/// index `2 * KIND_COUNT` ring-buffer reservations that failed because it was full.
+/// events emitted, `2 * kind + 1` events suppressed by the in-kernel rate limit; then
+/// the failures ([`COUNTER_RING_FULL`], [`COUNTER_RATE_MAP_FAILED`],
+/// [`COUNTER_READ_FAILED`]).
 pub const COUNTERS_MAP: &str = "PRESSURE_COUNTERS";
+/// [`COUNTERS_MAP`] index: ring-buffer reservations that failed (the record was dropped).
+pub const COUNTER_RING_FULL: u32 = 2 * KIND_COUNT;
+/// [`COUNTERS_MAP`] index: inserts into the rate limiter's map that failed (that
+/// (cgroup, kind) goes unlimited until one succeeds).
+pub const COUNTER_RATE_MAP_FAILED: u32 = 2 * KIND_COUNT + 1;
+/// [`COUNTERS_MAP`] index: reads of a trace record or of kernel memory that failed where
+/// they should not (a wrong offset from tracefs or BTF, most likely).
+pub const COUNTER_READ_FAILED: u32 = 2 * KIND_COUNT + 2;
+/// Number of slots in [`COUNTERS_MAP`].
+pub const COUNTER_SLOTS: u32 = 2 * KIND_COUNT + 3;
+/// A failure counted in [`COUNTERS_MAP`] is logged (aya-log) the first time it happens on
+/// a CPU and then once per this many on that CPU, so a failure that repeats at the rate
+/// of a hot tracepoint costs a counter increment, not a log record, per hit.
+pub const LOG_EVERY: u64 = 1024;
+
+/// Targets of the programs' log records (aya-log), one per program. The agent forwards a
+/// record into `tracing` under the same target, so `RUST_LOG=monitor_ebpf=debug` selects
+/// them all.
+pub const LOG_TARGETS: [&str; 7] = [
+    "monitor_ebpf::memcg_reclaim",
+    "monitor_ebpf::direct_reclaim",
+    "monitor_ebpf::kswapd_wake",
+    "monitor_ebpf::oom_victim",
+    "monitor_ebpf::kill_signal",
+    "monitor_ebpf::crossing_charge",
+    "monitor_ebpf::crossing_lruvec",
+];
+pub const LOG_TARGET_MEMCG_RECLAIM: &str = LOG_TARGETS[0];
+pub const LOG_TARGET_DIRECT_RECLAIM: &str = LOG_TARGETS[1];
+pub const LOG_TARGET_KSWAPD_WAKE: &str = LOG_TARGETS[2];
+pub const LOG_TARGET_OOM_VICTIM: &str = LOG_TARGETS[3];
+pub const LOG_TARGET_KILL_SIGNAL: &str = LOG_TARGETS[4];
+pub const LOG_TARGET_CROSSING_CHARGE: &str = LOG_TARGETS[5];
+pub const LOG_TARGET_CROSSING_LRUVEC: &str = LOG_TARGETS[6];
+
 /// Name of the LRU hash map that remembers when each (cgroup, kind) last emitted.
 pub const LAST_EMIT_MAP: &str = "LAST_EMIT";
 /// Size of the ring buffer in bytes (a power of two, a multiple of the page size).

@@ -1,7 +1,11 @@
 //! The shared tail of every program: rate-limit per (cgroup, kind), then write one record.
+//! Failures are counted per CPU and logged (aya-log) only at the first and then every
+//! [`LOG_EVERY`]th on a CPU: a tracepoint can fail at its own rate, the log must not.
 use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns};
+use aya_log_ebpf::{error, warn};
 use monitor_common::{
-    DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_MIN_INTERVAL_NS, EventKind, KIND_COUNT, PressureEvent,
+    COUNTER_RATE_MAP_FAILED, COUNTER_READ_FAILED, COUNTER_RING_FULL,
+    DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_MIN_INTERVAL_NS, EventKind, LOG_EVERY, PressureEvent,
     RateKey, RateState,
 };
 
@@ -26,18 +30,53 @@ fn min_interval_ns() -> u64 {
     unsafe { core::ptr::read_volatile(&MIN_INTERVAL_NS) }
 }
 
-pub fn count(index: u32) {
-    if let Some(slot) = PRESSURE_COUNTERS.get_ptr_mut(index) {
+/// Adds one to this CPU's counter `index` and returns its new value (0: no such slot).
+#[inline(always)]
+pub fn count(index: u32) -> u64 {
+    match PRESSURE_COUNTERS.get_ptr_mut(index) {
         // SAFETY: a per-CPU slot: no other CPU writes it, and BPF programs do not nest on
         // one CPU for tracepoints of this kind.
-        unsafe { *slot += 1 };
+        Some(slot) => unsafe {
+            *slot += 1;
+            *slot
+        },
+        None => 0,
+    }
+}
+
+/// Whether the `n`th failure of a kind on this CPU gets a log record.
+#[inline(always)]
+pub fn worth_logging(n: u64) -> bool {
+    n == 1 || n % LOG_EVERY == 0
+}
+
+/// Counts a ring-buffer reservation that failed; the count when it is worth a log
+/// record, else 0.
+#[inline(always)]
+pub fn dropped() -> u64 {
+    let n = count(COUNTER_RING_FULL);
+    if worth_logging(n) { n } else { 0 }
+}
+
+/// A read of the trace record that failed: counted, and logged when worth it. The
+/// offsets come from the event's tracefs format, so this means a format we misread.
+#[inline(always)]
+pub fn record_read_failed<C>(ctx: &C, log_target: &'static str) {
+    let n = count(COUNTER_READ_FAILED);
+    if worth_logging(n) {
+        error!(
+            ctx,
+            target: log_target,
+            "reading the trace record failed ({} so far on this CPU): field offset from tracefs wrong?",
+            n
+        );
     }
 }
 
 /// Rate-limit, then reserve and submit one record. `pid` is the task the event concerns
-/// (`None`: the current task).
+/// (`None`: the current task); `log_target` names the program in its log records.
 #[inline(always)]
-pub fn emit(kind: EventKind, pid: Option<u32>) -> u32 {
+pub fn emit<C>(ctx: &C, log_target: &'static str, kind: EventKind, pid: Option<u32>) -> u32 {
     // SAFETY: these helpers take no pointers and are allowed in tracepoint programs.
     let (now, cgroup_id, pid_tgid) = unsafe {
         (
@@ -64,8 +103,8 @@ pub fn emit(kind: EventKind, pid: Option<u32>) -> u32 {
         suppressed = state.suppressed;
         state.last_emit_ns = now;
         state.suppressed = 0;
-    } else {
-        let _ = LAST_EMIT.insert(
+    } else if LAST_EMIT
+        .insert(
             &key,
             &RateState {
                 last_emit_ns: now,
@@ -73,7 +112,18 @@ pub fn emit(kind: EventKind, pid: Option<u32>) -> u32 {
                 _pad: 0,
             },
             0,
-        );
+        )
+        .is_err()
+    {
+        let n = count(COUNTER_RATE_MAP_FAILED);
+        if worth_logging(n) {
+            warn!(
+                ctx,
+                target: log_target,
+                "rate limiter map LAST_EMIT refused an insert ({} so far on this CPU): this cgroup's records go unlimited",
+                n
+            );
+        }
     }
     let record = PressureEvent {
         kind: kind as u32,
@@ -85,9 +135,18 @@ pub fn emit(kind: EventKind, pid: Option<u32>) -> u32 {
         usage_bytes: 0,
         level_bytes: 0,
     };
-    match PRESSURE_EVENTS.output::<PressureEvent>(&record, 0) {
-        Ok(()) => count(2 * kind as u32),
-        Err(_) => count(2 * KIND_COUNT),
+    if PRESSURE_EVENTS.output::<PressureEvent>(&record, 0).is_ok() {
+        count(2 * kind as u32);
+    } else {
+        let n = dropped();
+        if n != 0 {
+            warn!(
+                ctx,
+                target: log_target,
+                "ring buffer PRESSURE_EVENTS full, record dropped ({} so far on this CPU): the agent reads it too slowly",
+                n
+            );
+        }
     }
     0
 }

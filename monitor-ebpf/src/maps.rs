@@ -1,11 +1,12 @@
 //! Every map of the kernel side, in one place. Names must match `monitor_common`'s
-//! `*_MAP` constants, which the agent uses to find them.
+//! `*_MAP` constants, which the agent uses to find them. (aya-log-ebpf adds its own
+//! `AYA_LOGS` ring buffer for the log records.)
 use aya_ebpf::{
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use monitor_common::{
-    ArmedLevels, EVENTS_RING_BYTES, KIND_COUNT, LAST_EMIT_ENTRIES, LEVELS_ENTRIES,
+    ArmedLevels, COUNTER_SLOTS, EVENTS_RING_BYTES, LAST_EMIT_ENTRIES, LEVELS_ENTRIES,
     PressureEvent as _Record, RateKey, RateState,
 };
 
@@ -13,10 +14,10 @@ use monitor_common::{
 #[map(name = "PRESSURE_EVENTS")]
 pub static PRESSURE_EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
 
-/// Per-CPU counters: emitted and suppressed per kind, then ring-buffer-full drops.
+/// Per-CPU counters: emitted and suppressed per kind, then the failures (ring buffer
+/// full, rate limiter insert, reads); the failure counts also pace their log records.
 #[map(name = "PRESSURE_COUNTERS")]
-pub static PRESSURE_COUNTERS: PerCpuArray<u64> =
-    PerCpuArray::with_max_entries(2 * KIND_COUNT + 1, 0);
+pub static PRESSURE_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
 
 /// When each (cgroup, kind) last emitted, for the in-kernel rate limit.
 #[map(name = "LAST_EMIT")]

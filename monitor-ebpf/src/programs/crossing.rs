@@ -17,17 +17,22 @@
 //!
 //! Kernel structures are read with `bpf_probe_read_kernel` at offsets the agent took
 //! from the running kernel's BTF (`MEMCG_LAYOUT`); a zero layout disables the check.
+//! A failed read or a full ring buffer is logged once the walk is over (never inside
+//! its loop, which would copy the logging code into every unrolled step), paced by
+//! the per-CPU failure counters.
 use aya_ebpf::{
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{btf_tracepoint, fexit},
     programs::{BtfTracePointContext, FExitContext},
 };
+use aya_log_ebpf::{error, warn};
 use monitor_common::{
-    DEFAULT_SAMPLE_EVERY_CHARGE, DEFAULT_SAMPLE_EVERY_LRUVEC, EventKind, KIND_COUNT, LEVEL_ARMED,
-    LEVEL_FIRED, LEVEL_WAIT_BELOW, LEVELS_PER_CGROUP, MAX_CGROUP_DEPTH, MemcgLayout, PressureEvent,
+    COUNTER_READ_FAILED, DEFAULT_SAMPLE_EVERY_CHARGE, DEFAULT_SAMPLE_EVERY_LRUVEC, EventKind,
+    LEVEL_ARMED, LEVEL_FIRED, LEVEL_WAIT_BELOW, LEVELS_PER_CGROUP, LOG_TARGET_CROSSING_CHARGE,
+    LOG_TARGET_CROSSING_LRUVEC, MAX_CGROUP_DEPTH, MemcgLayout, PressureEvent,
 };
 
-use crate::emit::count;
+use crate::emit::{count, dropped, worth_logging};
 use crate::maps::{CROSSING_LEVELS, PRESSURE_EVENTS};
 
 /// Offsets from the kernel's BTF; set by the agent at load.
@@ -61,7 +66,7 @@ pub fn crossing_charge(ctx: FExitContext) -> i32 {
         core::ptr::read_volatile(&SAMPLE_EVERY_CHARGE)
     }) {
         let memcg: *const u8 = ctx.arg(0);
-        check(memcg);
+        check(&ctx, LOG_TARGET_CROSSING_CHARGE, memcg);
     }
     0
 }
@@ -77,7 +82,7 @@ pub fn crossing_lruvec(ctx: BtfTracePointContext) -> i32 {
         core::ptr::read_volatile(&SAMPLE_EVERY_LRUVEC)
     }) {
         let memcg: *const u8 = ctx.arg(0);
-        check(memcg);
+        check(&ctx, LOG_TARGET_CROSSING_LRUVEC, memcg);
     }
     0
 }
@@ -121,28 +126,50 @@ fn read<T>(base: *const u8, offset: u32) -> Option<T> {
 }
 
 #[inline(always)]
-fn check(memcg: *const u8) {
+fn check<C>(ctx: &C, log_target: &'static str, memcg: *const u8) {
     // SAFETY: a read of a plain global, volatile so the loader's value is used.
     let layout = unsafe { core::ptr::read_volatile(&MEMCG_LAYOUT) };
     if layout.kn_id == 0 {
         return;
     }
+    let mut drops = 0;
+    if walk(memcg, &layout, &mut drops).is_none() {
+        let n = count(COUNTER_READ_FAILED);
+        if worth_logging(n) {
+            error!(
+                ctx,
+                target: log_target,
+                "reading a memory cgroup failed ({} so far on this CPU): struct offsets from BTF wrong?",
+                n
+            );
+        }
+    }
+    if drops != 0 {
+        warn!(
+            ctx,
+            target: log_target,
+            "ring buffer PRESSURE_EVENTS full, crossing record dropped ({} so far on this CPU): the agent reads it too slowly",
+            drops
+        );
+    }
+}
+
+/// Looks at `memcg` and its ancestors; `None` when a read failed. `drops` is set to the
+/// drop count when a record was dropped and that count is worth a log record.
+#[inline(always)]
+fn walk(memcg: *const u8, layout: &MemcgLayout, drops: &mut u64) -> Option<()> {
     let mut memcg = memcg;
     for _ in 0..MAX_CGROUP_DEPTH {
         if memcg.is_null() {
-            return;
+            return Some(());
         }
-        let Some(id) = cgroup_id(memcg, &layout) else {
-            return;
-        };
+        let id = cgroup_id(memcg, layout)?;
         // SAFETY: the pointer comes from a successful lookup in a map whose values live
         // as long as their entry; the agent replaces entries, it does not free them
         // under us (hash map values are RCU-protected).
         if let Some(levels) = CROSSING_LEVELS.get_ptr_mut(&id) {
             let counter = memcg.wrapping_add(layout.memcg_memory as usize);
-            let Some(pages) = read::<u64>(counter, layout.counter_usage) else {
-                return;
-            };
+            let pages = read::<u64>(counter, layout.counter_usage)?;
             let usage = pages << (layout.page_shift & 63);
             // SAFETY: see above; a racing update can at worst fire one level twice or
             // miss a re-arm, which the agent's next synchronize repairs.
@@ -151,22 +178,24 @@ fn check(memcg: *const u8) {
                 let level = &mut levels[index];
                 if level.state == LEVEL_ARMED && usage >= level.level_bytes {
                     level.state = LEVEL_FIRED;
-                    emit(id, usage, level.level_bytes, level.flags);
+                    let n = emit(id, usage, level.level_bytes, level.flags);
+                    if n != 0 {
+                        *drops = n;
+                    }
                 } else if level.state == LEVEL_WAIT_BELOW && usage < level.rearm_below_bytes {
                     level.state = LEVEL_ARMED;
                 }
             }
         }
         let counter = memcg.wrapping_add(layout.memcg_memory as usize);
-        let Some(parent) = read::<*const u8>(counter, layout.counter_parent) else {
-            return;
-        };
+        let parent = read::<*const u8>(counter, layout.counter_parent)?;
         if parent.is_null() {
-            return;
+            return Some(());
         }
         // container_of: the parent counter is the `memory` counter of the parent memcg.
         memcg = parent.wrapping_sub(layout.memcg_memory as usize);
     }
+    Some(())
 }
 
 /// `memcg->css.cgroup->kn->id`.
@@ -177,8 +206,10 @@ fn cgroup_id(memcg: *const u8, layout: &MemcgLayout) -> Option<u64> {
     read::<u64>(kn, layout.kn_id)
 }
 
+/// Writes one crossing record; when the ring buffer is full, returns the drop count if
+/// it is worth a log record (else 0).
 #[inline(always)]
-fn emit(cgroup_id: u64, usage: u64, level: u64, flags: u32) {
+fn emit(cgroup_id: u64, usage: u64, level: u64, flags: u32) -> u64 {
     let record = PressureEvent {
         kind: EventKind::Crossing as u32,
         pid: 0,
@@ -190,8 +221,10 @@ fn emit(cgroup_id: u64, usage: u64, level: u64, flags: u32) {
         usage_bytes: usage,
         level_bytes: level,
     };
-    match PRESSURE_EVENTS.output::<PressureEvent>(&record, 0) {
-        Ok(()) => count(2 * EventKind::Crossing as u32),
-        Err(_) => count(2 * KIND_COUNT),
+    if PRESSURE_EVENTS.output::<PressureEvent>(&record, 0).is_ok() {
+        count(2 * EventKind::Crossing as u32);
+        0
+    } else {
+        dropped()
     }
 }

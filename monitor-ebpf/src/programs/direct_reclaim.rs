@@ -1,7 +1,7 @@
 //! `vmscan:mm_vmscan_direct_reclaim_begin`: an allocation stalls in node-level direct reclaim.
 //! Runs in the allocating task's context, so the current pid and cgroup are the culprit's.
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
-use monitor_common::EventKind;
+use monitor_common::{EventKind, LOG_TARGET_DIRECT_RECLAIM};
 
 use crate::emit::emit;
 
@@ -10,6 +10,11 @@ pub fn direct_reclaim(ctx: TracePointContext) -> u32 {
     try_direct_reclaim(&ctx)
 }
 
-fn try_direct_reclaim(_ctx: &TracePointContext) -> u32 {
-    emit(EventKind::DirectReclaim, None)
+fn try_direct_reclaim(ctx: &TracePointContext) -> u32 {
+    emit(
+        ctx,
+        LOG_TARGET_DIRECT_RECLAIM,
+        EventKind::DirectReclaim,
+        None,
+    )
 }

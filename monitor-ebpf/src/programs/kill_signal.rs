@@ -6,9 +6,11 @@
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
 };
-use monitor_common::{DEFAULT_SIGNAL_PID_OFFSET, DEFAULT_SIGNAL_SIG_OFFSET, EventKind};
+use monitor_common::{
+    DEFAULT_SIGNAL_PID_OFFSET, DEFAULT_SIGNAL_SIG_OFFSET, EventKind, LOG_TARGET_KILL_SIGNAL,
+};
 
-use crate::emit::emit;
+use crate::emit::{emit, record_read_failed};
 
 /// Offsets in the trace record and the agent's process id; set by the agent at load.
 #[unsafe(no_mangle)]
@@ -40,11 +42,23 @@ fn try_kill_signal(ctx: &TracePointContext) -> u32 {
     }
     // SAFETY: `read_at` copies with bpf_probe_read from the trace record, at offsets from
     // the event's tracefs format.
-    let sig = unsafe { ctx.read_at::<i32>(sig_offset as usize) }.unwrap_or(0);
+    let read = unsafe {
+        (
+            ctx.read_at::<i32>(sig_offset as usize),
+            ctx.read_at::<i32>(pid_offset as usize),
+        )
+    };
+    let (Ok(sig), Ok(pid)) = read else {
+        record_read_failed(ctx, LOG_TARGET_KILL_SIGNAL);
+        return 0;
+    };
     if sig != SIGKILL {
         return 0;
     }
-    // SAFETY: as above.
-    let pid = unsafe { ctx.read_at::<i32>(pid_offset as usize) }.unwrap_or(0);
-    emit(EventKind::KillSignal, Some(pid as u32))
+    emit(
+        ctx,
+        LOG_TARGET_KILL_SIGNAL,
+        EventKind::KillSignal,
+        Some(pid as u32),
+    )
 }

@@ -5,7 +5,8 @@
 //! Needs CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN), a kernel ≥ 5.8 (BPF ring buffer) and
 //! tracefs for the tracepoint ids: when tracefs is not mounted we mount it at
 //! /sys/kernel/tracing. Each tracepoint attaches on its own: a kernel that lacks one still
-//! gets the others, and the status says which attached.
+//! gets the others, and the status says which attached. The programs' own log goes into
+//! tracing through [`super::ebpf_log`].
 use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
@@ -14,16 +15,18 @@ use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, FExit, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use monitor_common::{
-    COUNTERS_MAP, DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_SAMPLE_EVERY_CHARGE,
-    DEFAULT_SAMPLE_EVERY_LRUVEC, DEFAULT_SIGNAL_PID_OFFSET, DEFAULT_SIGNAL_SIG_OFFSET, EVENTS_MAP,
-    EventKind, GLOBAL_AGENT_TGID, GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MEMCG_LAYOUT,
-    GLOBAL_MIN_INTERVAL_NS, GLOBAL_SAMPLE_EVERY_CHARGE, GLOBAL_SAMPLE_EVERY_LRUVEC,
-    GLOBAL_SIGNAL_PID_OFFSET, GLOBAL_SIGNAL_SIG_OFFSET, KIND_COUNT, LEVEL_HARD, LEVELS_MAP,
-    MemcgLayout, PRESSURE_EVENT_SIZE, PressureEvent,
+    COUNTER_RATE_MAP_FAILED, COUNTER_READ_FAILED, COUNTER_RING_FULL, COUNTERS_MAP,
+    DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_SAMPLE_EVERY_CHARGE, DEFAULT_SAMPLE_EVERY_LRUVEC,
+    DEFAULT_SIGNAL_PID_OFFSET, DEFAULT_SIGNAL_SIG_OFFSET, EVENTS_MAP, EventKind, GLOBAL_AGENT_TGID,
+    GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MEMCG_LAYOUT, GLOBAL_MIN_INTERVAL_NS,
+    GLOBAL_SAMPLE_EVERY_CHARGE, GLOBAL_SAMPLE_EVERY_LRUVEC, GLOBAL_SIGNAL_PID_OFFSET,
+    GLOBAL_SIGNAL_SIG_OFFSET, KIND_COUNT, LEVEL_HARD, LEVELS_MAP, MemcgLayout, PRESSURE_EVENT_SIZE,
+    PressureEvent,
 };
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::detector::{AttachPoint, Detector, VMLINUX_BTF, memcg_layout};
+use super::ebpf_log::{self, KernelLog};
 use super::{Hook, SourceStatus, WakeDetail, WakeSender, WakeSource};
 
 /// The kernel-side object, built by build.rs. Empty when built with AYA_BUILD_SKIP=1.
@@ -89,6 +92,9 @@ pub struct EbpfSettings {
     pub sample_every_charge: u32,
     /// The tracepoint program looks once its hits moved this many units on a CPU.
     pub sample_every_lruvec: u32,
+    /// Size of the records' ring buffer in bytes (a power of two, a multiple of the page
+    /// size); tests shrink it to make it overflow.
+    pub ring_bytes: u32,
 }
 
 impl Default for EbpfSettings {
@@ -99,6 +105,7 @@ impl Default for EbpfSettings {
             detector: AttachPoint::ALL.to_vec(),
             sample_every_charge: DEFAULT_SAMPLE_EVERY_CHARGE,
             sample_every_lruvec: DEFAULT_SAMPLE_EVERY_LRUVEC,
+            ring_bytes: monitor_common::EVENTS_RING_BYTES,
         }
     }
 }
@@ -108,7 +115,12 @@ impl Default for EbpfSettings {
 pub struct KernelCounters {
     pub emitted: [u64; KIND_COUNT as usize],
     pub suppressed: [u64; KIND_COUNT as usize],
+    /// Records dropped because the ring buffer was full.
     pub ring_full: u64,
+    /// Inserts into the rate limiter's map that failed.
+    pub rate_map_failed: u64,
+    /// Reads of trace records or kernel memory that failed.
+    pub read_failed: u64,
 }
 
 /// A running eBPF source. Dropping it detaches the programs.
@@ -121,6 +133,8 @@ pub struct EbpfSource {
     /// The crossing detector, when one attached; `Err` says why none did.
     pub detector: Result<Arc<Detector>, String>,
     counters: PerCpuArray<MapData, u64>,
+    /// The programs' log, forwarded into tracing.
+    pub kernel_log: KernelLog,
     /// Kept alive: dropping the `Ebpf` detaches every program.
     _ebpf: Ebpf,
 }
@@ -150,7 +164,9 @@ impl EbpfSource {
             out.emitted[kind as usize] = read(2 * kind);
             out.suppressed[kind as usize] = read(2 * kind + 1);
         }
-        out.ring_full = read(2 * KIND_COUNT);
+        out.ring_full = read(COUNTER_RING_FULL);
+        out.rate_map_failed = read(COUNTER_RATE_MAP_FAILED);
+        out.read_failed = read(COUNTER_READ_FAILED);
         out
     }
 }
@@ -182,7 +198,11 @@ pub fn start(
     } else {
         memcg_layout(Path::new(VMLINUX_BTF)).map_err(|e| e.to_string())
     };
+    let log_level = ebpf_log::kernel_level();
     let mut ebpf = EbpfLoader::new()
+        .map_max_entries(EVENTS_MAP, settings.ring_bytes)
+        // Absent from an object whose programs do not log.
+        .override_global(aya_log::LEVEL, &log_level, false)
         .override_global(GLOBAL_MIN_INTERVAL_NS, &settings.min_interval_ns, true)
         .override_global(GLOBAL_MARK_VICTIM_PID_OFFSET, &pid_offset, true)
         .override_global(GLOBAL_SIGNAL_SIG_OFFSET, &sig_offset, true)
@@ -204,6 +224,11 @@ pub fn start(
             true,
         )
         .load(object)?;
+    // Before any program loads: the logger takes the log map out of `ebpf`.
+    let (kernel_log, not_forwarded) = ebpf_log::start(&mut ebpf);
+    if let Some(why) = &not_forwarded {
+        tracing::warn!("the eBPF programs' log is not forwarded: {why}");
+    }
     let detector = layout.and_then(|_| attach_detector(&mut ebpf, &settings.detector));
 
     let mut attached = Vec::new();
@@ -261,7 +286,7 @@ pub fn start(
     detail.push_str(&format!(
         "; tracepoints {} (ring buffer {} KiB, rate limit {} µs per cgroup and kind)",
         attached.join(", "),
-        monitor_common::EVENTS_RING_BYTES / 1024,
+        settings.ring_bytes / 1024,
         settings.min_interval_ns / 1000
     ));
     if !failed.is_empty() {
@@ -270,12 +295,17 @@ pub fn start(
     detail.push_str(&format!(
         "; records read by thread {CONSUMER_THREAD} ({scheduling})"
     ));
+    match &not_forwarded {
+        None => detail.push_str("; the programs' log forwarded to tracing"),
+        Some(why) => detail.push_str(&format!("; the programs' log not forwarded: {why}")),
+    }
     Ok(EbpfSource {
         status: SourceStatus::running(WakeSource::Ebpf, detail),
         consumer: Some(consumer),
         stop,
         detector: detector.map(|(d, _)| d),
         counters,
+        kernel_log,
         _ebpf: ebpf,
     })
 }

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 pub mod arming;
 pub mod detector;
 pub mod ebpf;
+pub mod ebpf_log;
 pub mod memcg;
 pub mod memory_events;
 pub mod psi;
