@@ -215,11 +215,18 @@ fn pod_ended(node: &Node, name: &str) -> bool {
     true
 }
 
-/// The last 40 lines of the current run's log.
+/// Where the current run's log is kept for a finding (the node's directory goes with it):
+/// a copy in the temp directory.
 fn log_tail(node: &Node) -> String {
-    let log = node.log(node.runs);
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
+    let keep = std::env::temp_dir().join(format!(
+        "monitor-chaos-{}-run{}.log",
+        std::process::id(),
+        node.runs
+    ));
+    match std::fs::copy(node.log_path(node.runs), &keep) {
+        Ok(_) => format!("agent log kept in {}", keep.display()),
+        Err(e) => format!("agent log not kept: {e}"),
+    }
 }
 
 /// Every memory hierarchy root (v1: each controller mount; v2: the one mount) holding the

@@ -8,227 +8,8 @@ use std::time::{Duration, Instant};
 
 use monitor::observe::CgroupVersion;
 use monitor::runtime::store::{Phase, PodRecord};
-use monitor_tests::{Feature, TestTrees, helper_binary, monitor_run, require, wait_until};
-
-const MIB: u64 = 1 << 20;
-
-/// A node for one test: a temp dir for manifests, state and logs, a cgroup root under
-/// `monitor-test-<pid>`, and the agent process.
-struct Node {
-    dir: tempfile::TempDir,
-    cgroup_root: String,
-    agent: Option<Child>,
-    runs: u32,
-    /// A small tmpfs that is the node filesystem (nodefs and the pods' logs), if any.
-    disk: Option<PathBuf>,
-    // Dropped last: kills whatever the agent left running in our cgroups, removes them.
-    _trees: TestTrees,
-}
-
-impl Node {
-    /// `eviction` is YAML for the eviction keys of the KubeletConfiguration.
-    fn new(eviction: &str) -> Node {
-        Node::build(eviction, None)
-    }
-
-    /// A node whose filesystem (nodefs signals and pod logs) is a tmpfs of `disk_mib` MiB
-    /// of our own, so disk pressure is real and bounded.
-    fn with_disk(eviction: &str, disk_mib: u64) -> Node {
-        Node::build(eviction, Some(disk_mib))
-    }
-
-    fn build(eviction: &str, disk_mib: Option<u64>) -> Node {
-        let _trees = TestTrees;
-        let cgroup_root = TestTrees::root("node");
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir_all(dir.path().join("pods")).unwrap();
-        let disk = disk_mib.map(|mib| {
-            let disk = dir.path().join("disk");
-            std::fs::create_dir(&disk).unwrap();
-            nix::mount::mount(
-                Some("monitor-test"),
-                &disk,
-                Some("tmpfs"),
-                nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
-                Some(format!("size={mib}m,mode=0700").as_str()),
-            )
-            .expect("mount a tmpfs for the node filesystem");
-            disk
-        });
-        let logs = match &disk {
-            Some(disk) => disk.join("logs"),
-            None => dir.path().join("logs"),
-        };
-        let nodefs = match &disk {
-            Some(disk) => format!("  nodefsPath: {}\n", disk.display()),
-            None => String::new(),
-        };
-        let config = format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             staticPodPath: {pods}\n{housekeeping}{eviction}\n\
-             monitor:\n  podsMemoryLimit: 512Mi\n  cgroupRoot: {cgroup_root}\n  stateDir: {state}\n  \
-             podLogDir: {logs}\n  socket: {sock}\n  restartBackoff: 1s\n{nodefs}",
-            pods = dir.path().join("pods").display(),
-            state = dir.path().join("state").display(),
-            logs = logs.display(),
-            sock = dir.path().join("monitor.sock").display(),
-            housekeeping = if eviction.contains("housekeepingInterval") {
-                ""
-            } else {
-                "housekeepingInterval: 10s\n"
-            },
-        );
-        std::fs::write(dir.path().join("config.yaml"), config).unwrap();
-        Node {
-            dir,
-            cgroup_root,
-            agent: None,
-            runs: 0,
-            disk,
-            _trees,
-        }
-    }
-
-    /// Bytes available on the node filesystem tmpfs (what nodefs.available reads).
-    fn disk_available(&self) -> u64 {
-        let disk = self.disk.as_ref().expect("a node with a disk");
-        let st = nix::sys::statvfs::statvfs(disk).unwrap();
-        st.blocks_available() as u64 * st.fragment_size() as u64
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// Starts `monitor run`; its log goes to agent-<run>.log.
-    fn start(&mut self) {
-        self.runs += 1;
-        let log = std::fs::File::create(self.log_path(self.runs)).unwrap();
-        let child = monitor_run(&self.path("config.yaml"), &log)
-            .env("RUST_LOG", "info")
-            .spawn()
-            .expect("start monitor run");
-        self.agent = Some(child);
-    }
-
-    fn log_path(&self, run: u32) -> PathBuf {
-        self.path(&format!("agent-{run}.log"))
-    }
-
-    fn log(&self, run: u32) -> String {
-        std::fs::read_to_string(self.log_path(run)).unwrap_or_default()
-    }
-
-    /// Stops the agent with SIGTERM (pods keep running, as with the kubelet).
-    fn stop(&mut self) {
-        if let Some(child) = self.agent.take() {
-            monitor_tests::stop_agent(child);
-        }
-    }
-
-    fn manifest(&self, file: &str, text: &str) {
-        // Written aside and renamed in: the agent never reads a half-written file.
-        let tmp = self.path(&format!(".{file}.tmp"));
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, self.path("pods").join(file)).unwrap();
-    }
-
-    fn records(&self) -> Vec<PodRecord> {
-        monitor_tests::pod_records(&self.path("state"))
-    }
-
-    fn record(&self, name: &str) -> Option<PodRecord> {
-        self.records()
-            .into_iter()
-            .find(|r| r.pod.metadata.name == name)
-    }
-
-    /// Waits until every container of the pod has a process, and returns the record.
-    fn wait_running(&self, name: &str) -> PodRecord {
-        let ok = poll(Duration::from_secs(20), || {
-            self.record(name).is_some_and(|r| {
-                r.phase == Phase::Running && r.containers.iter().all(|c| c.pid.is_some())
-            })
-        });
-        assert!(
-            ok,
-            "timed out waiting for pod {name} running; agent log:\n{}",
-            self.log(self.runs)
-        );
-        self.record(name).unwrap()
-    }
-
-    fn wait_phase(&self, name: &str, phase: Phase, timeout: Duration) -> PodRecord {
-        let ok = poll(timeout, || {
-            self.record(name).is_some_and(|r| r.phase == phase)
-        });
-        assert!(
-            ok,
-            "timed out waiting for pod {name} {phase:?}: {:?}; agent log:\n{}",
-            self.record(name),
-            self.log(self.runs)
-        );
-        self.record(name).unwrap()
-    }
-
-    /// Whether `monitor metrics` against this node's agent has the sample `line`.
-    fn has_metric(&self, line: &str) -> bool {
-        monitor_tests::agent_metrics(&self.path("monitor.sock"))
-            .lines()
-            .any(|l| l == line)
-    }
-
-    /// The pods root's OOM kill counter (hierarchical: any pod's OOM kill counts).
-    fn pods_oom_kills(&self) -> u64 {
-        monitor_tests::pods_oom_kills(&self.cgroup_root)
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.stop();
-        if let Some(disk) = &self.disk {
-            // Lazy: pods still holding log files open are killed when the trees drop.
-            let _ = nix::mount::umount2(disk.as_path(), nix::mount::MntFlags::MNT_DETACH);
-        }
-    }
-}
-
-/// Polls `check` every 10 ms until it holds (true) or `timeout` passes (false).
-fn poll(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    true
-}
-
-fn alive(pid: u32) -> bool {
-    // Signal 0: existence check. A zombie is not alive for us.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .unwrap_or_default()
-            .contains(") Z ")
-}
-
-fn pod(name: &str, resources: &str, command: &[&str], extra: &str) -> String {
-    let command: Vec<String> = command.iter().map(|c| format!("\"{c}\"")).collect();
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: demo\nspec:\n{extra}  containers:\n  - name: main\n    image: none\n    command: [{}]\n{resources}",
-        command.join(", ")
-    )
-}
-
-fn sleeper(name: &str, resources: &str) -> String {
-    pod(name, resources, &["/bin/sleep", "1000"], "")
-}
-
-const GUARANTEED: &str = "    resources:\n      requests: {cpu: 200m, memory: 64Mi}\n      limits: {cpu: 200m, memory: 64Mi}\n";
-const BURSTABLE: &str =
-    "    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {memory: 128Mi}\n";
+use monitor_tests::node::{BURSTABLE, GUARANTEED, MIB, Node, alive, pod, poll, sleeper, walk_dirs};
+use monitor_tests::{Feature, helper_binary, require, wait_until};
 
 /// The memory hierarchy path of a process ("/monitor-test-1/node/kubepods/pod…/main").
 fn memcg_of(pid: u32) -> String {
@@ -380,7 +161,7 @@ fn pods_start_in_their_qos_cgroups_with_the_right_values() {
     let expected = (1000 - (1000 * 32 * MIB / capacity) as i64).clamp(2, 999);
     assert_eq!(oom(&b), expected.to_string());
     if privileged {
-        let agent_pid = node.agent.as_ref().unwrap().id();
+        let agent_pid = node.agent_pid().unwrap();
         wait_until(
             "the agent's own oom_score_adj",
             Duration::from_secs(5),
@@ -795,17 +576,6 @@ fn pods_survive_an_agent_restart_and_pressure_still_evicts() {
     assert!(alive(gp));
 }
 
-fn walk_dirs(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-            out.push(entry.path().display().to_string());
-            out.extend(walk_dirs(&entry.path()));
-        }
-    }
-    out
-}
-
 #[test]
 fn a_malformed_manifest_is_reported_and_skipped() {
     if !require("a_malformed_manifest_is_reported", &[Feature::Root]) {
@@ -1009,10 +779,7 @@ fn a_critical_pod_left_pending_by_a_crash_is_admitted_again() {
     // What the crash leaves: SIGKILL (no clean stop), then the critical pod's manifest, its
     // Pending record as admission writes it before the victims go, and its pod cgroup
     // made but empty (the agent died inside the start).
-    if let Some(mut agent) = node.agent.take() {
-        agent.kill().expect("SIGKILL the agent");
-        agent.wait().expect("reap the agent");
-    }
+    node.crash();
     let uid = "3f1c8d2e-5b7a-4c9e-8d1f-2a3b4c5d6e7f";
     let critical = pod(
         "critical",
@@ -1040,6 +807,7 @@ fn a_critical_pod_left_pending_by_a_crash_is_admitted_again() {
                 pid: None,
                 restart_count: 0,
                 last_exit: None,
+                exit_code_unknown: false,
                 done: false,
                 container_id: None,
             }],
