@@ -3,8 +3,7 @@
 //! Run as root, one test at a time (`cargo xtask test`).
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use monitor::observe::CgroupVersion;
 use monitor::runtime::store::{Phase, PodRecord};
@@ -303,6 +302,9 @@ fn soft_threshold_evicts_after_its_grace_period_with_sigterm() {
         Duration::from_secs(5),
         || term.exists(),
     );
+    // The manifest goes while the pod is still being killed (it lingers 1 s after
+    // SIGTERM): once the eviction ends, the pod goes too, record and all.
+    node.remove_manifest("grower.yaml");
     let text = std::fs::read_to_string(&term).unwrap();
     let term_ns: u64 = text
         .strip_prefix("term ")
@@ -319,12 +321,13 @@ fn soft_threshold_evicts_after_its_grace_period_with_sigterm() {
         waited <= late,
         "SIGTERM {waited:?} after the crossing: the deadline wake failed"
     );
-    // The pod lingered 1 s after SIGTERM and exited by itself: within its 2 s grace, so
-    // no SIGKILL (exit status 0 from the handler).
-    wait_until("the pod's process is gone", Duration::from_secs(5), || {
-        node.record("grower")
-            .is_some_and(|r| r.containers[0].pid.is_none())
-    });
+    // The pod lingered 1 s after SIGTERM and exited by itself, within its 2 s grace;
+    // then its removed manifest took it away.
+    wait_until(
+        "the evicted pod whose manifest went is removed",
+        Duration::from_secs(10),
+        || node.record("grower").is_none(),
+    );
     let agent_log = node.log(1);
     assert!(
         agent_log.contains("grace period of 2 s"),
