@@ -87,8 +87,12 @@ pub struct ContainerView {
     pub name: String,
     pub pid: Option<u32>,
     pub restart_count: u32,
-    /// "running", "exited(CODE)", "signaled(SIG)", "waiting".
+    /// "running", "exited(CODE)", "signaled(SIG)", "exited(unknown)", "waiting".
     pub state: String,
+    /// Why the last run ended as it did, when that is worth a word ("ExitCodeUnknown":
+    /// its exit status could not be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// An event, as `monitor events` shows it (Kubernetes' event vocabulary).

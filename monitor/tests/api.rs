@@ -109,6 +109,7 @@ fn filled_state() -> SharedState {
                     pid: None,
                     restart_count: 2,
                     state: "signaled(9)".into(),
+                    reason: None,
                 }],
             },
             PodView {
@@ -126,6 +127,7 @@ fn filled_state() -> SharedState {
                     pid: Some(4242),
                     restart_count: 0,
                     state: "running".into(),
+                    reason: None,
                 }],
             },
         ];

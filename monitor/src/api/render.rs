@@ -521,6 +521,7 @@ mod tests {
                     pid: None,
                     restart_count: *r,
                     state: "running".into(),
+                    reason: None,
                 })
                 .collect(),
         }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal as UnixSignal;
 
 use super::cgroups::PodCgroup;
+use super::exit_status::{self, Adopted};
 use super::lifecycle::{kill, persist, publish, remove_cgroups, update_tiers};
 use super::port::EvictionOutcome;
 use super::shared::{Exit, LivePod, Shared};
@@ -114,10 +115,24 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
             }
             continue;
         }
-        for c in &record.containers {
-            if let Some(pid) = c.pid {
-                watch_adopted(shared, &record.uid, &c.name, pid);
-            }
+        // Opened now, while they run: the kernel keeps an exit status only for pidfds
+        // that existed at the exit.
+        let held: Vec<(String, Option<Adopted>)> = record
+            .containers
+            .iter()
+            .filter_map(|c| Some((c.name.clone(), hold(&key, &c.name, c.pid?))))
+            .collect();
+        // The pids were read from the cgroup before the pidfds were opened: a pidfd names
+        // the container's process only if its process is still there and still listed
+        // (one that exited in between may have passed its pid on).
+        let listed = cgroup
+            .as_ref()
+            .map(|c| shared.tree.pids(c))
+            .unwrap_or_default();
+        for (name, adopted) in held {
+            let adopted = adopted
+                .filter(|a| a.exists() && listed.contains(&i32::try_from(a.pid()).unwrap_or(-1)));
+            watch_adopted(shared, &record.uid, &key, &name, adopted);
         }
         for name in dead {
             let _ = shared.exits.send(Exit {
@@ -166,17 +181,58 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
     publish(shared);
 }
 
-/// Watches a process that is not our child: a pidfd becomes readable when it exits.
-fn watch_adopted(shared: &Arc<Shared>, uid: &str, name: &str, pid: u32) {
+/// A pidfd for an adopted container's process; `None` when it is gone already or no
+/// pidfd can be had (its exit is then reported at once, status unknown).
+fn hold(key: &str, container: &str, pid: u32) -> Option<Adopted> {
+    match Adopted::open(pid) {
+        Ok(adopted) => adopted,
+        Err(why) => {
+            tracing::warn!(pod = %key, container, pid, "cannot watch the adopted process: {why}");
+            None
+        }
+    }
+}
+
+/// Watches a process that is not our child: its pidfd turns readable when it exits, and
+/// then tells its exit status where the kernel kept it.
+fn watch_adopted(shared: &Arc<Shared>, uid: &str, key: &str, name: &str, adopted: Option<Adopted>) {
     let exits = shared.exits.clone();
-    let (uid, name) = (uid.to_string(), name.to_string());
+    let (uid, key, name) = (uid.to_string(), key.to_string(), name.to_string());
     tokio::spawn(async move {
-        super::container::wait_for_exit(pid).await;
+        let Some(adopted) = adopted else {
+            let _ = exits.send(Exit {
+                uid,
+                container: name,
+                pid: 0,
+                code: None,
+            });
+            return;
+        };
+        adopted.exited().await;
+        let pid = adopted.pid();
+        let code = match adopted.wait_status().await {
+            Ok((status, source)) => {
+                let code = exit_status::exit_code(status);
+                tracing::info!(
+                    pod = %key,
+                    container = %name,
+                    pid,
+                    "adopted process exited ({}), read through {}",
+                    code.map_or_else(|| format!("wait status {status:#x}"), |c| c.to_string()),
+                    source.as_str()
+                );
+                code
+            }
+            Err(why) => {
+                tracing::warn!(pod = %key, container = %name, pid, "adopted process exited, status unknown: {why}");
+                None
+            }
+        };
         let _ = exits.send(Exit {
             uid,
             container: name,
             pid,
-            code: None,
+            code,
         });
     });
 }

@@ -351,6 +351,7 @@ fn insert(
                 pid: None,
                 restart_count: 0,
                 last_exit: None,
+                exit_code_unknown: false,
                 done: phase.is_terminal(),
                 container_id: None,
             })
@@ -613,6 +614,9 @@ async fn ensure_sandbox(
     Ok((id, config))
 }
 
+/// The reason of a container whose last run ended with a status the agent could not read.
+pub(super) const EXIT_CODE_UNKNOWN: &str = "ExitCodeUnknown";
+
 fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status
@@ -646,7 +650,15 @@ fn on_exit(shared: &Arc<Shared>, exit: Exit) {
         return; // An older run's late report.
     }
     record.pid = None;
-    record.last_exit = exit.code.or(record.last_exit);
+    // An unreadable status is written down as such: an older run's code would misstate
+    // this run.
+    record.last_exit = exit.code;
+    record.exit_code_unknown = exit.code.is_none();
+    // An unknown status counts as a failure, as the kubelet counts a container whose
+    // status it lost (ContainerStatusUnknown): under Never the pod fails, under OnFailure
+    // and Always the container runs again. Calling it a success could report a job done
+    // that never finished; running again a job that may have succeeded is what an
+    // OnFailure job must bear after any failure anyway.
     let failed = exit.code != Some(0);
     let restart = !terminating
         && !live.record.phase.is_terminal()
@@ -712,9 +724,9 @@ fn on_exit(shared: &Arc<Shared>, exit: Exit) {
         format!(
             "container {} exited ({}){}",
             exit.container,
-            exit.code
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| "status unknown".into()),
+            exit.code.map(|c| c.to_string()).unwrap_or_else(|| format!(
+                "status unknown: {EXIT_CODE_UNKNOWN}, counted as a failure"
+            )),
             if restart { ", will restart" } else { "" }
         ),
     );
@@ -1129,8 +1141,11 @@ pub(super) fn publish(shared: &Shared) {
                                     format!("signaled({})", code - 128)
                                 }
                                 (None, Some(code)) => format!("exited({code})"),
+                                (None, None) if c.exit_code_unknown => "exited(unknown)".into(),
                                 (None, None) => "waiting".into(),
                             },
+                            reason: (c.pid.is_none() && c.exit_code_unknown)
+                                .then(|| EXIT_CODE_UNKNOWN.to_string()),
                         })
                         .collect(),
                 }

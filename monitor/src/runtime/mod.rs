@@ -22,6 +22,7 @@ mod adopt;
 pub mod cgroups;
 pub mod container;
 pub mod cri;
+mod exit_status;
 mod lifecycle;
 pub mod logs;
 pub mod manifests;

@@ -37,6 +37,10 @@ pub struct ContainerRecord {
     pub restart_count: u32,
     /// Exit code (or 128 + signal) of the last run.
     pub last_exit: Option<i32>,
+    /// The last run ended but its exit code could not be read (an adopted process on a
+    /// kernel that kept no exit status): `last_exit` is then `None`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exit_code_unknown: bool,
     /// The container will not run again (restart policy, eviction, or a finished pod).
     pub done: bool,
     /// The CRI container of the current (or last) run, when a container runtime runs it.
@@ -249,6 +253,7 @@ mod tests {
                 pid: Some(42),
                 restart_count: 1,
                 last_exit: Some(137),
+                exit_code_unknown: false,
                 done: true,
                 container_id: Some("0123abcd".into()),
             }],

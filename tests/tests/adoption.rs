@@ -1,0 +1,236 @@
+//! Jobs that finish after an agent restart: the agent adopted their processes (it is not
+//! their parent any more) and still reads their real exit status, so the phase follows
+//! the restart policy as for its own children. Run as root, one test at a time.
+use std::time::Duration;
+
+use monitor::runtime::store::Phase;
+use monitor_tests::node::{Node, pod, poll};
+use monitor_tests::{Feature, require, wait_until};
+
+/// A job that waits for `gate` to exist, then exits `code`.
+fn gated_job(name: &str, gate: &std::path::Path, code: i32, policy: &str) -> String {
+    let script = format!(
+        "while [ ! -e {} ]; do sleep 0.05; done; exit {code}",
+        gate.display()
+    );
+    pod(
+        name,
+        "",
+        &["/bin/sh", "-c", &script],
+        &format!("  restartPolicy: {policy}\n"),
+    )
+}
+
+/// Starts the agent, waits for `jobs` to run, stops it with SIGTERM (the jobs keep
+/// running) and starts it again, until it has adopted them. Returns the jobs' pids.
+fn restart_with_running_jobs(node: &mut Node, jobs: &[&str]) -> Vec<u32> {
+    node.start();
+    let pids: Vec<u32> = jobs
+        .iter()
+        .map(|job| node.wait_running(job).containers[0].pid.expect("a pid"))
+        .collect();
+    node.stop();
+    for pid in &pids {
+        assert!(
+            monitor_tests::node::alive(*pid),
+            "job {pid} keeps running while the agent is down"
+        );
+    }
+    node.start();
+    wait_until(
+        &format!("adoption\n{}", node.log(node.runs)),
+        Duration::from_secs(10),
+        || node.log(node.runs).contains("Adopted"),
+    );
+    for (job, pid) in jobs.iter().zip(&pids) {
+        let record = node.record(job).expect("a record");
+        assert_eq!(
+            (record.containers[0].pid, record.containers[0].restart_count),
+            (Some(*pid), 0),
+            "{job} adopted, not restarted"
+        );
+    }
+    pids
+}
+
+/// Exit 0 after the restart: Succeeded under Never and OnFailure, not run again. Nothing
+/// reaps the orphans here but this machine's init, if it does: the status comes through
+/// the pidfd after a reap, or from the zombie before one.
+#[test]
+fn an_adopted_job_that_exits_0_succeeds() {
+    if !require("an_adopted_job_that_exits_0_succeeds", &[Feature::Root]) {
+        return;
+    }
+    let mut node = Node::new("evictionHard: {allocatableMemory.available: 50Mi}");
+    let gate = node.path("go");
+    node.manifest("never.yaml", &gated_job("never", &gate, 0, "Never"));
+    node.manifest(
+        "onfailure.yaml",
+        &gated_job("onfailure", &gate, 0, "OnFailure"),
+    );
+    restart_with_running_jobs(&mut node, &["never", "onfailure"]);
+
+    std::fs::write(&gate, "").expect("open the gate");
+    for job in ["never", "onfailure"] {
+        let record = node.wait_phase(job, Phase::Succeeded, Duration::from_secs(15));
+        let c = &record.containers[0];
+        assert_eq!(
+            (c.last_exit, c.exit_code_unknown, c.restart_count, c.done),
+            (Some(0), false, 0, true),
+            "{job}: {record:?}\n{}",
+            node.log(2)
+        );
+    }
+    assert!(
+        node.log(2)
+            .contains("adopted process exited (0), read through"),
+        "{}",
+        node.log(2)
+    );
+}
+
+/// Exit 3 after the restart, with the orphans reaped at once by their new parent (as
+/// init does on a node; here the test is that parent, a child subreaper): the kernel
+/// keeps the status for the agent's pidfd. Never: Failed with exit 3; OnFailure: run
+/// again.
+#[test]
+fn an_adopted_job_that_exits_3_fails_with_its_code() {
+    if !require(
+        "an_adopted_job_that_exits_3_fails_with_its_code",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    if (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) < (6, 15) {
+        println!(
+            "SKIP: an_adopted_job_that_exits_3_fails_with_its_code: PIDFD_INFO_EXIT needs Linux 6.15 (this is {})",
+            release.trim()
+        );
+        return;
+    }
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) only changes who inherits orphans of our
+    // descendants; no memory is passed.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    assert_eq!(rc, 0, "PR_SET_CHILD_SUBREAPER");
+    let _not_a_subreaper_after = Subreaper;
+
+    let mut node = Node::new("evictionHard: {allocatableMemory.available: 50Mi}");
+    let gate = node.path("go");
+    node.manifest("never.yaml", &gated_job("never", &gate, 3, "Never"));
+    node.manifest(
+        "onfailure.yaml",
+        &gated_job("onfailure", &gate, 3, "OnFailure"),
+    );
+    let pids = restart_with_running_jobs(&mut node, &["never", "onfailure"]);
+    // They are our children now: reaped the moment they exit.
+    let reapers: Vec<_> = pids
+        .iter()
+        .map(|pid| {
+            let pid = nix::unistd::Pid::from_raw(*pid as i32);
+            std::thread::spawn(move || nix::sys::wait::waitpid(pid, None))
+        })
+        .collect();
+
+    std::fs::write(&gate, "").expect("open the gate");
+    let never = node.wait_phase("never", Phase::Failed, Duration::from_secs(15));
+    let c = &never.containers[0];
+    assert_eq!(
+        (c.last_exit, c.exit_code_unknown, c.restart_count),
+        (Some(3), false, 0),
+        "{never:?}\n{}",
+        node.log(2)
+    );
+    assert!(
+        poll(Duration::from_secs(15), || node
+            .record("onfailure")
+            .is_some_and(|r| r.containers[0].restart_count >= 1)),
+        "OnFailure runs a job that exited 3 again: {:?}\n{}",
+        node.record("onfailure"),
+        node.log(2)
+    );
+    for reaper in reapers {
+        let status = reaper.join().expect("reaper thread");
+        assert!(
+            matches!(status, Ok(nix::sys::wait::WaitStatus::Exited(_, 3))),
+            "the job exited 3: {status:?}"
+        );
+    }
+    assert!(
+        node.log(2)
+            .contains("adopted process exited (3), read through"),
+        "{}",
+        node.log(2)
+    );
+}
+
+/// Stops being a child subreaper when the test ends, however it ends.
+struct Subreaper;
+
+impl Drop for Subreaper {
+    fn drop(&mut self) {
+        // SAFETY: as above; 0 clears the attribute.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) };
+    }
+}
+
+/// A job that ends while the agent is down leaves no status the agent can read (no pidfd
+/// of its existed at the exit). Said so, and counted as a failure: Never fails with
+/// reason ExitCodeUnknown, no code made up.
+#[test]
+fn a_job_that_ends_while_the_agent_is_down_fails_with_exit_code_unknown() {
+    if !require(
+        "a_job_that_ends_while_the_agent_is_down_fails_with_exit_code_unknown",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    let mut node = Node::new("evictionHard: {allocatableMemory.available: 50Mi}");
+    let gate = node.path("go");
+    node.manifest("never.yaml", &gated_job("never", &gate, 0, "Never"));
+    node.start();
+    let pid = node.wait_running("never").containers[0].pid.expect("a pid");
+    node.stop();
+    std::fs::write(&gate, "").expect("open the gate");
+    wait_until("the job ends", Duration::from_secs(10), || {
+        !monitor_tests::node::alive(pid)
+    });
+    node.start();
+    let record = node.wait_phase("never", Phase::Failed, Duration::from_secs(15));
+    let c = &record.containers[0];
+    assert_eq!(
+        (c.last_exit, c.exit_code_unknown, c.restart_count),
+        (None, true, 0),
+        "{record:?}\n{}",
+        node.log(2)
+    );
+    assert!(
+        node.log(2).contains("status unknown: ExitCodeUnknown"),
+        "{}",
+        node.log(2)
+    );
+    // The container's state and reason as `monitor pods` shows them.
+    let out = std::process::Command::new(monitor_tests::helper_binary("monitor"))
+        .args(["pods", "--json", "--socket"])
+        .arg(node.path("monitor.sock"))
+        .output()
+        .expect("monitor pods");
+    let pods: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("monitor pods --json: {e}: {out:?}"));
+    let container = pods["pods"]
+        .as_array()
+        .and_then(|pods| pods.iter().find(|p| p["key"] == "demo/never"))
+        .map(|p| p["containers"][0].clone())
+        .unwrap_or_else(|| panic!("demo/never in {pods}"));
+    assert_eq!(
+        (&container["state"], &container["reason"]),
+        (
+            &serde_json::json!("exited(unknown)"),
+            &serde_json::json!("ExitCodeUnknown")
+        ),
+        "{pods}"
+    );
+}
