@@ -201,12 +201,38 @@ impl Adopted {
 
     /// Resolves when the process has exited (its pidfd turns readable).
     pub(super) async fn exited(&self) {
-        let Ok(dup) = self.fd.try_clone() else {
-            return;
-        };
-        if let Ok(fd) = crate::notify::async_fd(dup, tokio::io::Interest::READABLE) {
-            let _ = fd.readable().await;
+        let registered = self
+            .fd
+            .try_clone()
+            .and_then(|dup| crate::notify::async_fd(dup, tokio::io::Interest::READABLE));
+        match registered {
+            Ok(fd) => {
+                let _ = fd.readable().await;
+            }
+            // Not reported as an exit while it runs: asked again every so often instead.
+            Err(err) => {
+                tracing::warn!(
+                    pid = self.pid,
+                    "pidfd not pollable by the runtime ({err}): polling it"
+                );
+                while !self.readable() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
         }
+    }
+
+    /// Whether the pidfd is readable now (the process has exited), or cannot be polled.
+    fn readable(&self) -> bool {
+        let mut pollfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd, a count of one, a zero timeout: poll never blocks and
+        // writes only `revents`.
+        let rc = unsafe { libc::poll(&mut pollfd, 1, 0) };
+        rc > 0 || (rc < 0 && Errno::last() != Errno::EINTR)
     }
 
     /// The wait status of the exited process, waiting up to [`REAP_TIMEOUT`] for its
