@@ -7,6 +7,7 @@ mod bench;
 mod chaos;
 mod cmd;
 mod demo;
+mod dist;
 mod fuzz;
 mod run;
 mod setup;
@@ -46,6 +47,9 @@ enum Command {
     /// event source off in turn, replay hostile input; on this host and in the VM. Fails on
     /// any pod lost, double eviction, orphan cgroup, stale memory.high, OOM kill or panic.
     Chaos(chaos::ChaosArgs),
+    /// Package the agent for a node: static release binary, Debian package, systemd unit,
+    /// in <target dir>/dist/ (`--test-vm` then installs and tests the package in the VM).
+    Dist(dist::DistArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -63,5 +67,6 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::Fuzz(args) => fuzz::run(args),
         Command::Chaos(args) => chaos::run(args),
+        Command::Dist(args) => dist::run(args),
     }
 }

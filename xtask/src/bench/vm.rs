@@ -79,6 +79,7 @@ pub(crate) fn run(root: &Path, target: &Path, modes: &[String], trials: u32) -> 
             path: script,
         }],
         bins,
+        files: Vec::new(),
     };
     let image = vm_dir.join(format!("bench-initramfs-{}.cpio", std::process::id()));
     initramfs::write(&image, &payload, &[], &[])?;

@@ -40,7 +40,7 @@ pub fn ensure(vm_dir: &Path) -> Result<()> {
     ensure_rust_target(MUSL_TARGET)
 }
 
-fn ensure_rust_target(target: &str) -> Result<()> {
+pub(crate) fn ensure_rust_target(target: &str) -> Result<()> {
     let out = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()

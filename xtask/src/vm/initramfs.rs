@@ -23,6 +23,7 @@ const DIRS: &[&str] = &[
     "sys",
     "tmp",
     "tests",
+    "packages",
 ];
 
 /// Writes the archive to `out` (atomically: a `.tmp` file renamed into place).
@@ -48,6 +49,9 @@ pub fn write(out: &Path, payload: &Payload, test_args: &[String], env: &[String]
     }
     for test in &payload.tests {
         add_host_file(&mut archive, &format!("tests/{}", test.name), &test.path)?;
+    }
+    for file in &payload.files {
+        add_host_file(&mut archive, &file.name, &file.path)?;
     }
     let args = test_args_file(test_args);
     archive

@@ -36,7 +36,13 @@ pub struct Executable {
 pub struct Payload {
     pub tests: Vec<Executable>,
     pub bins: Vec<Executable>,
+    /// Other files for the guest: the Debian package the `package` test installs,
+    /// named by its path inside the guest.
+    pub files: Vec<Executable>,
 }
+
+/// The test target that installs the Debian package in the guest.
+const PACKAGE_TEST: &str = "package";
 
 /// How to build the payload.
 #[derive(Debug, Clone)]
@@ -106,7 +112,31 @@ pub fn build(workspace: &Path, options: &BuildOptions) -> Result<Payload> {
     if tests.is_empty() {
         bail!("cargo test -p {TESTS_PACKAGE} --no-run built no test executables");
     }
-    Ok(Payload { tests, bins })
+    let mut files = Vec::new();
+    if tests.iter().any(|t| t.name == PACKAGE_TEST) {
+        files.push(package(workspace, options, &bins)?);
+    }
+    Ok(Payload { tests, bins, files })
+}
+
+/// The Debian package of the guest's agent, as `cargo xtask dist` builds it: the release
+/// build lands in `<target dir>/dist/` (the same file `dist` makes), a debug one apart.
+fn package(workspace: &Path, options: &BuildOptions, bins: &[Executable]) -> Result<Executable> {
+    let agent = bins
+        .iter()
+        .find(|b| b.name == "monitor")
+        .context("the guest programs have no agent to package")?;
+    let target = crate::cmd::target_dir(workspace)?;
+    let out = if options.release {
+        target.join("dist")
+    } else {
+        target.join("vm").join("dist-debug")
+    };
+    let deb = crate::dist::package(workspace, &agent.path, &out)?;
+    Ok(Executable {
+        name: crate::dist::GUEST_PACKAGE.to_string(),
+        path: deb,
+    })
 }
 
 fn cargo(workspace: &Path) -> Command {
