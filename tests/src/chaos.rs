@@ -135,6 +135,35 @@ pub fn hog_pod(name: &str, pause_ms: u64) -> String {
     )
 }
 
+/// How fast the kill cycles' hog grows, from how long the agent takes to start here.
+/// The property under test is that nothing is lost when the agent dies and is restarted
+/// at once, as a supervisor does; not that a dead agent beats the OOM killer. So the hog
+/// needs three agent starts to go from the threshold to the node's limit (150 MiB): on
+/// this host's start of about 0.3 s that is the 25 ms floor, about 160 MiB/s; under
+/// emulation, where a start takes seconds, proportionally slower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pace {
+    pub start: Duration,
+    /// Pause after each 4 MiB step.
+    pub pause_ms: u64,
+    /// The agent is killed at a random moment within this long of the hog's start: the
+    /// pod start, the ramp to the threshold (362 MiB, about 90 steps), the crossing, and
+    /// half a second more for the kill and the eviction being written down.
+    pub kill_window_ms: u64,
+}
+
+impl Pace {
+    pub fn for_start(start: Duration) -> Pace {
+        // 150 MiB in 3 starts: 37.5 steps of 4 MiB, a pause of start × 3 / 37.5 each.
+        let pause_ms = (start.as_millis() as u64 * 8 / 100).clamp(25, 1000);
+        Pace {
+            start,
+            pause_ms,
+            kill_window_ms: 90 * pause_ms * 12 / 10 + 500,
+        }
+    }
+}
+
 /// Waits until the agent's run `run` logged that it runs (sources armed), or it exited.
 pub fn wait_ready(node: &mut Node, timeout: Duration) -> bool {
     let run = node.runs;
@@ -316,27 +345,28 @@ fn read_log(text: &str) -> (BTreeMap<String, u32>, u32) {
 /// (a) SIGKILL the agent at a random moment of each pressure cycle, restart it at once,
 /// and count what was lost.
 pub fn kill_cycles(options: &Options) -> Tally {
-    // 4 MiB per 25 ms step: about 160 MiB/s, so the hog crosses the threshold about 2 s
-    // after it starts and reaches the node limit about a second later: the restarted
-    // agent has that long to be up, as a supervisor restarting it would give.
-    const PAUSE_MS: u64 = 25;
-    const KILL_WINDOW_MS: u64 = 3000;
     let mut tally = Tally::default();
     let mut moments = Moments::new(options.seed);
     let mut node = Node::new(EVICTION);
     node.json_logs = true;
+    let started = Instant::now();
     node.start();
     if !wait_ready(&mut node, Duration::from_secs(30)) {
         panic!("the agent did not start:\n{}", node.log(node.runs));
     }
+    let pace = Pace::for_start(started.elapsed());
+    tally.findings.push(format!(
+        "agent start {:?}: the hog pauses {} ms per 4 MiB step, the agent is killed within {} ms of its start",
+        pace.start, pace.pause_ms, pace.kill_window_ms
+    ));
     let mut stable = Stable::start(&mut node);
     let oom_before = node.pods_oom_kills();
 
     for cycle in 0..options.cycles {
         let name = format!("hog-{cycle}");
         let file = format!("{name}.yaml");
-        node.manifest(&file, &hog_pod(&name, PAUSE_MS));
-        let kill_after = Duration::from_millis(moments.below(KILL_WINDOW_MS));
+        node.manifest(&file, &hog_pod(&name, pace.pause_ms));
+        let kill_after = Duration::from_millis(moments.below(pace.kill_window_ms));
         std::thread::sleep(kill_after);
         node.crash();
         node.start();
@@ -836,6 +866,19 @@ mod tests {
         assert!(first.iter().all(|m| *m < 3000));
         // Spread over the window, not stuck in one corner of it.
         assert!(first.iter().any(|m| *m < 1000) && first.iter().any(|m| *m >= 2000));
+    }
+
+    #[rstest::rstest]
+    #[case::fast_host(300, 25, 3200)]
+    #[case::slow_start(2000, 160, 17780)]
+    #[case::very_slow_start(30_000, 1000, 108_500)]
+    fn the_hog_gives_a_restarted_agent_three_starts(
+        #[case] start_ms: u64,
+        #[case] pause_ms: u64,
+        #[case] window_ms: u64,
+    ) {
+        let pace = Pace::for_start(Duration::from_millis(start_ms));
+        assert_eq!((pace.pause_ms, pace.kill_window_ms), (pause_ms, window_ms));
     }
 
     #[test]

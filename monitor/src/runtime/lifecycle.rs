@@ -358,7 +358,7 @@ fn insert(
             .collect(),
         sandbox_id: None,
     };
-    persist(shared, &record);
+    persist_new(shared, &record);
     shared.lock().pods.insert(
         manifest.uid.clone(),
         LivePod {
@@ -1070,16 +1070,27 @@ fn update_record<T>(
     Some(out)
 }
 
-/// Saves a pod's record: the newest one the runtime holds when the write's turn comes
-/// (`record` itself when the pod is not, or not yet, in the runtime's map).
+/// Saves a pod's record: the newest one the runtime holds when the write's turn comes,
+/// nothing when the runtime no longer holds the pod.
 pub(super) fn persist(shared: &Shared, record: &PodRecord) {
+    // The pod as the runtime holds it when this write's turn comes; none once it was
+    // stopped and forgotten meanwhile (a late exit report must not bring its record back).
     let latest = || {
         shared
             .lock()
             .pods
             .get(&record.uid)
-            .map_or_else(|| record.clone(), |live| live.record.clone())
+            .map(|live| live.record.clone())
     };
+    write_record(shared, record, latest);
+}
+
+/// Writes the record of a pod not yet held by the runtime (about to be inserted).
+fn persist_new(shared: &Shared, record: &PodRecord) {
+    write_record(shared, record, || Some(record.clone()));
+}
+
+fn write_record(shared: &Shared, record: &PodRecord, latest: impl FnOnce() -> Option<PodRecord>) {
     if let Err(err) = shared.store.save_latest(latest) {
         shared
             .state

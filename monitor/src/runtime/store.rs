@@ -122,16 +122,23 @@ impl StateStore {
     }
 
     pub fn save(&self, record: &PodRecord) -> Result<(), StoreError> {
-        self.save_latest(|| record.clone())
+        self.save_latest(|| Some(record.clone()))
     }
 
     /// Saves the record `latest` returns, called once it is this save's turn: concurrent
     /// saves of one pod then land in the order of the state they read, and each writes
     /// its own temp file (two writers never share one, which could tear a record).
-    pub fn save_latest(&self, latest: impl FnOnce() -> PodRecord) -> Result<(), StoreError> {
+    /// `latest` returns `None` for a pod forgotten while this save waited: nothing is
+    /// written, since that would bring a removed record back.
+    pub fn save_latest(
+        &self,
+        latest: impl FnOnce() -> Option<PodRecord>,
+    ) -> Result<(), StoreError> {
         use std::io::Write;
         let _turn = self.order.lock().unwrap_or_else(|p| p.into_inner());
-        let record = latest();
+        let Some(record) = latest() else {
+            return Ok(());
+        };
         let path = self.path(&record.uid);
         let tmp = self.dir.join(format!(
             ".{}.json.{}.{}.tmp",
@@ -155,7 +162,10 @@ impl StateStore {
         })
     }
 
+    /// Removes a record, in turn with the saves: a save under way lands first and is
+    /// removed, never renamed into place after the removal.
     pub fn remove(&self, uid: &str) {
+        let _turn = self.order.lock().unwrap_or_else(|p| p.into_inner());
         let _ = std::fs::remove_file(self.path(uid));
     }
 
@@ -328,5 +338,48 @@ mod tests {
         assert_eq!(records[0], record(n as u32), "a whole record, not a mix");
         let leftovers = std::fs::read_dir(dir.path().join("pods")).unwrap().count();
         assert_eq!(leftovers, 1, "no temp file left behind");
+    }
+
+    #[test]
+    fn a_removed_record_stays_removed_whatever_saves_were_under_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path()).unwrap();
+        let record = PodRecord {
+            uid: "u1".into(),
+            manifest: "m".into(),
+            pod: Pod::default(),
+            phase: Phase::Failed,
+            reason: None,
+            message: None,
+            containers: Vec::new(),
+            sandbox_id: None,
+        };
+        // The runtime forgets the pod (its manifest went) while saves of it wait their
+        // turn: they find it gone and write nothing.
+        let forgotten = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                let (store, record, forgotten) = (store.clone(), record.clone(), &forgotten);
+                scope.spawn(move || {
+                    for _ in 0..50 {
+                        store
+                            .save_latest(|| {
+                                (!forgotten.load(std::sync::atomic::Ordering::SeqCst))
+                                    .then(|| record.clone())
+                            })
+                            .unwrap();
+                    }
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            forgotten.store(true, std::sync::atomic::Ordering::SeqCst);
+            store.remove("u1");
+        });
+        assert!(
+            store.load_all().0.is_empty(),
+            "the removed record came back"
+        );
+        let leftovers = std::fs::read_dir(dir.path().join("pods")).unwrap().count();
+        assert_eq!(leftovers, 0, "no temp file left behind");
     }
 }
