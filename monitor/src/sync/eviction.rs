@@ -322,10 +322,9 @@ impl EvictionSync {
     fn arm_hot_path(&self, input: &SyncInput) -> Option<String> {
         let Some(hot) = &self.hot else { return None };
         let immediate_under_way = self.in_flight.iter().any(|e| e.immediate);
-        let victim = [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable]
-            .into_iter()
-            .filter(|_| !immediate_under_way)
-            .find_map(|signal| self.manager.prospective_eviction(input, signal))
+        let victim = (!immediate_under_way)
+            .then(|| self.manager.prospective_hot_eviction(input))
+            .flatten()
             .filter(|d| d.grace_period_seconds == 0);
         let victim_key = victim.as_ref().map(|d| d.pod_key.clone());
         let killer = self.ports.killer.clone();

@@ -452,6 +452,34 @@ impl EvictionManager {
         })
     }
 
+    /// The hot path's victim: [`EvictionManager::prospective_eviction`] for the hard memory
+    /// threshold the node is nearest to crossing (least headroom between the signal's
+    /// available and its threshold), since that is the crossing that fires the kill; the
+    /// eviction then names the signal that really crossed. The two memory signals rank
+    /// pods alike, so only the signal, threshold and message depend on this choice.
+    pub fn prospective_hot_eviction(&self, input: &SyncInput) -> Option<EvictionDecision> {
+        let mut signals: Vec<(i64, Signal)> =
+            [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable]
+                .into_iter()
+                .filter_map(|signal| {
+                    let threshold = self
+                        .config
+                        .thresholds
+                        .iter()
+                        .find(|t| t.signal == signal && t.is_hard())?;
+                    let observed = input.observations.get(&signal)?;
+                    let headroom = observed
+                        .available
+                        .saturating_sub(threshold.quantity(observed.capacity));
+                    Some((headroom, signal))
+                })
+                .collect();
+        signals.sort();
+        signals
+            .into_iter()
+            .find_map(|(_, signal)| self.prospective_eviction(input, signal))
+    }
+
     /// A whole pass, with node-level reclaim done by `reclaim` (given the resource and the
     /// signal whose filesystem to collect) when the pass calls for it. For callers whose
     /// reclaim is itself pure (the simulator, tests); the agent runs the two halves itself

@@ -922,3 +922,43 @@ fn prospective_eviction_is_the_hard_thresholds_victim_on_todays_stats() {
             .is_none()
     );
 }
+
+// The hot path holds the victim of the hard memory threshold nearest to crossing: that
+// crossing fires the kill, so the eviction names its signal.
+#[rstest::rstest]
+#[case::allocatable_nearer(6 * GI, 700 * MI, Signal::AllocatableMemoryAvailable)]
+#[case::node_nearer(1200 * MI, 4 * GI, Signal::MemoryAvailable)]
+fn the_hot_paths_victim_names_the_nearest_hard_memory_threshold(
+    #[case] node_available: u64,
+    #[case] allocatable_available: u64,
+    #[case] expected: Signal,
+) {
+    let m = manager(vec![
+        hard(Signal::MemoryAvailable, "1Gi"),
+        hard(Signal::AllocatableMemoryAvailable, "500Mi"),
+    ]);
+    let input = SyncInput {
+        observations: observe(
+            &[
+                (Signal::MemoryAvailable, node_available, 10 * GI),
+                (
+                    Signal::AllocatableMemoryAvailable,
+                    allocatable_available,
+                    8 * GI,
+                ),
+            ],
+            0,
+        ),
+        pods: three_pods(),
+        fs_layout: FsLayout::with_imagefs(false),
+    };
+    let d = m.prospective_hot_eviction(&input).expect("a victim");
+    assert_eq!(d.signal, Some(expected));
+    assert_eq!(d.pod_key, "default/hog");
+    // Only one of them armed: that one, whatever the headroom.
+    let node_only = manager(vec![hard(Signal::MemoryAvailable, "1Gi")]);
+    assert_eq!(
+        node_only.prospective_hot_eviction(&input).map(|d| d.signal),
+        Some(Some(Signal::MemoryAvailable))
+    );
+}
