@@ -14,6 +14,31 @@ fn monitor(args: &[&str]) -> std::process::Output {
         .expect("run monitor")
 }
 
+/// `monitor run` on a 256 MiB bounded node whose manifests, state, logs and socket are in
+/// `dir`; returns the agent and the path of its log.
+fn start_agent(
+    dir: &Path,
+    socket: &Path,
+    cgroup_root: &str,
+) -> (std::process::Child, std::path::PathBuf) {
+    let config = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
+         evictionHard: {{allocatableMemory.available: 50Mi}}\nmonitor:\n  podsMemoryLimit: 256Mi\n  cgroupRoot: {cgroup_root}\n  \
+         stateDir: {}\n  podLogDir: {}\n  socket: {}\n",
+        dir.join("pods").display(),
+        dir.join("state").display(),
+        dir.join("logs").display(),
+        socket.display(),
+    );
+    std::fs::write(dir.join("config.yaml"), config).unwrap();
+    let log_path = dir.join("agent.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let agent = monitor_run(&dir.join("config.yaml"), &log)
+        .spawn()
+        .expect("start monitor run");
+    (agent, log_path)
+}
+
 #[test]
 fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
     if !require("run_logs_its_sources", &[Feature::Root]) {
@@ -39,21 +64,7 @@ fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
         ),
     )
     .unwrap();
-    let config = format!(
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
-         evictionHard: {{allocatableMemory.available: 50Mi}}\nmonitor:\n  podsMemoryLimit: 256Mi\n  cgroupRoot: {cgroup_root}\n  \
-         stateDir: {}\n  podLogDir: {}\n  socket: {}\n",
-        dir.path().join("pods").display(),
-        dir.path().join("state").display(),
-        dir.path().join("logs").display(),
-        socket.display(),
-    );
-    std::fs::write(dir.path().join("config.yaml"), config).unwrap();
-    let log_path = dir.path().join("agent.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut agent = monitor_run(&dir.path().join("config.yaml"), &log)
-        .spawn()
-        .expect("start monitor run");
+    let (mut agent, log_path) = start_agent(dir.path(), &socket, &cgroup_root);
     let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     wait_until(
         "the agent to answer on its socket",
@@ -190,21 +201,7 @@ fn explain_says_where_a_pod_stands_in_the_ranking() {
         }
         std::fs::write(dir.path().join(format!("pods/{name}.yaml")), text).unwrap();
     }
-    let config = format!(
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
-         evictionHard: {{allocatableMemory.available: 50Mi}}\nmonitor:\n  podsMemoryLimit: 256Mi\n  cgroupRoot: {cgroup_root}\n  \
-         stateDir: {}\n  podLogDir: {}\n  socket: {}\n",
-        dir.path().join("pods").display(),
-        dir.path().join("state").display(),
-        dir.path().join("logs").display(),
-        socket.display(),
-    );
-    std::fs::write(dir.path().join("config.yaml"), config).unwrap();
-    let log_path = dir.path().join("agent.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut agent = monitor_run(&dir.path().join("config.yaml"), &log)
-        .spawn()
-        .expect("start monitor run");
+    let (mut agent, log_path) = start_agent(dir.path(), &socket, &cgroup_root);
     let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     let socket_arg = socket.to_string_lossy().to_string();
     let explain = |pod: &str| monitor(&["explain", pod, "--socket", &socket_arg]);
