@@ -448,7 +448,7 @@ impl SharedState {
 
     /// Records an event (and logs it).
     pub fn event(&self, kind: &str, reason: &str, object: &str, message: impl Into<String>) {
-        let message = message.into();
+        let message = bounded_note(message.into());
         if kind == "Warning" {
             tracing::warn!(
                 reason,
