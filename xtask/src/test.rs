@@ -230,7 +230,11 @@ pub fn run(args: TestArgs) -> Result<()> {
             let (ok, t) = run_counted(
                 cargo()
                     .current_dir(&root)
-                    .args(["run", "--quiet", "-p", "xtask", "--", "vm", "--matrix"]),
+                    .args(["run", "--quiet", "-p", "xtask", "--", "vm", "--matrix"])
+                    // One boot runs every test binary, the chaos run's short version and
+                    // the package's install among them: under emulation that takes
+                    // several minutes, more than `vm`'s default allows a boot.
+                    .args(["--timeout", "1800"]),
             )?;
             totals.merge(t);
             if !ok {
