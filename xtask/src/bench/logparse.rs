@@ -140,11 +140,15 @@ pub(crate) fn deciding_sync(syncs: &[Sync], kill_ns: u64) -> Option<&Sync> {
         .max_by_key(|s| s.started_ns)
 }
 
-/// The first synchronize started at or after `ns`.
+/// The first synchronize started at or after `ns` by a wake that looks at pressure: a
+/// synchronize woken only by a pod change (`request`: a pod started or exited, the OOM
+/// killer's victim among them) or an eviction's end says nothing of when the agent saw
+/// the crossing.
 pub(crate) fn first_sync_after(syncs: &[Sync], ns: u64) -> Option<&Sync> {
     syncs
         .iter()
         .filter(|s| s.started_ns >= ns)
+        .filter(|s| s.sources.iter().any(|w| w != "request" && w != "eviction"))
         .min_by_key(|s| s.started_ns)
 }
 
@@ -193,6 +197,26 @@ mod tests {
             "before the window"
         );
         assert_eq!(hot_kill(log, "demo/none", 0), None);
+    }
+
+    #[test]
+    fn a_pod_change_is_no_wake_on_pressure() {
+        let sync = |sources: &[&str], started_ns| Sync {
+            sequence: started_ns / 100,
+            first_wake_ns: started_ns,
+            sources: sources.iter().map(|s| s.to_string()).collect(),
+            started_ns,
+            duration_ns: None,
+        };
+        let syncs = [
+            sync(&["timer"], 100),
+            sync(&["request"], 200),
+            sync(&["eviction", "request"], 300),
+            sync(&["request", "timer"], 400),
+        ];
+        assert_eq!(first_sync_after(&syncs, 150).map(|s| s.started_ns), Some(400));
+        assert_eq!(first_sync_after(&syncs, 50).map(|s| s.started_ns), Some(100));
+        assert!(first_sync_after(&syncs, 450).is_none());
     }
 
     #[test]
