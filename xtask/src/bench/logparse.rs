@@ -214,8 +214,14 @@ mod tests {
             sync(&["eviction", "request"], 300),
             sync(&["request", "timer"], 400),
         ];
-        assert_eq!(first_sync_after(&syncs, 150).map(|s| s.started_ns), Some(400));
-        assert_eq!(first_sync_after(&syncs, 50).map(|s| s.started_ns), Some(100));
+        assert_eq!(
+            first_sync_after(&syncs, 150).map(|s| s.started_ns),
+            Some(400)
+        );
+        assert_eq!(
+            first_sync_after(&syncs, 50).map(|s| s.started_ns),
+            Some(100)
+        );
         assert!(first_sync_after(&syncs, 450).is_none());
     }
 
