@@ -513,3 +513,19 @@ pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The kubelet's default configuration with its memory thresholds only: its default disk
+/// thresholds (nodefs.available<10%, imagefs.available<15%) would read this host's own
+/// disk, whose free space a test does not control, and put the test node under disk
+/// pressure on a machine that happens to be nearly full.
+pub fn memory_only_kubelet_config() -> monitor::config::kubelet::KubeletConfig {
+    use monitor::policy::signal::Signal;
+    let mut config = monitor::config::kubelet::default_kubelet_config();
+    config.eviction.thresholds.retain(|t| {
+        matches!(
+            t.signal,
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable
+        )
+    });
+    config
+}

@@ -36,7 +36,10 @@ impl Agent {
             std::fs::write(dir.path().join("pods").join(file), content).expect("manifest");
         }
         let config = format!(
+            // Memory only: the kubelet's default disk thresholds would read this host's
+            // own disk, whose free space the test does not control.
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
+             evictionHard: {{memory.available: 100Mi}}\n\
              monitor:\n  cgroupRoot: {cgroup_root}\n  stateDir: {}\n  podLogDir: {}\n  socket: {}\n",
             dir.path().join("pods").display(),
             dir.path().join("state").display(),
@@ -318,13 +321,26 @@ fn oversized_manifests_are_refused_by_name_and_event_messages_are_bounded() {
         assert!(len <= 1024, "an event of {len} bytes: {event}");
     }
     // The good manifest beside them runs.
-    wait_until("default/web running", Duration::from_secs(20), || {
-        agent
-            .cli(&["pods"])
-            .1
-            .lines()
-            .any(|l| l.contains("default/web") && l.contains("Running"))
-    });
+    let web_running = (|| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if agent
+                .cli(&["pods"])
+                .1
+                .lines()
+                .any(|l| l.contains("default/web") && l.contains("Running"))
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    })();
+    assert!(
+        web_running,
+        "default/web never ran: monitor pods says\n{}\nevents: {events:?}",
+        agent.cli(&["pods"]).1
+    );
     assert!(
         !agent.cli(&["pods"]).1.contains("default/huge"),
         "the oversized pod was started"

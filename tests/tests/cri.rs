@@ -46,6 +46,14 @@ impl Node {
         containerd.track_cgroup_parent(&parent_name());
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("pods")).unwrap();
+        // Without thresholds of its own a test gets memory only: the kubelet's default
+        // disk thresholds would read this host's own disk, whose free space the test does
+        // not control.
+        let kubelet = if kubelet.contains("evictionHard") {
+            kubelet.to_string()
+        } else {
+            format!("evictionHard: {{memory.available: 100Mi}}\n{kubelet}")
+        };
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              staticPodPath: {pods}\n{housekeeping}\

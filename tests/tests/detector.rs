@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use monitor::agent::Agent;
 use monitor::config::agent::{AgentConfig, AgentSettings, SourcesSettings};
-use monitor::config::kubelet::default_kubelet_config;
 use monitor::notify::arming::{MemoryThreshold, MemoryThresholds};
 use monitor::notify::detector::{AttachPoint, cgroup_id};
 use monitor::notify::ebpf::{EbpfSettings, EbpfSource};
@@ -18,6 +17,7 @@ use monitor::runtime::port::Ports;
 use monitor::state::SharedState;
 use monitor::sync::SyncReport;
 use monitor_common::{EventKind, LEVEL_HARD, PressureEvent};
+use monitor_tests::memory_only_kubelet_config;
 use monitor_tests::{Feature, TestCgroup, hog, init_tracing, join_before_exec, require};
 use tokio::sync::{broadcast, mpsc};
 
@@ -210,7 +210,7 @@ fn agent_config(pods: &TestCgroup, detector: Vec<String>) -> AgentConfig {
 fn start_agent(config: AgentConfig, what: &str) -> Agent {
     Agent::start(
         config,
-        default_kubelet_config(),
+        memory_only_kubelet_config(),
         Ports::none(),
         SharedState::default(),
     )

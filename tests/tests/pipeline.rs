@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use monitor::agent::Agent;
 use monitor::config::agent::{AgentConfig, AgentSettings, SourcesSettings};
-use monitor::config::kubelet::default_kubelet_config;
 use monitor::notify::arming::{MemoryThreshold, MemoryThresholds};
 use monitor::notify::{SourceState, WakeDetail, WakeSource};
 use monitor::policy::quantity::{Quantity, QuantityOrPercent};
@@ -14,6 +13,7 @@ use monitor::runtime::port::Ports;
 use monitor::state::SharedState;
 use monitor::sync::SyncReport;
 use monitor_common::EventKind;
+use monitor_tests::memory_only_kubelet_config;
 use monitor_tests::{Feature, TestCgroup, hog, init_tracing, require};
 use tokio::sync::broadcast;
 
@@ -54,7 +54,7 @@ fn config(
 fn start(config: AgentConfig) -> (Agent, broadcast::Receiver<SyncReport>) {
     let agent = Agent::start(
         config,
-        default_kubelet_config(),
+        memory_only_kubelet_config(),
         Ports::none(),
         SharedState::default(),
     )
