@@ -218,7 +218,9 @@ pub fn run(args: TestArgs) -> Result<()> {
         let (ok, t) = run_counted(
             cargo()
                 .current_dir(&root)
-                .args(["test", "-p", "monitor-tests", "--", "--test-threads=1"])
+                // Every test binary runs even after one fails: the totals count them all.
+                .args(["test", "-p", "monitor-tests", "--no-fail-fast", "--"])
+                .arg("--test-threads=1")
                 .env("MONITOR_TEST_REQUIRE", features.join(",")),
         )?;
         totals.merge(t);
