@@ -695,6 +695,31 @@ pub fn hostile_replay() -> (Vec<Replay>, Tally) {
             },
         });
     }
+    // A pod asking for a grace period near i64::MAX seconds, stopped: the stop waits
+    // (for ever, in effect) without overflowing a clock, and the agent runs on.
+    let forever = sleeper("forever", "").replace(
+        "spec:\n",
+        "spec:\n  terminationGracePeriodSeconds: 9223372036854775807\n",
+    );
+    node.manifest("forever.yaml", &forever);
+    let started = poll(Duration::from_secs(10), || {
+        node.record("forever")
+            .is_some_and(|r| r.phase == Phase::Running)
+    });
+    node.remove_manifest("forever.yaml");
+    std::thread::sleep(Duration::from_millis(500));
+    let survived =
+        node.agent_running() && !crate::agent_metrics(&node.path("monitor.sock")).is_empty();
+    replays.push(Replay {
+        input: "manifest terminationGracePeriodSeconds i64::MAX, stopped".into(),
+        refused: started && survived,
+        detail: if started && survived {
+            String::new()
+        } else {
+            format!("started {started}, agent answering after the stop {survived}")
+        },
+    });
+
     // A record that is not JSON, and one for a uid no manifest has, before a restart.
     let records = node.path("state").join("pods");
     std::fs::create_dir_all(&records).ok();

@@ -650,6 +650,7 @@ fn no_active_pods_no_eviction() {
 #[case(2, 3_000)]
 #[case(30, 45_000)]
 #[case(-5, 2_000)]
+#[case::near_forever(i64::MAX, u64::MAX)]
 fn kill_timeouts(#[case] grace: i64, #[case] millis: u64) {
     assert_eq!(kill_timeout(grace), Duration::from_millis(millis));
 }
