@@ -21,6 +21,19 @@ fn gated_job(name: &str, gate: &std::path::Path, code: i32, policy: &str) -> Str
     )
 }
 
+/// A node with two jobs, `never` (restartPolicy Never) and `onfailure` (OnFailure), that
+/// exit `code` once the returned gate file exists.
+fn node_with_gated_jobs(code: i32) -> (Node, std::path::PathBuf) {
+    let node = Node::new("evictionHard: {allocatableMemory.available: 50Mi}");
+    let gate = node.path("go");
+    node.manifest("never.yaml", &gated_job("never", &gate, code, "Never"));
+    node.manifest(
+        "onfailure.yaml",
+        &gated_job("onfailure", &gate, code, "OnFailure"),
+    );
+    (node, gate)
+}
+
 /// Starts the agent, waits for `jobs` to run, stops it with SIGTERM (the jobs keep
 /// running) and starts it again, until it has adopted them. Returns the jobs' pids.
 fn restart_with_running_jobs(node: &mut Node, jobs: &[&str]) -> Vec<u32> {
@@ -63,18 +76,8 @@ fn an_adopted_job_that_exits_0_succeeds() {
     if !require("an_adopted_job_that_exits_0_succeeds", &[Feature::Root]) {
         return;
     }
-    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) only changes who inherits orphans of our
-    // descendants; no memory is passed.
-    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    assert_eq!(rc, 0, "PR_SET_CHILD_SUBREAPER");
-    let _not_a_subreaper_after = Subreaper;
-    let mut node = Node::new("evictionHard: {allocatableMemory.available: 50Mi}");
-    let gate = node.path("go");
-    node.manifest("never.yaml", &gated_job("never", &gate, 0, "Never"));
-    node.manifest(
-        "onfailure.yaml",
-        &gated_job("onfailure", &gate, 0, "OnFailure"),
-    );
+    let _subreaper = Subreaper::become_one();
+    let (mut node, gate) = node_with_gated_jobs(0);
     let pids = restart_with_running_jobs(&mut node, &["never", "onfailure"]);
 
     std::fs::write(&gate, "").expect("open the gate");
@@ -123,19 +126,8 @@ fn an_adopted_job_that_exits_3_fails_with_its_code() {
         );
         return;
     }
-    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) only changes who inherits orphans of our
-    // descendants; no memory is passed.
-    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    assert_eq!(rc, 0, "PR_SET_CHILD_SUBREAPER");
-    let _not_a_subreaper_after = Subreaper;
-
-    let mut node = Node::new("evictionHard: {allocatableMemory.available: 50Mi}");
-    let gate = node.path("go");
-    node.manifest("never.yaml", &gated_job("never", &gate, 3, "Never"));
-    node.manifest(
-        "onfailure.yaml",
-        &gated_job("onfailure", &gate, 3, "OnFailure"),
-    );
+    let _subreaper = Subreaper::become_one();
+    let (mut node, gate) = node_with_gated_jobs(3);
     let pids = restart_with_running_jobs(&mut node, &["never", "onfailure"]);
     // They are our children now: reaped the moment they exit.
     let reapers: Vec<_> = pids
@@ -178,12 +170,23 @@ fn an_adopted_job_that_exits_3_fails_with_its_code() {
     );
 }
 
-/// Stops being a child subreaper when the test ends, however it ends.
+/// This test process as a child subreaper (orphans of its descendants become its
+/// children) until the guard drops, however the test ends.
 struct Subreaper;
+
+impl Subreaper {
+    fn become_one() -> Subreaper {
+        // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) only changes who inherits orphans of
+        // our descendants; no memory is passed.
+        let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        assert_eq!(rc, 0, "PR_SET_CHILD_SUBREAPER");
+        Subreaper
+    }
+}
 
 impl Drop for Subreaper {
     fn drop(&mut self) {
-        // SAFETY: as above; 0 clears the attribute.
+        // SAFETY: as in become_one; 0 clears the attribute.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) };
     }
 }
