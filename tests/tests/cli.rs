@@ -144,16 +144,35 @@ fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
     );
 
     if Feature::Ebpf.missing().is_none() {
-        wait_until(
-            "the kernel OOM kill of default/oomer in the metrics",
-            Duration::from_secs(30),
-            || {
-                let out = monitor(&["metrics", "--socket", &socket_arg]);
-                String::from_utf8_lossy(&out.stdout).lines().any(|l| {
-                    l.starts_with("monitor_kernel_oom_kills_total{pod=\"default/oomer\"} ")
-                        && !l.ends_with(" 0")
-                })
-            },
+        let oom_lines = || -> Vec<String> {
+            let out = monitor(&["metrics", "--socket", &socket_arg]);
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.contains("oom_kills_total"))
+                .map(str::to_string)
+                .collect()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let counted = loop {
+            let lines = oom_lines();
+            if lines.iter().any(|l| {
+                l.starts_with("monitor_kernel_oom_kills_total{pod=\"default/oomer\"} ")
+                    && !l.ends_with(" 0")
+            }) {
+                break true;
+            }
+            if Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // On failure, what the agent counted and logged: an OOM kill counted under
+        // pod="" (the pod not known yet) reads differently from none at all.
+        assert!(
+            counted,
+            "the kernel OOM kill of default/oomer never reached the metrics: {:?}\n{}",
+            oom_lines(),
+            read_log()
         );
     }
 
