@@ -48,7 +48,7 @@ fn pods(count: usize) -> Vec<PodWithStats> {
             }
             pod.spec.containers.push(container);
             PodWithStats {
-                pod,
+                pod: pod.into(),
                 stats: PodStats {
                     memory_working_set_bytes: Some((i as u64 % 97 + 1) * 3 * MI),
                     process_count: Some(1),

@@ -110,6 +110,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// Makes every thread allocate from the one main heap. glibc gives each new thread a heap
+/// of its own (up to eight per CPU), and since the agent locks every page it touches
+/// (mlockall), each heap's high-water mark stays resident: about 450 KiB for each of the
+/// runtime's and blocking threads, 1.8 MiB of a 17 MiB agent with 110 pods. The
+/// agent allocates little and briefly, so one heap's lock costs nothing measurable.
+/// Must run before any thread starts. (musl has a single heap already.)
+fn one_malloc_arena() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt takes two integers; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
 /// Prints the completion script for `shell`, generated from the same definitions as the
 /// parser: it always offers exactly the subcommands and flags this binary accepts.
 fn completions(shell: clap_complete::Shell) -> ExitCode {
@@ -264,6 +278,7 @@ fn colour_stderr() -> bool {
 }
 
 fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
+    one_malloc_arena();
     init_logging(&args.log, log_format)?;
     let config = monitor::config::load_agent_config(args.config.as_deref(), &args.kubelet_flags)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -801,7 +801,7 @@ fn a_critical_pod_left_pending_by_a_crash_is_admitted_again() {
         .save(&PodRecord {
             uid: uid.into(),
             manifest: node.path("pods").join("critical.yaml"),
-            pod: parsed.clone(),
+            pod: parsed.clone().into(),
             phase: Phase::Pending,
             reason: None,
             message: None,

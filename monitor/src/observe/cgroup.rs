@@ -209,9 +209,15 @@ impl CgroupReader {
     }
 
     fn read(&self, path: &Path) -> Result<String, ObserveError> {
+        self.read_with(path, str::to_string)
+    }
+
+    /// Reads `path` now and parses its content with `parse` (without allocating, through
+    /// a kept descriptor).
+    fn read_with<R>(&self, path: &Path, parse: impl FnOnce(&str) -> R) -> Result<R, ObserveError> {
         match &self.open {
-            Some(open) => open.read(path),
-            None => read_file(path),
+            Some(open) => open.read_with(path, parse),
+            None => read_file(path).map(|text| parse(&text)),
         }
     }
 
@@ -244,11 +250,15 @@ impl CgroupReader {
     pub fn memory_stats(&self, cgroup: &str) -> Result<MemoryStats, ObserveError> {
         let (usage_bytes, inactive_file_bytes) = self.usage_and_inactive_file(cgroup)?;
         let limit_path = self.file(cgroup, "memory.limit_in_bytes", "memory.max");
-        // The v2 root has no memory.max: unlimited.
-        let limit_bytes = if limit_path.exists() {
-            read_single(&limit_path)?
-        } else {
-            None
+        let limit_bytes = match self.read(&limit_path) {
+            Ok(text) => single(&limit_path, &text)?,
+            // The v2 root has no memory.max: unlimited.
+            Err(ObserveError::Read { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                None
+            }
+            Err(err) => return Err(err),
         };
         Ok(MemoryStats {
             usage_bytes,
@@ -267,13 +277,17 @@ impl CgroupReader {
 
     fn usage_and_inactive_file(&self, cgroup: &str) -> Result<(u64, Option<u64>), ObserveError> {
         let usage_path = self.usage_file(cgroup);
-        let usage_bytes = single(&usage_path, &self.read(&usage_path)?)?.unwrap_or(0);
+        let usage_bytes = self
+            .read_with(&usage_path, |text| single(&usage_path, text))??
+            .unwrap_or(0);
         let stat_path = self.file(cgroup, "memory.stat", "memory.stat");
         let inactive_key = match self.version {
             CgroupVersion::V1 => "total_inactive_file",
             CgroupVersion::V2 => "inactive_file",
         };
-        let inactive = parse::flat_keyed_value(&self.read(&stat_path)?, inactive_key);
+        let inactive = self.read_with(&stat_path, |text| {
+            parse::flat_keyed_value(text, inactive_key)
+        })?;
         Ok((usage_bytes, inactive))
     }
 

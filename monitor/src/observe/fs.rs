@@ -1,6 +1,7 @@
 //! Filesystem bytes and inodes (statvfs), for the nodefs and imagefs signals.
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Sender, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,20 +31,27 @@ pub fn statvfs(path: &Path) -> Result<FsStats, ObserveError> {
 }
 
 /// statvfs(2) with a bound on its wait. A filesystem that does not answer (a dead NFS
-/// server, a wedged device) blocks the calling thread in the kernel, so each call runs on
-/// a thread of its own; after `timeout` the caller moves on with an error, and the path
-/// counts as hung until that thread comes back: no second thread is sent after it.
+/// server, a wedged device) blocks the calling thread in the kernel, so the calls for
+/// each path run on a thread of that path's own, kept for the next call (a new thread
+/// per call cost a synchronize more than the statvfs itself). After `timeout` the caller
+/// moves on with an error, and the path counts as hung until its thread comes back: no
+/// second thread is sent after it.
 #[derive(Clone, Debug)]
 pub struct BoundedStatvfs {
     timeout: Duration,
     in_flight: Arc<Mutex<BTreeSet<PathBuf>>>,
+    workers: Arc<Mutex<HashMap<PathBuf, Worker>>>,
 }
+
+/// Where a path's thread takes its requests: each carries the channel for its answer.
+type Worker = SyncSender<Sender<Result<FsStats, ObserveError>>>;
 
 impl BoundedStatvfs {
     pub fn new(timeout: Duration) -> Self {
         BoundedStatvfs {
             timeout,
             in_flight: Arc::default(),
+            workers: Arc::default(),
         }
     }
 
@@ -52,35 +60,61 @@ impl BoundedStatvfs {
             path: path.to_path_buf(),
             after: self.timeout,
         };
-        {
-            let mut in_flight = lock(&self.in_flight);
-            if !in_flight.insert(path.to_path_buf()) {
-                return Err(hung());
-            }
+        if !lock(&self.in_flight).insert(path.to_path_buf()) {
+            return Err(hung());
         }
-        let (tx, rx) = std::sync::mpsc::channel();
-        let owned = path.to_path_buf();
-        let in_flight = self.in_flight.clone();
-        let spawned = std::thread::Builder::new()
-            .name("monitor-statvfs".into())
-            .spawn(move || {
-                let result = statvfs(&owned);
-                lock(&in_flight).remove(&owned);
-                let _ = tx.send(result);
-            });
-        if let Err(source) = spawned {
+        let (answer, answered) = std::sync::mpsc::channel();
+        if let Err(source) = self.send(path, answer) {
             lock(&self.in_flight).remove(path);
             return Err(ObserveError::Read {
                 path: path.to_path_buf(),
                 source,
             });
         }
-        rx.recv_timeout(self.timeout)
+        answered
+            .recv_timeout(self.timeout)
             .unwrap_or_else(|_| Err(hung()))
+    }
+
+    /// Hands a request to the path's thread, starting one when there is none (or the
+    /// last one is gone).
+    fn send(
+        &self,
+        path: &Path,
+        mut answer: Sender<Result<FsStats, ObserveError>>,
+    ) -> std::io::Result<()> {
+        let mut workers = lock(&self.workers);
+        if let Some(worker) = workers.get(path) {
+            // The path is not in flight, so its thread waits for work: the one-slot
+            // channel has room unless the thread is gone.
+            match worker.try_send(answer) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Full(back) | TrySendError::Disconnected(back)) => {
+                    answer = back;
+                }
+            }
+        }
+        let (worker, requests): (Worker, _) = std::sync::mpsc::sync_channel(1);
+        let owned = path.to_path_buf();
+        let in_flight = self.in_flight.clone();
+        std::thread::Builder::new()
+            .name("monitor-statvfs".into())
+            .spawn(move || {
+                for answer in requests {
+                    let result = statvfs(&owned);
+                    lock(&in_flight).remove(&owned);
+                    // The caller may have given up (timeout): nobody to answer then.
+                    let _ = answer.send(result);
+                }
+            })?;
+        // A new channel with an empty slot and a live thread: this cannot fail.
+        let _ = worker.try_send(answer);
+        workers.insert(path.to_path_buf(), worker);
+        Ok(())
     }
 }
 
-fn lock(set: &Mutex<BTreeSet<PathBuf>>) -> std::sync::MutexGuard<'_, BTreeSet<PathBuf>> {
+fn lock<T>(set: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     set.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -99,6 +133,18 @@ mod tests {
         assert!(err.contains("absent"), "{err}");
         // Nothing is left in flight: the next call asks the kernel again.
         assert!(fs.statvfs(dir.path()).is_ok());
+    }
+
+    #[test]
+    fn each_path_keeps_one_thread_across_calls() {
+        let fs = BoundedStatvfs::new(Duration::from_secs(5));
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        for _ in 0..3 {
+            assert!(fs.statvfs(a.path()).is_ok());
+            assert!(fs.statvfs(b.path()).is_ok());
+        }
+        assert_eq!(lock(&fs.workers).len(), 2);
+        assert!(lock(&fs.in_flight).is_empty());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! (kubernetes#51745). Files read at every synchronize may stay open ([`OpenFiles`]); each
 //! read still asks the kernel anew.
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub mod cgroup;
 mod error;
@@ -13,7 +14,6 @@ pub mod parse;
 
 pub use cgroup::{CgroupLayout, CgroupReader, CgroupVersion, MemoryEvents, MemoryStats};
 pub use error::ObserveError;
-use error::read_file;
 pub use fs::{BoundedStatvfs, FsStats};
 pub use open_files::OpenFiles;
 pub use parse::Psi;
@@ -118,15 +118,27 @@ pub struct Observer {
     reader: CgroupReader,
     config: ObserverConfig,
     statvfs: BoundedStatvfs,
+    /// The node's own files (meminfo, the root and pods cgroups, pid counts, PSI), read
+    /// at every synchronize: kept open, each read still generated afresh.
+    open: Arc<OpenFiles>,
 }
+
+/// The node-level files an observation reads: a dozen, whatever the pod count.
+const NODE_FILES: usize = 16;
 
 impl Observer {
     pub fn new(reader: CgroupReader, config: ObserverConfig) -> Self {
+        let open = Arc::new(OpenFiles::with_budget(NODE_FILES));
         Observer {
-            reader,
+            reader: reader.keeping_open(open.clone()),
             config,
             statvfs: BoundedStatvfs::new(STATVFS_TIMEOUT),
+            open,
         }
+    }
+
+    fn read(&self, path: &std::path::Path) -> Result<String, ObserveError> {
+        self.open.read(path)
     }
 
     pub fn reader(&self) -> &CgroupReader {
@@ -161,7 +173,7 @@ impl Observer {
         };
         let pids = kept(&mut failed, "pids", self.pids());
         let psi_path = self.config.proc_root.join("pressure/memory");
-        let psi = read_file(&psi_path).ok().and_then(|t| parse::psi(&t).ok());
+        let psi = self.read(&psi_path).ok().and_then(|t| parse::psi(&t).ok());
         Ok(NodeObservation {
             taken_at_ns,
             memory,
@@ -177,7 +189,7 @@ impl Observer {
 
     fn meminfo(&self) -> Result<(PathBuf, std::collections::BTreeMap<String, u64>), ObserveError> {
         let path = self.config.proc_root.join("meminfo");
-        let map = parse::flat_keyed(&read_file(&path)?);
+        let map = parse::flat_keyed(&self.read(&path)?);
         Ok((path, map))
     }
 
@@ -232,7 +244,7 @@ impl Observer {
 
     pub fn pids(&self) -> Result<PidStats, ObserveError> {
         let path = self.config.proc_root.join("sys/kernel/pid_max");
-        let max = parse::single_value(&read_file(&path)?)
+        let max = parse::single_value(&self.read(&path)?)
             .map_err(|e| ObserveError::Parse {
                 path: path.clone(),
                 reason: e.to_string(),
@@ -241,7 +253,7 @@ impl Observer {
         // /proc/loadavg's fourth field is "runnable/total" scheduling entities: the same
         // count sysinfo(2) reports as procs, read from the injectable proc root.
         let path = self.config.proc_root.join("loadavg");
-        let text = read_file(&path)?;
+        let text = self.read(&path)?;
         let current = text
             .split_whitespace()
             .nth(3)

@@ -13,11 +13,12 @@
 //!
 //! [`sweep`]: OpenFiles::sweep
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use super::error::ObserveError;
 
@@ -31,14 +32,17 @@ const FIRST_READ: usize = 4096;
 
 #[derive(Debug)]
 struct Kept {
-    file: File,
+    /// Shared with a read under way, which runs without the set's lock.
+    file: Arc<File>,
     /// The sweep generation of the last read.
     read_in: u64,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
-    files: HashMap<PathBuf, Kept>,
+    /// Keyed by the path's bytes: hashing a `Path` walks its components, which cost
+    /// more than the lookup itself.
+    files: HashMap<OsString, Kept>,
     generation: u64,
 }
 
@@ -75,34 +79,61 @@ impl OpenFiles {
 
     /// The file's whole content, read now.
     pub fn read(&self, path: &Path) -> Result<String, ObserveError> {
+        self.read_with(path, str::to_string)
+    }
+
+    /// Reads the file now and hands its content to `parse`, without allocating for a
+    /// file that fits in [`FIRST_READ`] bytes (every per-pod file does). The set's lock
+    /// is held only to find or keep the descriptor, never during the read, so threads
+    /// read different files at once.
+    pub fn read_with<R>(
+        &self,
+        path: &Path,
+        parse: impl FnOnce(&str) -> R,
+    ) -> Result<R, ObserveError> {
         let failed = |source| ObserveError::Read {
             path: path.to_path_buf(),
             source,
         };
-        let mut inner = self.lock();
-        let generation = inner.generation;
-        if let Some(kept) = inner.files.get_mut(path) {
-            kept.read_in = generation;
-            match read_at_start(&kept.file) {
-                Ok(text) => return Ok(text),
+        let mut buffer = Buffer::new();
+        let kept = {
+            let mut inner = self.lock();
+            let generation = inner.generation;
+            inner.files.get_mut(path.as_os_str()).map(|kept| {
+                kept.read_in = generation;
+                kept.file.clone()
+            })
+        };
+        if let Some(file) = kept {
+            match buffer.fill(&file) {
+                Ok(text) => return Ok(parse(text)),
                 // Stale (the cgroup went, maybe came back) or failing: open it anew.
                 Err(_) => {
-                    inner.files.remove(path);
+                    let mut inner = self.lock();
+                    if inner
+                        .files
+                        .get(path.as_os_str())
+                        .is_some_and(|k| Arc::ptr_eq(&k.file, &file))
+                    {
+                        inner.files.remove(path.as_os_str());
+                    }
                 }
             }
         }
         let file = File::open(path).map_err(failed)?;
-        let text = read_at_start(&file).map_err(failed)?;
+        let value = parse(buffer.fill(&file).map_err(failed)?);
+        let mut inner = self.lock();
         if inner.files.len() < self.budget {
+            let generation = inner.generation;
             inner.files.insert(
-                path.to_path_buf(),
+                path.as_os_str().to_owned(),
                 Kept {
-                    file,
+                    file: Arc::new(file),
                     read_in: generation,
                 },
             );
         }
-        Ok(text)
+        Ok(value)
     }
 
     /// Closes the descriptors not read since the previous sweep.
@@ -130,30 +161,58 @@ impl OpenFiles {
     }
 }
 
-/// Reads from offset 0 to the end with `pread(2)`. A read that leaves room in the buffer
-/// has the whole file: a kernfs file fills the buffer with as much of its content as fits,
-/// and asking for more at an offset past 0 would make the kernel generate the content
-/// anew just to skip to that offset. So a file that fits costs one generation.
-fn read_at_start(file: &File) -> io::Result<String> {
-    let mut buf = vec![0u8; FIRST_READ];
-    let mut len = 0;
-    loop {
-        let offset = u64::try_from(len).unwrap_or(u64::MAX);
-        match file.read_at(&mut buf[len..], offset) {
-            Ok(0) => break,
-            Ok(n) => {
-                len += n;
-                if len < buf.len() {
-                    break;
-                }
-                buf.resize(buf.len() * 2, 0);
-            }
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-            Err(err) => return Err(err),
+/// Where a file is read: on the stack, and on the heap only for a file larger than
+/// [`FIRST_READ`] (a big node's root memory.stat).
+struct Buffer {
+    first: [u8; FIRST_READ],
+    more: Vec<u8>,
+}
+
+impl Buffer {
+    fn new() -> Self {
+        Buffer {
+            first: [0; FIRST_READ],
+            more: Vec::new(),
         }
     }
-    buf.truncate(len);
-    String::from_utf8(buf).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
+
+    /// Reads from offset 0 to the end with `pread(2)`. A read that leaves room in the
+    /// buffer has the whole file: a kernfs file fills the buffer with as much of its
+    /// content as fits, and asking for more at an offset past 0 would make the kernel
+    /// generate the content anew just to skip to that offset. So a file that fits costs
+    /// one generation.
+    fn fill(&mut self, file: &File) -> io::Result<&str> {
+        let len = read_into(file, &mut self.first, 0)?;
+        if len < FIRST_READ {
+            return utf8(&self.first[..len]);
+        }
+        self.more.clear();
+        self.more.extend_from_slice(&self.first);
+        let mut len = len;
+        loop {
+            self.more.resize(self.more.len() * 2, 0);
+            len += read_into(file, &mut self.more[len..], len)?;
+            if len < self.more.len() {
+                break;
+            }
+        }
+        utf8(&self.more[..len])
+    }
+}
+
+/// One `pread(2)` at `offset`, retried on EINTR; 0 at the end of the file.
+fn read_into(file: &File, buf: &mut [u8], offset: usize) -> io::Result<usize> {
+    let offset = u64::try_from(offset).unwrap_or(u64::MAX);
+    loop {
+        match file.read_at(buf, offset) {
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
+    }
+}
+
+fn utf8(bytes: &[u8]) -> io::Result<&str> {
+    std::str::from_utf8(bytes).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
 }
 
 /// Raises the soft open-file limit to the hard one, so that the kept descriptors of a
@@ -209,7 +268,7 @@ mod tests {
     fn the_budget_bounds_kept_descriptors_and_sweep_closes_unread_ones() {
         let dir = tempfile::tempdir().unwrap();
         let files = OpenFiles::with_budget(2);
-        let paths: Vec<PathBuf> = (0..4)
+        let paths: Vec<std::path::PathBuf> = (0..4)
             .map(|i| {
                 let p = dir.path().join(format!("f{i}"));
                 std::fs::write(&p, i.to_string()).unwrap();

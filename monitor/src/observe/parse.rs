@@ -27,11 +27,13 @@ pub fn flat_keyed(text: &str) -> BTreeMap<String, u64> {
 /// dozens of keys; a synchronize wants one of them from every pod).
 pub fn flat_keyed_value(text: &str, wanted: &str) -> Option<u64> {
     text.lines().find_map(|line| {
-        let mut words = line.split_whitespace();
-        let key = words.next()?.trim_end_matches(':');
-        if key != wanted {
+        // The key, an optional colon, then whitespace: matched before any splitting.
+        let rest = line.trim_start().strip_prefix(wanted)?;
+        let rest = rest.strip_prefix(':').unwrap_or(rest);
+        if !rest.starts_with(|c: char| c.is_ascii_whitespace()) {
             return None;
         }
+        let mut words = rest.split_whitespace();
         let value = words.next()?.parse::<u64>().ok()?;
         Some(if words.next() == Some("kB") {
             value.saturating_mul(1024)

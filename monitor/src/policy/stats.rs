@@ -45,6 +45,6 @@ impl PodStats {
 /// An active pod and its current usage.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodWithStats {
-    pub pod: Pod,
+    pub pod: std::sync::Arc<Pod>,
     pub stats: PodStats,
 }

@@ -248,7 +248,7 @@ fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
             .pods
             .values()
             .filter(|p| !p.terminating && !p.record.phase.is_terminal())
-            .map(|p| p.record.pod.clone())
+            .map(|p| Pod::clone(&p.record.pod))
             .collect();
         (inner.conditions.clone(), running)
     };
@@ -334,10 +334,13 @@ fn insert(
     reason: Option<String>,
     message: Option<String>,
 ) {
+    // The spec carries the record's uid, so a synchronize shares it as it is.
+    let mut pod = manifest.pod.clone();
+    pod.metadata.uid = manifest.uid.clone();
     let record = PodRecord {
         uid: manifest.uid.clone(),
         manifest: manifest.path.clone(),
-        pod: manifest.pod.clone(),
+        pod: Arc::new(pod),
         phase,
         reason,
         message,
@@ -439,7 +442,7 @@ fn launch(shared: &Arc<Shared>, uid: &str, name: &str) {
             cri,
             uid.to_string(),
             spec.clone(),
-            pod.clone(),
+            Pod::clone(&pod),
             cgroup,
             restart,
         ));
@@ -1037,7 +1040,7 @@ pub(super) fn update_tiers(shared: &Shared) {
         .pods
         .values()
         .filter(|p| p.cgroup.is_some() && !p.record.phase.is_terminal())
-        .map(|p| p.record.pod.clone())
+        .map(|p| Pod::clone(&p.record.pod))
         .collect();
     match qos::qos_tier_configs(
         &active,

@@ -217,7 +217,11 @@ impl ActivePods for LocalRuntime {
             .map(|(record, cgroup)| {
                 let stats = pod_stats(shared, &record, &cgroup, needs);
                 let mut pod = record.pod;
-                pod.metadata.uid = record.uid;
+                // Shared with the record, not copied: only a record whose spec does not
+                // carry its uid yet (one written by an older agent) gets a copy that does.
+                if pod.metadata.uid != record.uid {
+                    Arc::make_mut(&mut pod).metadata.uid = record.uid;
+                }
                 PodWithStats { stats, pod }
             })
             .collect();
@@ -429,7 +433,8 @@ fn gc_view(shared: &Shared) -> GcView {
     for (uid, p) in &inner.pods {
         if !p.record.phase.is_terminal() {
             view.running.insert(uid.clone());
-            view.specs.push(p.record.pod.clone());
+            view.specs
+                .push(crate::policy::pod::Pod::clone(&p.record.pod));
         }
         let removed = matches!(p.record.reason.as_deref(), Some("Evicted" | "Preempted"));
         if !removed {

@@ -18,7 +18,7 @@ use crate::policy::pod::Pod;
 pub struct PodRecord {
     pub uid: String,
     pub manifest: PathBuf,
-    pub pod: Pod,
+    pub pod: std::sync::Arc<Pod>,
     pub phase: Phase,
     pub reason: Option<String>,
     pub message: Option<String>,
@@ -254,7 +254,7 @@ mod tests {
         let record = PodRecord {
             uid: "u1".into(),
             manifest: "/etc/monitor/pods/web.yaml".into(),
-            pod: Pod::default(),
+            pod: Pod::default().into(),
             phase: Phase::Failed,
             reason: Some("Evicted".into()),
             message: Some("The node was low on resource: memory.".into()),
@@ -314,7 +314,7 @@ mod tests {
         let record = |n: u32| PodRecord {
             uid: "u1".into(),
             manifest: "m".repeat(20_000 + n as usize).into(),
-            pod: Pod::default(),
+            pod: Pod::default().into(),
             phase: Phase::Running,
             reason: None,
             message: Some(format!("save {n}")),
@@ -347,7 +347,7 @@ mod tests {
         let record = PodRecord {
             uid: "u1".into(),
             manifest: "m".into(),
-            pod: Pod::default(),
+            pod: Pod::default().into(),
             phase: Phase::Failed,
             reason: None,
             message: None,

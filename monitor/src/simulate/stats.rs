@@ -32,7 +32,7 @@ pub fn pods_with_stats(pods: &[Pod], summary: &Summary) -> Vec<PodWithStats> {
                 .flatten()
                 .or_else(|| by_key.get(&pod.key()));
             PodWithStats {
-                pod: pod.clone(),
+                pod: pod.clone().into(),
                 stats: found.map(|s| convert(s)).unwrap_or_default(),
             }
         })

@@ -160,7 +160,7 @@ impl ActivePods for Fake {
                 pod.metadata.namespace = namespace.into();
                 pod.spec.termination_grace_period_seconds = Some(60);
                 PodWithStats {
-                    pod,
+                    pod: pod.into(),
                     stats: PodStats {
                         memory_working_set_bytes: Some(*ws),
                         // As a runtime lists them: the container's memory is read only

@@ -1,7 +1,7 @@
 //! What the agent costs: RSS and CPU at idle, and the synchronize duration against the
 //! number of pods, with real cgroups and processes (the criterion bench in
 //! monitor/benches/ measures the policy alone).
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -40,6 +40,10 @@ pub(crate) struct Idle {
     /// CPU time of the agent process over the window / the window.
     pub(crate) cpu_percent: f64,
     pub(crate) cpu_ms: f64,
+    /// Where the CPU time was read: the agent's own CPU accounting cgroup (to the
+    /// nanosecond or microsecond), else /proc/PID/stat (to the clock tick, 10 ms).
+    #[serde(default)]
+    pub(crate) cpu_source: String,
     pub(crate) rss_kib: u64,
     pub(crate) rss_peak_kib: u64,
 }
@@ -133,6 +137,87 @@ fn usage(pid: u32) -> Result<(f64, u64, u64)> {
     Ok((cpu_ms, kib("VmRSS:"), kib("VmHWM:")))
 }
 
+/// The agent's CPU time, read from a CPU accounting cgroup of its own: every thread it
+/// ever ran counts (tokio's blocking threads come and go), to the nanosecond (cgroup v1
+/// `cpuacct.usage`) or microsecond (v2 `cpu.stat`). /proc/PID/stat counts clock ticks
+/// (10 ms), a third of what an idle agent uses in a minute.
+struct CpuMeter {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl CpuMeter {
+    /// Moves `pid` (the whole process) into a new cgroup `name` of the hierarchy that
+    /// accounts CPU time. `None` where there is none or it refuses.
+    fn attach(name: &str, pid: u32) -> Option<CpuMeter> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let mut v1 = None;
+        let mut v2 = None;
+        for line in mountinfo.lines() {
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let mount = left.split_whitespace().nth(4)?;
+            let mut right = right.split_whitespace();
+            match (right.next(), right.nth(1)) {
+                (Some("cgroup"), Some(options)) if options.split(',').any(|o| o == "cpuacct") => {
+                    v1 = Some(PathBuf::from(mount));
+                }
+                (Some("cgroup2"), _) => v2 = Some(PathBuf::from(mount)),
+                _ => {}
+            }
+        }
+        let (root, v2) = match (v1, v2) {
+            (Some(root), _) => (root, false),
+            (None, Some(root)) => (root, true),
+            (None, None) => return None,
+        };
+        let dir = root.join(name);
+        std::fs::create_dir(&dir).ok()?;
+        let meter = CpuMeter { dir, v2 };
+        std::fs::write(meter.dir.join("cgroup.procs"), pid.to_string()).ok()?;
+        Some(meter)
+    }
+
+    /// CPU time used in the cgroup so far, in ms.
+    fn used_ms(&self) -> Option<f64> {
+        if self.v2 {
+            let text = std::fs::read_to_string(self.dir.join("cpu.stat")).ok()?;
+            let usec: u64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))?
+                .trim()
+                .parse()
+                .ok()?;
+            Some(usec as f64 / 1e3)
+        } else {
+            let text = std::fs::read_to_string(self.dir.join("cpuacct.usage")).ok()?;
+            Some(text.trim().parse::<u64>().ok()? as f64 / 1e6)
+        }
+    }
+}
+
+impl Drop for CpuMeter {
+    /// Normally the agent has exited by now. If it still runs (an early error), it goes
+    /// back to the root cgroup first, so the directory can go.
+    fn drop(&mut self) {
+        if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs"))
+            && let Some(root) = self.dir.parent()
+        {
+            for pid in procs.split_whitespace() {
+                let _ = std::fs::write(root.join("cgroup.procs"), pid);
+            }
+        }
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        println!("bench: could not remove {}", self.dir.display());
+    }
+}
+
 /// The agent with every source on and `pods` sleeping pods, left alone for `seconds`.
 pub(crate) fn idle(bin: &Path, seconds: u64, pods: usize, keep: bool) -> Result<Idle> {
     let id = format!("monitor-bench-{}-idle", std::process::id());
@@ -145,25 +230,36 @@ pub(crate) fn idle(bin: &Path, seconds: u64, pods: usize, keep: bool) -> Result<
         race::Level::Pods,
         race::Bounds::RACE,
     )?;
-    write_idle_pods(&dir, pods, "")?;
-    wait_running(&dir, pods, Duration::from_secs(60))?;
-    // Let pod start-up settle before the window opens.
-    std::thread::sleep(Duration::from_secs(3));
     let pid = guard
         .agent
         .as_ref()
         .map(|a| a.id())
         .context("the agent is not running")?;
-    let (cpu0, _, _) = usage(pid)?;
+    let meter = CpuMeter::attach(&format!("{id}-agent"), pid);
+    write_idle_pods(&dir, pods, "")?;
+    wait_running(&dir, pods, Duration::from_secs(60))?;
+    // Let pod start-up settle before the window opens.
+    std::thread::sleep(Duration::from_secs(3));
+    let cpu = |meter: &Option<CpuMeter>| -> Result<(f64, &'static str)> {
+        match meter.as_ref().and_then(CpuMeter::used_ms) {
+            Some(ms) => Ok((ms, "cgroup")),
+            None => Ok((usage(pid)?.0, "/proc/PID/stat")),
+        }
+    };
+    let (cpu0, _) = cpu(&meter)?;
     std::thread::sleep(Duration::from_secs(seconds));
-    let (cpu1, rss, hwm) = usage(pid)?;
+    let (cpu1, cpu_source) = cpu(&meter)?;
+    let (_, rss, hwm) = usage(pid)?;
+    // The agent stops first, so its cgroup is empty when the meter removes it.
     drop(guard);
+    drop(meter);
     let cpu_ms = cpu1 - cpu0;
     Ok(Idle {
         seconds,
         pods,
         cpu_percent: cpu_ms / (seconds.max(1) as f64 * 1000.0) * 100.0,
         cpu_ms,
+        cpu_source: cpu_source.to_string(),
         rss_kib: rss,
         rss_peak_kib: hwm,
     })

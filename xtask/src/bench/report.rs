@@ -245,8 +245,18 @@ pub(crate) fn table(results: &super::Results) -> String {
         Some(i) => {
             let _ = writeln!(
                 s,
-                "- idle agent (all sources, {} pods) over {} s: CPU {:.3} % ({:.0} ms), RSS {} KiB (peak {} KiB)",
-                i.pods, i.seconds, i.cpu_percent, i.cpu_ms, i.rss_kib, i.rss_peak_kib
+                "- idle agent (all sources, {} pods) over {} s: CPU {:.3} % ({:.1} ms, read from {}), RSS {} KiB (peak {} KiB)",
+                i.pods,
+                i.seconds,
+                i.cpu_percent,
+                i.cpu_ms,
+                if i.cpu_source.is_empty() {
+                    "/proc/PID/stat"
+                } else {
+                    &i.cpu_source
+                },
+                i.rss_kib,
+                i.rss_peak_kib
             );
         }
         None => {

@@ -158,7 +158,7 @@ impl PodBuilder {
 
     pub fn build(self) -> PodWithStats {
         PodWithStats {
-            pod: self.pod,
+            pod: self.pod.into(),
             stats: self.stats,
         }
     }

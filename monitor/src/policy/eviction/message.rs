@@ -177,7 +177,7 @@ mod tests {
             })
             .collect();
         PodWithStats {
-            pod,
+            pod: pod.into(),
             stats: PodStats {
                 memory_working_set_bytes: pod_working_set,
                 containers,
@@ -381,7 +381,7 @@ spec:
     #[test]
     fn a_pod_without_stats_gets_no_usage_sentence() {
         let victim = PodWithStats {
-            pod: pod(TWO_CONTAINERS),
+            pod: pod(TWO_CONTAINERS).into(),
             stats: PodStats::default(),
         };
         assert_eq!(bare(Resource::Memory, &victim), NODE_LOW_MEMORY);

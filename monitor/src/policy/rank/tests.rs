@@ -232,7 +232,10 @@ fn disk_usage_sums_the_measured_stats() {
 #[test]
 fn memory_backed_and_unknown_volumes_are_not_local_disk() {
     let mut p = pod("p").empty_dir("tmpfs", None, 5000, 5).build();
-    if let Some(empty_dir) = p.pod.spec.volumes[0].empty_dir.as_mut() {
+    if let Some(empty_dir) = std::sync::Arc::make_mut(&mut p.pod).spec.volumes[0]
+        .empty_dir
+        .as_mut()
+    {
         empty_dir.medium = "Memory".to_string();
     }
     assert_eq!(local_volume_names(&p.pod), Vec::<&str>::new());
@@ -338,17 +341,18 @@ fn memory_ranking_reads_pod_level_requests() {
         .request("memory", "100Mi")
         .working_set(900 * MI)
         .build();
-    covered.pod.spec.resources = Some(crate::policy::pod::ResourceRequirements {
-        requests: crate::policy::testing::list("memory=1Gi"),
-        limits: crate::policy::testing::list("memory=1Gi"),
-    });
+    std::sync::Arc::make_mut(&mut covered.pod).spec.resources =
+        Some(crate::policy::pod::ResourceRequirements {
+            requests: crate::policy::testing::list("memory=1Gi"),
+            limits: crate::policy::testing::list("memory=1Gi"),
+        });
     let over = pod("over")
         .request("memory", "100Mi")
         .working_set(200 * MI)
         .build();
     assert_eq!(exceed_memory_requests(&covered, &over), Ordering::Greater);
     // Without the pod-level request, 900Mi against 100Mi exceeds and the bigger pod leads.
-    covered.pod.spec.resources = None;
+    std::sync::Arc::make_mut(&mut covered.pod).spec.resources = None;
     assert_eq!(exceed_memory_requests(&covered, &over), Ordering::Equal);
     assert_eq!(memory(&covered, &over), Ordering::Less);
 }
