@@ -1,7 +1,7 @@
 //! Filesystem bytes and inodes (statvfs), for the nodefs and imagefs signals.
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Sender, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,24 +56,34 @@ impl BoundedStatvfs {
     }
 
     pub fn statvfs(&self, path: &Path) -> Result<FsStats, ObserveError> {
-        let hung = || ObserveError::Hung {
+        self.start(path).wait()
+    }
+
+    /// Asks the path's thread for its statvfs and returns at once: the caller reads
+    /// other files meanwhile and takes the answer with [`PendingStatvfs::wait`]. Handing
+    /// the call to another thread and back costs more than the call itself (about
+    /// 150 µs here, against 2 µs), so the wait overlaps it with other work.
+    pub fn start(&self, path: &Path) -> PendingStatvfs {
+        let hung = ObserveError::Hung {
             path: path.to_path_buf(),
             after: self.timeout,
         };
         if !lock(&self.in_flight).insert(path.to_path_buf()) {
-            return Err(hung());
+            return PendingStatvfs::Done(Err(hung));
         }
         let (answer, answered) = std::sync::mpsc::channel();
         if let Err(source) = self.send(path, answer) {
             lock(&self.in_flight).remove(path);
-            return Err(ObserveError::Read {
+            return PendingStatvfs::Done(Err(ObserveError::Read {
                 path: path.to_path_buf(),
                 source,
-            });
+            }));
         }
-        answered
-            .recv_timeout(self.timeout)
-            .unwrap_or_else(|_| Err(hung()))
+        PendingStatvfs::Asked {
+            answered,
+            deadline: std::time::Instant::now() + self.timeout,
+            hung,
+        }
     }
 
     /// Hands a request to the path's thread, starting one when there is none (or the
@@ -111,6 +121,34 @@ impl BoundedStatvfs {
         let _ = worker.try_send(answer);
         workers.insert(path.to_path_buf(), worker);
         Ok(())
+    }
+}
+
+/// A statvfs under way on its path's thread, or its result when it never went there.
+pub enum PendingStatvfs {
+    Asked {
+        answered: Receiver<Result<FsStats, ObserveError>>,
+        /// The call counts as hung past this.
+        deadline: std::time::Instant,
+        hung: ObserveError,
+    },
+    Done(Result<FsStats, ObserveError>),
+}
+
+impl PendingStatvfs {
+    /// The answer, or an error once the bound has passed since the call was asked for.
+    pub fn wait(self) -> Result<FsStats, ObserveError> {
+        match self {
+            PendingStatvfs::Done(result) => result,
+            PendingStatvfs::Asked {
+                answered,
+                deadline,
+                hung,
+            } => {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                answered.recv_timeout(left).unwrap_or(Err(hung))
+            }
+        }
     }
 }
 

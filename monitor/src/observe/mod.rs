@@ -156,24 +156,30 @@ impl Observer {
     /// observation, memory first, stands. PSI is optional.
     pub fn observe(&self) -> Result<NodeObservation, ObserveError> {
         let taken_at_ns = crate::clock::monotonic_ns();
+        // The filesystems are asked first and answer while memory is read.
+        // (The same path twice is asked once at a time: a second ask while the first is
+        // under way would count as hung.)
+        let nodefs = self.statvfs.start(&self.config.nodefs);
+        let imagefs_path = self.config.imagefs.as_deref();
+        let imagefs = imagefs_path
+            .filter(|path| *path != self.config.nodefs)
+            .map(|path| self.statvfs.start(path));
         let memory = self.node_memory()?;
         let allocatable = match &self.config.pods_cgroup {
             Some(cgroup) => Some(self.allocatable(cgroup, memory.capacity_bytes)?),
             None => None,
         };
         let mut failed = Vec::new();
-        let nodefs = kept(
-            &mut failed,
-            "nodefs",
-            self.statvfs.statvfs(&self.config.nodefs),
-        );
-        let imagefs = match &self.config.imagefs {
-            Some(path) => kept(&mut failed, "imagefs", self.statvfs.statvfs(path)),
-            None => None,
-        };
-        let pids = kept(&mut failed, "pids", self.pids());
+        let pids = self.pids();
         let psi_path = self.config.proc_root.join("pressure/memory");
         let psi = self.read(&psi_path).ok().and_then(|t| parse::psi(&t).ok());
+        let nodefs = kept(&mut failed, "nodefs", nodefs.wait());
+        let imagefs = match (imagefs_path, imagefs) {
+            (Some(_), Some(pending)) => kept(&mut failed, "imagefs", pending.wait()),
+            (Some(path), None) => kept(&mut failed, "imagefs", self.statvfs.statvfs(path)),
+            (None, _) => None,
+        };
+        let pids = kept(&mut failed, "pids", pids);
         Ok(NodeObservation {
             taken_at_ns,
             memory,
@@ -360,6 +366,31 @@ mod tests {
         assert_eq!(o.failed.len(), 3, "{:?}", o.failed);
         assert!(o.failed[0].starts_with("nodefs: ") && o.failed[0].contains("gone"));
         assert!(o.failed[2].starts_with("pids: ") && o.failed[2].contains("pid_max"));
+    }
+
+    #[test]
+    fn an_image_filesystem_on_the_nodefs_path_is_read_too_not_taken_for_hung() {
+        let cg = tempfile::tempdir().unwrap();
+        let proc = tempfile::tempdir().unwrap();
+        write(proc.path(), "sys/kernel/pid_max", "4194304\n");
+        write(proc.path(), "loadavg", "0.00 0.01 0.05 2/345 999\n");
+        let observer = v2_node(
+            cg.path(),
+            proc.path(),
+            ObserverConfig {
+                nodefs: cg.path().to_path_buf(),
+                imagefs: Some(cg.path().to_path_buf()),
+                ..ObserverConfig::default()
+            },
+        );
+        for _ in 0..3 {
+            let o = observer.observe().unwrap();
+            assert!(o.failed.is_empty(), "{:?}", o.failed);
+            // Read one after the other: the free space may move between them, the size not.
+            let capacity = |fs: Option<FsStats>| fs.map(|fs| fs.capacity_bytes);
+            assert_eq!(capacity(o.nodefs), capacity(o.imagefs));
+            assert!(capacity(o.nodefs).is_some_and(|bytes| bytes > 0));
+        }
     }
 
     #[test]
