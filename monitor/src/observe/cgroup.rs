@@ -275,7 +275,12 @@ impl CgroupReader {
         Ok(usage.saturating_sub(inactive_file.unwrap_or(0)))
     }
 
-    fn usage_and_inactive_file(&self, cgroup: &str) -> Result<(u64, Option<u64>), ObserveError> {
+    /// The usage and the inactive file pages (hierarchical), as the working set needs
+    /// them: two reads.
+    pub fn usage_and_inactive_file(
+        &self,
+        cgroup: &str,
+    ) -> Result<(u64, Option<u64>), ObserveError> {
         let usage_path = self.usage_file(cgroup);
         let usage_bytes = self
             .read_with(&usage_path, |text| single(&usage_path, text))??

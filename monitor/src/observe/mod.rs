@@ -193,32 +193,27 @@ impl Observer {
         })
     }
 
-    fn meminfo(&self) -> Result<(PathBuf, std::collections::BTreeMap<String, u64>), ObserveError> {
-        let path = self.config.proc_root.join("meminfo");
-        let map = parse::flat_keyed(&self.read(&path)?);
-        Ok((path, map))
-    }
-
     pub fn node_memory(&self) -> Result<NodeMemory, ObserveError> {
-        let (path, meminfo) = self.meminfo()?;
-        let key = |k: &str| {
-            meminfo
-                .get(k)
-                .copied()
-                .ok_or_else(|| ObserveError::Missing {
-                    path: path.clone(),
-                    key: k.into(),
-                })
+        let path = self.config.proc_root.join("meminfo");
+        // The three keys are picked from the text as it is read: no map of all fifty.
+        let [total, free, inactive] = self.open.read_with(&path, |text| {
+            ["MemTotal", "MemFree", "Inactive(file)"].map(|k| parse::flat_keyed_value(text, k))
+        })?;
+        let key = |value: Option<u64>, k: &str| {
+            value.ok_or_else(|| ObserveError::Missing {
+                path: path.clone(),
+                key: k.into(),
+            })
         };
-        let capacity_bytes = key("MemTotal")?;
+        let capacity_bytes = key(total, "MemTotal")?;
         let (usage_bytes, inactive_file_bytes) = match self.reader.version() {
             CgroupVersion::V1 => {
-                let root = self.reader.memory_stats("")?;
-                (root.usage_bytes, root.inactive_file_bytes.unwrap_or(0))
+                let (usage, inactive_file) = self.reader.usage_and_inactive_file("")?;
+                (usage, inactive_file.unwrap_or(0))
             }
             CgroupVersion::V2 => (
-                capacity_bytes.saturating_sub(key("MemFree")?),
-                key("Inactive(file)")?,
+                capacity_bytes.saturating_sub(key(free, "MemFree")?),
+                key(inactive, "Inactive(file)")?,
             ),
         };
         let working_set_bytes = usage_bytes.saturating_sub(inactive_file_bytes);

@@ -307,21 +307,24 @@ fn pod_stats(
     let disk = needs.disk
         || (needs.local_storage_limits
             && crate::policy::eviction::local_storage::has_local_storage_limit(pod));
-    let pod_dir = logs::pod_dir(
-        &shared.config.log_dir,
-        pod.namespace(),
-        &pod.metadata.name,
-        &record.uid,
-    );
+    let pod_dir = disk.then(|| {
+        logs::pod_dir(
+            &shared.config.log_dir,
+            pod.namespace(),
+            &pod.metadata.name,
+            &record.uid,
+        )
+    });
     let containers: Vec<ContainerStats> = record
         .containers
         .iter()
         .map(|c| {
-            let (logs_used_bytes, logs_inodes_used) = if disk {
-                let (bytes, inodes) = logs::usage(&pod_dir.join(&c.name));
-                (Some(bytes), Some(inodes))
-            } else {
-                (None, None)
+            let (logs_used_bytes, logs_inodes_used) = match &pod_dir {
+                Some(pod_dir) => {
+                    let (bytes, inodes) = logs::usage(&pod_dir.join(&c.name));
+                    (Some(bytes), Some(inodes))
+                }
+                None => (None, None),
             };
             // On a container runtime the container's writable layer counts too.
             let (rootfs_used_bytes, rootfs_inodes_used) = match (disk, &shared.cri, c.pid) {

@@ -151,13 +151,21 @@ impl EvictionSync {
             disk: self.needs.disk && self.disk_threshold_near(node, fs_layout, now),
             ..self.needs
         };
-        let mut pods = blocking(|| self.ports.pods.active_pods(needs))
-            .into_iter()
-            .filter(|p| !self.in_flight.iter().any(|e| e.pod_key == p.pod.key()))
-            .collect::<Vec<_>>();
-        if self.needs.container_memory {
-            blocking(|| self.add_victims_container_memory(&mut pods, fs_layout));
-        }
+        // One blocking section for every read of the pass: each hands the runtime's
+        // other tasks to another thread and back.
+        let pods = blocking(|| {
+            let mut pods = self
+                .ports
+                .pods
+                .active_pods(needs)
+                .into_iter()
+                .filter(|p| !self.in_flight.iter().any(|e| e.pod_key == p.pod.key()))
+                .collect::<Vec<_>>();
+            if self.needs.container_memory {
+                self.add_victims_container_memory(&mut pods, fs_layout);
+            }
+            pods
+        });
         self.show_pod_memory(&pods);
         let stats = node_stats(node, &self.kubelet, &pods, now);
         let input = SyncInput {
