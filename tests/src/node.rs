@@ -246,13 +246,19 @@ impl Drop for Node {
 }
 
 /// Polls `check` every 10 ms until it holds (true) or `timeout` passes (false).
-pub fn poll(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+pub fn poll(timeout: Duration, check: impl FnMut() -> bool) -> bool {
+    poll_every(timeout, Duration::from_millis(10), check)
+}
+
+/// Polls `check` every `pause` until it holds (true) or `timeout` passes (false): for a
+/// check that costs a process or a request, which should not run every 10 ms.
+pub fn poll_every(timeout: Duration, pause: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     while !check() {
         if Instant::now() > deadline {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(pause);
     }
     true
 }

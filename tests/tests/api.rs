@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use monitor_tests::node::poll_every;
 use monitor_tests::{Feature, TestTrees, helper_binary, monitor_run, require, wait_until};
 
 /// The listener's connection budget in the agent (`MAX_CONNECTIONS`).
@@ -321,21 +322,13 @@ fn oversized_manifests_are_refused_by_name_and_event_messages_are_bounded() {
         assert!(len <= 1024, "an event of {len} bytes: {event}");
     }
     // The good manifest beside them runs.
-    let web_running = (|| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while std::time::Instant::now() < deadline {
-            if agent
-                .cli(&["pods"])
-                .1
-                .lines()
-                .any(|l| l.contains("default/web") && l.contains("Running"))
-            {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
-    })();
+    let web_running = poll_every(Duration::from_secs(20), Duration::from_millis(100), || {
+        agent
+            .cli(&["pods"])
+            .1
+            .lines()
+            .any(|l| l.contains("default/web") && l.contains("Running"))
+    });
     assert!(
         web_running,
         "default/web never ran: monitor pods says\n{}\nevents: {events:?}",

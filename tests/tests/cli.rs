@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use monitor_tests::node::poll_every;
 use monitor_tests::{Feature, TestTrees, helper_binary, monitor_run, require, wait_until};
 
 fn monitor(args: &[&str]) -> std::process::Output {
@@ -152,20 +153,12 @@ fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
                 .map(str::to_string)
                 .collect()
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let counted = loop {
-            let lines = oom_lines();
-            if lines.iter().any(|l| {
+        let counted = poll_every(Duration::from_secs(30), Duration::from_millis(50), || {
+            oom_lines().iter().any(|l| {
                 l.starts_with("monitor_kernel_oom_kills_total{pod=\"default/oomer\"} ")
                     && !l.ends_with(" 0")
-            }) {
-                break true;
-            }
-            if Instant::now() > deadline {
-                break false;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
+            })
+        });
         // On failure, what the agent counted and logged: an OOM kill counted under
         // pod="" (the pod not known yet) reads differently from none at all.
         assert!(
@@ -227,22 +220,15 @@ fn explain_says_where_a_pod_stands_in_the_ranking() {
 
     // The pods start, then a synchronize ranks all three (the timer paces it).
     let mut last = String::new();
-    let ranked = (|| {
-        let deadline = Instant::now() + Duration::from_secs(40);
-        while Instant::now() < deadline {
-            let out = explain("low");
-            last = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            if out.status.success() && last.contains("of 2 (1 = evicted first)") {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        false
-    })();
+    let ranked = poll_every(Duration::from_secs(40), Duration::from_millis(200), || {
+        let out = explain("low");
+        last = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.status.success() && last.contains("of 2 (1 = evicted first)")
+    });
     assert!(
         ranked,
         "explain low never ranked both pods: {last}\n{}",

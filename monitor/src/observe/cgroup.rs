@@ -209,7 +209,10 @@ impl CgroupReader {
     }
 
     fn read(&self, path: &Path) -> Result<String, ObserveError> {
-        self.read_with(path, str::to_string)
+        match &self.open {
+            Some(open) => open.read(path),
+            None => read_file(path),
+        }
     }
 
     /// Reads `path` now and parses its content with `parse` (without allocating, through

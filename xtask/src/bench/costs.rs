@@ -150,23 +150,12 @@ impl CpuMeter {
     /// Moves `pid` (the whole process) into a new cgroup `name` of the hierarchy that
     /// accounts CPU time. `None` where there is none or it refuses.
     fn attach(name: &str, pid: u32) -> Option<CpuMeter> {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        let mut v1 = None;
-        let mut v2 = None;
-        for line in mountinfo.lines() {
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let mount = left.split_whitespace().nth(4)?;
-            let mut right = right.split_whitespace();
-            match (right.next(), right.nth(1)) {
-                (Some("cgroup"), Some(options)) if options.split(',').any(|o| o == "cpuacct") => {
-                    v1 = Some(PathBuf::from(mount));
-                }
-                (Some("cgroup2"), _) => v2 = Some(PathBuf::from(mount)),
-                _ => {}
-            }
-        }
+        // A v1 hierarchy with cpuacct has cpuacct.usage at its root; else cgroup v2.
+        let (mounts, _, _) = demo::cgroup_mounts();
+        let v1 = mounts.iter().find(|m| m.join("cpuacct.usage").exists());
+        let v2 = mounts
+            .iter()
+            .find(|m| m.join("cgroup.controllers").exists());
         let (root, v2) = match (v1, v2) {
             (Some(root), _) => (root, false),
             (None, Some(root)) => (root, true),
