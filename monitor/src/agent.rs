@@ -106,21 +106,27 @@ impl Agent {
             statuses.push(SourceStatus::disabled(WakeSource::MemcgThreshold));
         } else if layout.version == CgroupVersion::V1 {
             let (tx, rx) = watch::channel(Vec::new());
-            tasks.add(
-                "memcg threshold notifier",
-                Role::Source(WakeSource::MemcgThreshold),
-                notify::memcg::spawn(rx, wakes.clone(), hook.clone()),
-            );
-            levels_tx = Some(tx);
-            statuses.push(SourceStatus::running(
-                WakeSource::MemcgThreshold,
-                format!(
-                    "eventfd thresholds on memory.usage_in_bytes under {} ({} node and {} pods thresholds, re-armed after every synchronize)",
-                    layout.memory_root.display(),
-                    config.memory_thresholds.node.len(),
-                    config.memory_thresholds.pods.len()
-                ),
-            ));
+            match notify::memcg::spawn(rx, wakes.clone(), hook.clone()) {
+                Ok((task, scheduling)) => {
+                    tasks.add(
+                        "memcg threshold notifier",
+                        Role::Source(WakeSource::MemcgThreshold),
+                        task,
+                    );
+                    levels_tx = Some(tx);
+                    statuses.push(SourceStatus::running(
+                        WakeSource::MemcgThreshold,
+                        format!(
+                            "eventfd thresholds on memory.usage_in_bytes under {} ({} node and {} pods thresholds, re-armed after every synchronize); heard by thread {} ({scheduling})",
+                            layout.memory_root.display(),
+                            config.memory_thresholds.node.len(),
+                            config.memory_thresholds.pods.len(),
+                            notify::memcg::WAITER_THREAD,
+                        ),
+                    ));
+                }
+                Err(err) => statuses.push(SourceStatus::failed(WakeSource::MemcgThreshold, err)),
+            }
         } else if detector.is_some() {
             statuses.push(SourceStatus::disabled_because(
                 WakeSource::MemcgThreshold,
@@ -162,14 +168,15 @@ impl Agent {
             ));
         } else {
             match notify::memory_events::spawn(watched_rx, wakes.clone(), hook.clone()) {
-                Ok(task) => {
+                Ok((task, scheduling)) => {
                     let dirs: Vec<PathBuf> =
                         watched_cgroups.iter().map(|c| reader.dir(c)).collect();
                     statuses.push(SourceStatus::running(
                         WakeSource::MemoryEvents,
                         format!(
-                            "inotify IN_MODIFY on memory.events of {} cgroup(s)",
-                            dirs.len()
+                            "inotify IN_MODIFY on memory.events of {} cgroup(s), read by thread {} ({scheduling})",
+                            dirs.len(),
+                            notify::memory_events::WAITER_THREAD,
                         ),
                     ));
                     watched.send_replace(dirs);

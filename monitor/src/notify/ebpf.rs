@@ -7,6 +7,7 @@
 //! /sys/kernel/tracing. Each tracepoint attaches on its own: a kernel that lacks one still
 //! gets the others, and the status says which attached. The programs' own log goes into
 //! tracing through [`super::ebpf_log`].
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
@@ -23,11 +24,10 @@ use monitor_common::{
     GLOBAL_SIGNAL_SIG_OFFSET, KIND_COUNT, LEVEL_HARD, LEVELS_MAP, MemcgLayout, PRESSURE_EVENT_SIZE,
     PressureEvent,
 };
-use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::detector::{AttachPoint, Detector, VMLINUX_BTF, memcg_layout};
 use super::ebpf_log::{self, KernelLog};
-use super::{Hook, SourceStatus, WakeDetail, WakeSender, WakeSource};
+use super::{Hook, SourceStatus, WakeDetail, WakeSender, WakeSource, realtime};
 
 /// The kernel-side object, built by build.rs. Empty when built with AYA_BUILD_SKIP=1.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor-ebpf"));
@@ -126,10 +126,10 @@ pub struct KernelCounters {
 /// A running eBPF source. Dropping it detaches the programs.
 pub struct EbpfSource {
     pub status: SourceStatus,
-    /// The consumer thread, and the eventfd that stops it (it sleeps in poll(2) on the ring
-    /// and this fd, with no timeout: an idle agent is not woken for nothing).
-    consumer: Option<std::thread::JoinHandle<()>>,
-    stop: Arc<EventFd>,
+    /// The thread that reads the ring (asleep in epoll with no timeout: an idle agent is
+    /// not woken for nothing), and the ring's descriptor it watches.
+    _consumer: realtime::Waiter,
+    _polled: OwnedFd,
     /// The crossing detector, when one attached; `Err` says why none did.
     pub detector: Result<Arc<Detector>, String>,
     counters: PerCpuArray<MapData, u64>,
@@ -137,18 +137,6 @@ pub struct EbpfSource {
     pub kernel_log: KernelLog,
     /// Kept alive: dropping the `Ebpf` detaches every program.
     _ebpf: Ebpf,
-}
-
-impl Drop for EbpfSource {
-    fn drop(&mut self) {
-        // Without the stop signal the thread would sleep on forever: then do not wait.
-        if self.stop.write(1).is_err() {
-            return;
-        }
-        if let Some(consumer) = self.consumer.take() {
-            let _ = consumer.join();
-        }
-    }
 }
 
 impl EbpfSource {
@@ -251,11 +239,7 @@ pub fn start(
         .ok_or_else(|| EbpfError::RingBuf(format!("{COUNTERS_MAP} not in the object")))?;
     let counters =
         PerCpuArray::try_from(counters).map_err(|e| EbpfError::RingBuf(e.to_string()))?;
-    let stop = Arc::new(
-        EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC)
-            .map_err(|err| EbpfError::RingBuf(format!("an eventfd for its consumer: {err}")))?,
-    );
-    let (consumer, scheduling) = spawn_consumer(ring, wakes, hook, stop.clone())
+    let (consumer, polled) = spawn_consumer(ring, wakes, hook)
         .map_err(|e| EbpfError::RingBuf(format!("starting its consumer thread: {e}")))?;
 
     let detector = detector.and_then(|(attach, tried)| {
@@ -293,7 +277,8 @@ pub fn start(
         detail.push_str(&format!("; not attached: {}", failed.join("; ")));
     }
     detail.push_str(&format!(
-        "; records read by thread {CONSUMER_THREAD} ({scheduling})"
+        "; records read by thread {CONSUMER_THREAD} ({})",
+        consumer.scheduling
     ));
     match &not_forwarded {
         None => detail.push_str("; the programs' log forwarded to tracing"),
@@ -301,8 +286,8 @@ pub fn start(
     }
     Ok(EbpfSource {
         status: SourceStatus::running(WakeSource::Ebpf, detail),
-        consumer: Some(consumer),
-        stop,
+        _consumer: consumer,
+        _polled: polled,
         detector: detector.map(|(d, _)| d),
         counters,
         kernel_log,
@@ -397,92 +382,29 @@ fn attach(
 /// Name of the thread that reads the ring buffer.
 pub const CONSUMER_THREAD: &str = "monitor-kernel";
 
-/// Real-time priority of the consumer thread (SCHED_FIFO; low: it only has to run before
-/// the pods that allocate, which run SCHED_OTHER).
-const CONSUMER_PRIORITY: i32 = 10;
-
-/// Starts the thread that reads the ring buffer. It runs at real-time priority where the
-/// kernel permits it, so a crossing record is read, and the hot path's kill written, as
-/// soon as it is in the ring, even with every CPU busy with allocating pods. Returns the
-/// thread and what scheduling it got.
+/// Starts the thread that reads the ring buffer ([`realtime::Waiter`]). It runs at
+/// real-time priority where the kernel permits it, so a crossing record is read, and the
+/// hot path's kill written, as soon as it is in the ring, even with every CPU busy with
+/// allocating pods. Returns the thread, and the ring's descriptor it watches (a duplicate:
+/// the thread owns the ring itself).
 fn spawn_consumer(
     mut ring: RingBuf<MapData>,
     wakes: WakeSender,
     hook: Hook,
-    stop: Arc<EventFd>,
-) -> std::io::Result<(std::thread::JoinHandle<()>, String)> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let thread = std::thread::Builder::new()
-        .name(CONSUMER_THREAD.into())
-        .spawn(move || {
-            let _ = tx.send(realtime_priority());
-            consume(&mut ring, &wakes, &hook, &stop);
-        })?;
-    let scheduling = rx
-        .recv_timeout(std::time::Duration::from_secs(1))
-        .unwrap_or_else(|_| "scheduling unknown".into());
-    Ok((thread, scheduling))
-}
-
-/// Puts the calling thread on SCHED_FIFO; says what it got.
-fn realtime_priority() -> String {
-    // SAFETY: sched_param is plain integers (more of them on musl); all-zero is valid.
-    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
-    param.sched_priority = CONSUMER_PRIORITY;
-    // The raw system call: it sets the calling thread's policy (0), which is what we
-    // want; musl's wrapper refuses with ENOSYS because POSIX means the whole process.
-    // SAFETY: the call reads a valid parameter block we own.
-    if unsafe {
-        libc::syscall(
-            libc::SYS_sched_setscheduler,
-            0,
-            libc::SCHED_FIFO,
-            &param as *const libc::sched_param,
-        )
-    } == 0
-    {
-        format!("SCHED_FIFO priority {CONSUMER_PRIORITY}")
-    } else {
-        format!(
-            "SCHED_OTHER: real-time priority refused ({})",
-            std::io::Error::last_os_error()
-        )
-    }
-}
-
-fn consume(ring: &mut RingBuf<MapData>, wakes: &WakeSender, hook: &Hook, stop: &EventFd) {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use std::os::fd::AsFd;
-    loop {
-        let (ready, stopping) = {
-            let mut fds = [
-                PollFd::new(ring.as_fd(), PollFlags::POLLIN),
-                PollFd::new(stop.as_fd(), PollFlags::POLLIN),
-            ];
-            let ready = poll(&mut fds, PollTimeout::NONE);
-            let stopping = fds[1]
-                .revents()
-                .is_some_and(|r| r.contains(PollFlags::POLLIN));
-            (ready, stopping)
-        };
-        if stopping {
-            return;
-        }
-        match ready {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(err) => {
-                tracing::error!("eBPF ring buffer poll failed, source stops: {err}");
-                return;
-            }
-        }
+) -> std::io::Result<(realtime::Waiter, OwnedFd)> {
+    let polled = ring.as_fd().try_clone_to_owned()?;
+    let waiter = realtime::Waiter::start(CONSUMER_THREAD, move |_| {
         while let Some(item) = ring.next() {
             let Some(event) = decode(&item) else {
                 continue;
             };
             drop(item);
-            handle(event, wakes, hook);
+            handle(event, &wakes, &hook);
         }
-    }
+        true
+    })?;
+    waiter.watch(polled.as_fd(), 0, realtime::Trigger::Level)?;
+    Ok((waiter, polled))
 }
 
 /// One record: the hot path first when it says a hard level was reached, then the wake.

@@ -6,16 +6,17 @@
 //! `capacity − eviction threshold + inactive_file`: usage counts reclaimable page cache,
 //! the signal does not. Because inactive_file moves, the synchronize loop re-arms every threshold
 //! after each synchronize through the `watch` channel given to [`spawn`].
+use std::collections::HashMap;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use tokio::io::unix::AsyncFd;
 use tokio::sync::watch;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 
-use super::{Hook, WakeDetail, WakeSender, WakeSource};
+use super::{Hook, WakeDetail, WakeSender, WakeSource, lock, realtime};
 
 /// One threshold to arm.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,7 +46,7 @@ pub enum ThresholdError {
 /// A registered threshold: the eventfd the kernel signals, and the usage file it watches
 /// (the registration lives as long as the eventfd is open).
 pub struct Registration {
-    eventfd: AsyncFd<EventFd>,
+    eventfd: EventFd,
     _usage: OwnedFd,
     spec: ThresholdSpec,
 }
@@ -74,8 +75,6 @@ pub fn register(spec: &ThresholdSpec) -> Result<Registration, ThresholdError> {
         .open(&control_path)
         .and_then(|mut f| f.write_all(line.as_bytes()))
         .map_err(io(&control_path))?;
-    let eventfd =
-        super::async_fd(eventfd, tokio::io::Interest::READABLE).map_err(io(&control_path))?;
     Ok(Registration {
         eventfd,
         _usage: usage,
@@ -84,21 +83,13 @@ pub fn register(spec: &ThresholdSpec) -> Result<Registration, ThresholdError> {
 }
 
 impl Registration {
-    /// Waits until the kernel signals this threshold.
-    pub async fn fired(&self) -> std::io::Result<()> {
-        loop {
-            let mut guard = self.eventfd.readable().await?;
-            match guard.try_io(|fd| fd.get_ref().read().map_err(std::io::Error::from)) {
-                Ok(Ok(_count)) => return Ok(()),
-                Ok(Err(err)) if err.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Ok(Err(err)) => return Err(err),
-                Err(_would_block) => continue,
-            }
-        }
-    }
-
     pub fn spec(&self) -> &ThresholdSpec {
         &self.spec
+    }
+
+    /// The descriptor the kernel signals.
+    pub fn eventfd(&self) -> BorrowedFd<'_> {
+        self.eventfd.as_fd()
     }
 }
 
@@ -110,66 +101,111 @@ fn already_crossed(spec: &ThresholdSpec) -> bool {
         .is_some_and(|usage| usage >= spec.usage_bytes)
 }
 
+/// Name of the thread that hears the thresholds.
+pub const WAITER_THREAD: &str = "monitor-memcg";
+
+/// A threshold's key on the waiter: a serial number, and in the lowest bit whether it is
+/// hard, so that the hot path is told before anything else is looked up.
+fn key(serial: u64, hard: bool) -> u64 {
+    (serial << 1) | u64::from(hard)
+}
+
 /// Runs the source: keeps exactly the thresholds in `specs` armed, re-arming whenever the
 /// loop publishes a new set. Registration failures are logged once per change.
-/// A hard threshold's crossing is told to `hook` first (the hot path).
+/// The eventfds are heard by a real-time thread ([`realtime::Waiter`]), which tells a
+/// hard threshold's crossing to `hook` (the hot path) before it queues the wake; this
+/// task only (re)registers. Returns the task and the thread's scheduling.
 pub fn spawn(
     mut specs: watch::Receiver<Vec<ThresholdSpec>>,
     wakes: WakeSender,
     hook: Hook,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
+) -> std::io::Result<(JoinHandle<()>, String)> {
+    // What each key stands for, for the wake's detail.
+    let armed: Arc<Mutex<HashMap<u64, ThresholdSpec>>> = Arc::default();
+    let mut waiter = realtime::Waiter::start(WAITER_THREAD, {
+        let armed = armed.clone();
+        let hook = hook.clone();
+        let wakes = wakes.clone();
+        move |key| {
+            if key & 1 == 1
+                && let Some(hook) = &hook
+            {
+                hook.hard_crossing(WakeSource::MemcgThreshold);
+            }
+            let detail = lock(&armed)
+                .get(&key)
+                .map_or(WakeDetail::None, |spec| WakeDetail::Threshold {
+                    cgroup: spec.cgroup.clone(),
+                    threshold_bytes: spec.usage_bytes,
+                });
+            wakes.wake(WakeSource::MemcgThreshold, detail);
+            true
+        }
+    })?;
+    let scheduling = waiter.scheduling.clone();
+    let task = tokio::spawn(async move {
+        let mut serial = 0u64;
+        let mut registered: Vec<(u64, Registration)> = Vec::new();
         loop {
-            let current = specs.borrow_and_update().clone();
-            let mut waiting = JoinSet::new();
-            for spec in &current {
-                match register(spec) {
-                    Ok(registration) => {
-                        let wakes = wakes.clone();
-                        let hook = hook.clone().filter(|_| registration.spec.hard);
-                        // The kernel signals crossings only: usage that passed the level
-                        // between the observation and this registration would never be
-                        // signalled, so it is checked once here. (A level already passed
-                        // at the observation is known to that synchronize: no wake, or
-                        // every re-arm under pressure would cause another synchronize.)
-                        if !spec.passed_when_armed && already_crossed(spec) {
-                            if let Some(hook) = &hook {
-                                hook.hard_crossing(WakeSource::MemcgThreshold);
-                            }
-                            wakes.wake(
-                                WakeSource::MemcgThreshold,
-                                WakeDetail::Threshold {
-                                    cgroup: spec.cgroup.clone(),
-                                    threshold_bytes: spec.usage_bytes,
-                                },
-                            );
-                        }
-                        waiting.spawn(async move {
-                            while registration.fired().await.is_ok() {
-                                if let Some(hook) = &hook {
-                                    hook.hard_crossing(WakeSource::MemcgThreshold);
-                                }
-                                wakes.wake(
-                                    WakeSource::MemcgThreshold,
-                                    WakeDetail::Threshold {
-                                        cgroup: registration.spec.cgroup.clone(),
-                                        threshold_bytes: registration.spec.usage_bytes,
-                                    },
-                                );
-                            }
-                        });
+            let wanted = specs.borrow_and_update().clone();
+            let mut next = Vec::with_capacity(wanted.len());
+            for spec in &wanted {
+                let registration = match register(spec) {
+                    Ok(registration) => registration,
+                    Err(err) => {
+                        tracing::warn!("memcg threshold not armed: {err}");
+                        continue;
                     }
-                    Err(err) => tracing::warn!("memcg threshold not armed: {err}"),
+                };
+                serial += 1;
+                let key = key(serial, spec.hard);
+                lock(&armed).insert(key, spec.clone());
+                if let Err(err) =
+                    waiter.watch(registration.eventfd(), key, realtime::Trigger::Edge)
+                {
+                    tracing::warn!(
+                        "memcg threshold on {} not armed: epoll: {err}",
+                        spec.cgroup.display()
+                    );
+                    lock(&armed).remove(&key);
+                    continue;
+                }
+                // The kernel signals crossings only: usage that passed the level between
+                // the observation and this registration would never be signalled, so it
+                // is checked once here. (A level already passed at the observation is
+                // known to that synchronize: no wake, or every re-arm under pressure
+                // would cause another synchronize.)
+                if !spec.passed_when_armed && already_crossed(spec) {
+                    if let (true, Some(hook)) = (spec.hard, &hook) {
+                        hook.hard_crossing(WakeSource::MemcgThreshold);
+                    }
+                    wakes.wake(
+                        WakeSource::MemcgThreshold,
+                        WakeDetail::Threshold {
+                            cgroup: spec.cgroup.clone(),
+                            threshold_bytes: spec.usage_bytes,
+                        },
+                    );
+                }
+                next.push((key, registration));
+            }
+            // The new set is armed before the old goes: no gap without a threshold.
+            // Closing an eventfd unregisters it in the kernel.
+            for (key, old) in std::mem::replace(&mut registered, next) {
+                let _ = waiter.unwatch(old.eventfd());
+                lock(&armed).remove(&key);
+            }
+            tracing::debug!(count = registered.len(), "memcg thresholds armed");
+            tokio::select! {
+                changed = specs.changed() => if changed.is_err() { return },
+                () = waiter.ended() => {
+                    tracing::error!("the memcg threshold thread stopped; the source stops");
+                    return;
                 }
             }
-            tracing::debug!(count = current.len(), "memcg thresholds armed");
-            // Dropping the JoinSet aborts the waiters and closes their eventfds, which
-            // unregisters them in the kernel.
-            if specs.changed().await.is_err() {
-                return;
-            }
         }
-    })
+    });
+    Ok((task, scheduling))
 }
 
 /// cgroup v2 has no usage thresholds. Its stand-in: `memory.high` at the usage where the

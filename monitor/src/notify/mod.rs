@@ -1,6 +1,8 @@
 //! Event sources. Each runs as its own task and only WAKES the synchronize loop
 //! ([`crate::sync`]) through one bounded channel; no source carries decisions or stats
-//! (the loop observes afresh).
+//! (the loop observes afresh). The sources whose records can fire the hot path (eBPF,
+//! memcg thresholds, memory.events) are read on real-time threads of their own
+//! ([`realtime`]), never on an async worker.
 //!
 //! | source | kernel interface | min kernel |
 //! |---|---|---|
@@ -22,6 +24,7 @@ pub mod ebpf_log;
 pub mod memcg;
 pub mod memory_events;
 pub mod psi;
+pub mod realtime;
 pub mod timer;
 
 /// Which source woke the manager.
@@ -230,6 +233,13 @@ impl SourceStatus {
             }
         }
     }
+}
+
+/// Locks a map a source shares with its thread; a panic elsewhere leaves it usable.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Registers an owned descriptor with tokio's reactor.

@@ -1,0 +1,211 @@
+//! The threads that hear the kernel first. A crossing of a hard memory threshold must reach
+//! the hot path ([`crate::sync::hot`]) while every CPU may be busy with the pods that
+//! allocate, and while the synchronize loop is in the middle of a long pass; a tokio
+//! worker at normal priority can be kept from it for a whole pass. So each notifier whose
+//! records can fire the hot path (the eBPF ring buffer, memcg v1 eventfds, cgroup v2
+//! memory.events) is read by a [`Waiter`]: a thread of its own, at real-time priority
+//! where the kernel permits it (memory is locked process-wide at startup), asleep in
+//! `epoll_wait` with no timeout until one of its descriptors is ready.
+//!
+//! Where real-time priority is refused (no CAP_SYS_NICE, or an RT group scheduler without
+//! a budget for the agent's cgroup), the thread runs at normal priority and says so in
+//! the source's status: it still never waits behind the synchronize loop, only behind
+//! the scheduler's fairness.
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use tokio::sync::oneshot;
+
+/// Real-time priority of the waiters (SCHED_FIFO; low: they only have to run before the
+/// pods that allocate, which run SCHED_OTHER).
+pub const PRIORITY: i32 = 10;
+
+/// The key of the waiter's own stop descriptor; callers' keys must differ.
+const STOP_KEY: u64 = u64::MAX;
+
+/// How a watched descriptor reports readiness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// Reported while readable: the callback must drain it (a ring buffer, inotify).
+    Level,
+    /// Reported once per kernel wake-up, with nothing to read (a memcg eventfd: its count
+    /// is of no use, and not reading it spares a race with its closing).
+    Edge,
+}
+
+/// A thread asleep on a set of descriptors, calling one function with the key of each
+/// that is ready. Dropping it stops and joins the thread.
+pub struct Waiter {
+    epoll: Arc<Epoll>,
+    stop: EventFd,
+    thread: Option<std::thread::JoinHandle<()>>,
+    ended: Option<oneshot::Receiver<()>>,
+    /// What scheduling the thread got, for the source's status.
+    pub scheduling: String,
+}
+
+impl Waiter {
+    /// Starts the thread `name`. `ready(key)` runs on it for every ready descriptor;
+    /// returning false ends the thread (a descriptor failed for good).
+    pub fn start(
+        name: &str,
+        mut ready: impl FnMut(u64) -> bool + Send + 'static,
+    ) -> std::io::Result<Waiter> {
+        let epoll = Arc::new(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?);
+        let stop = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC)?;
+        epoll.add(&stop, EpollEvent::new(EpollFlags::EPOLLIN, STOP_KEY))?;
+        let (scheduled_tx, scheduled_rx) = std::sync::mpsc::channel();
+        let (ended_tx, ended_rx) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new().name(name.into()).spawn({
+            let epoll = epoll.clone();
+            move || {
+                let _ = scheduled_tx.send(realtime_priority());
+                let _ended = ended_tx;
+                let mut events = [EpollEvent::empty(); 16];
+                loop {
+                    let count = match epoll.wait(&mut events, EpollTimeout::NONE) {
+                        Ok(count) => count,
+                        Err(nix::errno::Errno::EINTR) => continue,
+                        Err(err) => {
+                            tracing::error!("epoll_wait on the kernel notifiers failed: {err}");
+                            return;
+                        }
+                    };
+                    for event in &events[..count] {
+                        if event.data() == STOP_KEY || !ready(event.data()) {
+                            return;
+                        }
+                    }
+                }
+            }
+        })?;
+        let scheduling = scheduled_rx
+            .recv_timeout(std::time::Duration::from_secs(1))
+            .unwrap_or_else(|_| "scheduling unknown".into());
+        Ok(Waiter {
+            epoll,
+            stop,
+            thread: Some(thread),
+            ended: Some(ended_rx),
+            scheduling,
+        })
+    }
+
+    /// Adds a descriptor; `key` (not `u64::MAX`) comes back to `ready` when it is ready.
+    pub fn watch(&self, fd: BorrowedFd<'_>, key: u64, trigger: Trigger) -> std::io::Result<()> {
+        debug_assert_ne!(key, STOP_KEY);
+        let flags = match trigger {
+            Trigger::Level => EpollFlags::EPOLLIN,
+            Trigger::Edge => EpollFlags::EPOLLIN | EpollFlags::EPOLLET,
+        };
+        self.epoll.add(fd, EpollEvent::new(flags, key))?;
+        Ok(())
+    }
+
+    /// Removes a descriptor, before it is closed.
+    pub fn unwatch(&self, fd: BorrowedFd<'_>) -> std::io::Result<()> {
+        self.epoll.delete(fd)?;
+        Ok(())
+    }
+
+    /// Resolves when the thread has ended on its own (a descriptor failed).
+    pub async fn ended(&mut self) {
+        match &mut self.ended {
+            Some(rx) => {
+                let _ = rx.await;
+                self.ended = None;
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        // Without the stop signal the thread would sleep on forever: then do not wait.
+        if self.stop.write(1).is_err() {
+            return;
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Puts the calling thread on SCHED_FIFO; says what it got.
+pub fn realtime_priority() -> String {
+    // SAFETY: sched_param is plain integers (more of them on musl); all-zero is valid.
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = PRIORITY;
+    // The raw system call: it sets the calling thread's policy (0), which is what we
+    // want; musl's wrapper refuses with ENOSYS because POSIX means the whole process.
+    // SAFETY: the call reads a valid parameter block we own.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_sched_setscheduler,
+            0,
+            libc::SCHED_FIFO,
+            &param as *const libc::sched_param,
+        )
+    } == 0
+    {
+        format!("SCHED_FIFO priority {PRIORITY}")
+    } else {
+        format!(
+            "SCHED_OTHER: real-time priority refused ({})",
+            std::io::Error::last_os_error()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    #[test]
+    fn each_ready_descriptor_is_told_by_key_and_the_thread_stops_on_drop() {
+        let (tx, rx) = mpsc::channel();
+        let waiter = Waiter::start("monitor-test-waiter", move |key| {
+            let _ = tx.send(key);
+            true
+        })
+        .expect("waiter");
+        let edge = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK).expect("eventfd");
+        waiter.watch(edge.as_fd(), 7, Trigger::Edge).expect("watch");
+        // Edge-triggered: each signal is told once, though nothing is read.
+        edge.write(1).expect("signal");
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(7));
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        edge.write(1).expect("signal");
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(7));
+        // Removed: no longer told.
+        waiter.unwatch(edge.as_fd()).expect("unwatch");
+        edge.write(1).expect("signal");
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        let thread = waiter.thread.as_ref().map(|t| t.thread().id());
+        assert!(thread.is_some());
+        drop(waiter);
+        // The callback (and its sender) went with the thread.
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)),
+            Err(mpsc::RecvTimeoutError::Disconnected)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_callback_that_gives_up_ends_the_thread() {
+        let mut waiter = Waiter::start("monitor-test-waiter", |_| false).expect("waiter");
+        let fd = EventFd::from_value_and_flags(1, EfdFlags::EFD_NONBLOCK).expect("eventfd");
+        waiter.watch(fd.as_fd(), 1, Trigger::Level).expect("watch");
+        tokio::time::timeout(Duration::from_secs(5), waiter.ended())
+            .await
+            .expect("the thread ended");
+    }
+}
