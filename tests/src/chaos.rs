@@ -557,6 +557,25 @@ pub struct Replay {
     pub detail: String,
 }
 
+impl Replay {
+    /// One input's outcome; `what_happened` describes it when it was not refused.
+    fn new(
+        input: impl Into<String>,
+        refused: bool,
+        what_happened: impl FnOnce() -> String,
+    ) -> Replay {
+        Replay {
+            input: input.into(),
+            refused,
+            detail: if refused {
+                String::new()
+            } else {
+                what_happened()
+            },
+        }
+    }
+}
+
 /// Hostile pod manifests: (file, text, what the refusal must name).
 fn hostile_manifests(marker: &Path) -> Vec<(String, String, &'static str)> {
     let escape = marker.display().to_string();
@@ -684,16 +703,12 @@ pub fn hostile_replay() -> (Vec<Replay>, Tally) {
                 .any(|l| l.contains(&file) && l.contains(names) && l.contains("WARN"))
         });
         let dup_first = file == "dup-a.yaml";
-        replays.push(Replay {
-            input: format!("manifest {file}"),
-            // The first of two manifests sharing a uid is a valid pod.
-            refused: refused || dup_first,
-            detail: if refused || dup_first {
-                String::new()
-            } else {
-                format!("no warning naming {file} and {names:?}")
-            },
-        });
+        // The first of two manifests sharing a uid is a valid pod.
+        replays.push(Replay::new(
+            format!("manifest {file}"),
+            refused || dup_first,
+            || format!("no warning naming {file} and {names:?}"),
+        ));
     }
     // A pod asking for a grace period near i64::MAX seconds, stopped: the stop waits
     // (for ever, in effect) without overflowing a clock, and the agent runs on.
@@ -710,15 +725,11 @@ pub fn hostile_replay() -> (Vec<Replay>, Tally) {
     std::thread::sleep(Duration::from_millis(500));
     let survived =
         node.agent_running() && !crate::agent_metrics(&node.path("monitor.sock")).is_empty();
-    replays.push(Replay {
-        input: "manifest terminationGracePeriodSeconds i64::MAX, stopped".into(),
-        refused: started && survived,
-        detail: if started && survived {
-            String::new()
-        } else {
-            format!("started {started}, agent answering after the stop {survived}")
-        },
-    });
+    replays.push(Replay::new(
+        "manifest terminationGracePeriodSeconds i64::MAX, stopped",
+        started && survived,
+        || format!("started {started}, agent answering after the stop {survived}"),
+    ));
 
     // A record that is not JSON, and one for a uid no manifest has, before a restart.
     let records = node.path("state").join("pods");
@@ -734,19 +745,17 @@ pub fn hostile_replay() -> (Vec<Replay>, Tally) {
             .flatten()
             .any(|e| e.file_name().to_string_lossy().contains(".corrupt"))
     });
-    replays.push(Replay {
-        input: "corrupt pod record".into(),
-        refused: started && quarantined,
-        detail: if started && quarantined {
-            String::new()
-        } else {
+    replays.push(Replay::new(
+        "corrupt pod record",
+        started && quarantined,
+        || {
             format!(
                 "started {started}, quarantined {quarantined}; records {:?}",
                 std::fs::read_dir(&records)
                     .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
             )
         },
-    });
+    ));
 
     // Raw bytes on the API socket, then a request that must still be answered.
     let socket = node.path("monitor.sock");
@@ -775,18 +784,16 @@ pub fn hostile_replay() -> (Vec<Replay>, Tally) {
         let ok_answer = answer.is_empty()
             || answer.starts_with("HTTP/1.1 4")
             || answer.starts_with("HTTP/1.0 4");
-        replays.push(Replay {
-            input: format!("API {what}"),
-            refused: still && ok_answer,
-            detail: if still && ok_answer {
-                String::new()
-            } else {
+        replays.push(Replay::new(
+            format!("API {what}"),
+            still && ok_answer,
+            || {
                 format!(
                     "answer {:?}, agent answering afterwards: {still}",
                     answer.chars().take(200).collect::<String>()
                 )
             },
-        });
+        ));
     }
 
     if !node.agent_running() {
@@ -834,15 +841,9 @@ pub fn hostile_replay() -> (Vec<Replay>, Tally) {
             tally.panics += 1;
         }
         let refused = code == Some(1) && stderr.contains(key) && stderr.contains("config.yaml");
-        replays.push(Replay {
-            input: format!("config {what}"),
-            refused,
-            detail: if refused {
-                String::new()
-            } else {
-                format!("exit {code:?}, stderr: {stderr}")
-            },
-        });
+        replays.push(Replay::new(format!("config {what}"), refused, || {
+            format!("exit {code:?}, stderr: {stderr}")
+        }));
     }
     (replays, tally)
 }

@@ -95,6 +95,9 @@ pub struct EbpfSettings {
     /// Size of the records' ring buffer in bytes (a power of two, a multiple of the page
     /// size); tests shrink it to make it overflow.
     pub ring_bytes: u32,
+    /// The process whose SIGKILLs the kernel stamps (`signal:signal_generate`); `None`:
+    /// this one. The benchmark's crossing probe names the agent it watches.
+    pub kills_by: Option<u32>,
 }
 
 impl Default for EbpfSettings {
@@ -106,6 +109,7 @@ impl Default for EbpfSettings {
             sample_every_charge: DEFAULT_SAMPLE_EVERY_CHARGE,
             sample_every_lruvec: DEFAULT_SAMPLE_EVERY_LRUVEC,
             ring_bytes: monitor_common::EVENTS_RING_BYTES,
+            kills_by: None,
         }
     }
 }
@@ -179,7 +183,7 @@ pub fn start(
     let sig_offset = parse_field_offset(&signal_format, "sig").unwrap_or(DEFAULT_SIGNAL_SIG_OFFSET);
     let target_offset =
         parse_field_offset(&signal_format, "pid").unwrap_or(DEFAULT_SIGNAL_PID_OFFSET);
-    let agent_tgid = std::process::id();
+    let agent_tgid = settings.kills_by.unwrap_or_else(std::process::id);
     // Without the offsets the detector stays off (a zero layout makes it do nothing).
     let layout = if settings.detector.is_empty() {
         Err("switched off by configuration (sources.crossingDetector is empty)".to_string())

@@ -132,12 +132,13 @@ pub fn spawn(
             {
                 hook.hard_crossing(WakeSource::MemcgThreshold);
             }
-            let detail = lock(&armed)
-                .get(&key)
-                .map_or(WakeDetail::None, |spec| WakeDetail::Threshold {
-                    cgroup: spec.cgroup.clone(),
-                    threshold_bytes: spec.usage_bytes,
-                });
+            let detail =
+                lock(&armed)
+                    .get(&key)
+                    .map_or(WakeDetail::None, |spec| WakeDetail::Threshold {
+                        cgroup: spec.cgroup.clone(),
+                        threshold_bytes: spec.usage_bytes,
+                    });
             wakes.wake(WakeSource::MemcgThreshold, detail);
             true
         }
@@ -160,8 +161,7 @@ pub fn spawn(
                 serial += 1;
                 let key = key(serial, spec.hard);
                 lock(&armed).insert(key, spec.clone());
-                if let Err(err) =
-                    waiter.watch(registration.eventfd(), key, realtime::Trigger::Edge)
+                if let Err(err) = waiter.watch(registration.eventfd(), key, realtime::Trigger::Edge)
                 {
                     tracing::warn!(
                         "memcg threshold on {} not armed: epoll: {err}",

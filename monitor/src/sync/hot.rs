@@ -135,13 +135,22 @@ impl HotPath {
         self.lock().fired.take()
     }
 
-    /// Whether any armed level is reached now, by the kernel's own counters.
-    fn crossed(levels: &[Level]) -> bool {
-        levels.iter().any(|level| {
-            level
-                .working_set_now()
-                .is_some_and(|ws| ws >= level.working_set)
-        })
+    /// Whether any armed level is reached now, by the kernel's own counters; if not, the
+    /// working set and level nearest to it (for the log).
+    fn crossed(levels: &[Level]) -> Result<(), Option<(u64, u64)>> {
+        let mut nearest: Option<(u64, u64)> = None;
+        for level in levels {
+            let Some(ws) = level.working_set_now() else {
+                continue;
+            };
+            if ws >= level.working_set {
+                return Ok(());
+            }
+            if nearest.is_none_or(|(w, l)| l - w > level.working_set - ws) {
+                nearest = Some((ws, level.working_set));
+            }
+        }
+        Err(nearest)
     }
 }
 
@@ -149,7 +158,20 @@ impl CrossingHook for HotPath {
     fn hard_crossing(&self, source: WakeSource) {
         let detected_ns = monotonic_ns();
         let mut armed = self.lock();
-        if armed.victim.is_none() || !Self::crossed(&armed.levels) {
+        if armed.victim.is_none() {
+            tracing::debug!(source = %source, detected_ns, "hot path: told, but no victim is armed");
+            return;
+        }
+        if let Err(nearest) = Self::crossed(&armed.levels) {
+            // A notifier armed on usage also fires for page cache, and on the way down.
+            let (working_set, level) = nearest.unwrap_or_default();
+            tracing::debug!(
+                source = %source,
+                detected_ns,
+                working_set,
+                level,
+                "hot path: told, but no hard level is reached"
+            );
             return;
         }
         let Some((decision, switch)) = armed.victim.take() else {

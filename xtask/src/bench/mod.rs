@@ -20,6 +20,7 @@ mod guest;
 pub(crate) mod logparse;
 mod peer;
 mod plot;
+mod probe;
 mod race;
 mod report;
 mod scaling;

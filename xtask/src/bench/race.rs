@@ -4,13 +4,16 @@
 //! allocatableMemory.available<HEADROOM_MIB must make the agent kill the hog before the
 //! kernel OOM killer does.
 //!
-//! Crossing time: a 1 ms sampler of the pods cgroup's working set (usage − inactive_file,
-//! the value the kubelet's signal uses), linearly interpolated between the last sample
-//! below and the first at or above the threshold. It is the same clock (CLOCK_MONOTONIC)
-//! as the agent's wake and event timestamps and the same for every mode, which an eBPF
-//! event timestamp is not (it exists only in the eBPF modes and marks the charge that woke
-//! the program, not the crossing itself). Its error is at most one sampling interval
-//! (recorded per trial).
+//! Crossing time, two ways:
+//! - in the kernel: the crossing detector's record (the agent's own where its eBPF source
+//!   runs; otherwise the crossing probe's, [`super::probe`], on the pods-level race), and
+//!   the kernel's `signal:signal_generate` record of the agent's SIGKILL. Where both are
+//!   there, the mode's crossing→kill is theirs (µs-exact);
+//! - a 1 ms sampler of the pods cgroup's working set (usage − inactive_file, the value
+//!   the kubelet's signal uses), linearly interpolated between the last sample below and
+//!   the first at or above the threshold: the same for every mode, the cross-check, and
+//!   the only clock of the wake and of the node-level race. Its error is at most one
+//!   sampling interval (recorded per trial), and it misses a crossing the kill beats.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -362,6 +365,18 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         Level::Pods => demo::sampler(pods_dir.clone(), v1, stop.clone()),
         Level::Node => node_sampler(stop.clone()),
     };
+    // Without the agent's eBPF source, the kernel's stamps come from the crossing probe
+    // (the pods-level race: its signal is the pods cgroup's working set).
+    let probe = match (mode.ebpf, setup.level, guard.agent.as_ref()) {
+        (false, Level::Pods, Some(agent)) => Some(super::probe::Probe::start(
+            setup.bin,
+            &pods_dir,
+            threshold,
+            agent.id(),
+            dir.join("probe.log"),
+        )?),
+        _ => None,
+    };
     // On cgroup v2: did the agent throttle the pods with memory.high during the race?
     let high_file = (!v1).then(|| pods_dir.join("memory.high"));
     let mut memory_high_set = false;
@@ -431,6 +446,7 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     let oom_kills = oom_seen.max(oom_kills()).saturating_sub(oom_before);
     let log = std::fs::read_to_string(&log_path)
         .with_context(|| format!("reading {}", log_path.display()))?;
+    let probe_log = probe.map(|p| p.output()).unwrap_or_default();
     drop(guard);
     if ended_ns.is_none() {
         bail!(
@@ -456,8 +472,9 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     trial.phase_delay_ms = phase_ms;
     trial.pods_cpu_ns = pods_cpu_ns;
     trial.memory_high_set = high_file.map(|_| memory_high_set);
-    trial.kernel_crossing_to_kill_us = logparse::kernel_crossing_and_kill(&log, start_ns)
-        .map(|(crossed, killed)| killed.saturating_sub(crossed) as f64 / 1000.0);
+    trial.kernel_crossing_to_kill_us =
+        logparse::kernel_crossing_and_kill(&format!("{log}{probe_log}"), start_ns)
+            .map(|(crossed, killed)| killed.saturating_sub(crossed) as f64 / 1000.0);
     Ok(trial)
 }
 
