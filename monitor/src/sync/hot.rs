@@ -96,7 +96,9 @@ impl HotPath {
         specs: &[ThresholdSpec],
         inactive_file_at: impl Fn(&std::path::Path) -> u64,
     ) {
-        self.lock().levels = specs
+        // Built before the lock is taken: a source's thread waits on it, at real-time
+        // priority, and this one may be preempted while holding it.
+        let levels: Vec<Level> = specs
             .iter()
             .filter(|s| s.hard)
             .map(|s| Level {
@@ -105,6 +107,8 @@ impl HotPath {
                 working_set: s.usage_bytes.saturating_sub(inactive_file_at(&s.cgroup)),
             })
             .collect();
+        let old = std::mem::replace(&mut self.lock().levels, levels);
+        drop(old);
     }
 
     /// The pod to kill at the next crossing; `None` disarms. Re-arming the pod armed now
@@ -114,15 +118,24 @@ impl HotPath {
         victim: Option<EvictionDecision>,
         open: impl FnOnce(&str) -> Option<KillSwitch>,
     ) {
-        let mut armed = self.lock();
-        armed.victim = match (armed.victim.take(), victim) {
-            (_, None) => None,
-            // Same pod: the wording of the decision follows the fresh stats.
-            (Some((current, switch)), Some(decision)) if current.pod_key == decision.pod_key => {
-                Some((decision, switch))
+        let armed_pod = self.armed_pod();
+        match victim {
+            None => drop(self.lock().victim.take()),
+            // Same pod: it keeps its switch; the wording of the decision follows the
+            // fresh stats.
+            Some(decision) if armed_pod.as_ref() == Some(&decision.pod_key) => {
+                let mut armed = self.lock();
+                if let Some((current, _)) = armed.victim.as_mut() {
+                    *current = decision;
+                }
             }
-            (_, Some(decision)) => open(&decision.pod_key).map(|switch| (decision, switch)),
-        };
+            // Another pod: its switch is opened before the lock is taken (see set_levels).
+            Some(decision) => {
+                let next = open(&decision.pod_key).map(|switch| (decision, switch));
+                let old = std::mem::replace(&mut self.lock().victim, next);
+                drop(old);
+            }
+        }
     }
 
     /// The pod armed now.
