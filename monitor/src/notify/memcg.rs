@@ -104,10 +104,49 @@ fn already_crossed(spec: &ThresholdSpec) -> bool {
 /// Name of the thread that hears the thresholds.
 pub const WAITER_THREAD: &str = "monitor-memcg";
 
-/// A threshold's key on the waiter: a serial number, and in the lowest bit whether it is
-/// hard, so that the hot path is told before anything else is looked up.
-fn key(serial: u64, hard: bool) -> u64 {
-    (serial << 1) | u64::from(hard)
+/// A threshold's key on the waiter: a serial number, and in the lowest bits whether it is
+/// hard and whether it is an early one, so that the hot path is told before anything else
+/// is looked up.
+fn key(serial: u64, hard: bool, early: bool) -> u64 {
+    (serial << 2) | (u64::from(early) << 1) | u64::from(hard)
+}
+const KEY_HARD: u64 = 1;
+const KEY_EARLY: u64 = 2;
+
+/// How far below a hard level its early threshold is armed. The kernel checks a cgroup's
+/// thresholds once per 128 page events on a CPU, and a CPU may hold up to a charge batch
+/// (64 pages) charged ahead: a crossing can be signalled that many pages late per CPU.
+/// Capped at 8 MiB.
+pub fn early_margin() -> u64 {
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .unwrap_or(4096) as u64;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    (192 * page * cpus).min(8 << 20)
+}
+
+/// The thresholds to register for `wanted`: each as it is, and for each hard one an
+/// early one `margin` below it, when the margin is not 0 (never checked as already
+/// passed at registration: it is only a head start).
+fn with_early(wanted: &[ThresholdSpec], margin: u64) -> Vec<(ThresholdSpec, bool)> {
+    let mut out: Vec<(ThresholdSpec, bool)> = wanted.iter().map(|s| (s.clone(), false)).collect();
+    let hard = wanted
+        .iter()
+        .filter(|s| margin > 0 && s.hard && !s.passed_when_armed);
+    for spec in hard {
+        if let Some(usage_bytes) = spec.usage_bytes.checked_sub(margin).filter(|b| *b > 0) {
+            out.push((
+                ThresholdSpec {
+                    usage_bytes,
+                    passed_when_armed: true,
+                    ..spec.clone()
+                },
+                true,
+            ));
+        }
+    }
+    out
 }
 
 /// Runs the source: keeps exactly the thresholds in `specs` armed, re-arming whenever the
@@ -122,12 +161,24 @@ pub fn spawn(
 ) -> std::io::Result<(JoinHandle<()>, String)> {
     // What each key stands for, for the wake's detail.
     let armed: Arc<Mutex<HashMap<u64, ThresholdSpec>>> = Arc::default();
+    // Early thresholds only serve the hot path.
+    let margin = if hook.is_some() { early_margin() } else { 0 };
     let mut waiter = realtime::Waiter::start(WAITER_THREAD, {
         let armed = armed.clone();
         let hook = hook.clone();
         let wakes = wakes.clone();
         move |key| {
-            if key & 1 == 1
+            if key & KEY_EARLY != 0 {
+                // A head start: the hot path watches for the crossing itself. Only its
+                // kill calls for a synchronize (the exact threshold wakes for the rest).
+                if let Some(hook) = &hook
+                    && hook.hard_approach(WakeSource::MemcgThreshold, margin)
+                {
+                    wakes.wake(WakeSource::MemcgThreshold, WakeDetail::None);
+                }
+                return true;
+            }
+            if key & KEY_HARD != 0
                 && let Some(hook) = &hook
             {
                 hook.hard_crossing(WakeSource::MemcgThreshold);
@@ -148,9 +199,9 @@ pub fn spawn(
         let mut serial = 0u64;
         let mut registered: Vec<(u64, Registration)> = Vec::new();
         loop {
-            let wanted = specs.borrow_and_update().clone();
+            let wanted = with_early(&specs.borrow_and_update(), margin);
             let mut next = Vec::with_capacity(wanted.len());
-            for spec in &wanted {
+            for (spec, early) in &wanted {
                 let registration = match register(spec) {
                     Ok(registration) => registration,
                     Err(err) => {
@@ -159,7 +210,7 @@ pub fn spawn(
                     }
                 };
                 serial += 1;
-                let key = key(serial, spec.hard);
+                let key = key(serial, spec.hard, *early);
                 lock(&armed).insert(key, spec.clone());
                 if let Err(err) = waiter.watch(registration.eventfd(), key, realtime::Trigger::Edge)
                 {
@@ -330,6 +381,42 @@ mod tests {
         assert!(already_crossed(&spec(4096)));
         assert!(already_crossed(&spec(100)));
         assert!(!already_crossed(&spec(4097)));
+    }
+
+    #[test]
+    fn hard_levels_not_yet_passed_get_an_early_threshold_below_them() {
+        let spec = |usage_bytes, hard, passed_when_armed| ThresholdSpec {
+            cgroup: "/cg".into(),
+            usage_bytes,
+            hard,
+            passed_when_armed,
+        };
+        let wanted = vec![
+            spec(1000, true, false),
+            spec(900, false, false),
+            spec(800, true, true),
+            spec(50, true, false),
+        ];
+        let out = with_early(&wanted, 100);
+        let early: Vec<u64> = out
+            .iter()
+            .filter(|(_, early)| *early)
+            .map(|(s, _)| s.usage_bytes)
+            .collect();
+        // Soft, already passed, and too low for the margin: none.
+        assert_eq!(early, vec![900]);
+        assert!(
+            out.iter()
+                .filter(|(_, early)| *early)
+                .all(|(s, _)| s.hard && s.passed_when_armed)
+        );
+        assert_eq!(out.iter().filter(|(_, early)| !early).count(), wanted.len());
+        assert_eq!(
+            with_early(&wanted, 0).len(),
+            wanted.len(),
+            "no hot path: no early ones"
+        );
+        assert!(early_margin() >= 192 * 4096 && early_margin() <= 8 << 20);
     }
 
     #[test]

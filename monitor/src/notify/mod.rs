@@ -117,6 +117,12 @@ impl WakeDetail {
 /// fires on the way down (memcg v1) or for other counters (memory.events).
 pub trait CrossingHook: Send + Sync {
     fn hard_crossing(&self, source: WakeSource);
+
+    /// An early notifier, armed `margin` bytes below a hard level, fired: the hook may
+    /// watch for the crossing itself for a short while. Whether it killed.
+    fn hard_approach(&self, _source: WakeSource, _margin: u64) -> bool {
+        false
+    }
 }
 
 /// The hook a source calls, when the hot path runs.

@@ -278,16 +278,21 @@ impl CgroupReader {
         Ok(usage.saturating_sub(inactive_file.unwrap_or(0)))
     }
 
+    /// The usage (memory.usage_in_bytes or memory.current): one read.
+    pub fn usage_bytes(&self, cgroup: &str) -> Result<u64, ObserveError> {
+        let path = self.usage_file(cgroup);
+        Ok(self
+            .read_with(&path, |text| single(&path, text))??
+            .unwrap_or(0))
+    }
+
     /// The usage and the inactive file pages (hierarchical), as the working set needs
     /// them: two reads.
     pub fn usage_and_inactive_file(
         &self,
         cgroup: &str,
     ) -> Result<(u64, Option<u64>), ObserveError> {
-        let usage_path = self.usage_file(cgroup);
-        let usage_bytes = self
-            .read_with(&usage_path, |text| single(&usage_path, text))??
-            .unwrap_or(0);
+        let usage_bytes = self.usage_bytes(cgroup)?;
         let stat_path = self.file(cgroup, "memory.stat", "memory.stat");
         let inactive_key = match self.version {
             CgroupVersion::V1 => "total_inactive_file",

@@ -35,6 +35,10 @@ struct Level {
     cgroup: CgroupReader,
     /// The working set at which the threshold is met.
     working_set: u64,
+    /// The usage the notifiers are armed at (the working set level plus the inactive
+    /// page cache when armed): below it, the working set cannot be at its level unless
+    /// page cache shrank, which the exact notifier then reports.
+    usage: u64,
 }
 
 impl Level {
@@ -42,7 +46,17 @@ impl Level {
     fn working_set_now(&self) -> Option<u64> {
         self.cgroup.working_set_bytes("").ok()
     }
+
+    /// The cgroup's usage now: one read.
+    fn usage_now(&self) -> Option<u64> {
+        self.cgroup.usage_bytes("").ok()
+    }
 }
+
+/// How long the hot path watches a level after an early notifier fired below it
+/// ([`HotPath::hard_approach`]), and how often it reads the usage meanwhile.
+pub const APPROACH_WINDOW: std::time::Duration = std::time::Duration::from_millis(50);
+pub const APPROACH_POLL: std::time::Duration = std::time::Duration::from_micros(25);
 
 /// A kill the hot path carried out, for the next synchronize to account for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +119,7 @@ impl HotPath {
                 cgroup: CgroupReader::new(version, s.cgroup.clone())
                     .keeping_open(self.open.clone()),
                 working_set: s.usage_bytes.saturating_sub(inactive_file_at(&s.cgroup)),
+                usage: s.usage_bytes,
             })
             .collect();
         let old = std::mem::replace(&mut self.lock().levels, levels);
@@ -169,11 +184,55 @@ impl HotPath {
 
 impl CrossingHook for HotPath {
     fn hard_crossing(&self, source: WakeSource) {
-        let detected_ns = monotonic_ns();
+        self.kill_if_crossed(source, monotonic_ns());
+    }
+
+    /// An early notifier fired a little below a hard level (its kernel check is coarser
+    /// than the headroom wants): watch the usage closely, for a bounded time, and kill
+    /// the moment a level is reached. The notifier at the level itself stays armed, so
+    /// a crossing after the window (or after usage fell back) is still heard.
+    fn hard_approach(&self, source: WakeSource, margin: u64) -> bool {
+        let levels = {
+            let armed = self.lock();
+            if armed.victim.is_none() {
+                return false;
+            }
+            armed.levels.clone()
+        };
+        let until = std::time::Instant::now() + APPROACH_WINDOW;
+        loop {
+            let now_ns = monotonic_ns();
+            let (mut reached, mut all_below) = (false, true);
+            for level in &levels {
+                let Some(usage) = level.usage_now() else {
+                    continue;
+                };
+                reached |= usage >= level.usage;
+                all_below &= usage < level.usage.saturating_sub(margin);
+            }
+            if reached {
+                return self.kill_if_crossed(source, now_ns);
+            }
+            // Under every early level: it fired on the way down, or usage fell back.
+            if all_below {
+                return false;
+            }
+            if std::time::Instant::now() >= until {
+                tracing::debug!(source = %source, "hot path: an early notifier fired, no hard level reached within the window");
+                return false;
+            }
+            std::thread::sleep(APPROACH_POLL);
+        }
+    }
+}
+
+impl HotPath {
+    /// Kills the armed victim if a hard level is reached now; whether it did.
+    fn kill_if_crossed(&self, source: WakeSource, detected_ns: u64) -> bool {
         let mut armed = self.lock();
         if armed.victim.is_none() {
             tracing::debug!(source = %source, detected_ns, "hot path: told, but no victim is armed");
-            return;
+            return false;
         }
         if let Err(nearest) = Self::crossed(&armed.levels) {
             // A notifier armed on usage also fires for page cache, and on the way down.
@@ -185,10 +244,10 @@ impl CrossingHook for HotPath {
                 level,
                 "hot path: told, but no hard level is reached"
             );
-            return;
+            return false;
         }
         let Some((decision, switch)) = armed.victim.take() else {
-            return;
+            return false;
         };
         match switch.fire() {
             Ok(()) => {
@@ -219,6 +278,7 @@ impl CrossingHook for HotPath {
                         killed_ns.saturating_sub(detected_ns) / 1000
                     ),
                 );
+                true
             }
             Err(err) => {
                 // The normal path evicts at the synchronize this wake causes.
@@ -227,6 +287,7 @@ impl CrossingHook for HotPath {
                     "hot path: writing {} failed: {err}",
                     switch.path.display()
                 );
+                false
             }
         }
     }
@@ -390,6 +451,59 @@ mod tests {
         f.set_inactive(400);
         f.hot.hard_crossing(WakeSource::MemcgThreshold);
         assert_eq!(f.killed(), "1");
+    }
+
+    #[test]
+    fn an_early_notifier_is_followed_by_a_close_watch_that_kills_at_the_level() {
+        let f = Fixture::new(1000);
+        f.arm("default/a");
+        // Under the early level (1000 − 100): it fired on the way down; no watch.
+        f.set_usage(850);
+        let started = std::time::Instant::now();
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        assert!(
+            started.elapsed() < APPROACH_WINDOW,
+            "no watch below the early level"
+        );
+        // Between the early level and the level: watched until the level is reached.
+        f.set_usage(950);
+        let raise = {
+            let usage = f.dir.path().join("memory.usage_in_bytes");
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(5));
+                // In place, not truncated first: the watch never reads an empty file.
+                use std::io::Write;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(usage)
+                    .and_then(|mut file| file.write_all(b"1000\n"))
+                    .expect("usage");
+            })
+        };
+        assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        raise.join().expect("raise");
+        assert_eq!(f.killed(), "1");
+        let fired = f.hot.take_fired().expect("a hot kill");
+        assert_eq!(fired.decision.pod_key, "default/a");
+    }
+
+    #[test]
+    fn a_watch_that_sees_no_crossing_ends_with_its_window() {
+        let f = Fixture::new(1000);
+        f.arm("default/a");
+        f.set_usage(950);
+        let started = std::time::Instant::now();
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        assert!(started.elapsed() >= APPROACH_WINDOW);
+        assert_eq!(f.killed(), "", "never reached: nobody killed");
+        assert_eq!(
+            f.hot.armed_pod().as_deref(),
+            Some("default/a"),
+            "still armed"
+        );
+        // Disarmed: no watch at all.
+        f.hot.arm(None, |_| None);
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
     }
 
     #[test]
