@@ -59,8 +59,12 @@ async fn main() {
             std::process::exit(1);
         });
     let (wakes, mut rx) = monitor::notify::wake_channel();
+    // A look at every charge event, not one per batch as the agent takes: the probe's
+    // record must come at the crossing itself, before a fast kill takes the usage down.
     let settings = EbpfSettings {
         kills_by: Some(agent),
+        sample_every_charge: 1,
+        sample_every_lruvec: 1,
         ..EbpfSettings::default()
     };
     let source = ebpf::start(&settings, wakes, None).unwrap_or_else(|err| {
