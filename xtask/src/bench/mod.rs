@@ -384,7 +384,7 @@ fn full_table(results: &Results) -> String {
     let mut table = report::table(results);
     if !results.races_at_scale.is_empty() {
         table.push_str(
-            "\nPressure race beside idle pods (all sources, full speed; µs from the crossing detector's kernel-stamped record; SIGKILL stamped by the kernel's signal_generate):\n\n",
+            "\nPressure race beside idle pods (all sources, full speed; µs from the crossing probe's kernel-stamped record, a look at every charge; SIGKILL stamped by the kernel's signal_generate):\n\n",
         );
         table.push_str(&scaling::table(&results.races_at_scale));
     }

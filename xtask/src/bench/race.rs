@@ -5,10 +5,10 @@
 //! kernel OOM killer does.
 //!
 //! Crossing time, two ways:
-//! - in the kernel: the crossing detector's record (the agent's own where its eBPF source
-//!   runs; otherwise the crossing probe's, [`super::probe`], on the pods-level race), and
-//!   the kernel's `signal:signal_generate` record of the agent's SIGKILL. Where both are
-//!   there, the mode's crossing→kill is theirs (µs-exact);
+//! - in the kernel, on the pods-level race: the crossing probe's ([`super::probe`]) record
+//!   of the crossing, from a look at every charge, and the kernel's
+//!   `signal:signal_generate` record of the agent's SIGKILL. Where both are there, the
+//!   mode's crossing→kill is theirs (µs-exact);
 //! - a 1 ms sampler of the pods cgroup's working set (usage − inactive_file, the value
 //!   the kubelet's signal uses), linearly interpolated between the last sample below and
 //!   the first at or above the threshold: the same for every mode, the cross-check, and
@@ -138,8 +138,8 @@ pub(crate) struct Trial {
     /// race (2 ms polling); `None` on cgroup v1.
     #[serde(default)]
     pub(crate) memory_high_set: Option<bool>,
-    /// From the crossing detector's record to the kernel's SIGKILL of the hog, both
-    /// stamped in the kernel (µs); only where the detector ran and the agent killed.
+    /// From the crossing probe's record to the kernel's SIGKILL of the hog, both stamped
+    /// in the kernel (µs); only on the pods-level race, where the agent killed.
     #[serde(default)]
     pub(crate) kernel_crossing_to_kill_us: Option<f64>,
     /// (ms, MiB) of the working set for the plot; emptied after plotting but for trial 1.
@@ -175,8 +175,13 @@ fn config(dir: &Path, id: &str, mode: &Mode, extra: &str, level: Level, bounds: 
         headroom_mib,
     } = bounds;
     let (eviction, limit) = match level {
+        // The node here is the agent's cgroup root, about the size of the pods cgroup: its
+        // own threshold stays below the headroom raced, or it would be met first.
         Level::Pods => (
-            format!("{{allocatableMemory.available: {headroom_mib}Mi, memory.available: 100Mi}}"),
+            format!(
+                "{{allocatableMemory.available: {headroom_mib}Mi, memory.available: {}Mi}}",
+                headroom_mib / 2
+            ),
             format!("  podsMemoryLimit: {node_mib}Mi\n"),
         ),
         Level::Node => (
@@ -365,10 +370,11 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         Level::Pods => demo::sampler(pods_dir.clone(), v1, stop.clone()),
         Level::Node => node_sampler(stop.clone()),
     };
-    // Without the agent's eBPF source, the kernel's stamps come from the crossing probe
-    // (the pods-level race: its signal is the pods cgroup's working set).
-    let probe = match (mode.ebpf, setup.level, guard.agent.as_ref()) {
-        (false, Level::Pods, Some(agent)) => Some(super::probe::Probe::start(
+    // The kernel's stamps come from the crossing probe, which looks at every charge (the
+    // agent's own detector looks once per batch, and a fast kill can come first). The
+    // pods-level race only: its signal is the pods cgroup's working set.
+    let probe = match (setup.level, guard.agent.as_ref()) {
+        (Level::Pods, Some(agent)) => Some(super::probe::Probe::start(
             setup.bin,
             &pods_dir,
             threshold,
@@ -446,7 +452,12 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     let oom_kills = oom_seen.max(oom_kills()).saturating_sub(oom_before);
     let log = std::fs::read_to_string(&log_path)
         .with_context(|| format!("reading {}", log_path.display()))?;
-    let probe_log = probe.map(|p| p.output()).unwrap_or_default();
+    // With the probe, its records alone (crossing, and the agent's SIGKILL); without it,
+    // the agent's own detector's.
+    let kernel_log = match probe {
+        Some(probe) => probe.output(),
+        None => log.clone(),
+    };
     drop(guard);
     if ended_ns.is_none() {
         bail!(
@@ -472,9 +483,8 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     trial.phase_delay_ms = phase_ms;
     trial.pods_cpu_ns = pods_cpu_ns;
     trial.memory_high_set = high_file.map(|_| memory_high_set);
-    trial.kernel_crossing_to_kill_us =
-        logparse::kernel_crossing_and_kill(&format!("{log}{probe_log}"), start_ns)
-            .map(|(crossed, killed)| killed.saturating_sub(crossed) as f64 / 1000.0);
+    trial.kernel_crossing_to_kill_us = logparse::kernel_crossing_and_kill(&kernel_log, start_ns)
+        .map(|(crossed, killed)| killed.saturating_sub(crossed) as f64 / 1000.0);
     Ok(trial)
 }
 

@@ -395,7 +395,7 @@ fn splice(text: &str, section: &str) -> String {
     format!("{text}{sep}{section}\n")
 }
 
-/// Per rate and mode: the crossing detector's record to the kernel's SIGKILL, both
+/// Per rate and mode: the crossing probe's record to the kernel's SIGKILL, both
 /// stamped in the kernel.
 pub(crate) fn kernel_stamped_kills(trials: &[Trial]) -> Vec<String> {
     let mut groups: Vec<(&str, &str)> = Vec::new();
@@ -418,7 +418,7 @@ pub(crate) fn kernel_stamped_kills(trials: &[Trial]) -> Vec<String> {
             us.sort_by(f64::total_cmp);
             let at = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize];
             format!(
-                "- kernel-stamped crossing→SIGKILL ({rate}, {mode}; detector record → signal:signal_generate): p50 / p99 / max {:.0} / {:.0} / {:.0} µs over {} trials",
+                "- kernel-stamped crossing→SIGKILL ({rate}, {mode}; probe's crossing record → signal:signal_generate): p50 / p99 / max {:.0} / {:.0} / {:.0} µs over {} trials",
                 at(0.5),
                 at(0.99),
                 at(1.0),
@@ -590,7 +590,7 @@ mod tests {
         assert_eq!(
             kernel_stamped_kills(&trials),
             vec![
-                "- kernel-stamped crossing→SIGKILL (full, ebpf; detector record → signal:signal_generate): p50 / p99 / max 200 / 200 / 200 µs over 2 trials"
+                "- kernel-stamped crossing→SIGKILL (full, ebpf; probe's crossing record → signal:signal_generate): p50 / p99 / max 200 / 200 / 200 µs over 2 trials"
             ]
         );
     }

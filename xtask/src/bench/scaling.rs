@@ -4,8 +4,10 @@
 //! another, each with a new hog pod, so a thousand pods start once, not once per trial.
 //!
 //! Every stage is stamped where it happens, on CLOCK_MONOTONIC:
-//! - crossing: the crossing detector's record, stamped by the eBPF program at the charge
-//!   that crossed the level (in the kernel);
+//! - crossing: the crossing probe's record ([`super::probe`]: the detector program, looking
+//!   at every charge), stamped in the kernel at the charge that crossed the level. The
+//!   agent's own detector looks once per batch of charges, and its early memcg watch can
+//!   kill before that look;
 //! - told: when a source told the hot path, having read its record or eventfd (the first
 //!   of the detector and the memcg notifier);
 //! - signal: the kernel's `signal:signal_generate` of the SIGKILL (in the kernel), which
@@ -153,10 +155,28 @@ pub(crate) fn run(
     let node_bytes = bounds.node_mib * MIB;
     let threshold = node_bytes.saturating_sub(headroom_mib * MIB);
     let log_path = dir.join("agent.log");
+    // The kernel's stamps of each crossing and SIGKILL (a look at every charge; the
+    // level arms again once the killed hog's memory is gone).
+    let agent = guard
+        .agent
+        .as_ref()
+        .map(|a| a.id())
+        .context("the agent is not running")?;
+    let probe =
+        super::probe::Probe::start(bin, &pods_dir, threshold, agent, dir.join("probe.log"))?;
+    let races = Races {
+        dir: &dir,
+        pods_dir: &pods_dir,
+        v1,
+        args: &args,
+        node_bytes,
+        threshold,
+        probe: &probe,
+    };
     let from_ns = demo::monotonic_ns();
     let mut out = Vec::new();
     for n in 1..=trials {
-        match one(&dir, &pods_dir, v1, &args, node_bytes, threshold, n) {
+        match one(&races, n) {
             Ok(mut t) => {
                 t.pods = pods;
                 t.headroom_mib = headroom_mib;
@@ -211,16 +231,30 @@ fn summarize(
     }
 }
 
-/// One race: a new hog pod, told to start once the agent has ranked it.
-fn one(
-    dir: &Path,
-    pods_dir: &Path,
+/// What every race of one run shares.
+struct Races<'a> {
+    dir: &'a Path,
+    pods_dir: &'a Path,
     v1: bool,
-    args: &dyn Fn(u64, u64) -> Vec<String>,
+    /// The hog's command line for (total MiB, step MiB).
+    args: &'a dyn Fn(u64, u64) -> Vec<String>,
     node_bytes: u64,
+    /// The working set at which the hard threshold is met.
     threshold: u64,
-    n: u32,
-) -> Result<ScaleTrial> {
+    probe: &'a super::probe::Probe,
+}
+
+/// One race: a new hog pod, told to start once the agent has ranked it.
+fn one(races: &Races, n: u32) -> Result<ScaleTrial> {
+    let Races {
+        dir,
+        pods_dir,
+        v1,
+        args,
+        node_bytes,
+        threshold,
+        probe,
+    } = *races;
     let name = format!("hog-{n}");
     let go = dir.join(format!("go-{n}"));
     // The hog tolerates the memory-pressure taint, as a batch job would: while the node
@@ -294,7 +328,7 @@ fn one(
     let hot = logparse::hot_kill(&log, &object, start_ns);
     let agent_killed =
         hot.is_some() || logparse::event(&log, "Killing", &object, start_ns).is_some();
-    let kernel = logparse::kernel_crossing_and_kill(&log, start_ns);
+    let kernel = logparse::kernel_crossing_and_kill(&probe.output(), start_ns);
     let us = |from: Option<u64>, to: Option<u64>| -> Option<f64> {
         Some((to? as f64 - from? as f64) / 1000.0)
     };
