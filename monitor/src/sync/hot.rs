@@ -182,9 +182,26 @@ impl HotPath {
     }
 }
 
+/// What one look at the levels found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Look {
+    Killed,
+    /// No hard level reached by the working set (or the kill could not be written).
+    NotReached,
+    /// Nobody to kill.
+    Disarmed,
+}
+
 impl CrossingHook for HotPath {
+    /// A notifier at a hard level fired. If its usage is there but the working set is not
+    /// quite (page cache grew since the level was armed, or the kernel's statistics lag
+    /// its usage counter), the level is watched as after an early notifier: the
+    /// notifier will not fire again for it.
     fn hard_crossing(&self, source: WakeSource) {
-        self.kill_if_crossed(source, monotonic_ns());
+        let told_ns = monotonic_ns();
+        if self.kill_if_crossed(source, told_ns, None) == Look::NotReached {
+            self.watch(source, 0, told_ns);
+        }
     }
 
     /// An early notifier fired a little below a hard level (its kernel check is coarser
@@ -192,6 +209,16 @@ impl CrossingHook for HotPath {
     /// the moment a level is reached. The notifier at the level itself stays armed, so
     /// a crossing after the window (or after usage fell back) is still heard.
     fn hard_approach(&self, source: WakeSource, margin: u64) -> bool {
+        self.watch(source, margin, monotonic_ns())
+    }
+}
+
+impl HotPath {
+    /// Reads every level's usage every [`APPROACH_POLL`] for up to [`APPROACH_WINDOW`]:
+    /// at a level's usage, the working set is checked and the victim killed once it is
+    /// there too. Stops when usage is `margin` or more below every level. Whether it
+    /// killed.
+    fn watch(&self, source: WakeSource, margin: u64, told_ns: u64) -> bool {
         let levels = {
             let armed = self.lock();
             if armed.victim.is_none() {
@@ -211,30 +238,41 @@ impl CrossingHook for HotPath {
                 all_below &= usage < level.usage.saturating_sub(margin);
             }
             if reached {
-                return self.kill_if_crossed(source, now_ns);
-            }
-            // Under every early level: it fired on the way down, or usage fell back.
-            if all_below {
+                match self.kill_if_crossed(source, now_ns, Some(told_ns)) {
+                    Look::Killed => return true,
+                    Look::Disarmed => return false,
+                    Look::NotReached => {}
+                }
+            } else if all_below {
+                // Under every early level: it fired on the way down, or usage fell back.
                 return false;
             }
             if std::time::Instant::now() >= until {
-                tracing::debug!(source = %source, "hot path: an early notifier fired, no hard level reached within the window");
+                tracing::debug!(source = %source, told_ns, "hot path: watched a level, not reached within the window");
                 return false;
             }
             std::thread::sleep(APPROACH_POLL);
         }
     }
-}
 
-impl HotPath {
-    /// Kills the armed victim if a hard level is reached now; whether it did.
-    fn kill_if_crossed(&self, source: WakeSource, detected_ns: u64) -> bool {
+    /// Kills the armed victim if a hard level is reached now. `watched_from_ns`: when the
+    /// notifier that started a watch told the hot path (for the log).
+    fn kill_if_crossed(
+        &self,
+        source: WakeSource,
+        detected_ns: u64,
+        watched_from_ns: Option<u64>,
+    ) -> Look {
         let mut armed = self.lock();
         if armed.victim.is_none() {
             tracing::debug!(source = %source, detected_ns, "hot path: told, but no victim is armed");
-            return false;
+            return Look::Disarmed;
         }
         if let Err(nearest) = Self::crossed(&armed.levels) {
+            if watched_from_ns.is_some() {
+                // A watch looks again shortly; its log line comes at its end.
+                return Look::NotReached;
+            }
             // A notifier armed on usage also fires for page cache, and on the way down.
             let (working_set, level) = nearest.unwrap_or_default();
             tracing::debug!(
@@ -244,10 +282,10 @@ impl HotPath {
                 level,
                 "hot path: told, but no hard level is reached"
             );
-            return false;
+            return Look::NotReached;
         }
         let Some((decision, switch)) = armed.victim.take() else {
-            return false;
+            return Look::Disarmed;
         };
         match switch.fire() {
             Ok(()) => {
@@ -258,6 +296,7 @@ impl HotPath {
                     source = %source,
                     detected_ns,
                     at_ns = killed_ns,
+                    watched_from_ns = watched_from_ns.unwrap_or(0),
                     reaped,
                     "hot path: cgroup.kill written"
                 );
@@ -278,7 +317,7 @@ impl HotPath {
                         killed_ns.saturating_sub(detected_ns) / 1000
                     ),
                 );
-                true
+                Look::Killed
             }
             Err(err) => {
                 // The normal path evicts at the synchronize this wake causes.
@@ -287,7 +326,7 @@ impl HotPath {
                     "hot path: writing {} failed: {err}",
                     switch.path.display()
                 );
-                false
+                Look::NotReached
             }
         }
     }
@@ -504,6 +543,44 @@ mod tests {
         // Disarmed: no watch at all.
         f.hot.arm(None, |_| None);
         assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+    }
+
+    #[test]
+    fn a_crossing_short_of_the_working_set_is_watched_until_it_gets_there() {
+        // Armed when 300 bytes of the usage level were inactive page cache.
+        let f = Fixture::new(0);
+        f.hot.set_levels(
+            CgroupVersion::V1,
+            &[ThresholdSpec {
+                cgroup: f.dir.path().to_path_buf(),
+                usage_bytes: 1000,
+                hard: true,
+                passed_when_armed: false,
+            }],
+            |_| 300,
+        );
+        f.arm("default/a");
+        // The usage level is reached, the working set not yet (400 of page cache).
+        f.set_usage(1000);
+        f.set_inactive(400);
+        let shrink = {
+            let stat = f.dir.path().join("memory.stat");
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(5));
+                use std::io::Write;
+                // Same length, in place: the watch never reads a half-written file.
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(stat)
+                    .and_then(|mut file| file.write_all(b"cache 1\ntotal_inactive_file 200\n"))
+                    .expect("stat");
+            })
+        };
+        f.hot.hard_crossing(WakeSource::Ebpf);
+        shrink.join().expect("shrink");
+        assert_eq!(f.killed(), "1", "killed once the working set reached 700");
+        let fired = f.hot.take_fired().expect("a hot kill");
+        assert!(fired.detected_ns > 0);
     }
 
     #[test]

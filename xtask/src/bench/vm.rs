@@ -51,6 +51,8 @@ pub(crate) fn run(root: &Path, target: &Path, modes: &[String], trials: u32) -> 
     for (package, bin) in [
         ("monitor", "monitor"),
         ("monitor-tests", "hog"),
+        // The kernel's stamps of each crossing (see super::probe).
+        ("monitor-tests", "crossing-probe"),
         ("xtask", "xtask"),
     ] {
         bins.push(payload::Executable {
