@@ -57,6 +57,15 @@ impl Level {
 /// ([`HotPath::hard_approach`]), and how often it reads the usage meanwhile.
 pub const APPROACH_WINDOW: std::time::Duration = std::time::Duration::from_millis(50);
 pub const APPROACH_POLL: std::time::Duration = std::time::Duration::from_micros(25);
+/// For the first part of a watch the thread reads without sleeping: a fast allocator
+/// covers the early margin in well under a millisecond, and a thread woken from a sleep
+/// may wait for the CPU's current task to leave the kernel (a kernel built without
+/// preemption lets a huge page be zeroed first: a few hundred µs).
+pub const APPROACH_SPIN: std::time::Duration = std::time::Duration::from_millis(10);
+/// After a watch that ran out its window, an early notifier starts no new one for this long
+/// (usage hovering near the early level would fire it again and again); the notifiers
+/// at the levels themselves still tell. This bounds the spinning to a tenth of a CPU.
+pub const APPROACH_REST: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A kill the hot path carried out, for the next synchronize to account for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +93,8 @@ pub struct HotPath {
     /// The levels' usage and memory.stat files, kept open: a confirmation is two preads.
     /// The levels sit on the root and the pods cgroup, so the set stays a few files.
     open: Arc<OpenFiles>,
+    /// CLOCK_MONOTONIC ns when the last watch ran out its window (0: never).
+    last_watch_end_ns: std::sync::atomic::AtomicU64,
 }
 
 impl HotPath {
@@ -92,6 +103,7 @@ impl HotPath {
             armed: Mutex::new(Armed::default()),
             state,
             open: Arc::new(OpenFiles::with_budget(LEVEL_FILES_KEPT)),
+            last_watch_end_ns: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -209,12 +221,20 @@ impl CrossingHook for HotPath {
     /// the moment a level is reached. The notifier at the level itself stays armed, so
     /// a crossing after the window (or after usage fell back) is still heard.
     fn hard_approach(&self, source: WakeSource, margin: u64) -> bool {
-        self.watch(source, margin, monotonic_ns())
+        use std::sync::atomic::Ordering;
+        let now_ns = monotonic_ns();
+        let rest_ns = APPROACH_REST.as_nanos() as u64;
+        let last = self.last_watch_end_ns.load(Ordering::Relaxed);
+        if last != 0 && now_ns < last.saturating_add(rest_ns) {
+            return false;
+        }
+        self.watch(source, margin, now_ns)
     }
 }
 
 impl HotPath {
-    /// Reads every level's usage every [`APPROACH_POLL`] for up to [`APPROACH_WINDOW`]:
+    /// Reads every level's usage, back to back for [`APPROACH_SPIN`] and then every
+    /// [`APPROACH_POLL`], for up to [`APPROACH_WINDOW`]:
     /// at a level's usage, the working set is checked and the victim killed once it is
     /// there too. Stops when usage is `margin` or more below every level. Whether it
     /// killed.
@@ -226,7 +246,8 @@ impl HotPath {
             }
             armed.levels.clone()
         };
-        let until = std::time::Instant::now() + APPROACH_WINDOW;
+        let started = std::time::Instant::now();
+        let (spin_until, until) = (started + APPROACH_SPIN, started + APPROACH_WINDOW);
         loop {
             let now_ns = monotonic_ns();
             let (mut reached, mut all_below) = (false, true);
@@ -247,11 +268,18 @@ impl HotPath {
                 // Under every early level: it fired on the way down, or usage fell back.
                 return false;
             }
-            if std::time::Instant::now() >= until {
+            let now = std::time::Instant::now();
+            if now >= until {
                 tracing::debug!(source = %source, told_ns, "hot path: watched a level, not reached within the window");
+                self.last_watch_end_ns
+                    .store(monotonic_ns(), std::sync::atomic::Ordering::Relaxed);
                 return false;
             }
-            std::thread::sleep(APPROACH_POLL);
+            if now < spin_until {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(APPROACH_POLL);
+            }
         }
     }
 
@@ -540,6 +568,15 @@ mod tests {
             Some("default/a"),
             "still armed"
         );
+        // Right after, an early notifier starts no new watch, even at the level: the
+        // notifier at the level tells instead.
+        f.set_usage(1000);
+        let started = std::time::Instant::now();
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        assert!(started.elapsed() < APPROACH_SPIN, "resting");
+        f.hot.hard_crossing(WakeSource::MemcgThreshold);
+        assert_eq!(f.killed(), "1");
+        f.arm("default/b");
         // Disarmed: no watch at all.
         f.hot.arm(None, |_| None);
         assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
