@@ -249,7 +249,6 @@ impl HotPath {
         let started = std::time::Instant::now();
         let (spin_until, until) = (started + APPROACH_SPIN, started + APPROACH_WINDOW);
         loop {
-            let now_ns = monotonic_ns();
             let (mut reached, mut all_below) = (false, true);
             for level in &levels {
                 let Some(usage) = level.usage_now() else {
@@ -258,6 +257,8 @@ impl HotPath {
                 reached |= usage >= level.usage;
                 all_below &= usage < level.usage.saturating_sub(margin);
             }
+            // After the reads: the moment the crossing was seen.
+            let now_ns = monotonic_ns();
             if reached {
                 match self.kill_if_crossed(source, now_ns, Some(told_ns)) {
                     Look::Killed => return true,
