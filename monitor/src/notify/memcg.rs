@@ -202,6 +202,19 @@ pub fn spawn(
             let wanted = with_early(&specs.borrow_and_update(), margin);
             let mut next = Vec::with_capacity(wanted.len());
             for (spec, early) in &wanted {
+                // A level the kernel already holds stays registered: registering costs
+                // the kernel an RCU grace period, and the old one has been signalling
+                // every crossing since its own registration.
+                let same = |(key, r): &(u64, Registration)| {
+                    (key & KEY_EARLY != 0) == *early
+                        && r.spec.cgroup == spec.cgroup
+                        && r.spec.usage_bytes == spec.usage_bytes
+                        && r.spec.hard == spec.hard
+                };
+                if let Some(index) = registered.iter().position(same) {
+                    next.push(registered.swap_remove(index));
+                    continue;
+                }
                 let registration = match register(spec) {
                     Ok(registration) => registration,
                     Err(err) => {
@@ -223,20 +236,12 @@ pub fn spawn(
                 }
                 // The kernel signals crossings only: usage that passed the level between
                 // the observation and this registration would never be signalled, so it
-                // is checked once here. (A level already passed at the observation is
-                // known to that synchronize: no wake, or every re-arm under pressure
-                // would cause another synchronize.)
+                // is checked once here, and signalled as the kernel would, so that the
+                // thread handles it (the hot path runs there, never on this task). (A
+                // level already passed at the observation is known to that synchronize:
+                // no wake, or every re-arm under pressure would cause another synchronize.)
                 if !spec.passed_when_armed && already_crossed(spec) {
-                    if let (true, Some(hook)) = (spec.hard, &hook) {
-                        hook.hard_crossing(WakeSource::MemcgThreshold);
-                    }
-                    wakes.wake(
-                        WakeSource::MemcgThreshold,
-                        WakeDetail::Threshold {
-                            cgroup: spec.cgroup.clone(),
-                            threshold_bytes: spec.usage_bytes,
-                        },
-                    );
+                    let _ = registration.eventfd.write(1);
                 }
                 next.push((key, registration));
             }
