@@ -419,6 +419,39 @@ mod tests {
             Fixture { dir, hot }
         }
 
+        /// A usage level of 1000 armed when 300 of it was inactive page cache (the
+        /// threshold is met at a working set of 700), with default/a armed.
+        fn with_page_cache_at_arming() -> Fixture {
+            let f = Fixture::new(0);
+            f.hot.set_levels(
+                CgroupVersion::V1,
+                &[ThresholdSpec {
+                    cgroup: f.dir.path().to_path_buf(),
+                    usage_bytes: 1000,
+                    hard: true,
+                    passed_when_armed: false,
+                }],
+                |_| 300,
+            );
+            f.arm("default/a");
+            f
+        }
+
+        /// Writes `text` over the start of `file` 5 ms from now, in place: a watch
+        /// reading meanwhile never sees the file truncated.
+        fn rewrite_later(&self, file: &str, text: &'static str) -> std::thread::JoinHandle<()> {
+            let path = self.dir.path().join(file);
+            std::thread::spawn(move || {
+                use std::io::Write;
+                std::thread::sleep(Duration::from_millis(5));
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|mut f| f.write_all(text.as_bytes()))
+                    .expect("rewrite");
+            })
+        }
+
         fn arm(&self, pod: &str) {
             let path = self.dir.path().join("cgroup.kill");
             self.hot
@@ -496,20 +529,7 @@ mod tests {
 
     #[test]
     fn page_cache_alone_past_the_usage_level_kills_nobody() {
-        // Armed when 300 bytes of the usage level were inactive page cache: the threshold
-        // is met at a working set of 700.
-        let f = Fixture::new(0);
-        f.hot.set_levels(
-            CgroupVersion::V1,
-            &[ThresholdSpec {
-                cgroup: f.dir.path().to_path_buf(),
-                usage_bytes: 1000,
-                hard: true,
-                passed_when_armed: false,
-            }],
-            |_| 300,
-        );
-        f.arm("default/a");
+        let f = Fixture::with_page_cache_at_arming();
         // Usage past the level, but 500 of it reclaimable cache: working set 600 < 700.
         f.set_usage(1100);
         f.set_inactive(500);
@@ -535,19 +555,7 @@ mod tests {
         );
         // Between the early level and the level: watched until the level is reached.
         f.set_usage(950);
-        let raise = {
-            let usage = f.dir.path().join("memory.usage_in_bytes");
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(5));
-                // In place, not truncated first: the watch never reads an empty file.
-                use std::io::Write;
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(usage)
-                    .and_then(|mut file| file.write_all(b"1000\n"))
-                    .expect("usage");
-            })
-        };
+        let raise = f.rewrite_later("memory.usage_in_bytes", "1000\n");
         assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
         raise.join().expect("raise");
         assert_eq!(f.killed(), "1");
@@ -585,35 +593,12 @@ mod tests {
 
     #[test]
     fn a_crossing_short_of_the_working_set_is_watched_until_it_gets_there() {
-        // Armed when 300 bytes of the usage level were inactive page cache.
-        let f = Fixture::new(0);
-        f.hot.set_levels(
-            CgroupVersion::V1,
-            &[ThresholdSpec {
-                cgroup: f.dir.path().to_path_buf(),
-                usage_bytes: 1000,
-                hard: true,
-                passed_when_armed: false,
-            }],
-            |_| 300,
-        );
-        f.arm("default/a");
+        let f = Fixture::with_page_cache_at_arming();
         // The usage level is reached, the working set not yet (400 of page cache).
         f.set_usage(1000);
         f.set_inactive(400);
-        let shrink = {
-            let stat = f.dir.path().join("memory.stat");
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(5));
-                use std::io::Write;
-                // Same length, in place: the watch never reads a half-written file.
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(stat)
-                    .and_then(|mut file| file.write_all(b"cache 1\ntotal_inactive_file 200\n"))
-                    .expect("stat");
-            })
-        };
+        // Same length as before: the file is rewritten in place.
+        let shrink = f.rewrite_later("memory.stat", "cache 1\ntotal_inactive_file 200\n");
         f.hot.hard_crossing(WakeSource::Ebpf);
         shrink.join().expect("shrink");
         assert_eq!(f.killed(), "1", "killed once the working set reached 700");
