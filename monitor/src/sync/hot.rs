@@ -59,8 +59,8 @@ pub const APPROACH_WINDOW: std::time::Duration = std::time::Duration::from_milli
 pub const APPROACH_POLL: std::time::Duration = std::time::Duration::from_micros(25);
 /// For the first part of a watch the thread reads without sleeping: a fast allocator
 /// covers the early margin in well under a millisecond, and a thread woken from a sleep
-/// may wait for the CPU's current task to leave the kernel (a kernel built without
-/// preemption lets a huge page be zeroed first: a few hundred µs).
+/// may wait for the CPU's current task to leave the kernel (on a kernel built without
+/// preemption, 250–700 µs was seen).
 pub const APPROACH_SPIN: std::time::Duration = std::time::Duration::from_millis(10);
 /// After a watch that ran out its window, an early notifier starts no new one for this long
 /// (usage hovering near the early level would fire it again and again); the notifiers
