@@ -397,18 +397,41 @@ fn spawn_consumer(
     hook: Hook,
 ) -> std::io::Result<(realtime::Waiter, OwnedFd)> {
     let polled = ring.as_fd().try_clone_to_owned()?;
-    let waiter = realtime::Waiter::start(CONSUMER_THREAD, move |_| {
+    let mut last_crossing: Option<PressureEvent> = None;
+    let waiter = realtime::Waiter::start(CONSUMER_THREAD, realtime::RING_PRIORITY, move |_| {
         while let Some(item) = ring.next() {
             let Some(event) = decode(&item) else {
                 continue;
             };
             drop(item);
+            if event.kind == EventKind::Crossing as u32 {
+                if last_crossing
+                    .as_ref()
+                    .is_some_and(|last| same_crossing(last, &event))
+                {
+                    continue;
+                }
+                last_crossing = Some(event);
+            }
             handle(event, &wakes, &hook);
         }
         true
     })?;
     waiter.watch(polled.as_fd(), 0, realtime::Trigger::Level)?;
     Ok((waiter, polled))
+}
+
+/// Two charges on two CPUs can both see a level armed and both record its crossing (the
+/// program's change of the level's state is not atomic). A second record of the same
+/// level of the same cgroup within this window is the same crossing: it is dropped, so
+/// each arming yields one record. (A genuine second crossing needs usage to fall a
+/// hysteresis below the level first.)
+const SAME_CROSSING_NS: u64 = 1_000_000;
+
+fn same_crossing(first: &PressureEvent, next: &PressureEvent) -> bool {
+    first.cgroup_id == next.cgroup_id
+        && first.level_bytes == next.level_bytes
+        && next.timestamp_ns.saturating_sub(first.timestamp_ns) < SAME_CROSSING_NS
 }
 
 /// One record: the hot path first when it says a hard level was reached, then the wake.
@@ -517,6 +540,25 @@ mod tests {
         assert_eq!(parse_field_offset(format, "pid"), Some(8));
         assert_eq!(parse_field_offset(format, "comm"), Some(12));
         assert_eq!(parse_field_offset(format, "uid"), None);
+    }
+
+    #[test]
+    fn a_level_recorded_twice_by_racing_cpus_is_one_crossing() {
+        let crossing = |cgroup_id, level_bytes, timestamp_ns| PressureEvent {
+            kind: EventKind::Crossing as u32,
+            pid: 0,
+            timestamp_ns,
+            cgroup_id,
+            suppressed: 0,
+            level_flags: 1,
+            usage_bytes: level_bytes + 4096,
+            level_bytes,
+        };
+        let first = crossing(7, 1 << 30, 1_000_000_000);
+        assert!(same_crossing(&first, &crossing(7, 1 << 30, 1_000_004_500)));
+        assert!(!same_crossing(&first, &crossing(7, 1 << 30, 1_001_000_000)));
+        assert!(!same_crossing(&first, &crossing(8, 1 << 30, 1_000_004_500)));
+        assert!(!same_crossing(&first, &crossing(7, 2 << 30, 1_000_004_500)));
     }
 
     #[test]

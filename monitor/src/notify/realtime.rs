@@ -21,6 +21,10 @@ use tokio::sync::oneshot;
 /// Real-time priority of the waiters (SCHED_FIFO; low: they only have to run before the
 /// pods that allocate, which run SCHED_OTHER).
 pub const PRIORITY: i32 = 10;
+/// The eBPF ring buffer's reader, one above the others: its records are the most exact
+/// (the detector's), and an OOM victim's record must be read while the victim's /proc
+/// entry still names its cgroup, even while memory.events fires at a pod's limit.
+pub const RING_PRIORITY: i32 = 11;
 
 /// The key of the waiter's own stop descriptor; callers' keys must differ.
 const STOP_KEY: u64 = u64::MAX;
@@ -51,6 +55,7 @@ impl Waiter {
     /// returning false ends the thread (a descriptor failed for good).
     pub fn start(
         name: &str,
+        priority: i32,
         mut ready: impl FnMut(u64) -> bool + Send + 'static,
     ) -> std::io::Result<Waiter> {
         let epoll = Arc::new(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?);
@@ -61,7 +66,7 @@ impl Waiter {
         let thread = std::thread::Builder::new().name(name.into()).spawn({
             let epoll = epoll.clone();
             move || {
-                let _ = scheduled_tx.send(realtime_priority());
+                let _ = scheduled_tx.send(realtime_priority(priority));
                 let _ended = ended_tx;
                 let mut events = [EpollEvent::empty(); 16];
                 loop {
@@ -135,10 +140,10 @@ impl Drop for Waiter {
 }
 
 /// Puts the calling thread on SCHED_FIFO; says what it got.
-pub fn realtime_priority() -> String {
+pub fn realtime_priority(priority: i32) -> String {
     // SAFETY: sched_param is plain integers (more of them on musl); all-zero is valid.
     let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
-    param.sched_priority = PRIORITY;
+    param.sched_priority = priority;
     // The raw system call: it sets the calling thread's policy (0), which is what we
     // want; musl's wrapper refuses with ENOSYS because POSIX means the whole process.
     // SAFETY: the call reads a valid parameter block we own.
@@ -151,7 +156,7 @@ pub fn realtime_priority() -> String {
         )
     } == 0
     {
-        format!("SCHED_FIFO priority {PRIORITY}")
+        format!("SCHED_FIFO priority {priority}")
     } else {
         format!(
             "SCHED_OTHER: real-time priority refused ({})",
@@ -172,7 +177,7 @@ mod tests {
     #[test]
     fn each_ready_descriptor_is_told_by_key_and_the_thread_stops_on_drop() {
         let (tx, rx) = mpsc::channel();
-        let waiter = Waiter::start("monitor-test-waiter", move |key| {
+        let waiter = Waiter::start("monitor-test-waiter", PRIORITY, move |key| {
             let _ = tx.send(key);
             true
         })
@@ -201,7 +206,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_callback_that_gives_up_ends_the_thread() {
-        let mut waiter = Waiter::start("monitor-test-waiter", |_| false).expect("waiter");
+        let mut waiter = Waiter::start("monitor-test-waiter", PRIORITY, |_| false).expect("waiter");
         let fd = EventFd::from_value_and_flags(1, EfdFlags::EFD_NONBLOCK).expect("eventfd");
         waiter.watch(fd.as_fd(), 1, Trigger::Level).expect("watch");
         tokio::time::timeout(Duration::from_secs(5), waiter.ended())
