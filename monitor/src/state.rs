@@ -121,6 +121,12 @@ pub struct Metrics {
     pub evictions: BTreeMap<String, u64>,
     /// Eviction attempts by how they ended ([`crate::runtime::port::EvictionOutcome::name`]).
     pub eviction_outcomes: BTreeMap<String, u64>,
+    /// Evictions that freed far less of their signal than the victim held (its page cache
+    /// stayed charged, tmpfs, shared pages), by eviction_signal: each one paces the
+    /// signal's next evictions to one per housekeeping interval.
+    pub ineffective_evictions: BTreeMap<String, u64>,
+    /// CPU time the hot path's watches used, in seconds (bounded by their budget).
+    pub hot_watch_cpu_seconds: f64,
     /// Age of the observation a threshold eviction was decided on (from its read to the
     /// decision), by the signal of each threshold met: the kubelet's
     /// `eviction_stats_age_seconds`.

@@ -72,6 +72,7 @@ fn spec(cgroup: &Path, usage_bytes: u64, hard: bool) -> ThresholdSpec {
         usage_bytes,
         hard,
         passed_when_armed: false,
+        threshold: None,
     }
 }
 

@@ -121,6 +121,7 @@ async fn a_full_ring_buffer_is_logged_by_the_kernel_program_into_tracing() {
         usage_bytes: base + 16 * MIB,
         hard: true,
         passed_when_armed: false,
+        threshold: None,
     }]);
     let mut command = hog(&["anon", "32", "1", "0", "0"]);
     command.stdout(Stdio::null());

@@ -122,6 +122,30 @@ pub fn render_metrics(state: &AgentState) -> String {
     }
 
     out.family(
+        "monitor_ineffective_evictions_total",
+        "counter",
+        "Evictions after which the signal came back by far less than the victim held (its memory stayed charged: page cache, tmpfs, shared pages), by eviction_signal. Each paces that signal to one eviction per housekeeping interval until the signal moves.",
+    );
+    for (signal, count) in with_known(configured(), &m.ineffective_evictions) {
+        out.sample(
+            "monitor_ineffective_evictions_total",
+            &[("eviction_signal", signal)],
+            count,
+        );
+    }
+
+    out.family(
+        "monitor_hot_watch_cpu_seconds_total",
+        "counter",
+        "CPU time the hot path's watches used on the notifier threads, within their budget (10 ms at once, 2 % of one CPU over time).",
+    );
+    out.sample(
+        "monitor_hot_watch_cpu_seconds_total",
+        &[],
+        m.hot_watch_cpu_seconds,
+    );
+
+    out.family(
         "monitor_eviction_stats_age_seconds",
         "histogram",
         "Age of the observation a threshold eviction was decided on, from its read to the decision, by the eviction_signal of each threshold met. The kubelet's kubelet_eviction_stats_age_seconds. Kills of the hot path are not in it: they are confirmed on the kernel's counters at the crossing (see monitor_crossing_to_kill_seconds).",

@@ -4,9 +4,10 @@
 //! [`super::memcg`] only when they changed.
 use std::path::{Path, PathBuf};
 
-use super::memcg::ThresholdSpec;
+use super::memcg::{ArmedThreshold, ThresholdSpec};
 use crate::observe::{CgroupVersion, NodeObservation};
 use crate::policy::quantity::QuantityOrPercent;
+use crate::policy::signal::Signal;
 
 /// The memory thresholds to arm as kernel notifiers, as eviction threshold values of the
 /// memory.available (node) and allocatableMemory.available (pods cgroup) signals.
@@ -36,6 +37,7 @@ pub fn threshold_specs(
 ) -> Vec<ThresholdSpec> {
     let mut specs = Vec::new();
     let mut add = |cgroup: PathBuf,
+                   signal: Signal,
                    capacity: u64,
                    usage: u64,
                    inactive_file: u64,
@@ -51,6 +53,11 @@ pub fn threshold_specs(
                 usage_bytes,
                 hard: threshold.hard,
                 passed_when_armed: usage >= usage_bytes,
+                threshold: Some(ArmedThreshold {
+                    signal,
+                    quantity_bytes: quantity,
+                    capacity_bytes: capacity,
+                }),
             };
             if !specs.contains(&spec) {
                 specs.push(spec);
@@ -60,6 +67,7 @@ pub fn threshold_specs(
     let memory = &observation.memory;
     add(
         memory_root.to_path_buf(),
+        Signal::MemoryAvailable,
         memory.capacity_bytes,
         memory.usage_bytes,
         memory.inactive_file_bytes,
@@ -68,6 +76,7 @@ pub fn threshold_specs(
     if let (Some(cgroup), Some(pods)) = (pods_cgroup, &observation.allocatable) {
         add(
             memory_root.join(cgroup.trim_start_matches('/')),
+            Signal::AllocatableMemoryAvailable,
             pods.capacity_bytes,
             pods.stats.usage_bytes,
             pods.stats.inactive_file_bytes.unwrap_or(0),
@@ -114,6 +123,7 @@ pub fn v2_high_specs(
                 usage_bytes,
                 hard: true,
                 passed_when_armed: false,
+                threshold: spec.threshold,
             })
         })
         .collect()
@@ -158,6 +168,7 @@ pub fn detector_specs(
                 usage_bytes,
                 hard: spec.hard,
                 passed_when_armed: spec.passed_when_armed,
+                threshold: spec.threshold,
             }
         } else {
             spec.clone()
@@ -244,21 +255,29 @@ mod tests {
             pods: vec![hard(300)],
         };
         let specs = threshold_specs(&observation(), &thresholds, Path::new("/cg"), Some("/pods"));
-        let spec = |cgroup: &str, usage_bytes, hard| ThresholdSpec {
-            cgroup: cgroup.into(),
-            usage_bytes,
-            hard,
-            passed_when_armed: false,
+        let spec = |cgroup: &str, usage_bytes, hard, signal, quantity_bytes, capacity_bytes| {
+            ThresholdSpec {
+                cgroup: cgroup.into(),
+                usage_bytes,
+                hard,
+                passed_when_armed: false,
+                threshold: Some(ArmedThreshold {
+                    signal,
+                    quantity_bytes,
+                    capacity_bytes,
+                }),
+            }
         };
+        let (node, pods) = (Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable);
         assert_eq!(
             specs,
             vec![
                 // 10000 − 1000 + 1000 inactive
-                spec("/cg", 10_000, true),
+                spec("/cg", 10_000, true, node, 1_000, 10_000),
                 // 10000 − 5000 + 1000
-                spec("/cg", 6_000, false),
+                spec("/cg", 6_000, false, node, 5_000, 10_000),
                 // 2000 − 300 + 100
-                spec("/cg/pods", 1_800, true),
+                spec("/cg/pods", 1_800, true, pods, 300, 2_000),
             ]
         );
     }
@@ -270,6 +289,7 @@ mod tests {
             usage_bytes,
             hard,
             passed_when_armed: false,
+            threshold: None,
         };
         // Node usage 5000, pods usage 500 (see observation()).
         let specs = vec![
@@ -299,6 +319,7 @@ mod tests {
             usage_bytes,
             hard,
             passed_when_armed: passed,
+            threshold: None,
         };
         // Node usage 5000, pods usage 500 (see observation()).
         let specs = vec![

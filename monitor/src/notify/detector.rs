@@ -290,6 +290,7 @@ mod tests {
             usage_bytes,
             hard,
             passed_when_armed: passed,
+            threshold: None,
         }
     }
 

@@ -18,8 +18,19 @@ use tokio::task::JoinHandle;
 
 use super::{Hook, WakeDetail, WakeSender, WakeSource, lock, realtime};
 
+/// The eviction threshold a level stands for, so that the hot path can word an eviction
+/// for the crossing it saw: the signal, and the threshold's quantity in bytes (a
+/// percentage resolved against the signal's capacity when armed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArmedThreshold {
+    pub signal: crate::policy::signal::Signal,
+    pub quantity_bytes: u64,
+    /// The signal's capacity when armed (a percentage threshold is worded against it).
+    pub capacity_bytes: u64,
+}
+
 /// One threshold to arm.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ThresholdSpec {
     /// The cgroup directory (in the v1 memory hierarchy).
     pub cgroup: PathBuf,
@@ -30,6 +41,8 @@ pub struct ThresholdSpec {
     /// The observation it was armed from already had usage at or past the level: the
     /// synchronize at hand knows, so registering it needs no wake of its own.
     pub passed_when_armed: bool,
+    /// The eviction threshold it stands for (`None` in tests of the notifiers alone).
+    pub threshold: Option<ArmedThreshold>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -377,6 +390,7 @@ mod tests {
             usage_bytes,
             hard: false,
             passed_when_armed: false,
+            threshold: None,
         };
         assert!(
             !already_crossed(&spec(100)),
@@ -395,6 +409,7 @@ mod tests {
             usage_bytes,
             hard,
             passed_when_armed,
+            threshold: None,
         };
         let wanted = vec![
             spec(1000, true, false),
@@ -431,6 +446,7 @@ mod tests {
             usage_bytes,
             hard,
             passed_when_armed: false,
+            threshold: None,
         };
         let specs = vec![
             spec("/cg", 900, true),

@@ -90,6 +90,7 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
                 cgroup: if terminal { None } else { cgroup.clone() },
                 record: record.clone(),
                 terminating: false,
+                hot_killed: Default::default(),
                 restart_at: BTreeMap::new(),
                 backoff: BTreeMap::new(),
             },

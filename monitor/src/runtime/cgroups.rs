@@ -599,6 +599,14 @@ impl CgroupTree {
         self.reader().memory_stats(&pod.relative)
     }
 
+    /// A reader of the pod's memory cgroup alone (its root is the pod's directory).
+    pub fn pod_memory_reader(&self, pod: &PodCgroup) -> CgroupReader {
+        CgroupReader::new(
+            self.version,
+            self.memory_root.join(pod.relative.trim_start_matches('/')),
+        )
+    }
+
     /// The pod's working set alone: two reads of files kept open.
     pub fn pod_working_set(&self, pod: &PodCgroup) -> Result<u64, ObserveError> {
         self.reader().working_set_bytes(&pod.relative)

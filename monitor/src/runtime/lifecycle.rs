@@ -368,6 +368,7 @@ fn insert(
             record,
             cgroup: None,
             terminating: false,
+            hot_killed: Default::default(),
             restart_at: BTreeMap::new(),
             backoff: BTreeMap::new(),
         },
@@ -640,7 +641,7 @@ fn on_exit(shared: &Arc<Shared>, exit: Exit) {
         .restart_policy
         .clone()
         .unwrap_or_else(|| "Always".into());
-    let terminating = live.terminating;
+    let terminating = live.stopping();
     let Some(record) = live
         .record
         .containers
@@ -774,7 +775,7 @@ fn run_due_restarts(shared: &Arc<Shared>) {
                 if let Some(c) = live.record.containers.iter_mut().find(|c| c.name == name) {
                     c.restart_count += 1;
                 }
-                if !live.terminating {
+                if !live.stopping() {
                     due.push((uid.clone(), name));
                 }
             }

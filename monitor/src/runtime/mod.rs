@@ -208,7 +208,7 @@ impl ActivePods for LocalRuntime {
             inner
                 .pods
                 .values()
-                .filter(|p| !p.terminating && !p.record.phase.is_terminal())
+                .filter(|p| !p.stopping() && !p.record.phase.is_terminal())
                 .filter_map(|p| Some((p.record.clone(), p.cgroup.clone()?)))
                 .collect()
         };
@@ -264,19 +264,20 @@ impl PodKiller for LocalRuntime {
     }
 
     fn kill_switch(&self, pod_key: &str) -> Option<KillSwitch> {
-        let cgroup = {
+        let (cgroup, evicting) = {
             let inner = self.shared.lock();
-            inner
-                .pods
-                .values()
-                .find(|p| {
-                    p.record.pod.key() == pod_key && !p.terminating && !p.record.phase.is_terminal()
-                })?
-                .cgroup
-                .clone()?
+            let live = inner.pods.values().find(|p| {
+                p.record.pod.key() == pod_key && !p.stopping() && !p.record.phase.is_terminal()
+            })?;
+            (live.cgroup.clone()?, live.hot_killed.clone())
         };
         let path = self.shared.tree.kill_file(&cgroup)?;
-        KillSwitch::open(pod_key, &path).ok()
+        let switch = KillSwitch::open(pod_key, &path).ok()?;
+        Some(
+            switch
+                .with_memory(self.shared.tree.pod_memory_reader(&cgroup))
+                .with_evicting_flag(evicting),
+        )
     }
 }
 

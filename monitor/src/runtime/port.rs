@@ -126,6 +126,11 @@ pub struct KillSwitch {
     pub path: std::path::PathBuf,
     file: std::fs::File,
     pidfds: Vec<std::os::fd::OwnedFd>,
+    /// Reads the pod's memory cgroup: the hot path looks at its usage at the crossing.
+    pub memory: Option<crate::observe::CgroupReader>,
+    /// Set just before the kill is written, so that the runtime never restarts a
+    /// container of this pod, even when it sees the exit before the eviction is booked.
+    pub evicting: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Processes of one pod whose pidfds a switch keeps (more are killed, not reaped early).
@@ -142,12 +147,33 @@ impl KillSwitch {
             path: path.to_path_buf(),
             file,
             pidfds,
+            memory: None,
+            evicting: None,
         })
     }
 
-    /// Kills the pod: one write.
+    /// With the pod's memory cgroup (see [`KillSwitch::memory`]).
+    pub fn with_memory(mut self, memory: crate::observe::CgroupReader) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// With the runtime's flag for "this pod is being evicted" (see
+    /// [`KillSwitch::evicting`]).
+    pub fn with_evicting_flag(
+        mut self,
+        evicting: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        self.evicting = Some(evicting);
+        self
+    }
+
+    /// Kills the pod: the runtime's flag is raised, then one write.
     pub fn fire(&self) -> std::io::Result<()> {
         use std::io::Write;
+        if let Some(evicting) = &self.evicting {
+            evicting.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         (&self.file).write_all(b"1")
     }
 

@@ -58,9 +58,20 @@ pub(super) struct LivePod {
     pub(super) cgroup: Option<PodCgroup>,
     /// Being stopped or evicted: not a candidate for anything, not restarted.
     pub(super) terminating: bool,
+    /// Raised by the hot path just before it kills the pod through its cgroup (see
+    /// [`crate::runtime::port::KillSwitch::evicting`]): from then on no container of the
+    /// pod restarts, though its eviction is booked only at the next synchronize.
+    pub(super) hot_killed: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Per container: when it may restart, and the delay used last.
     pub(super) restart_at: BTreeMap<String, tokio::time::Instant>,
     pub(super) backoff: BTreeMap<String, Duration>,
+}
+
+impl LivePod {
+    /// Being stopped, evicted, or killed by the hot path: never restarted.
+    pub(super) fn stopping(&self) -> bool {
+        self.terminating || self.hot_killed.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 pub(super) struct Inner {

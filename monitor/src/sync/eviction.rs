@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::hot::{HotKill, HotPath};
+use super::hot::{CANDIDATES, Candidates, HotKill, HotPath};
 use super::signals::node_stats;
 use crate::config::kubelet::{KubeletConfig, format_go_duration};
 use crate::notify::{WakeDetail, WakeSender, WakeSource};
 use crate::observe::NodeObservation;
 use crate::policy::eviction::{
-    EvictionDecision, EvictionManager, MIN_KILL_TIMEOUT, ReclaimResult, Step, SyncInput,
-    SyncOutcome,
+    EvictionConfig, EvictionDecision, EvictionManager, MIN_KILL_TIMEOUT, ReclaimResult, Step,
+    SyncInput, SyncOutcome, memory_candidates,
 };
 use crate::policy::signal::{Observations, Signal, format_value};
 use crate::policy::stats::PodWithStats;
@@ -58,7 +58,33 @@ pub struct FinishedEviction {
     pub decision: EvictionDecision,
     pub outcome: EvictionOutcome,
     pub attempts: u32,
+    /// CLOCK_MONOTONIC ns when it ended.
+    pub ended_ns: u64,
 }
+
+/// A memory eviction whose effect on its signal is still to be judged: the signal's
+/// available when it was decided, and what the victim held then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Effect {
+    pod_key: String,
+    signal: Signal,
+    available_before: i64,
+    victim_bytes: u64,
+}
+
+impl Effect {
+    /// Whether the signal, observed afresh after the eviction ended, came back by at
+    /// least half of what the victim held. (Other pods' growth meanwhile counts against
+    /// it; a fresh eviction is judged by what the node got back, as the pressure is.)
+    fn was_effective(&self, available_after: i64) -> bool {
+        let freed = available_after.saturating_sub(self.available_before);
+        freed.saturating_mul(2) >= i64::try_from(self.victim_bytes).unwrap_or(i64::MAX)
+    }
+}
+
+/// A victim holding less than this is not judged: its eviction could not have freed
+/// a measurable share of the signal anyway.
+const JUDGED_FROM_BYTES: u64 = 4 << 20;
 
 /// Runs the eviction policy at every synchronize and carries out its decisions.
 pub struct EvictionSync {
@@ -72,6 +98,17 @@ pub struct EvictionSync {
     needs: StatsNeeds,
     /// Evictions under way.
     in_flight: Vec<EvictionDecision>,
+    /// Memory evictions under way, or ended and not yet judged, with what they should free.
+    effects: Vec<Effect>,
+    /// Signals whose last eviction freed far less than its victim held: the policy time
+    /// before which no other eviction for that signal starts (one per housekeeping
+    /// interval), until the signal's thresholds are no longer met or an eviction helps.
+    paced: std::collections::BTreeMap<Signal, Time>,
+    /// Ended evictions received after this pass's observation was taken: held for the
+    /// next pass, so that the signal is observed afresh after the victim is gone.
+    later: Vec<FinishedEviction>,
+    /// The eviction settings, shared with the hot path's fresh pick.
+    config: Arc<EvictionConfig>,
     /// The hot kill path, when it runs.
     hot: Option<Arc<HotPath>>,
     /// The parts of the observation that failed at the last pass ("nodefs", "pids", …).
@@ -90,12 +127,16 @@ impl EvictionSync {
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
         EvictionSync {
             needs: stats_needs(&kubelet),
+            config: Arc::new(kubelet.eviction.clone()),
             manager: EvictionManager::new(kubelet.eviction.clone()),
             kubelet,
             ports,
             state,
             wakes,
             in_flight: Vec::new(),
+            effects: Vec::new(),
+            paced: std::collections::BTreeMap::new(),
+            later: Vec::new(),
             hot: None,
             unavailable: std::collections::BTreeSet::new(),
             finished_tx,
@@ -114,28 +155,47 @@ impl EvictionSync {
         &self.in_flight
     }
 
-    /// When the decision will change with time alone (a grace period ends).
+    /// When the decision will change with time alone (a grace period ends, or a paced
+    /// signal may evict again).
     pub fn next_deadline(&self, now: Time) -> Option<Time> {
-        self.manager.next_grace_deadline(now)
+        let paced = self.paced.values().copied().filter(|at| *at > now).min();
+        [self.manager.next_grace_deadline(now), paced]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The signals paced now (see [`EvictionSync::synchronize`]).
+    pub fn paced_signals(&self) -> Vec<Signal> {
+        self.paced.keys().copied().collect()
     }
 
     /// One pass on a fresh observation at `now`.
     pub async fn synchronize(&mut self, node: &NodeObservation, now: Time) -> EvictionPass {
-        let finished = self.collect_finished();
+        let finished = self.collect_finished(node.taken_at_ns);
         // A pod the hot path killed: its eviction is under way from now on (record,
         // events, cgroups), and it is no candidate for this pass.
         let hot_kills: Vec<HotKill> = self
             .hot
             .as_ref()
-            .and_then(|hot| hot.take_fired())
-            .into_iter()
-            .collect();
+            .map(|hot| hot.take_fired())
+            .unwrap_or_default();
         for kill in &hot_kills {
             if !self
                 .in_flight
                 .iter()
                 .any(|e| e.pod_key == kill.decision.pod_key)
             {
+                if let (Some(signal), Some(available)) =
+                    (kill.decision.signal, kill.signal_available)
+                {
+                    self.effects.push(Effect {
+                        pod_key: kill.decision.pod_key.clone(),
+                        signal,
+                        available_before: available,
+                        victim_bytes: kill.victim_working_set_bytes,
+                    });
+                }
                 self.start(kill.decision.clone());
             }
         }
@@ -184,12 +244,17 @@ impl EvictionSync {
             .conditions
             .conditions_changed(&outcome.conditions);
         self.publish(&input.observations, &outcome);
+        self.judge_effects(&finished, &input.observations, &outcome, now);
         let (started, deferred): (Vec<_>, Vec<_>) = outcome
             .evictions
             .iter()
             .cloned()
-            .partition(|d| self.may_start(d));
+            .partition(|d| self.may_start(d, now));
         for decision in &started {
+            self.note_effect(decision, &input);
+            if let Some(at) = decision.signal.and_then(|s| self.paced.get_mut(&s)) {
+                *at = now + self.kubelet.housekeeping_interval;
+            }
             self.start(decision.clone());
         }
         if started.iter().any(|d| d.signal.is_some()) {
@@ -323,21 +388,117 @@ impl EvictionSync {
         }
     }
 
-    /// Arms the hot path with the pod a hard memory threshold would evict now, on the
-    /// stats just read; disarms it while an immediate eviction runs (that one answers the
-    /// pressure) or when no hard memory threshold kills at once.
-    /// Returns the armed victim's key.
+    /// Arms the hot path with the pods a hard memory threshold would pick from now, on
+    /// the stats just read (it picks among them afresh at the crossing); disarms it while
+    /// an immediate eviction runs (that one answers the pressure), while a memory signal
+    /// is paced (its evictions wait for the housekeeping interval, which the hot path
+    /// cannot keep), or when no hard memory threshold kills at once.
+    /// Returns the key of the pod the ranking puts first now.
     fn arm_hot_path(&self, input: &SyncInput) -> Option<String> {
         let Some(hot) = &self.hot else { return None };
         let immediate_under_way = self.in_flight.iter().any(|e| e.immediate);
-        let victim = (!immediate_under_way)
+        let paced = self.paced.keys().any(|s| s.is_memory());
+        let victim = (!immediate_under_way && !paced)
             .then(|| self.manager.prospective_hot_eviction(input))
             .flatten()
             .filter(|d| d.grace_period_seconds == 0);
         let victim_key = victim.as_ref().map(|d| d.pod_key.clone());
+        let candidates = victim.is_some().then(|| Candidates {
+            pods: memory_candidates(input, CANDIDATES)
+                .into_iter()
+                .cloned()
+                .collect(),
+            fs_layout: input.fs_layout,
+            config: self.config.clone(),
+        });
         let killer = self.ports.killer.clone();
-        hot.arm(victim, |pod| killer.kill_switch(pod));
+        hot.arm(candidates, |pod| killer.kill_switch(pod));
         victim_key
+    }
+
+    /// Remembers what a memory eviction should free, to judge it once it ended.
+    fn note_effect(&mut self, decision: &EvictionDecision, input: &SyncInput) {
+        let Some(signal) = decision.signal.filter(|s| s.is_memory()) else {
+            return;
+        };
+        let Some(observed) = input.observations.get(&signal) else {
+            return;
+        };
+        let victim_bytes = input
+            .pods
+            .iter()
+            .find(|p| p.pod.key() == decision.pod_key)
+            .and_then(|p| p.stats.memory_working_set_bytes)
+            .unwrap_or(0);
+        self.effects.push(Effect {
+            pod_key: decision.pod_key.clone(),
+            signal,
+            available_before: observed.available,
+            victim_bytes,
+        });
+    }
+
+    /// Judges the memory evictions that ended before this pass's observation: one that
+    /// freed far less than its victim held is reported (a Warning `EvictionIneffective`
+    /// and a metric) and paces its signal to one eviction per housekeeping interval, as
+    /// the kubelet's loop does by itself. An effective one, or a signal whose thresholds
+    /// are no longer met, ends the pacing.
+    fn judge_effects(
+        &mut self,
+        finished: &[FinishedEviction],
+        observations: &Observations,
+        outcome: &SyncOutcome,
+        now: Time,
+    ) {
+        for done in finished {
+            let Some(index) = self
+                .effects
+                .iter()
+                .position(|e| e.pod_key == done.decision.pod_key)
+            else {
+                continue;
+            };
+            let effect = self.effects.swap_remove(index);
+            if done.outcome != EvictionOutcome::Evicted || effect.victim_bytes < JUDGED_FROM_BYTES {
+                continue;
+            }
+            let Some(after) = observations.get(&effect.signal) else {
+                continue;
+            };
+            if effect.was_effective(after.available) {
+                self.paced.remove(&effect.signal);
+                continue;
+            }
+            let freed = after.available.saturating_sub(effect.available_before);
+            self.state.event(
+                "Warning",
+                "EvictionIneffective",
+                &effect.pod_key,
+                format!(
+                    "evicting it for {} gave back {} of the {} it held (its memory stays charged: page cache, tmpfs or shared pages); further evictions for this signal wait {} each until it moves",
+                    effect.signal.as_str(),
+                    format_value_bytes(freed),
+                    format_value_bytes(i64::try_from(effect.victim_bytes).unwrap_or(i64::MAX)),
+                    format_go_duration(self.kubelet.housekeeping_interval),
+                ),
+            );
+            *self
+                .state
+                .lock()
+                .metrics
+                .ineffective_evictions
+                .entry(effect.signal.as_str().to_string())
+                .or_default() += 1;
+            self.paced
+                .entry(effect.signal)
+                .or_insert(now + self.kubelet.housekeeping_interval);
+        }
+        let met: Vec<Signal> = outcome
+            .thresholds_met
+            .iter()
+            .map(|m| m.threshold.signal)
+            .collect();
+        self.paced.retain(|signal, _| met.contains(signal));
     }
 
     /// Keeps this pass's inputs for `monitor explain`, which ranks on them with the
@@ -379,8 +540,17 @@ impl EvictionSync {
     /// crossing never waits out a soft eviction's grace period (kubelets that block on the
     /// soft eviction wait it out: kubernetes#123872). Immediate is the decision's flag, not a grace of 0: with
     /// `hardEvictionGracePeriodSeconds: 1` hard evictions have a grace of 1 s.
-    fn may_start(&self, decision: &EvictionDecision) -> bool {
+    /// A signal that is paced (see [`EvictionSync::judge_effects`]) starts one eviction
+    /// per housekeeping interval.
+    fn may_start(&self, decision: &EvictionDecision, now: Time) -> bool {
         if self.in_flight.iter().any(|e| e.pod_key == decision.pod_key) {
+            return false;
+        }
+        if decision
+            .signal
+            .and_then(|s| self.paced.get(&s))
+            .is_some_and(|at| now < *at)
+        {
             return false;
         }
         self.in_flight.is_empty()
@@ -399,15 +569,27 @@ impl EvictionSync {
                 decision,
                 outcome,
                 attempts,
+                ended_ns: crate::clock::monotonic_ns(),
             });
             wakes.wake(WakeSource::Eviction, WakeDetail::None);
         });
     }
 
-    /// Takes the evictions that ended, records them in metrics, events and the API.
-    fn collect_finished(&mut self) -> Vec<FinishedEviction> {
+    /// Takes the evictions that ended before `observed_ns` (when this pass's observation
+    /// was taken; 0: unknown, take all) and records them in metrics, events and the API.
+    /// One that ended later stays under way until the next pass (its wake is queued):
+    /// the pass must see the node after the victim is gone before it evicts again.
+    fn collect_finished(&mut self, observed_ns: u64) -> Vec<FinishedEviction> {
         let mut finished = Vec::new();
+        let mut arrived = std::mem::take(&mut self.later);
         while let Ok(done) = self.finished_rx.try_recv() {
+            arrived.push(done);
+        }
+        for done in arrived {
+            if observed_ns != 0 && done.ended_ns > observed_ns {
+                self.later.push(done);
+                continue;
+            }
             self.in_flight
                 .retain(|e| e.pod_key != done.decision.pod_key);
             self.record(&done);
@@ -509,6 +691,16 @@ pub(crate) fn blocking<T>(read: impl FnOnce() -> T) -> T {
     match Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(read),
         _ => read(),
+    }
+}
+
+/// Bytes as a signed Kubernetes quantity for messages ("-3Mi" when the signal fell).
+fn format_value_bytes(bytes: i64) -> String {
+    let quantity = crate::policy::quantity::Quantity::from_units(bytes.saturating_abs());
+    if bytes < 0 {
+        format!("-{quantity}")
+    } else {
+        quantity.to_string()
     }
 }
 

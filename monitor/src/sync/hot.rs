@@ -1,32 +1,62 @@
 //! The hot kill path: a hard memory threshold's crossing answered before any synchronize.
 //!
-//! After every synchronize the eviction pass arms a victim: the pod the policy would evict
-//! if a hard memory threshold were met now, ranked on the stats just read, with its
-//! `cgroup.kill` already open ([`KillSwitch`]). When a kernel notifier of a hard threshold
-//! fires (memcg v1 eventfd, cgroup v2 memory.events), its source calls
-//! [`HotPath::hard_crossing`] before it even queues its wake. The crossing is confirmed
-//! against the kernel's own number (one read of the cgroup's usage: a v1 notifier also
-//! fires on the way down, memory.events for other counters), and the victim is killed by
-//! one write. The synchronize that the same wake causes then carries out the eviction's
-//! bookkeeping (record, events, cgroup removal) as for any other, and never evicts twice
-//! for that crossing: the killed pod counts as an eviction under way.
+//! After every synchronize the eviction pass arms the hot path with its candidates: the
+//! first [`CANDIDATES`] pods the kubelet's memory ranking would evict on the stats just
+//! read, each with its `cgroup.kill` already open ([`KillSwitch`]). When a kernel notifier
+//! of a hard threshold fires (memcg v1 eventfd, cgroup v2 memory.events, the eBPF
+//! detector), its source calls [`HotPath::hard_crossing`] before it even queues its wake.
+//! The crossing is confirmed against the kernel's own numbers (the level's cgroup usage
+//! and page cache: a v1 notifier also fires on the way down, memory.events for other
+//! counters). Then the victim is picked afresh: each candidate's usage is read again (one
+//! `pread` of a file kept open), its working set taken as that usage less the inactive
+//! page cache it had at the synchronize, and the policy's own ranking
+//! ([`crate::policy::eviction::hard_eviction`]) runs on those working sets. A pod that freed
+//! its memory since the synchronize is not killed while another holds more. The victim is
+//! killed by one write; its eviction message names the threshold that was crossed and the
+//! signal as seen at the crossing.
+//!
+//! What the kill trusts from the last synchronize: which pods are candidates (a pod ranked
+//! below the first [`CANDIDATES`] then, and grown past them since, is not seen until the
+//! next synchronize), their requests and priorities, and their inactive page cache.
+//!
+//! Every kill is queued for the next synchronize, which books it as an eviction under way
+//! (record, events, cgroup removal) and never evicts twice for that crossing. After a
+//! kill the hot path is disarmed until a synchronize re-arms it, which it does only once
+//! the eviction has ended (the kubelet waits for the pod's cleanup before it evicts again).
 //!
 //! Only immediate evictions take this path (a hard threshold with a grace period of 0);
 //! soft thresholds, disk and pid signals, and a 1 s hard grace period keep the normal one.
+//!
+//! CPU: a watch (after an early notifier, or a crossing short of its working set) reads
+//! in a loop. All watches draw on one budget of the notifier thread's CPU time
+//! ([`WATCH_BUDGET`], refilled at [`WATCH_REFILL_PER_SEC`]), whatever ends them; an early
+//! notifier that fired [`EARLY_FIRES_PER_ARMING`] times without a kill is not watched again
+//! until the next synchronize re-arms the levels; and where only one CPU is usable the
+//! watch never spins.
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::clock::monotonic_ns;
-use crate::notify::memcg::ThresholdSpec;
+use crate::notify::memcg::{ArmedThreshold, ThresholdSpec};
 use crate::notify::{CrossingHook, WakeSource};
 use crate::observe::{CgroupReader, CgroupVersion, OpenFiles};
-use crate::policy::eviction::EvictionDecision;
+use crate::policy::eviction::{EvictionConfig, EvictionDecision, SyncInput, hard_eviction};
+use crate::policy::signal::{Observations, Signal, SignalObservation};
+use crate::policy::stats::PodWithStats;
+use crate::policy::types::FsLayout;
 use crate::runtime::port::KillSwitch;
 use crate::state::SharedState;
 
 /// Files the levels keep open (two per cgroup with a level).
 const LEVEL_FILES_KEPT: usize = 8;
 
-/// One level whose crossing calls for the armed kill, on the cgroup's working set (usage
+/// How many of the ranking's first pods the hot path holds ready and reads again at a
+/// crossing. One usage read costs about 2 µs on the hosts measured; the kubelet's own
+/// pick rests on stats up to a housekeeping interval old.
+pub const CANDIDATES: usize = 16;
+
+/// One level whose crossing calls for a kill, on the cgroup's working set (usage
 /// minus inactive_file, as the signals count it): a notifier armed on usage also fires
 /// when page cache alone grows, and that must cost a read, never a kill.
 #[derive(Clone, Debug)]
@@ -39,6 +69,8 @@ struct Level {
     /// page cache when armed): below it, the working set cannot be at its level unless
     /// page cache shrank, which the exact notifier then reports.
     usage: u64,
+    /// The eviction threshold the level stands for.
+    threshold: Option<ArmedThreshold>,
 }
 
 impl Level {
@@ -53,36 +85,157 @@ impl Level {
     }
 }
 
+/// A level found reached, with the working set that reached it.
+#[derive(Clone, Copy, Debug)]
+struct Crossing {
+    threshold: Option<ArmedThreshold>,
+    level_working_set: u64,
+    working_set: u64,
+}
+
+impl Crossing {
+    /// The signal as it stood when the crossing was read: the level is where the
+    /// signal's available equals the threshold's quantity, so every byte of working set
+    /// past it is a byte less available.
+    fn observations(&self) -> Observations {
+        let Some(t) = self.threshold else {
+            return Observations::new();
+        };
+        let past = self.working_set.saturating_sub(self.level_working_set);
+        let available = i64::try_from(t.quantity_bytes).unwrap_or(i64::MAX)
+            - i64::try_from(past).unwrap_or(i64::MAX);
+        Observations::from([(
+            t.signal,
+            SignalObservation {
+                available,
+                capacity: i64::try_from(t.capacity_bytes).unwrap_or(i64::MAX),
+                time: Duration::ZERO,
+            },
+        )])
+    }
+}
+
 /// How long the hot path watches a level after an early notifier fired below it
 /// ([`HotPath::hard_approach`]), and how often it reads the usage meanwhile.
-pub const APPROACH_WINDOW: std::time::Duration = std::time::Duration::from_millis(50);
-pub const APPROACH_POLL: std::time::Duration = std::time::Duration::from_micros(25);
+pub const APPROACH_WINDOW: Duration = Duration::from_millis(50);
+pub const APPROACH_POLL: Duration = Duration::from_micros(25);
 /// For the first part of a watch the thread reads without sleeping: a fast allocator
 /// covers the early margin in well under a millisecond, and a thread woken from a sleep
 /// may wait for the CPU's current task to leave the kernel (on a kernel built without
-/// preemption, 250–700 µs was seen).
-pub const APPROACH_SPIN: std::time::Duration = std::time::Duration::from_millis(10);
-/// After a watch that ran out its window, an early notifier starts no new one for this long
-/// (usage hovering near the early level would fire it again and again); the notifiers
-/// at the levels themselves still tell. This bounds the spinning to a tenth of a CPU.
-pub const APPROACH_REST: std::time::Duration = std::time::Duration::from_millis(100);
+/// preemption, 250–700 µs was seen). Never where only one CPU is usable: the spin would
+/// keep the allocating task itself from running.
+pub const APPROACH_SPIN: Duration = Duration::from_millis(10);
+/// After a watch that ran out its window, an early notifier starts no new one for this
+/// long; the notifiers at the levels themselves still tell.
+pub const APPROACH_REST: Duration = Duration::from_millis(100);
+/// The most CPU time the watches may use at once, and how fast that allowance comes
+/// back: 10 ms in a burst, 2 % of one CPU over time.
+pub const WATCH_BUDGET: Duration = Duration::from_millis(10);
+pub const WATCH_REFILL_PER_SEC: Duration = Duration::from_millis(20);
+/// Early-notifier watches allowed between two armings without a kill: a workload whose
+/// usage moves across the early level and back fires it again and again.
+pub const EARLY_FIRES_PER_ARMING: u32 = 3;
 
 /// A kill the hot path carried out, for the next synchronize to account for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HotKill {
+    /// Worded at the kill, on the working sets read then.
     pub decision: EvictionDecision,
     /// The source whose notifier fired the kill.
     pub source: WakeSource,
     /// CLOCK_MONOTONIC ns when the source told the hot path, and when the kill was written.
     pub detected_ns: u64,
     pub killed_ns: u64,
+    /// The crossing: the level's working set, and the working set read at the kill.
+    pub level_bytes: u64,
+    pub working_set_bytes: u64,
+    /// The victim's working set as read at the kill (usage less its page cache at the
+    /// last synchronize).
+    pub victim_working_set_bytes: u64,
+    /// The crossed signal's available at the kill (`None` for a level without its
+    /// threshold).
+    pub signal_available: Option<i64>,
+}
+
+/// What the eviction pass hands the hot path after a synchronize.
+#[derive(Clone, Debug)]
+pub struct Candidates {
+    /// The ranking's first pods, with the stats just read, most evictable first.
+    pub pods: Vec<PodWithStats>,
+    pub fs_layout: FsLayout,
+    pub config: Arc<EvictionConfig>,
+}
+
+/// A pod the hot path may kill.
+#[derive(Debug)]
+struct Candidate {
+    pod: PodWithStats,
+    /// Its inactive page cache when armed (usage then less the synchronize's working set).
+    inactive_file: u64,
+    switch: KillSwitch,
+}
+
+impl Candidate {
+    /// Its working set now: usage read now, less the page cache it had when armed.
+    /// `None` when its cgroup cannot be read (the pod is gone).
+    fn working_set_now(&self) -> Option<u64> {
+        let usage = self.switch.memory.as_ref()?.usage_bytes("").ok()?;
+        Some(usage.saturating_sub(self.inactive_file))
+    }
 }
 
 #[derive(Debug, Default)]
 struct Armed {
     levels: Vec<Level>,
-    victim: Option<(EvictionDecision, KillSwitch)>,
-    fired: Option<HotKill>,
+    candidates: Vec<Candidate>,
+    fs_layout: FsLayout,
+    config: Option<Arc<EvictionConfig>>,
+    /// Kills not yet taken by a synchronize, oldest first.
+    fired: Vec<HotKill>,
+    /// Early-notifier watches since the levels were last set.
+    early_fires: u32,
+}
+
+/// The watches' CPU allowance (a token bucket of thread CPU time).
+#[derive(Debug)]
+struct WatchBudget {
+    left_ns: u64,
+    refilled_at_ns: u64,
+}
+
+impl WatchBudget {
+    fn full() -> WatchBudget {
+        WatchBudget {
+            left_ns: WATCH_BUDGET.as_nanos() as u64,
+            refilled_at_ns: monotonic_ns(),
+        }
+    }
+
+    /// What is left now.
+    fn refill(&mut self, now_ns: u64) -> u64 {
+        let elapsed = now_ns.saturating_sub(self.refilled_at_ns);
+        let gained = u128::from(elapsed) * WATCH_REFILL_PER_SEC.as_nanos() / 1_000_000_000;
+        self.left_ns = (self.left_ns + u64::try_from(gained).unwrap_or(u64::MAX))
+            .min(WATCH_BUDGET.as_nanos() as u64);
+        self.refilled_at_ns = now_ns;
+        self.left_ns
+    }
+}
+
+/// The calling thread's CPU time, ns.
+fn thread_cpu_ns() -> u64 {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID) {
+        Ok(ts) => {
+            u64::try_from(ts.tv_sec()).unwrap_or(0) * 1_000_000_000
+                + u64::try_from(ts.tv_nsec()).unwrap_or(0)
+        }
+        Err(_) => 0,
+    }
+}
+
+/// Whether this process may run on more than one CPU now.
+fn more_than_one_cpu() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
 }
 
 /// Shared between the eviction pass (which arms it) and the sources (which fire it).
@@ -93,8 +246,15 @@ pub struct HotPath {
     /// The levels' usage and memory.stat files, kept open: a confirmation is two preads.
     /// The levels sit on the root and the pods cgroup, so the set stays a few files.
     open: Arc<OpenFiles>,
+    /// The candidates' usage files, kept open; swept at every arming.
+    candidate_files: Arc<OpenFiles>,
     /// CLOCK_MONOTONIC ns when the last watch ran out its window (0: never).
     last_watch_end_ns: std::sync::atomic::AtomicU64,
+    budget: Mutex<WatchBudget>,
+    /// Whether a watch may spin (more than one CPU usable).
+    spin: bool,
+    /// The watches' CPU time so far (ns), for the agent's metrics and the bench.
+    watch_cpu_ns: std::sync::atomic::AtomicU64,
 }
 
 impl HotPath {
@@ -103,7 +263,11 @@ impl HotPath {
             armed: Mutex::new(Armed::default()),
             state,
             open: Arc::new(OpenFiles::with_budget(LEVEL_FILES_KEPT)),
+            candidate_files: Arc::new(OpenFiles::with_budget(2 * CANDIDATES)),
             last_watch_end_ns: std::sync::atomic::AtomicU64::new(0),
+            budget: Mutex::new(WatchBudget::full()),
+            spin: more_than_one_cpu(),
+            watch_cpu_ns: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -113,9 +277,15 @@ impl HotPath {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The watches' CPU time since start.
+    pub fn watch_cpu(&self) -> Duration {
+        Duration::from_nanos(self.watch_cpu_ns.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// The hard levels armed with the kernel notifiers (from the same specs), read to
     /// confirm a crossing. A spec's usage level includes the cgroup's inactive page cache
     /// when it was armed (`inactive_file_at(cgroup)`); the working set level is without.
+    /// Setting them also ends an early notifier's rest (see [`EARLY_FIRES_PER_ARMING`]).
     pub fn set_levels(
         &self,
         version: CgroupVersion,
@@ -132,65 +302,189 @@ impl HotPath {
                     .keeping_open(self.open.clone()),
                 working_set: s.usage_bytes.saturating_sub(inactive_file_at(&s.cgroup)),
                 usage: s.usage_bytes,
+                threshold: s.threshold,
             })
             .collect();
-        let old = std::mem::replace(&mut self.lock().levels, levels);
+        let old = {
+            let mut armed = self.lock();
+            armed.early_fires = 0;
+            std::mem::replace(&mut armed.levels, levels)
+        };
         drop(old);
     }
 
-    /// The pod to kill at the next crossing; `None` disarms. Re-arming the pod armed now
-    /// keeps its open switch; another pod's switch comes from `open` (no switch: disarmed).
-    pub fn arm(
-        &self,
-        victim: Option<EvictionDecision>,
-        open: impl FnOnce(&str) -> Option<KillSwitch>,
-    ) {
-        let armed_pod = self.armed_pod();
-        match victim {
-            None => drop(self.lock().victim.take()),
-            // Same pod: it keeps its switch; the wording of the decision follows the
-            // fresh stats.
-            Some(decision) if armed_pod.as_ref() == Some(&decision.pod_key) => {
-                let mut armed = self.lock();
-                if let Some((current, _)) = armed.victim.as_mut() {
-                    *current = decision;
-                }
+    /// The pods to pick the next victim from; `None` disarms. Candidates armed now keep
+    /// their open switches; others get theirs from `open` (no switch: not a candidate).
+    /// While a kill is queued and not yet taken by a synchronize, nothing is armed: that
+    /// kill is an eviction under way.
+    pub fn arm(&self, candidates: Option<Candidates>, open: impl Fn(&str) -> Option<KillSwitch>) {
+        let Some(candidates) = candidates else {
+            let old = std::mem::take(&mut self.lock().candidates);
+            drop(old);
+            return;
+        };
+        let kept: Vec<String> = self
+            .lock()
+            .candidates
+            .iter()
+            .map(|c| c.pod.pod.key())
+            .collect();
+        // Switches of new candidates are opened before the lock is taken (see set_levels).
+        let mut opened: HashMap<String, KillSwitch> = candidates
+            .pods
+            .iter()
+            .map(|p| p.pod.key())
+            .filter(|key| !kept.contains(key))
+            .filter_map(|key| {
+                let switch = open(&key)?;
+                let memory = switch.memory.clone()?;
+                let memory = memory.keeping_open(self.candidate_files.clone());
+                Some((key, switch.with_memory(memory)))
+            })
+            .collect();
+        let old = {
+            let mut armed = self.lock();
+            if !armed.fired.is_empty() {
+                return;
             }
-            // Another pod: its switch is opened before the lock is taken (see set_levels).
-            Some(decision) => {
-                let next = open(&decision.pod_key).map(|switch| (decision, switch));
-                let old = std::mem::replace(&mut self.lock().victim, next);
-                drop(old);
+            let mut previous: HashMap<String, Candidate> = std::mem::take(&mut armed.candidates)
+                .into_iter()
+                .map(|c| (c.pod.pod.key(), c))
+                .collect();
+            for pod in candidates.pods {
+                let key = pod.pod.key();
+                let switch = match previous.remove(&key) {
+                    Some(candidate) => candidate.switch,
+                    None => match opened.remove(&key) {
+                        Some(switch) => switch,
+                        None => continue,
+                    },
+                };
+                armed.candidates.push(Candidate {
+                    pod,
+                    inactive_file: 0,
+                    switch,
+                });
+            }
+            armed.fs_layout = candidates.fs_layout;
+            armed.config = Some(candidates.config);
+            previous
+        };
+        drop(old);
+        self.note_page_cache();
+    }
+
+    /// Reads each candidate's usage once after arming: less the working set its stats
+    /// say, the page cache it holds (a working set read at the kill is usage less this).
+    fn note_page_cache(&self) {
+        let readers: Vec<(String, Option<u64>, CgroupReader)> = self
+            .lock()
+            .candidates
+            .iter()
+            .filter_map(|c| {
+                Some((
+                    c.pod.pod.key(),
+                    c.pod.stats.memory_working_set_bytes,
+                    c.switch.memory.clone()?,
+                ))
+            })
+            .collect();
+        let inactive: HashMap<String, u64> = readers
+            .into_iter()
+            .filter_map(|(key, working_set, reader)| {
+                let usage = reader.usage_bytes("").ok()?;
+                Some((key, usage.saturating_sub(working_set.unwrap_or(usage))))
+            })
+            .collect();
+        self.candidate_files.sweep();
+        let mut armed = self.lock();
+        for candidate in &mut armed.candidates {
+            if let Some(bytes) = inactive.get(&candidate.pod.pod.key()) {
+                candidate.inactive_file = *bytes;
             }
         }
     }
 
-    /// The pod armed now.
+    /// The candidates armed now, most evictable first at the last synchronize.
+    pub fn armed_pods(&self) -> Vec<String> {
+        self.lock()
+            .candidates
+            .iter()
+            .map(|c| c.pod.pod.key())
+            .collect()
+    }
+
+    /// The first candidate armed now.
     pub fn armed_pod(&self) -> Option<String> {
-        self.lock().victim.as_ref().map(|(d, _)| d.pod_key.clone())
+        self.armed_pods().into_iter().next()
     }
 
-    /// The kill the hot path carried out since the last call, if any.
-    pub fn take_fired(&self) -> Option<HotKill> {
-        self.lock().fired.take()
+    /// The kills the hot path carried out since the last call, oldest first.
+    pub fn take_fired(&self) -> Vec<HotKill> {
+        std::mem::take(&mut self.lock().fired)
     }
 
-    /// Whether any armed level is reached now, by the kernel's own counters; if not, the
-    /// working set and level nearest to it (for the log).
-    fn crossed(levels: &[Level]) -> Result<(), Option<(u64, u64)>> {
+    /// A hard level reached now, by the kernel's own counters; if none, the working set
+    /// and level nearest to it (for the log).
+    fn crossed(levels: &[Level]) -> Result<Crossing, Option<(u64, u64)>> {
         let mut nearest: Option<(u64, u64)> = None;
         for level in levels {
             let Some(ws) = level.working_set_now() else {
                 continue;
             };
             if ws >= level.working_set {
-                return Ok(());
+                return Ok(Crossing {
+                    threshold: level.threshold,
+                    level_working_set: level.working_set,
+                    working_set: ws,
+                });
             }
             if nearest.is_none_or(|(w, l)| l - w > level.working_set - ws) {
                 nearest = Some((ws, level.working_set));
             }
         }
         Err(nearest)
+    }
+
+    /// The victim for `crossing`, by the policy's ranking on the candidates' working
+    /// sets read now: its index among the candidates, the decision, and its working set.
+    fn pick(armed: &Armed, crossing: &Crossing) -> Option<(usize, EvictionDecision, u64)> {
+        let config = armed.config.as_ref()?;
+        let signal = match crossing.threshold {
+            Some(t) => t.signal,
+            None => [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable]
+                .into_iter()
+                .find(|s| {
+                    config
+                        .thresholds
+                        .iter()
+                        .any(|t| t.signal == *s && t.is_hard())
+                })?,
+        };
+        let mut read = Vec::with_capacity(armed.candidates.len());
+        let mut pods = Vec::with_capacity(armed.candidates.len());
+        for (index, candidate) in armed.candidates.iter().enumerate() {
+            // A candidate whose cgroup cannot be read is gone: nobody to kill there.
+            let Some(working_set) = candidate.working_set_now() else {
+                continue;
+            };
+            let mut pod = candidate.pod.clone();
+            pod.stats.memory_working_set_bytes = Some(working_set);
+            read.push((index, working_set));
+            pods.push(pod);
+        }
+        let input = SyncInput {
+            observations: crossing.observations(),
+            pods,
+            fs_layout: armed.fs_layout,
+        };
+        let decision = hard_eviction(config, &input, signal)?;
+        let position = input
+            .pods
+            .iter()
+            .position(|p| p.pod.key() == decision.pod_key)?;
+        let (index, working_set) = read[position];
+        Some((index, decision, working_set))
     }
 }
 
@@ -217,9 +511,9 @@ impl CrossingHook for HotPath {
     }
 
     /// An early notifier fired a little below a hard level (its kernel check is coarser
-    /// than the headroom wants): watch the usage closely, for a bounded time, and kill
-    /// the moment a level is reached. The notifier at the level itself stays armed, so
-    /// a crossing after the window (or after usage fell back) is still heard.
+    /// than the headroom wants): watch the usage closely, for a bounded time and CPU,
+    /// and kill the moment a level is reached. The notifier at the level itself stays
+    /// armed, so a crossing after the window (or after usage fell back) is still heard.
     fn hard_approach(&self, source: WakeSource, margin: u64) -> bool {
         use std::sync::atomic::Ordering;
         let now_ns = monotonic_ns();
@@ -228,29 +522,74 @@ impl CrossingHook for HotPath {
         if last != 0 && now_ns < last.saturating_add(rest_ns) {
             return false;
         }
+        {
+            let mut armed = self.lock();
+            if armed.early_fires >= EARLY_FIRES_PER_ARMING {
+                return false;
+            }
+            armed.early_fires += 1;
+            if armed.early_fires == EARLY_FIRES_PER_ARMING {
+                tracing::debug!(source = %source, "hot path: the early notifier keeps firing; resting it until the next synchronize");
+            }
+        }
         self.watch(source, margin, now_ns)
     }
 }
 
 impl HotPath {
-    /// Reads every level's usage, back to back for [`APPROACH_SPIN`] and then every
-    /// [`APPROACH_POLL`], for up to [`APPROACH_WINDOW`]:
-    /// at a level's usage, the working set is checked and the victim killed once it is
-    /// there too. Stops when usage is `margin` or more below every level. Whether it
-    /// killed.
+    /// Reads every level's usage, back to back for [`APPROACH_SPIN`] (where more than
+    /// one CPU is usable) and then every [`APPROACH_POLL`], for up to
+    /// [`APPROACH_WINDOW`] and while the CPU budget lasts: at a level's usage, the working
+    /// set is checked and the victim killed once it is there too. Stops when usage is
+    /// `margin` or more below every level. Whether it killed.
     fn watch(&self, source: WakeSource, margin: u64, told_ns: u64) -> bool {
         let levels = {
             let armed = self.lock();
-            if armed.victim.is_none() {
+            if armed.candidates.is_empty() {
                 return false;
             }
             armed.levels.clone()
         };
+        let allowance = {
+            let mut budget = self.budget.lock().unwrap_or_else(|p| p.into_inner());
+            budget.refill(monotonic_ns())
+        };
+        if allowance == 0 {
+            tracing::debug!(source = %source, "hot path: watch skipped, its CPU budget is spent");
+            return false;
+        }
+        let cpu_start = thread_cpu_ns();
+        let killed = self.watch_levels(source, margin, told_ns, &levels, cpu_start, allowance);
+        let used = thread_cpu_ns().saturating_sub(cpu_start);
+        self.watch_cpu_ns
+            .fetch_add(used, std::sync::atomic::Ordering::Relaxed);
+        let mut budget = self.budget.lock().unwrap_or_else(|p| p.into_inner());
+        budget.refill(monotonic_ns());
+        budget.left_ns = budget.left_ns.saturating_sub(used);
+        killed
+    }
+
+    fn watch_levels(
+        &self,
+        source: WakeSource,
+        margin: u64,
+        told_ns: u64,
+        levels: &[Level],
+        cpu_start: u64,
+        allowance: u64,
+    ) -> bool {
         let started = std::time::Instant::now();
-        let (spin_until, until) = (started + APPROACH_SPIN, started + APPROACH_WINDOW);
+        let spin_until = started
+            + if self.spin {
+                APPROACH_SPIN
+            } else {
+                Duration::ZERO
+            };
+        let until = started + APPROACH_WINDOW;
+        let mut looks = 0u32;
         loop {
             let (mut reached, mut all_below) = (false, true);
-            for level in &levels {
+            for level in levels {
                 let Some(usage) = level.usage_now() else {
                     continue;
                 };
@@ -269,6 +608,14 @@ impl HotPath {
                 // Under every early level: it fired on the way down, or usage fell back.
                 return false;
             }
+            looks += 1;
+            // The thread's CPU clock costs a system call: looked at every 32 reads.
+            if looks % 32 == 0 && thread_cpu_ns().saturating_sub(cpu_start) >= allowance {
+                tracing::debug!(source = %source, told_ns, "hot path: watch ended, its CPU budget is spent");
+                self.last_watch_end_ns
+                    .store(monotonic_ns(), std::sync::atomic::Ordering::Relaxed);
+                return false;
+            }
             let now = std::time::Instant::now();
             if now >= until {
                 tracing::debug!(source = %source, told_ns, "hot path: watched a level, not reached within the window");
@@ -284,8 +631,9 @@ impl HotPath {
         }
     }
 
-    /// Kills the armed victim if a hard level is reached now. `watched_from_ns`: when the
-    /// notifier that started a watch told the hot path (for the log).
+    /// Kills the victim picked on fresh working sets if a hard level is reached now.
+    /// `watched_from_ns`: when the notifier that started a watch told the hot path (for
+    /// the log).
     fn kill_if_crossed(
         &self,
         source: WakeSource,
@@ -293,33 +641,56 @@ impl HotPath {
         watched_from_ns: Option<u64>,
     ) -> Look {
         let mut armed = self.lock();
-        if armed.victim.is_none() {
+        if armed.candidates.is_empty() {
             tracing::debug!(source = %source, detected_ns, "hot path: told, but no victim is armed");
             return Look::Disarmed;
         }
-        if let Err(nearest) = Self::crossed(&armed.levels) {
-            if watched_from_ns.is_some() {
-                // A watch looks again shortly; its log line comes at its end.
+        let crossing = match Self::crossed(&armed.levels) {
+            Ok(crossing) => crossing,
+            Err(nearest) => {
+                if watched_from_ns.is_some() {
+                    // A watch looks again shortly; its log line comes at its end.
+                    return Look::NotReached;
+                }
+                // A notifier armed on usage also fires for page cache, and on the way down.
+                let (working_set, level) = nearest.unwrap_or_default();
+                tracing::debug!(
+                    source = %source,
+                    detected_ns,
+                    working_set,
+                    level,
+                    "hot path: told, but no hard level is reached"
+                );
                 return Look::NotReached;
             }
-            // A notifier armed on usage also fires for page cache, and on the way down.
-            let (working_set, level) = nearest.unwrap_or_default();
-            tracing::debug!(
-                source = %source,
-                detected_ns,
-                working_set,
-                level,
-                "hot path: told, but no hard level is reached"
-            );
-            return Look::NotReached;
-        }
-        let Some((decision, switch)) = armed.victim.take() else {
+        };
+        let Some((index, decision, victim_working_set)) = Self::pick(&armed, &crossing) else {
+            tracing::debug!(source = %source, detected_ns, "hot path: a level is reached, but no candidate is left to kill");
             return Look::Disarmed;
         };
-        match switch.fire() {
+        let fired = armed.candidates[index].switch.fire();
+        let killed_ns = monotonic_ns();
+        match fired {
             Ok(()) => {
-                let killed_ns = monotonic_ns();
-                let reaped = switch.release_memory();
+                // Disarmed until a synchronize has booked this kill and it has ended.
+                let candidates = std::mem::take(&mut armed.candidates);
+                let victim = &candidates[index];
+                let reaped = victim.switch.release_memory();
+                let path = victim.switch.path.clone();
+                armed.fired.push(HotKill {
+                    decision: decision.clone(),
+                    source,
+                    detected_ns,
+                    killed_ns,
+                    level_bytes: crossing.level_working_set,
+                    working_set_bytes: crossing.working_set,
+                    victim_working_set_bytes: victim_working_set,
+                    signal_available: crossing
+                        .threshold
+                        .and_then(|t| crossing.observations().get(&t.signal).map(|o| o.available)),
+                });
+                drop(armed);
+                drop(candidates);
                 tracing::info!(
                     pod = %decision.pod_key,
                     source = %source,
@@ -327,23 +698,23 @@ impl HotPath {
                     at_ns = killed_ns,
                     watched_from_ns = watched_from_ns.unwrap_or(0),
                     reaped,
+                    level_bytes = crossing.level_working_set,
+                    working_set_bytes = crossing.working_set,
+                    victim_working_set_bytes = victim_working_set,
                     "hot path: cgroup.kill written"
                 );
-                armed.fired = Some(HotKill {
-                    decision: decision.clone(),
-                    source,
-                    detected_ns,
-                    killed_ns,
-                });
-                drop(armed);
                 self.state.event(
                     "Normal",
                     "HotKill",
                     &decision.pod_key,
                     format!(
-                        "hard memory threshold crossed ({source}): killed through {} in {} µs",
-                        switch.path.display(),
-                        killed_ns.saturating_sub(detected_ns) / 1000
+                        "hard memory threshold crossed ({source}): working set {} at a level of {}; killed through {} in {} µs, the pod's working set read then {}. {}",
+                        crossing.working_set,
+                        crossing.level_working_set,
+                        path.display(),
+                        killed_ns.saturating_sub(detected_ns) / 1000,
+                        victim_working_set,
+                        decision.message.trim_end()
                     ),
                 );
                 Look::Killed
@@ -353,7 +724,7 @@ impl HotPath {
                 tracing::warn!(
                     pod = %decision.pod_key,
                     "hot path: writing {} failed: {err}",
-                    switch.path.display()
+                    armed.candidates[index].switch.path.display()
                 );
                 Look::NotReached
             }
@@ -366,24 +737,19 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::policy::eviction::EvictionReason;
-    use crate::policy::signal::Signal;
-    use crate::policy::types::Resource;
+    use crate::policy::stats::PodStats;
 
-    fn decision(pod: &str) -> EvictionDecision {
-        EvictionDecision {
-            pod_key: pod.into(),
-            signal: Some(Signal::MemoryAvailable),
-            resource: Resource::Memory,
-            reason: EvictionReason::Threshold,
-            grace_period_seconds: 0,
-            immediate: true,
-            kill_timeout: Duration::from_secs(2),
-            message: "The node was low on resource: memory. ".into(),
-        }
+    /// hard memory.available<100 bytes in the fixture's scale; the levels below carry it.
+    const KUBELET: &str = "evictionHard: {memory.available: 1Gi}\n";
+
+    fn config() -> Arc<EvictionConfig> {
+        let (kubelet, _) = crate::config::kubelet::load_kubelet_config(KUBELET, "kubelet.yaml")
+            .expect("test config");
+        Arc::new(kubelet.eviction)
     }
 
-    /// A fake memory cgroup (its usage file) and a fake `cgroup.kill`, in a temp dir.
+    /// A fake memory cgroup for the level (its usage and memory.stat), and fake pod
+    /// cgroups (a usage file and a `cgroup.kill` each), in a temp dir.
     struct Fixture {
         dir: tempfile::TempDir,
         hot: HotPath,
@@ -395,7 +761,6 @@ mod tests {
             std::fs::write(dir.path().join("memory.usage_in_bytes"), "100\n").expect("usage");
             std::fs::write(dir.path().join("memory.stat"), "total_inactive_file 0\n")
                 .expect("stat");
-            std::fs::write(dir.path().join("cgroup.kill"), "").expect("kill file");
             let hot = HotPath::new(SharedState::default());
             hot.set_levels(
                 CgroupVersion::V1,
@@ -405,6 +770,11 @@ mod tests {
                         usage_bytes: level,
                         hard: true,
                         passed_when_armed: false,
+                        threshold: Some(ArmedThreshold {
+                            signal: Signal::MemoryAvailable,
+                            quantity_bytes: 1 << 30,
+                            capacity_bytes: 8 << 30,
+                        }),
                     },
                     // Soft levels never arm the hot path.
                     ThresholdSpec {
@@ -412,6 +782,7 @@ mod tests {
                         usage_bytes: 50,
                         hard: false,
                         passed_when_armed: false,
+                        threshold: None,
                     },
                 ],
                 |_| 0,
@@ -430,6 +801,7 @@ mod tests {
                     usage_bytes: 1000,
                     hard: true,
                     passed_when_armed: false,
+                    threshold: None,
                 }],
                 |_| 300,
             );
@@ -452,10 +824,61 @@ mod tests {
             })
         }
 
+        fn pod_dir(&self, key: &str) -> std::path::PathBuf {
+            let dir = self.dir.path().join("pods").join(key.replace('/', "_"));
+            std::fs::create_dir_all(&dir).expect("pod dir");
+            dir
+        }
+
+        /// Sets a pod's usage (its fake cgroup's memory.usage_in_bytes).
+        fn set_pod_usage(&self, key: &str, bytes: u64) {
+            std::fs::write(
+                self.pod_dir(key).join("memory.usage_in_bytes"),
+                format!("{bytes}\n"),
+            )
+            .expect("pod usage");
+        }
+
+        /// Arms `pods` (key, working set at the synchronize; usage the same: no page
+        /// cache), ranked as given by the caller.
+        fn arm_pods(&self, pods: &[(&str, u64)]) {
+            let stats = pods
+                .iter()
+                .map(|(key, ws)| {
+                    self.set_pod_usage(key, *ws);
+                    let name = key.split('/').nth(1).expect("ns/name");
+                    PodWithStats {
+                        pod: Arc::new(crate::policy::testing::pod(name, "", "")),
+                        stats: PodStats {
+                            memory_working_set_bytes: Some(*ws),
+                            ..PodStats::default()
+                        },
+                    }
+                })
+                .collect();
+            self.hot.arm(
+                Some(Candidates {
+                    pods: stats,
+                    fs_layout: FsLayout::Shared,
+                    config: config(),
+                }),
+                |key| {
+                    let dir = self.pod_dir(key);
+                    let kill = dir.join("cgroup.kill");
+                    if !kill.exists() {
+                        std::fs::write(&kill, "").expect("kill file");
+                    }
+                    Some(
+                        KillSwitch::open(key, &kill)
+                            .ok()?
+                            .with_memory(CgroupReader::new(CgroupVersion::V1, dir)),
+                    )
+                },
+            );
+        }
+
         fn arm(&self, pod: &str) {
-            let path = self.dir.path().join("cgroup.kill");
-            self.hot
-                .arm(Some(decision(pod)), |pod| KillSwitch::open(pod, &path).ok());
+            self.arm_pods(&[(pod, 500)]);
             assert_eq!(self.hot.armed_pod().as_deref(), Some(pod));
         }
 
@@ -475,8 +898,16 @@ mod tests {
             .expect("stat");
         }
 
-        fn killed(&self) -> String {
-            std::fs::read_to_string(self.dir.path().join("cgroup.kill")).expect("kill file")
+        fn killed(&self, pod: &str) -> String {
+            std::fs::read_to_string(self.pod_dir(pod).join("cgroup.kill")).unwrap_or_default()
+        }
+
+        fn fired(&self) -> Vec<String> {
+            self.hot
+                .take_fired()
+                .into_iter()
+                .map(|k| k.decision.pod_key)
+                .collect()
         }
     }
 
@@ -486,18 +917,23 @@ mod tests {
         f.arm("default/big");
         // The notifier fires on the way down too: below the level nothing happens.
         f.hot.hard_crossing(WakeSource::MemcgThreshold);
-        assert_eq!(f.killed(), "", "usage 100 is under the level 1000");
-        assert!(f.hot.take_fired().is_none());
+        assert_eq!(
+            f.killed("default/big"),
+            "",
+            "usage 100 is under the level 1000"
+        );
+        assert!(f.hot.take_fired().is_empty());
         f.set_usage(1000);
         f.hot.hard_crossing(WakeSource::MemcgThreshold);
-        assert_eq!(f.killed(), "1", "one write to cgroup.kill");
-        let fired = f.hot.take_fired().expect("a hot kill");
-        assert_eq!(fired.decision.pod_key, "default/big");
-        assert!(fired.killed_ns >= fired.detected_ns);
+        assert_eq!(f.killed("default/big"), "1", "one write to cgroup.kill");
+        let fired = f.hot.take_fired();
+        assert_eq!(fired.len(), 1);
+        assert_eq!(fired[0].decision.pod_key, "default/big");
+        assert!(fired[0].killed_ns >= fired[0].detected_ns);
         // Disarmed by the kill: another crossing kills nobody until the next synchronize.
         f.hot.hard_crossing(WakeSource::MemcgThreshold);
-        assert_eq!(f.killed(), "1");
-        assert!(f.hot.take_fired().is_none());
+        assert_eq!(f.killed("default/big"), "1");
+        assert!(f.hot.take_fired().is_empty());
         assert!(f.hot.armed_pod().is_none());
         let events = f.hot.state.read().events;
         assert!(
@@ -509,21 +945,68 @@ mod tests {
     }
 
     #[test]
+    fn the_victim_is_picked_on_the_working_sets_read_at_the_crossing() {
+        let f = Fixture::new(1000);
+        // Ranked at the synchronize: a (900) before b (100).
+        f.arm_pods(&[("default/a", 900), ("default/b", 100)]);
+        assert_eq!(f.hot.armed_pods(), vec!["default/a", "default/b"]);
+        // Since then a freed its memory and b grew: b is the pick now.
+        f.set_pod_usage("default/a", 10);
+        f.set_pod_usage("default/b", 800);
+        f.set_usage(1000);
+        f.hot.hard_crossing(WakeSource::Ebpf);
+        assert_eq!(f.killed("default/a"), "", "a holds nothing any more");
+        assert_eq!(f.killed("default/b"), "1");
+        let fired = f.hot.take_fired();
+        assert_eq!(fired.len(), 1);
+        let kill = &fired[0];
+        assert_eq!(kill.decision.pod_key, "default/b");
+        assert_eq!(kill.victim_working_set_bytes, 800);
+        // The message names the threshold crossed and the signal at the crossing: the
+        // level reached exactly, so available is the threshold's quantity.
+        assert!(
+            kill.decision
+                .message
+                .contains("Threshold quantity: 1Gi, available: 1Gi."),
+            "{}",
+            kill.decision.message
+        );
+        assert_eq!(kill.signal_available, Some(1 << 30));
+    }
+
+    #[test]
+    fn a_kill_not_yet_taken_keeps_the_hot_path_disarmed() {
+        let f = Fixture::new(1000);
+        f.arm("default/a");
+        f.set_usage(1000);
+        f.hot.hard_crossing(WakeSource::Ebpf);
+        // A synchronize that started before the kill arms again before it took the kill:
+        // the kill is an eviction under way, so nothing is armed.
+        f.arm_pods(&[("default/b", 500)]);
+        assert!(f.hot.armed_pods().is_empty());
+        f.hot.hard_crossing(WakeSource::Ebpf);
+        assert_eq!(f.fired(), vec!["default/a"], "one kill, booked once");
+        f.arm("default/b");
+        f.hot.hard_crossing(WakeSource::Ebpf);
+        assert_eq!(f.fired(), vec!["default/b"]);
+    }
+
+    #[test]
     fn nothing_is_killed_when_disarmed_or_without_a_hard_level() {
         let f = Fixture::new(1000);
         f.set_usage(5000);
         f.hot.hard_crossing(WakeSource::MemcgThreshold);
-        assert_eq!(f.killed(), "", "no victim armed");
+        assert!(f.fired().is_empty(), "no victim armed");
         f.arm("default/a");
         f.hot.arm(None, |_| None);
         f.hot.hard_crossing(WakeSource::MemcgThreshold);
-        assert_eq!(f.killed(), "", "disarmed");
+        assert_eq!(f.killed("default/a"), "", "disarmed");
         // Only soft levels: the soft spec's 50 is exceeded, but it does not count.
         let f = Fixture::new(u64::MAX);
         f.set_usage(5000);
         f.arm("default/a");
         f.hot.hard_crossing(WakeSource::MemcgThreshold);
-        assert_eq!(f.killed(), "");
+        assert_eq!(f.killed("default/a"), "");
         assert_eq!(f.hot.armed_pod().as_deref(), Some("default/a"));
     }
 
@@ -534,11 +1017,15 @@ mod tests {
         f.set_usage(1100);
         f.set_inactive(500);
         f.hot.hard_crossing(WakeSource::MemcgThreshold);
-        assert_eq!(f.killed(), "", "a false alarm costs a read, never a kill");
+        assert_eq!(
+            f.killed("default/a"),
+            "",
+            "a false alarm costs a read, never a kill"
+        );
         // The working set itself reaches 700.
         f.set_inactive(400);
         f.hot.hard_crossing(WakeSource::MemcgThreshold);
-        assert_eq!(f.killed(), "1");
+        assert_eq!(f.killed("default/a"), "1");
     }
 
     #[test]
@@ -558,20 +1045,23 @@ mod tests {
         let raise = f.rewrite_later("memory.usage_in_bytes", "1000\n");
         assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
         raise.join().expect("raise");
-        assert_eq!(f.killed(), "1");
-        let fired = f.hot.take_fired().expect("a hot kill");
-        assert_eq!(fired.decision.pod_key, "default/a");
+        assert_eq!(f.fired(), vec!["default/a"]);
     }
 
     #[test]
-    fn a_watch_that_sees_no_crossing_ends_with_its_window() {
+    fn a_watch_that_sees_no_crossing_ends_by_its_window_or_its_budget() {
         let f = Fixture::new(1000);
         f.arm("default/a");
         f.set_usage(950);
         let started = std::time::Instant::now();
         assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
-        assert!(started.elapsed() >= APPROACH_WINDOW);
-        assert_eq!(f.killed(), "", "never reached: nobody killed");
+        assert!(started.elapsed() >= APPROACH_SPIN.min(WATCH_BUDGET));
+        assert_eq!(f.killed("default/a"), "", "never reached: nobody killed");
+        let used = f.hot.watch_cpu();
+        assert!(
+            used <= WATCH_BUDGET + Duration::from_millis(5),
+            "the watch kept to its budget: {used:?}"
+        );
         assert_eq!(
             f.hot.armed_pod().as_deref(),
             Some("default/a"),
@@ -584,11 +1074,58 @@ mod tests {
         assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
         assert!(started.elapsed() < APPROACH_SPIN, "resting");
         f.hot.hard_crossing(WakeSource::MemcgThreshold);
-        assert_eq!(f.killed(), "1");
+        assert_eq!(f.killed("default/a"), "1");
+        f.hot.take_fired();
         f.arm("default/b");
         // Disarmed: no watch at all.
         f.hot.arm(None, |_| None);
         assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+    }
+
+    #[test]
+    fn an_early_notifier_that_keeps_firing_rests_until_the_levels_are_set_again() {
+        let f = Fixture::new(1000);
+        f.arm("default/a");
+        // Usage above the early level then back below it, again and again: each watch
+        // ends at once (under every early level), and each counts.
+        f.set_usage(850);
+        for _ in 0..EARLY_FIRES_PER_ARMING {
+            assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        }
+        assert_eq!(f.hot.lock().early_fires, EARLY_FIRES_PER_ARMING);
+        // Rested: even at the level, no watch (the exact notifier still tells).
+        f.set_usage(1000);
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        assert_eq!(f.killed("default/a"), "");
+        // The next synchronize sets the levels again: watched once more.
+        f.hot.set_levels(
+            CgroupVersion::V1,
+            &[ThresholdSpec {
+                cgroup: f.dir.path().to_path_buf(),
+                usage_bytes: 1000,
+                hard: true,
+                passed_when_armed: false,
+                threshold: None,
+            }],
+            |_| 0,
+        );
+        assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        assert_eq!(f.fired(), vec!["default/a"]);
+    }
+
+    #[test]
+    fn the_watch_budget_refills_at_its_rate_and_caps_at_its_size() {
+        let mut budget = WatchBudget {
+            left_ns: 0,
+            refilled_at_ns: 0,
+        };
+        // 100 ms at 20 ms/s: 2 ms back.
+        assert_eq!(budget.refill(100_000_000), 2_000_000);
+        // Never past the burst.
+        assert_eq!(
+            budget.refill(100_000_000_000),
+            WATCH_BUDGET.as_nanos() as u64
+        );
     }
 
     #[test]
@@ -601,9 +1138,13 @@ mod tests {
         let shrink = f.rewrite_later("memory.stat", "cache 1\ntotal_inactive_file 200\n");
         f.hot.hard_crossing(WakeSource::Ebpf);
         shrink.join().expect("shrink");
-        assert_eq!(f.killed(), "1", "killed once the working set reached 700");
-        let fired = f.hot.take_fired().expect("a hot kill");
-        assert!(fired.detected_ns > 0);
+        assert_eq!(
+            f.killed("default/a"),
+            "1",
+            "killed once the working set reached 700"
+        );
+        let fired = f.hot.take_fired();
+        assert!(fired[0].detected_ns > 0);
     }
 
     #[test]
@@ -613,9 +1154,6 @@ mod tests {
         f.arm("default/b");
         f.set_usage(10);
         f.hot.hard_crossing(WakeSource::MemoryEvents);
-        assert_eq!(
-            f.hot.take_fired().map(|k| k.decision.pod_key).as_deref(),
-            Some("default/b")
-        );
+        assert_eq!(f.fired(), vec!["default/b"]);
     }
 }

@@ -71,6 +71,9 @@ struct Node {
     needs_seen: Vec<crate::runtime::port::StatsNeeds>,
     /// The node filesystem does not answer: the observation leaves it out.
     nodefs_hung: bool,
+    /// An evicted pod's memory stays charged (page cache, tmpfs): its working set moves
+    /// to the rest of the node instead of being freed.
+    unfreeable: bool,
 }
 
 #[derive(Clone)]
@@ -96,6 +99,7 @@ impl Fake {
             container_reads: Vec::new(),
             needs_seen: Vec::new(),
             nodefs_hung: false,
+            unfreeable: false,
         })))
     }
 
@@ -215,7 +219,17 @@ impl PodKiller for Fake {
             match scripted {
                 Some(outcome) => outcome,
                 None => {
-                    fake.node().pods.retain(|(k, _, _)| *k != decision.pod_key);
+                    let mut node = fake.node();
+                    let held: u64 = node
+                        .pods
+                        .iter()
+                        .filter(|(k, _, _)| *k == decision.pod_key)
+                        .map(|(_, ws, _)| ws)
+                        .sum();
+                    if node.unfreeable {
+                        node.base_usage += held;
+                    }
+                    node.pods.retain(|(k, _, _)| *k != decision.pod_key);
                     EvictionOutcome::Evicted
                 }
             }
@@ -224,15 +238,33 @@ impl PodKiller for Fake {
 
     fn kill_switch(&self, pod_key: &str) -> Option<crate::runtime::port::KillSwitch> {
         let path = self.kill_file(pod_key)?;
-        crate::runtime::port::KillSwitch::open(pod_key, &path).ok()
+        let dir = path.parent()?.to_path_buf();
+        let switch = crate::runtime::port::KillSwitch::open(pod_key, &path).ok()?;
+        Some(switch.with_memory(crate::observe::CgroupReader::new(
+            crate::observe::CgroupVersion::V1,
+            dir,
+        )))
     }
 }
 
 impl Fake {
-    /// The fake `cgroup.kill` of a pod (created on first use).
+    /// The fake `cgroup.kill` of a pod, in a directory of its own with its usage as the
+    /// fake node holds it (created on first use).
     fn kill_file(&self, pod: &str) -> Option<std::path::PathBuf> {
-        let dir = self.node().kill_dir.clone()?;
-        let path = dir.join(pod.replace('/', "_"));
+        let (dir, usage) = {
+            let node = self.node();
+            let usage = node
+                .pods
+                .iter()
+                .find(|(key, _, _)| key == pod)
+                .map_or(0, |(_, ws, _)| *ws);
+            (node.kill_dir.clone()?, usage)
+        };
+        let dir = dir.join(pod.replace('/', "_"));
+        std::fs::create_dir_all(&dir).expect("fake pod cgroup");
+        std::fs::write(dir.join("memory.usage_in_bytes"), format!("{usage}\n"))
+            .expect("fake usage");
+        let path = dir.join("cgroup.kill");
         if !path.exists() {
             std::fs::write(&path, "").expect("fake cgroup.kill");
         }
@@ -750,6 +782,7 @@ async fn the_hot_path_kills_the_pre_ranked_victim_and_the_next_pass_records_it_o
             usage_bytes: 7000,
             hard: true,
             passed_when_armed: false,
+            threshold: None,
         }],
         |_| 0,
     );
@@ -799,5 +832,108 @@ async fn the_hot_path_kills_the_pre_ranked_victim_and_the_next_pass_records_it_o
         next.summary.contains("hot path killed default/big"),
         "{}",
         next.summary
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn evictions_that_free_nothing_are_reported_and_paced_to_one_per_housekeeping_interval() {
+    // 8Gi − 7.5Gi = 0.5Gi available: under the hard 1Gi. No pod's eviction gives its
+    // memory back (it stays charged), so the threshold stays met whoever goes.
+    let fake = Fake::new(
+        3 * GI + GI / 2,
+        &[
+            ("default/a", GI + 3 * MI),
+            ("default/b", GI + 2 * MI),
+            ("default/c", GI + MI),
+            ("default/d", GI),
+        ],
+    );
+    fake.node().unfreeable = true;
+    let mut h = Harness::start(fake, 1);
+    let first = h.next(secs(1)).await;
+    assert_eq!(
+        started(&first),
+        vec![("default/a".to_string(), 0)],
+        "the first hard eviction is immediate"
+    );
+    // Run the loop for a minute of paused time.
+    let until = Instant::now() + secs(60);
+    while Instant::now() < until {
+        if tokio::time::timeout(secs(60), h.reports.recv())
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    let kills = h.fake.kills();
+    let at: Vec<(String, u64)> = kills
+        .iter()
+        .map(|k| (k.pod.clone(), k.at.as_secs()))
+        .collect();
+    // a at once; then one per housekeeping interval (10 s), not one per synchronize.
+    assert_eq!(at.len(), 4, "{at:?}");
+    for pair in kills.windows(2) {
+        assert!(
+            pair[1].at >= pair[0].at + secs(10),
+            "evictions for a signal that does not move are one housekeeping interval apart: {at:?}"
+        );
+    }
+    let state = h.state.read();
+    let ineffective: Vec<&str> = state
+        .events
+        .iter()
+        .filter(|e| e.reason == "EvictionIneffective")
+        .map(|e| e.object.as_str())
+        .collect();
+    assert_eq!(
+        ineffective,
+        vec!["default/a", "default/b", "default/c", "default/d"],
+        "each judged once it ended"
+    );
+    assert_eq!(
+        state.metrics.ineffective_evictions.get("memory.available"),
+        Some(&4)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_eviction_that_frees_its_memory_is_not_paced() {
+    // 8Gi − 7.75Gi = 0.25Gi available, and evicted pods give their memory back: a goes,
+    // then b at the very next pass (a freed what it held, the threshold is still met
+    // after a alone), no pacing, no warning.
+    let fake = Fake::new(
+        6 * GI + GI / 2,
+        &[
+            ("default/a", GI / 2 + MI),
+            ("default/b", GI / 2),
+            ("default/c", GI / 4),
+        ],
+    );
+    // The eviction takes a second: the next pass's stats are newer than the first's.
+    fake.node().kill_delay = secs(1);
+    let mut h = Harness::start(fake, 1);
+    let first = h.next(secs(1)).await;
+    assert_eq!(started(&first), vec![("default/a".to_string(), 0)]);
+    let second = h.next(secs(2)).await;
+    assert_eq!(
+        second.pass.as_ref().expect("observed").finished.len(),
+        1,
+        "{}",
+        second.summary
+    );
+    assert_eq!(
+        started(&second),
+        vec![("default/b".to_string(), 0)],
+        "{}",
+        second.summary
+    );
+    assert!(
+        !h.state
+            .read()
+            .events
+            .iter()
+            .any(|e| e.reason == "EvictionIneffective"),
+        "a freed what it held"
     );
 }

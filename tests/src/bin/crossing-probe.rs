@@ -85,6 +85,7 @@ async fn main() {
         usage_bytes,
         hard: true,
         passed_when_armed,
+        threshold: None,
     };
     detector.arm(&[spec(level, false)]);
     tracing::info!(

@@ -417,39 +417,14 @@ impl EvictionManager {
     }
 
     /// The eviction a hard threshold on `signal` would call for if it were met now, on the
-    /// stats of `input`: the pod its ranking puts first, never a critical one, with the
-    /// hard grace period. `None` without such a threshold or a candidate. The hot path
-    /// holds this victim ready so that a crossing is answered before any synchronize; the
-    /// message is worded on these stats.
+    /// stats of `input`: see [`hard_eviction`]. The hot path holds this victim's
+    /// candidates ready so that a crossing is answered before any synchronize.
     pub fn prospective_eviction(
         &self,
         input: &SyncInput,
         signal: Signal,
     ) -> Option<EvictionDecision> {
-        let threshold = self
-            .config
-            .thresholds
-            .iter()
-            .find(|t| t.signal == signal && t.is_hard())?;
-        let resource = signal.resource();
-        let ranked = super::rank::rank_pods(signal, input.fs_layout, &input.pods);
-        let victim = ranked.into_iter().find(|p| !p.pod.is_critical())?;
-        let grace_period_seconds = self.grace_period_seconds(threshold, &victim.pod);
-        Some(EvictionDecision {
-            pod_key: victim.pod.key(),
-            signal: Some(signal),
-            resource,
-            reason: EvictionReason::Threshold,
-            grace_period_seconds,
-            immediate: true,
-            kill_timeout: kill_timeout(grace_period_seconds),
-            message: message::eviction_message(
-                resource,
-                victim,
-                std::slice::from_ref(threshold),
-                &input.observations,
-            ),
-        })
+        hard_eviction(&self.config, input, signal)
     }
 
     /// The hot path's victim: [`EvictionManager::prospective_eviction`] for the hard memory
@@ -512,6 +487,51 @@ impl EvictionManager {
             _ => own,
         }
     }
+}
+
+/// The eviction a hard threshold on `signal` calls for on the stats and observations of
+/// `input`: the pod the signal's ranking puts first, never a critical one, with the hard
+/// grace period, worded in the kubelet's message format on these observations. `None`
+/// without such a threshold or a candidate. The hot path calls it at a crossing with the
+/// working sets read then and the signal as it was crossed.
+pub fn hard_eviction(
+    config: &EvictionConfig,
+    input: &SyncInput,
+    signal: Signal,
+) -> Option<EvictionDecision> {
+    let threshold = config
+        .thresholds
+        .iter()
+        .find(|t| t.signal == signal && t.is_hard())?;
+    let resource = signal.resource();
+    let ranked = super::rank::rank_pods(signal, input.fs_layout, &input.pods);
+    let victim = ranked.into_iter().find(|p| !p.pod.is_critical())?;
+    let grace_period_seconds = config.hard_eviction_grace_period_seconds;
+    Some(EvictionDecision {
+        pod_key: victim.pod.key(),
+        signal: Some(signal),
+        resource,
+        reason: EvictionReason::Threshold,
+        grace_period_seconds,
+        immediate: true,
+        kill_timeout: kill_timeout(grace_period_seconds),
+        message: message::eviction_message(
+            resource,
+            victim,
+            std::slice::from_ref(threshold),
+            &input.observations,
+        ),
+    })
+}
+
+/// The first `count` pods a memory signal's ranking would evict, critical pods left out:
+/// the hot path's candidates, whose working sets it reads again at a crossing.
+pub fn memory_candidates(input: &SyncInput, count: usize) -> Vec<&PodWithStats> {
+    super::rank::rank_pods(Signal::MemoryAvailable, input.fs_layout, &input.pods)
+        .into_iter()
+        .filter(|p| !p.pod.is_critical())
+        .take(count)
+        .collect()
 }
 
 /// How long to wait for a pod given `grace_period_seconds` before killing it outright:
