@@ -246,6 +246,48 @@ pub struct MemcgLayout {
     pub _pad: u32,
 }
 
+/// Global: where the pods cgroup sits in the cgroup v2 hierarchy (see [`PodsPath`]).
+pub const GLOBAL_PODS_PATH: &str = "PODS_PATH";
+/// The deepest pods cgroup the filter of [`PodsPath`] knows (levels below the root).
+pub const PODS_PATH_MAX: usize = 8;
+
+/// The cgroup v2 ids of the pods cgroup and of each of its ancestors, root first:
+/// `ids[i]` is the ancestor at level `i`, `ids[level]` the pods cgroup itself. A memcg
+/// reclaim record of a task neither in the pods tree nor in a cgroup on that path (a
+/// service reclaiming at its own limit) is dropped in the kernel: nothing the agent
+/// decides depends on it. `level` 0 means no filter.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodsPath {
+    pub ids: [u64; PODS_PATH_MAX],
+    pub level: u32,
+    pub _pad: u32,
+}
+
+impl PodsPath {
+    /// Whether a task in cgroup `cgroup_id`, whose ancestor at the pods cgroup's level is
+    /// `ancestor_at_pods_level` (0 when its cgroup is shallower), concerns the pods:
+    /// in their tree, or on the path from the root to it.
+    #[inline(always)]
+    pub fn concerns_pods(&self, cgroup_id: u64, ancestor_at_pods_level: u64) -> bool {
+        let level = self.level as usize;
+        if level == 0 || level >= PODS_PATH_MAX {
+            return true;
+        }
+        if ancestor_at_pods_level == self.ids[level] {
+            return true;
+        }
+        let mut i = 0;
+        while i < PODS_PATH_MAX {
+            if i < level && self.ids[i] == cgroup_id {
+                return true;
+            }
+            i += 1;
+        }
+        false
+    }
+}
+
 /// Key of the rate limiter's map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -276,6 +318,8 @@ mod user {
     unsafe impl aya::Pod for super::ArmedLevels {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::MemcgLayout {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PodsPath {}
 }
 
 #[cfg(test)]

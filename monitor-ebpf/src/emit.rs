@@ -1,12 +1,15 @@
 //! The shared tail of every program: rate-limit per (cgroup, kind), then write one record.
 //! Failures are counted per CPU and logged (aya-log) only at the first and then every
 //! [`LOG_EVERY`]th on a CPU: a tracepoint can fail at its own rate, the log must not.
-use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns};
+use aya_ebpf::helpers::{
+    bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_pid_tgid,
+    bpf_ktime_get_ns,
+};
 use aya_log_ebpf::{error, warn};
 use monitor_common::{
     COUNTER_RATE_MAP_FAILED, COUNTER_READ_FAILED, COUNTER_RING_FULL,
-    DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_MIN_INTERVAL_NS, EventKind, LOG_EVERY, PressureEvent,
-    RateKey, RateState,
+    DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_MIN_INTERVAL_NS, EventKind, LOG_EVERY, PODS_PATH_MAX,
+    PodsPath, PressureEvent, RateKey, RateState,
 };
 
 use crate::maps::{LAST_EMIT, PRESSURE_COUNTERS, PRESSURE_EVENTS};
@@ -23,6 +26,34 @@ pub fn mark_victim_pid_offset() -> usize {
     // SAFETY: a read of a plain global; volatile so the compiler keeps the load that the
     // loader's `set_global` rewrites instead of folding in the default.
     unsafe { core::ptr::read_volatile(&MARK_VICTIM_PID_OFFSET) as usize }
+}
+
+/// The pods cgroup's path in the cgroup v2 hierarchy; set by the agent at load (all zero:
+/// no filter).
+#[unsafe(no_mangle)]
+static PODS_PATH: PodsPath = PodsPath {
+    ids: [0; PODS_PATH_MAX],
+    level: 0,
+    _pad: 0,
+};
+
+/// Whether the current task concerns the pods (see [`PodsPath`]).
+#[inline(always)]
+pub fn current_concerns_pods() -> bool {
+    // SAFETY: as in `mark_victim_pid_offset`.
+    let path = unsafe { core::ptr::read_volatile(&PODS_PATH) };
+    if path.level == 0 {
+        return true;
+    }
+    // SAFETY: these helpers take no pointers and are allowed in tracepoint programs
+    // (the ancestor one since Linux 5.10; it returns 0 above the task's own level).
+    let (cgroup_id, ancestor) = unsafe {
+        (
+            bpf_get_current_cgroup_id(),
+            bpf_get_current_ancestor_cgroup_id(path.level as i32),
+        )
+    };
+    path.concerns_pods(cgroup_id, ancestor)
 }
 
 fn min_interval_ns() -> u64 {

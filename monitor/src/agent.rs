@@ -71,10 +71,27 @@ impl Agent {
         if !settings.sources.ebpf {
             statuses.push(SourceStatus::disabled(WakeSource::Ebpf));
         } else {
+            // Memcg reclaim records of cgroups outside the pods (and off their path) are
+            // dropped in the kernel.
+            let pods_path = layout
+                .unified_root
+                .as_ref()
+                .zip(settings.pods_cgroup.as_ref())
+                .and_then(|(mount, pods)| {
+                    let dir = mount.join(pods.trim_start_matches('/'));
+                    notify::ebpf::pods_path(mount, &dir)
+                        .map_err(|err| {
+                            tracing::warn!(
+                                "memcg reclaim records are not filtered in the kernel: {err}"
+                            )
+                        })
+                        .ok()
+                });
             let ebpf_settings = EbpfSettings {
                 min_interval_ns: settings.sources.ebpf_min_interval.as_nanos() as u64,
                 object_override: config.ebpf_object_override.clone(),
                 detector: settings.sources.crossing_attach_points(),
+                pods_path,
                 ..EbpfSettings::default()
             };
             match notify::ebpf::start(&ebpf_settings, wakes.clone(), hook.clone()) {

@@ -179,6 +179,61 @@ async fn ebpf_records_reach_the_manager_attributed_to_the_hog() {
 }
 
 /// Reads the hog's "allocated <MiB> <ns>" lines in the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memcg_reclaim_outside_the_pods_is_dropped_in_the_kernel() {
+    if !require(
+        "memcg_reclaim_outside_the_pods_is_dropped_in_the_kernel",
+        &[Feature::Root, Feature::Ebpf],
+    ) {
+        return;
+    }
+    init_tracing();
+    let pods = TestCgroup::new("pods", 32 * MIB);
+    let outside = TestCgroup::new("service", 32 * MIB);
+    if pods.unified_id().is_none() {
+        println!(
+            "SKIP: memcg_reclaim_outside_the_pods_is_dropped_in_the_kernel: no cgroup2 hierarchy to filter in"
+        );
+        return;
+    }
+    let (agent, _reports) = start(config(
+        only(&[WakeSource::Ebpf]),
+        Some(&pods.relative),
+        vec![],
+    ));
+    let run_hog = |cgroup: &TestCgroup| {
+        // 64 MiB of anonymous memory in a 32 MiB cgroup without swap: it reclaims at its
+        // limit, fails, and is OOM-killed (only it: the limit confines it).
+        let mut child = cgroup.spawn({
+            let mut c = hog(&["anon", "64", "1", "1"]);
+            c.stdout(Stdio::null());
+            c
+        });
+        child.wait().expect("hog exits");
+    };
+    let reclaim = |agent: &Agent| {
+        let counters = agent.kernel_counters().expect("counters");
+        (
+            counters.emitted[EventKind::MemcgReclaim as usize],
+            counters.suppressed[EventKind::MemcgReclaim as usize],
+        )
+    };
+    // A service outside the pods reclaiming at its own limit: counted, never sent.
+    run_hog(&outside);
+    let (emitted, suppressed) = reclaim(&agent);
+    assert!(
+        outside.oom_kills() >= 1,
+        "the service's hog reached its limit"
+    );
+    assert_eq!(emitted, 0, "no memcg reclaim record from outside the pods");
+    assert!(suppressed >= 1, "its records were dropped in the kernel");
+    // The same inside the pods cgroup: recorded.
+    run_hog(&pods);
+    let (emitted, _) = reclaim(&agent);
+    assert!(emitted >= 1, "the pods' reclaim is recorded");
+    agent.shutdown().await;
+}
+
 fn progress(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<(u64, u64)> {
     let stdout = child.stdout.take().expect("piped stdout");
     let (tx, rx) = std::sync::mpsc::channel();

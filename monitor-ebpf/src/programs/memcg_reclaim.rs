@@ -3,7 +3,7 @@
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use monitor_common::{EventKind, LOG_TARGET_MEMCG_RECLAIM};
 
-use crate::emit::emit;
+use crate::emit::{count, current_concerns_pods, emit};
 
 #[tracepoint]
 pub fn memcg_reclaim(ctx: TracePointContext) -> u32 {
@@ -11,5 +11,11 @@ pub fn memcg_reclaim(ctx: TracePointContext) -> u32 {
 }
 
 fn try_memcg_reclaim(ctx: &TracePointContext) -> u32 {
+    // A cgroup outside the pods reclaiming at its own limit is no pressure the agent
+    // acts on: counted as suppressed, never sent.
+    if !current_concerns_pods() {
+        count(2 * EventKind::MemcgReclaim as u32 + 1);
+        return 0;
+    }
     emit(ctx, LOG_TARGET_MEMCG_RECLAIM, EventKind::MemcgReclaim, None)
 }

@@ -19,11 +19,13 @@ use monitor_common::{
     COUNTER_RATE_MAP_FAILED, COUNTER_READ_FAILED, COUNTER_RING_FULL, COUNTERS_MAP,
     DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_SAMPLE_EVERY_CHARGE, DEFAULT_SAMPLE_EVERY_LRUVEC,
     DEFAULT_SIGNAL_PID_OFFSET, DEFAULT_SIGNAL_SIG_OFFSET, EVENTS_MAP, EventKind, GLOBAL_AGENT_TGID,
-    GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MEMCG_LAYOUT, GLOBAL_MIN_INTERVAL_NS,
+    GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MEMCG_LAYOUT, GLOBAL_MIN_INTERVAL_NS, GLOBAL_PODS_PATH,
     GLOBAL_SAMPLE_EVERY_CHARGE, GLOBAL_SAMPLE_EVERY_LRUVEC, GLOBAL_SIGNAL_PID_OFFSET,
     GLOBAL_SIGNAL_SIG_OFFSET, KIND_COUNT, LEVEL_HARD, LEVELS_MAP, MemcgLayout, PRESSURE_EVENT_SIZE,
-    PressureEvent,
+    PodsPath, PressureEvent,
 };
+
+use crate::clock::monotonic_ns;
 
 use super::detector::{AttachPoint, Detector, VMLINUX_BTF, memcg_layout};
 use super::ebpf_log::{self, KernelLog};
@@ -98,6 +100,9 @@ pub struct EbpfSettings {
     /// The process whose SIGKILLs the kernel stamps (`signal:signal_generate`); `None`:
     /// this one. The benchmark's crossing probe names the agent it watches.
     pub kills_by: Option<u32>,
+    /// Where the pods cgroup sits in the cgroup v2 hierarchy: memcg reclaim records of
+    /// tasks neither in its tree nor on its path are dropped in the kernel. `None`: kept.
+    pub pods_path: Option<PodsPath>,
 }
 
 impl Default for EbpfSettings {
@@ -110,8 +115,41 @@ impl Default for EbpfSettings {
             sample_every_lruvec: DEFAULT_SAMPLE_EVERY_LRUVEC,
             ring_bytes: monitor_common::EVENTS_RING_BYTES,
             kills_by: None,
+            pods_path: None,
         }
     }
+}
+
+/// The [`PodsPath`] of `pods`, a directory under the cgroup2 mount `mount`: the cgroup
+/// ids (directory inode numbers) of the mount's root and of each directory down to it.
+pub fn pods_path(mount: &Path, pods: &Path) -> Result<PodsPath, String> {
+    use std::os::unix::fs::MetadataExt;
+    let relative = pods
+        .strip_prefix(mount)
+        .map_err(|_| format!("{} is not under {}", pods.display(), mount.display()))?;
+    let mut path = PodsPath::default();
+    let mut dir = mount.to_path_buf();
+    let mut level = 0usize;
+    let id = |dir: &Path| {
+        std::fs::metadata(dir)
+            .map(|m| m.ino())
+            .map_err(|e| format!("{}: {e}", dir.display()))
+    };
+    path.ids[0] = id(&dir)?;
+    for part in relative.components() {
+        level += 1;
+        if level >= monitor_common::PODS_PATH_MAX {
+            return Err(format!(
+                "{} is more than {} levels deep",
+                pods.display(),
+                monitor_common::PODS_PATH_MAX - 1
+            ));
+        }
+        dir.push(part);
+        path.ids[level] = id(&dir)?;
+    }
+    path.level = u32::try_from(level).unwrap_or(0);
+    Ok(path)
 }
 
 /// Counters the programs keep (summed over CPUs).
@@ -200,6 +238,11 @@ pub fn start(
         .override_global(GLOBAL_SIGNAL_SIG_OFFSET, &sig_offset, true)
         .override_global(GLOBAL_SIGNAL_PID_OFFSET, &target_offset, true)
         .override_global(GLOBAL_AGENT_TGID, &agent_tgid, true)
+        .override_global(
+            GLOBAL_PODS_PATH,
+            settings.pods_path.as_ref().unwrap_or(&PodsPath::default()),
+            true,
+        )
         .override_global(
             GLOBAL_MEMCG_LAYOUT,
             layout.as_ref().unwrap_or(&MemcgLayout::default()),
@@ -397,24 +440,17 @@ fn spawn_consumer(
     hook: Hook,
 ) -> std::io::Result<(realtime::Waiter, OwnedFd)> {
     let polled = ring.as_fd().try_clone_to_owned()?;
-    let mut last_crossing: Option<PressureEvent> = None;
+    let mut reader = Drain::default();
     let waiter = realtime::Waiter::start(CONSUMER_THREAD, realtime::RING_PRIORITY, move |_| {
+        let mut batch = std::mem::take(&mut reader.batch);
         while let Some(item) = ring.next() {
-            let Some(event) = decode(&item) else {
-                continue;
-            };
-            drop(item);
-            if event.kind == EventKind::Crossing as u32 {
-                if last_crossing
-                    .as_ref()
-                    .is_some_and(|last| same_crossing(last, &event))
-                {
-                    continue;
-                }
-                last_crossing = Some(event);
+            if let Some(event) = decode(&item) {
+                batch.push(event);
             }
-            handle(event, &wakes, &hook);
         }
+        reader.handle(&batch, monotonic_ns(), &wakes, &hook);
+        batch.clear();
+        reader.batch = batch;
         true
     })?;
     waiter.watch(polled.as_fd(), 0, realtime::Trigger::Level)?;
@@ -434,44 +470,112 @@ fn same_crossing(first: &PressureEvent, next: &PressureEvent) -> bool {
         && next.timestamp_ns.saturating_sub(first.timestamp_ns) < SAME_CROSSING_NS
 }
 
-/// One record: the hot path first when it says a hard level was reached, then the wake.
-fn handle(event: PressureEvent, wakes: &WakeSender, hook: &Hook) {
-    if event.kind == EventKind::Crossing as u32 {
-        // The detector's record carries the kernel's own numbers: a hard level goes to the
-        // hot path first, which confirms it against its levels.
-        if let Some(hook) = hook
-            && event.level_flags & LEVEL_HARD != 0
+/// Reclaim records wake a synchronize at most this often (a threshold's crossing or an
+/// OOM victim always wakes one): a cgroup reclaiming at its limit records up to a
+/// thousand a second.
+pub const RECLAIM_WAKE_INTERVAL_NS: u64 = 100_000_000;
+
+/// The ring reader's state between drains.
+#[derive(Debug, Default)]
+struct Drain {
+    /// The last crossing record, to drop its duplicates.
+    last_crossing: Option<PressureEvent>,
+    /// CLOCK_MONOTONIC ns of the last wake a reclaim record caused.
+    last_reclaim_wake_ns: u64,
+    /// Reused between drains.
+    batch: Vec<PressureEvent>,
+}
+
+/// What one drain asks of the hot path and the loop.
+#[derive(Debug, Default, PartialEq)]
+struct Actions {
+    /// Whether the hot path looks at its levels (at most once per drain).
+    hot_check: bool,
+    /// The records that wake the loop, in ring order (crossings, OOM victims, and at most
+    /// one reclaim record).
+    wakes: Vec<PressureEvent>,
+    /// SIGKILLs the kernel stamped (logged only).
+    kills: Vec<PressureEvent>,
+}
+
+impl Drain {
+    /// Decides what a drained batch calls for, at `now_ns`: the whole ring is read
+    /// before anything is done, so a burst of reclaim records costs one hot-path look
+    /// and at most one wake, and never delays a crossing behind them.
+    fn plan(&mut self, batch: &[PressureEvent], now_ns: u64) -> Actions {
+        let mut actions = Actions::default();
+        let mut crossed = false;
+        let mut reclaim: Option<PressureEvent> = None;
+        for event in batch {
+            match EventKind::from_u32(event.kind) {
+                Some(EventKind::Crossing) => {
+                    if self
+                        .last_crossing
+                        .as_ref()
+                        .is_some_and(|last| same_crossing(last, event))
+                    {
+                        continue;
+                    }
+                    self.last_crossing = Some(*event);
+                    // The detector's record carries the kernel's own numbers: a hard
+                    // level goes to the hot path first, which confirms it.
+                    actions.hot_check |= event.level_flags & LEVEL_HARD != 0;
+                    crossed = true;
+                    actions.wakes.push(*event);
+                }
+                Some(EventKind::KillSignal) => actions.kills.push(*event),
+                Some(EventKind::OomVictim) => {
+                    crossed = true;
+                    actions.wakes.push(*event);
+                }
+                // Reclaim starts as usage reaches a limit or memory.high: the hot path
+                // confirms a hard level against the counters itself.
+                Some(EventKind::MemcgReclaim | EventKind::DirectReclaim) => {
+                    actions.hot_check = true;
+                    reclaim = Some(*event);
+                }
+                _ => reclaim = Some(*event),
+            }
+        }
+        if let Some(event) = reclaim
+            && (crossed
+                || now_ns.saturating_sub(self.last_reclaim_wake_ns) >= RECLAIM_WAKE_INTERVAL_NS)
+        {
+            self.last_reclaim_wake_ns = now_ns;
+            actions.wakes.push(event);
+        }
+        actions
+    }
+
+    /// Carries out [`Drain::plan`]: the hot path first, then the wakes.
+    fn handle(&mut self, batch: &[PressureEvent], now_ns: u64, wakes: &WakeSender, hook: &Hook) {
+        let actions = self.plan(batch, now_ns);
+        if actions.hot_check
+            && let Some(hook) = hook
         {
             hook.hard_crossing(WakeSource::Ebpf);
         }
-        wakes.wake(WakeSource::Ebpf, WakeDetail::Kernel { event, memcg: None });
-        return;
+        for event in actions.kills {
+            // The kernel's stamp of one of our kills: logged, nothing to wake for.
+            tracing::info!(
+                target_pid = event.pid,
+                at_ns = event.timestamp_ns,
+                "kernel: SIGKILL generated by the agent"
+            );
+        }
+        for event in actions.wakes {
+            let memcg = if event.kind == EventKind::Crossing as u32 {
+                None
+            } else {
+                // On a v1 memory controller the record's cgroup id (unified hierarchy)
+                // does not name the memcg; the task's /proc entry does, while it lives.
+                std::fs::read_to_string(format!("/proc/{}/cgroup", event.pid))
+                    .ok()
+                    .and_then(|text| crate::observe::parse::memory_cgroup_of(&text))
+            };
+            wakes.wake(WakeSource::Ebpf, WakeDetail::Kernel { event, memcg });
+        }
     }
-    if event.kind == EventKind::KillSignal as u32 {
-        // The kernel's stamp of one of our kills: logged, nothing to wake for.
-        tracing::info!(
-            target_pid = event.pid,
-            at_ns = event.timestamp_ns,
-            "kernel: SIGKILL generated by the agent"
-        );
-        return;
-    }
-    // Reclaim starts as usage reaches a limit or memory.high; the hot path confirms a
-    // hard level against the counters itself.
-    if let Some(hook) = hook
-        && matches!(
-            EventKind::from_u32(event.kind),
-            Some(EventKind::MemcgReclaim | EventKind::DirectReclaim)
-        )
-    {
-        hook.hard_crossing(WakeSource::Ebpf);
-    }
-    // On a v1 memory controller the record's cgroup id (unified hierarchy) does not name
-    // the memcg; the task's /proc entry does, while it lives.
-    let memcg = std::fs::read_to_string(format!("/proc/{}/cgroup", event.pid))
-        .ok()
-        .and_then(|text| crate::observe::parse::memory_cgroup_of(&text));
-    wakes.wake(WakeSource::Ebpf, WakeDetail::Kernel { event, memcg });
 }
 
 /// Copies a record out of the ring; a short record (a layout mismatch) is skipped.
@@ -582,5 +686,112 @@ mod tests {
         };
         assert_eq!(decode(bytes), Some(event));
         assert_eq!(decode(&bytes[..8]), None);
+    }
+
+    fn record(kind: EventKind, timestamp_ns: u64) -> PressureEvent {
+        PressureEvent {
+            kind: kind as u32,
+            pid: 1,
+            timestamp_ns,
+            cgroup_id: 7,
+            suppressed: 0,
+            level_flags: 1,
+            usage_bytes: 0,
+            level_bytes: 1 << 30,
+        }
+    }
+
+    #[test]
+    fn a_burst_of_reclaim_records_is_one_hot_look_and_at_most_one_wake_per_interval() {
+        let mut drain = Drain::default();
+        let burst: Vec<PressureEvent> = (0..500)
+            .map(|i| record(EventKind::MemcgReclaim, i))
+            .collect();
+        let first = drain.plan(&burst, 1_000_000_000);
+        assert!(
+            first.hot_check,
+            "one look at the levels for the whole drain"
+        );
+        assert_eq!(first.wakes.len(), 1, "one wake for 500 records");
+        // 50 ms later: within the interval, no wake; the hot path still looks.
+        let again = drain.plan(&burst[..10], 1_050_000_000);
+        assert!(again.hot_check);
+        assert!(again.wakes.is_empty());
+        // A crossing always wakes, and takes a pending reclaim record with it.
+        let mut mixed = burst[..3].to_vec();
+        mixed.push(record(EventKind::Crossing, 600));
+        let crossing = drain.plan(&mixed, 1_060_000_000);
+        assert_eq!(
+            crossing
+                .wakes
+                .iter()
+                .map(|e| EventKind::from_u32(e.kind))
+                .collect::<Vec<_>>(),
+            vec![Some(EventKind::Crossing), Some(EventKind::MemcgReclaim)]
+        );
+        // Past the interval: a reclaim record wakes again.
+        let later = drain.plan(&burst[..1], 1_200_000_000);
+        assert_eq!(later.wakes.len(), 1);
+    }
+
+    #[test]
+    fn kernel_kill_stamps_wake_nothing_and_duplicated_crossings_are_dropped() {
+        let mut drain = Drain::default();
+        let batch = vec![
+            record(EventKind::KillSignal, 10),
+            record(EventKind::Crossing, 20),
+            record(EventKind::Crossing, 25),
+            record(EventKind::KswapdWake, 30),
+        ];
+        let actions = drain.plan(&batch, 1_000);
+        assert_eq!(actions.kills.len(), 1);
+        assert!(actions.hot_check, "a hard crossing");
+        assert_eq!(
+            actions
+                .wakes
+                .iter()
+                .map(|e| EventKind::from_u32(e.kind))
+                .collect::<Vec<_>>(),
+            vec![Some(EventKind::Crossing), Some(EventKind::KswapdWake)],
+            "the second crossing is the first one recorded twice"
+        );
+        // kswapd alone: a wake, no look at the levels.
+        let alone = drain.plan(&[record(EventKind::KswapdWake, 0)], 500_000_000);
+        assert!(!alone.hot_check);
+        assert_eq!(alone.wakes.len(), 1);
+    }
+
+    #[test]
+    fn the_pods_path_holds_each_directory_id_and_its_filter_keeps_the_pods_and_their_path() {
+        use std::os::unix::fs::MetadataExt;
+        let mount = tempfile::tempdir().expect("tempdir");
+        let pods = mount.path().join("monitor/kubepods");
+        std::fs::create_dir_all(pods.join("besteffort/podx")).expect("dirs");
+        std::fs::create_dir_all(mount.path().join("system.slice/cron.service")).expect("dirs");
+        let ino = |p: &Path| std::fs::metadata(p).expect("stat").ino();
+        let path = pods_path(mount.path(), &pods).expect("pods path");
+        assert_eq!(path.level, 2);
+        assert_eq!(
+            &path.ids[..3],
+            &[
+                ino(mount.path()),
+                ino(&mount.path().join("monitor")),
+                ino(&pods)
+            ]
+        );
+        // In the pods tree: its ancestor at level 2 is the pods cgroup.
+        let pod = pods.join("besteffort/podx");
+        assert!(path.concerns_pods(ino(&pod), ino(&pods)));
+        // On the path: the root (kswapd), and the agent's own cgroup root.
+        assert!(path.concerns_pods(ino(mount.path()), 0));
+        assert!(path.concerns_pods(ino(&mount.path().join("monitor")), 0));
+        // A service elsewhere, reclaiming at its own limit: dropped.
+        let service = mount.path().join("system.slice/cron.service");
+        assert!(!path.concerns_pods(ino(&service), ino(&service)));
+        // No filter when unset.
+        assert!(PodsPath::default().concerns_pods(ino(&service), 0));
+        // Bad input: a directory outside the mount, a missing one.
+        assert!(pods_path(&pods, mount.path()).is_err());
+        assert!(pods_path(mount.path(), &mount.path().join("gone")).is_err());
     }
 }

@@ -180,6 +180,9 @@ impl EvictionSync {
             .as_ref()
             .map(|hot| hot.take_fired())
             .unwrap_or_default();
+        if let Some(hot) = &self.hot {
+            self.state.lock().metrics.hot_watch_cpu_seconds = hot.watch_cpu().as_secs_f64();
+        }
         for kill in &hot_kills {
             if !self
                 .in_flight
