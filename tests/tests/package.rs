@@ -147,8 +147,22 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
         "the eBPF source runs with the unit's capabilities\n{metrics_text}"
     );
     let log = read(&log_path);
-    assert!(log.contains("SCHED_FIFO priority"), "{log}");
     assert!(log.contains("memory locked"), "{log}");
+    // Every kernel notifier thread runs SCHED_FIFO under the unit's limits, as the
+    // kernel itself reports it.
+    let notifiers = notifier_threads(pid);
+    assert!(
+        notifiers.iter().any(|t| t.name == "monitor-kernel"),
+        "the eBPF ring reader runs: {notifiers:?}"
+    );
+    for thread in &notifiers {
+        assert_eq!(
+            thread.policy, 1,
+            "{} runs SCHED_FIFO (policy 1), not {}: {notifiers:?}\n{log}",
+            thread.name, thread.policy
+        );
+        assert!(thread.rt_priority >= 10, "{notifiers:?}");
+    }
 
     // Pods: a Guaranteed service and a best-effort hog that runs past the bounded node.
     manifest(
@@ -511,6 +525,52 @@ fn run(program: &str, args: &[&str]) -> String {
 
 fn metrics() -> String {
     run("/usr/bin/monitor", &["metrics"])
+}
+
+/// One thread of the agent, as /proc/<pid>/task/<tid>/stat shows it.
+#[derive(Debug)]
+struct ThreadSched {
+    name: String,
+    /// Field 41: 0 SCHED_OTHER, 1 SCHED_FIFO, 2 SCHED_RR.
+    policy: u64,
+    /// Field 40.
+    rt_priority: u64,
+}
+
+/// The agent's kernel notifier threads (named monitor-kernel, monitor-memcg,
+/// monitor-events) with their scheduling.
+fn notifier_threads(pid: u32) -> Vec<ThreadSched> {
+    let mut threads = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // The name is in parentheses and may hold spaces: fields count from the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            panic!("odd stat: {stat}");
+        };
+        let name = stat[open + 1..close].to_string();
+        if !["monitor-kernel", "monitor-memcg", "monitor-events"].contains(&name.as_str()) {
+            continue;
+        }
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        // fields[0] is field 3 (state).
+        let number = |n: usize| -> u64 {
+            fields
+                .get(n - 3)
+                .and_then(|f| f.parse().ok())
+                .unwrap_or_else(|| panic!("field {n} of {stat}"))
+        };
+        threads.push(ThreadSched {
+            name,
+            rt_priority: number(40),
+            policy: number(41),
+        });
+    }
+    threads
 }
 
 fn read(path: &Path) -> String {

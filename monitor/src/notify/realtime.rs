@@ -139,29 +139,47 @@ impl Drop for Waiter {
     }
 }
 
-/// Puts the calling thread on SCHED_FIFO; says what it got.
+/// Puts the calling thread on SCHED_FIFO at `priority`, or, where the process's
+/// RLIMIT_RTPRIO (without CAP_SYS_NICE) allows less, at the highest priority it allows;
+/// says what it got.
 pub fn realtime_priority(priority: i32) -> String {
+    match set_fifo(priority) {
+        Ok(()) => format!("SCHED_FIFO priority {priority}"),
+        Err(err) => {
+            let allowed =
+                nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_RTPRIO)
+                    .map(|(soft, _)| i32::try_from(soft).unwrap_or(i32::MAX))
+                    .unwrap_or(0);
+            if (1..priority).contains(&allowed) && set_fifo(allowed).is_ok() {
+                format!(
+                    "SCHED_FIFO priority {allowed} (asked {priority}; RLIMIT_RTPRIO allows {allowed})"
+                )
+            } else {
+                format!("SCHED_OTHER: real-time priority refused ({err})")
+            }
+        }
+    }
+}
+
+fn set_fifo(priority: i32) -> std::io::Result<()> {
     // SAFETY: sched_param is plain integers (more of them on musl); all-zero is valid.
     let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
     param.sched_priority = priority;
     // The raw system call: it sets the calling thread's policy (0), which is what we
     // want; musl's wrapper refuses with ENOSYS because POSIX means the whole process.
     // SAFETY: the call reads a valid parameter block we own.
-    if unsafe {
+    let done = unsafe {
         libc::syscall(
             libc::SYS_sched_setscheduler,
             0,
             libc::SCHED_FIFO,
             &param as *const libc::sched_param,
         )
-    } == 0
-    {
-        format!("SCHED_FIFO priority {priority}")
+    };
+    if done == 0 {
+        Ok(())
     } else {
-        format!(
-            "SCHED_OTHER: real-time priority refused ({})",
-            std::io::Error::last_os_error()
-        )
+        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -212,5 +230,21 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), waiter.ended())
             .await
             .expect("the thread ended");
+    }
+
+    #[test]
+    fn the_packaged_unit_allows_every_notifier_its_priority() {
+        let unit = include_str!("../../../packaging/monitor.service");
+        let limit: i32 = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("LimitRTPRIO="))
+            .expect("the unit sets LimitRTPRIO")
+            .trim()
+            .parse()
+            .expect("a number");
+        assert!(
+            limit >= PRIORITY.max(RING_PRIORITY),
+            "LimitRTPRIO={limit} refuses a notifier thread its priority ({PRIORITY}, {RING_PRIORITY})"
+        );
     }
 }
