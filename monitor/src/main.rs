@@ -79,6 +79,8 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    // The limits this process was started with, before anything raises one: the pods'.
+    monitor::runtime::inherited::OriginalLimits::record();
     let cli = Cli::parse();
     match cli.command {
         Command::Simulate(args) => monitor::simulate::run(&args),

@@ -138,6 +138,23 @@ impl ImageGcState {
         }
     }
 
+    /// Recorded times after `now` count as `now`: a clock stepped back, a state directory
+    /// copied from another node or a bad write would otherwise leave an image that never
+    /// ages (never past the maximum age, never ahead of the others under disk pressure).
+    /// Returns the ids of the records brought back, in id order, for the caller to
+    /// report and persist; an empty list when every time was at or before `now`.
+    pub fn clamp_future_times(&mut self, now: Time) -> Vec<String> {
+        let mut clamped = Vec::new();
+        for record in self.records.values_mut() {
+            if record.first_detected > now || record.last_used > now {
+                record.first_detected = record.first_detected.min(now);
+                record.last_used = record.last_used.min(now);
+                clamped.push(record.id.clone());
+            }
+        }
+        clamped
+    }
+
     /// Takes in the runtime's current image list (detectImages): new images are first
     /// detected `now`; images used by a container or by a pod sandbox are last used
     /// `now`; sizes and pinning are refreshed; images no longer listed are forgotten.
@@ -577,6 +594,87 @@ mod tests {
         assert_eq!(gc.by_space.bytes_to_free, 12 * GB);
         assert!(gc.by_space.is_short());
         assert_eq!(gc.bytes_freed(), 10 * GB);
+    }
+
+    #[rstest]
+    // (first detected, last used) at now 10 → after the clamp, and whether it was clamped.
+    #[case::both_in_the_past((at(1), at(5)), (at(1), at(5)), false)]
+    #[case::never_used((at(1), Time::ZERO), (at(1), Time::ZERO), false)]
+    #[case::exactly_now((at(10), at(10)), (at(10), at(10)), false)]
+    #[case::used_in_the_future((at(1), at(500)), (at(1), at(10)), true)]
+    #[case::detected_in_the_future((at(11), Time::ZERO), (at(10), Time::ZERO), true)]
+    #[case::both_in_the_future((at(400), at(500)), (at(10), at(10)), true)]
+    fn recorded_times_after_now_count_as_now(
+        #[case] recorded: (Time, Time),
+        #[case] expected: (Time, Time),
+        #[case] clamped: bool,
+    ) {
+        let record = ImageRecord {
+            id: "x".into(),
+            first_detected: recorded.0,
+            last_used: recorded.1,
+            ..ImageRecord::default()
+        };
+        let mut state = ImageGcState::from_records([record]);
+        let ids = state.clamp_future_times(at(10));
+        assert_eq!(
+            ids,
+            if clamped {
+                vec!["x".to_string()]
+            } else {
+                vec![]
+            }
+        );
+        let r = state.record("x").unwrap_or_else(|| panic!("x kept"));
+        assert_eq!((r.first_detected, r.last_used), expected);
+    }
+
+    #[test]
+    fn an_image_used_in_the_future_ages_from_now_once_clamped() {
+        // Last used "in 2100": without the clamp it is never old and never freed.
+        let year_2100 = Duration::from_secs(4_102_444_800);
+        let record = ImageRecord {
+            id: "future".into(),
+            repo_tags: vec!["future:latest".into()],
+            size_bytes: GB,
+            first_detected: year_2100,
+            last_used: year_2100,
+            ..ImageRecord::default()
+        };
+        let p = ImageGcPolicy {
+            max_age: Some(at(60)),
+            ..policy()
+        };
+        let listed = [image("future", 1)];
+        let unclamped = {
+            let mut s = ImageGcState::from_records([record.clone()]);
+            s.detect(&listed, &set(&[]), &set(&[]), at(10));
+            s
+        };
+        assert!(
+            free_old_images(&p, &unclamped, at(1000), at(0))
+                .images
+                .is_empty()
+        );
+        assert!(
+            free_all_eligible(&p, &unclamped, at(1000))
+                .images
+                .is_empty()
+        );
+
+        let mut state = ImageGcState::from_records([record]);
+        assert_eq!(state.clamp_future_times(at(10)), ["future"]);
+        state.detect(&listed, &set(&[]), &set(&[]), at(10));
+        assert!(free_old_images(&p, &state, at(70), at(0)).images.is_empty());
+        assert_eq!(
+            free_old_images(&p, &state, at(71), at(0)).images,
+            ["future"]
+        );
+        assert!(
+            free_all_eligible(&p, &state, at(11)).images.is_empty(),
+            "min age"
+        );
+        assert_eq!(free_all_eligible(&p, &state, at(12)).images, ["future"]);
     }
 
     #[test]

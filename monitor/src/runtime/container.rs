@@ -8,6 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use super::inherited::OriginalLimits;
 use crate::policy::pod::Container;
 
 /// PATH for containers that set none (the one container runtimes default to).
@@ -41,8 +42,18 @@ pub struct Launch<'a> {
 }
 
 /// Spawns the process. It runs in its own session, so it outlives the agent (an agent
-/// restart adopts it) and a signal to the agent's process group does not reach it.
+/// restart adopts it) and a signal to the agent's process group does not reach it. It
+/// starts with the limits the agent was started with, on the ordinary scheduler and
+/// without memory locks (see [`inherited`](super::inherited)), not with the agent's own.
 pub fn spawn(launch: &Launch<'_>) -> Result<tokio::process::Child, LaunchError> {
+    spawn_with(launch, OriginalLimits::original())
+}
+
+/// [`spawn`] with the given limits.
+fn spawn_with(
+    launch: &Launch<'_>,
+    limits: OriginalLimits,
+) -> Result<tokio::process::Child, LaunchError> {
     let container = launch.container;
     let name = container.name.clone();
     let mut argv: Vec<&String> = container
@@ -108,7 +119,8 @@ pub fn spawn(launch: &Launch<'_>) -> Result<tokio::process::Child, LaunchError> 
     let oom = launch.oom_score_adj.to_string().into_bytes();
     let oom_path = CString::new("/proc/self/oom_score_adj").expect("no NUL");
     // SAFETY: the closure runs in the child between fork and exec and only calls
-    // async-signal-safe functions (setsid, open, write, close) on buffers prepared above.
+    // async-signal-safe functions (setsid, open, write, close, getrlimit, setrlimit,
+    // sched_setscheduler, munlockall) on buffers prepared above.
     unsafe {
         command.pre_exec(move || {
             libc::setsid();
@@ -116,6 +128,7 @@ pub fn spawn(launch: &Launch<'_>) -> Result<tokio::process::Child, LaunchError> 
                 write_file(file, b"0")?;
             }
             write_file(&oom_path, &oom)?;
+            limits.restore_in_child()?;
             Ok(())
         });
     }
@@ -156,5 +169,116 @@ pub(super) async fn wait_for_exit(pid: u32) {
     let owned = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     if let Ok(fd) = crate::notify::async_fd(owned, tokio::io::Interest::READABLE) {
         let _ = fd.readable().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::inherited::Limit;
+
+    /// A field of `/proc/<pid>/stat` by its number in proc(5) (1-based; the command, field
+    /// 2, may hold spaces and parentheses, so fields are counted after its last ')').
+    fn stat_field(process: &str, field: usize) -> String {
+        let stat = std::fs::read_to_string(format!("/proc/{process}/stat")).unwrap();
+        let (_, rest) = stat.rsplit_once(')').unwrap();
+        rest.split_whitespace().nth(field - 3).unwrap().to_string()
+    }
+
+    /// The soft and hard values of one line of `/proc/<pid>/limits`.
+    fn limit_line(limits: &str, name: &str) -> (String, String) {
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {limits}"));
+        let mut values = line[name.len()..].split_whitespace();
+        let (soft, hard) = (values.next().unwrap(), values.next().unwrap());
+        (soft.to_string(), hard.to_string())
+    }
+
+    fn shown(value: u64) -> String {
+        if value == libc::RLIM_INFINITY {
+            "unlimited".to_string()
+        } else {
+            value.to_string()
+        }
+    }
+
+    /// A container launched from a SCHED_FIFO thread of a process whose open-file limit
+    /// was raised starts with the limits given (the agent's originals) on SCHED_OTHER.
+    #[test]
+    fn a_container_starts_with_the_original_limits_on_the_ordinary_scheduler() {
+        let now = OriginalLimits::current();
+        // The agent was started with a lower soft limit than it runs with.
+        let original = OriginalLimits {
+            nofile: Limit {
+                soft: now.nofile.soft.min(256),
+                hard: now.nofile.hard,
+            },
+            ..now
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let container: Container = serde_json::from_str(
+            r#"{"name": "main", "image": "none", "command": ["/bin/sleep", "30"]}"#,
+        )
+        .unwrap();
+        let oom_score_adj = std::fs::read_to_string("/proc/self/oom_score_adj")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let launch = Launch {
+            container: &container,
+            join_files: Vec::new(),
+            oom_score_adj,
+            log_path: dir.path().join("main/0.log"),
+        };
+        // Launched from a thread of its own, which takes SCHED_FIFO when allowed (root).
+        let (fifo, limits, policy, priority) = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    crate::notify::realtime::realtime_priority(1);
+                    // SCHED_FIFO is 1.
+                    let fifo = stat_field("thread-self", 41) == "1";
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    runtime.block_on(async {
+                        let mut child = spawn_with(&launch, original).unwrap();
+                        let pid = child.id().unwrap();
+                        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits"));
+                        let pid = pid.to_string();
+                        let (policy, priority) = (stat_field(&pid, 41), stat_field(&pid, 40));
+                        child.kill().await.unwrap();
+                        (fifo, limits.unwrap(), policy, priority)
+                    })
+                })
+                .join()
+                .unwrap()
+        });
+        // As root the launching thread was real-time: what the child would have inherited.
+        assert!(
+            fifo || !nix::unistd::geteuid().is_root(),
+            "root may take SCHED_FIFO"
+        );
+        assert_eq!(
+            limit_line(&limits, "Max open files"),
+            (shown(original.nofile.soft), shown(original.nofile.hard)),
+            "{limits}"
+        );
+        assert_eq!(
+            limit_line(&limits, "Max locked memory"),
+            (shown(original.memlock.soft), shown(original.memlock.hard))
+        );
+        assert_eq!(
+            limit_line(&limits, "Max realtime priority"),
+            (shown(original.rtprio.soft), shown(original.rtprio.hard))
+        );
+        assert_eq!(
+            (policy.as_str(), priority.as_str()),
+            ("0", "0"),
+            "SCHED_OTHER, rt_priority 0 (the launching thread was on SCHED_FIFO: {fifo})"
+        );
     }
 }

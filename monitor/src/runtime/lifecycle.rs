@@ -175,7 +175,10 @@ fn next_restart(shared: &Shared) -> Option<Instant> {
 
 /// Brings the running pods in line with the manifest directory.
 pub(super) fn reconcile(shared: &Arc<Shared>) {
-    let (manifests, errors) = manifests::load_dir(&shared.config.manifest_dir);
+    let (manifests, errors) = manifests::load_dir_for(
+        &shared.config.manifest_dir,
+        manifests::ManifestRules::for_runtime(shared.cri.is_some()),
+    );
     report_manifest_errors(shared, &errors);
     let desired: BTreeMap<String, Manifest> =
         manifests.into_iter().map(|m| (m.uid.clone(), m)).collect();

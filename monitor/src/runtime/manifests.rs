@@ -1,9 +1,16 @@
 //! Pod manifests from a directory (the kubelet's staticPodPath): every `*.yaml`, `*.yml`
 //! and `*.json` file holds one Pod. A file that does not parse is reported (naming the
 //! file and the field) and skipped; the others still run.
+//!
+//! Symbolic links are followed, as the kubelet follows them (configuration tools install
+//! manifests that way): a link to a regular file is a manifest under the link's name, a
+//! link to nothing is reported by name. The directory's watch sees links come and go, not
+//! their targets change: [`LinkTargets`] tells when those changed.
+use std::collections::BTreeMap;
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::policy::pod::{Pod, PodError, parse_pod};
 
@@ -46,6 +53,9 @@ pub enum ManifestError {
         uid: String,
         key: String,
     },
+    /// A symbolic link whose target does not exist.
+    #[error("{}: a symbolic link to {}, which does not exist", path.display(), target.display())]
+    Dangling { path: PathBuf, target: PathBuf },
 }
 
 impl ManifestError {
@@ -56,8 +66,93 @@ impl ManifestError {
             | ManifestError::TooLarge { path, .. }
             | ManifestError::Pod { path, .. }
             | ManifestError::Duplicate { path, .. }
-            | ManifestError::DuplicateUid { path, .. } => path,
+            | ManifestError::DuplicateUid { path, .. }
+            | ManifestError::Dangling { path, .. } => path,
         }
+    }
+}
+
+/// What the runtime that runs the pods asks of a manifest beyond the API's rules.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ManifestRules {
+    /// Every container names what to run (`command`, or failing that `args`): the
+    /// process runtime has no image whose entrypoint could stand in.
+    pub require_command: bool,
+}
+
+impl ManifestRules {
+    /// Pods run as host processes.
+    pub const PROCESS_RUNTIME: ManifestRules = ManifestRules {
+        require_command: true,
+    };
+    /// Pods run on a container runtime (CRI): the image may say what to run.
+    pub const CONTAINER_RUNTIME: ManifestRules = ManifestRules {
+        require_command: false,
+    };
+
+    /// The rules of the runtime in use: a container runtime, or host processes.
+    pub fn for_runtime(container_runtime: bool) -> ManifestRules {
+        if container_runtime {
+            ManifestRules::CONTAINER_RUNTIME
+        } else {
+            ManifestRules::PROCESS_RUNTIME
+        }
+    }
+
+    /// Refuses, naming the file and the field, a pod the runtime could not run.
+    fn check(self, pod: &Pod, origin: &str) -> Result<(), PodError> {
+        if !self.require_command {
+            return Ok(());
+        }
+        let invalid = |path: String, message: &str| PodError::Invalid {
+            origin: origin.to_string(),
+            path,
+            message: message.to_string(),
+        };
+        for (i, container) in pod.spec.containers.iter().enumerate() {
+            let (field, program) = match (container.command.first(), container.args.first()) {
+                (Some(program), _) => ("command", program),
+                (None, Some(program)) => ("args", program),
+                (None, None) => {
+                    return Err(invalid(
+                        format!("spec.containers[{i}].command"),
+                        "nothing to run: no command and no args (pods run as host processes here, with no image to give an entrypoint)",
+                    ));
+                }
+            };
+            if program.is_empty() {
+                return Err(invalid(
+                    format!("spec.containers[{i}].{field}[0]"),
+                    "nothing to run: the program is an empty string",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A directory entry that may be a manifest: a regular file, or a symbolic link to one
+/// (links followed to the end). A link to nothing is an error naming it; anything else
+/// (a directory, a device, a FIFO, a link to one of those, an entry gone meanwhile) is
+/// not a manifest.
+fn manifest_entry(entry: &std::fs::DirEntry) -> Option<Result<PathBuf, ManifestError>> {
+    let path = entry.path();
+    let file_type = entry.file_type().ok()?;
+    if file_type.is_file() {
+        return Some(Ok(path));
+    }
+    if !file_type.is_symlink() {
+        return None;
+    }
+    match std::fs::metadata(&path) {
+        Ok(meta) => meta.is_file().then_some(Ok(path)),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            // No link either: removed since the directory was read.
+            let target = std::fs::read_link(&path).ok()?;
+            Some(Err(ManifestError::Dangling { path, target }))
+        }
+        // A loop of links, a target that cannot be read: the error names the link.
+        Err(source) => Some(Err(ManifestError::Read { path, source })),
     }
 }
 
@@ -69,16 +164,24 @@ pub fn is_manifest_name(name: &str) -> bool {
             .any(|ext| name.ends_with(ext))
 }
 
-/// Reads every manifest in `dir`, in name order. A missing directory is no pods.
+/// Reads every manifest in `dir`, in name order, with no rule of a runtime (see
+/// [`load_dir_for`]). A missing directory is no pods.
 pub fn load_dir(dir: &Path) -> (Vec<Manifest>, Vec<ManifestError>) {
+    load_dir_for(dir, ManifestRules::default())
+}
+
+/// Reads every manifest in `dir`, in name order, refusing what the runtime cannot run
+/// (`rules`). Symbolic links are followed; a dangling one is reported. A missing
+/// directory is no pods.
+pub fn load_dir_for(dir: &Path, rules: ManifestRules) -> (Vec<Manifest>, Vec<ManifestError>) {
     let mut manifests = Vec::new();
     let mut errors = Vec::new();
     let mut paths: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(entries) => entries
             .flatten()
-            .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
             .filter(|e| is_manifest_name(&e.file_name().to_string_lossy()))
-            .map(|e| e.path())
+            .filter_map(|e| manifest_entry(&e))
+            .filter_map(|entry| entry.map_err(|err| errors.push(err)).ok())
             .collect(),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(source) => {
@@ -90,8 +193,9 @@ pub fn load_dir(dir: &Path) -> (Vec<Manifest>, Vec<ManifestError>) {
         }
     };
     paths.sort();
+    errors.sort_by(|a, b| a.path().cmp(b.path()));
     for path in paths {
-        match load_file(&path) {
+        match load_file_for(&path, rules) {
             Ok(manifest) => manifests.push(manifest),
             Err(err) => errors.push(err),
         }
@@ -132,7 +236,13 @@ pub fn load_dir(dir: &Path) -> (Vec<Manifest>, Vec<ManifestError>) {
 /// agent parse gigabytes or hold them in memory.
 pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 
+/// Reads one manifest, with no rule of a runtime (see [`load_file_for`]).
 pub fn load_file(path: &Path) -> Result<Manifest, ManifestError> {
+    load_file_for(path, ManifestRules::default())
+}
+
+/// Reads one manifest (following symbolic links), refusing what the runtime cannot run.
+pub fn load_file_for(path: &Path, rules: ManifestRules) -> Result<Manifest, ManifestError> {
     let read_error = |source| ManifestError::Read {
         path: path.to_path_buf(),
         source,
@@ -174,8 +284,10 @@ pub fn load_file(path: &Path) -> Result<Manifest, ManifestError> {
             format!("not UTF-8 text: {e}"),
         ))
     })?;
-    let pod =
-        parse_pod(&text, &path.display().to_string()).map_err(|source| ManifestError::Pod {
+    let origin = path.display().to_string();
+    let pod = parse_pod(&text, &origin)
+        .and_then(|pod| rules.check(&pod, &origin).map(|()| pod))
+        .map_err(|source| ManifestError::Pod {
             path: path.to_path_buf(),
             source,
         })?;
@@ -196,6 +308,50 @@ pub fn load_file(path: &Path) -> Result<Manifest, ManifestError> {
         pod,
         uid,
     })
+}
+
+/// How often the files behind symbolic links among the manifests are looked at (the
+/// kubelet reads its whole manifest directory every 20 s).
+pub const LINK_CHECK: Duration = Duration::from_secs(5);
+
+/// The files the symbolic links among the manifests of a directory lead to, each as the
+/// identity and times of its current version (`None` while the link leads nowhere). The
+/// directory's watch sees a link made, replaced or removed, not a change to the file it
+/// leads to: two readings that differ say that the directory must be read again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinkTargets(BTreeMap<PathBuf, Option<[i64; 6]>>);
+
+impl LinkTargets {
+    /// Reads them now (no links, or no directory: empty).
+    pub fn read(dir: &Path) -> LinkTargets {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return LinkTargets::default();
+        };
+        let links = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_symlink()))
+            .filter(|e| is_manifest_name(&e.file_name().to_string_lossy()))
+            .map(|e| {
+                let version = std::fs::metadata(e.path()).ok().map(|m| {
+                    [
+                        m.dev() as i64,
+                        m.ino() as i64,
+                        m.size() as i64,
+                        m.mtime().saturating_mul(1_000_000_000) + m.mtime_nsec(),
+                        m.ctime().saturating_mul(1_000_000_000) + m.ctime_nsec(),
+                        i64::from(m.is_file()),
+                    ]
+                });
+                (e.path(), version)
+            })
+            .collect();
+        LinkTargets(links)
+    }
+
+    /// Whether the directory has symbolic links among its manifests.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// FNV-1a over several byte strings, separated so ("ab","c") ≠ ("a","bc").
@@ -332,6 +488,174 @@ mod tests {
             message.contains("pipe.yaml") && message.contains("not a regular file"),
             "{message}"
         );
+    }
+
+    /// A pod whose second container is `container` (YAML flow mapping fields).
+    fn two_containers(container: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: web}}\nspec:\n  containers:\n  - {{name: a, command: [/bin/true]}}\n  - {{name: b{container}}}\n"
+        )
+    }
+
+    #[rstest::rstest]
+    #[case::empty_command(", command: []", Some("spec.containers[1].command: nothing to run"))]
+    #[case::no_command_no_args("", Some("spec.containers[1].command: nothing to run"))]
+    #[case::empty_args(", args: []", Some("spec.containers[1].command: nothing to run"))]
+    #[case::empty_program(
+        ", command: ['', x]",
+        Some("spec.containers[1].command[0]: nothing to run")
+    )]
+    #[case::empty_program_in_args(
+        ", args: ['']",
+        Some("spec.containers[1].args[0]: nothing to run")
+    )]
+    #[case::args_name_the_program(", args: [/bin/sleep, '1']", None)]
+    #[case::command(", command: [/bin/sleep], args: ['1']", None)]
+    fn the_process_runtime_refuses_a_container_with_nothing_to_run(
+        #[case] container: &str,
+        #[case] refused: Option<&str>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yaml");
+        std::fs::write(&path, two_containers(container)).unwrap();
+        match (
+            load_file_for(&path, ManifestRules::PROCESS_RUNTIME),
+            refused,
+        ) {
+            (Ok(_), None) => {}
+            (Err(err), Some(field)) => {
+                assert!(matches!(err, ManifestError::Pod { .. }), "{err:?}");
+                let message = err.to_string();
+                assert!(
+                    message.starts_with(&format!("{}: {field}", path.display())),
+                    "{message}"
+                );
+                assert!(err.path().ends_with("web.yaml"));
+            }
+            (result, refused) => panic!("{container}: {result:?}, expected {refused:?}"),
+        }
+        // A container runtime runs the image's entrypoint: nothing refused there.
+        load_file_for(&path, ManifestRules::CONTAINER_RUNTIME)
+            .unwrap_or_else(|e| panic!("{container}: {e}"));
+    }
+
+    #[test]
+    fn the_runtime_decides_the_rules_and_the_directory_reports_the_refusal() {
+        assert_eq!(
+            ManifestRules::for_runtime(false),
+            ManifestRules::PROCESS_RUNTIME
+        );
+        assert_eq!(
+            ManifestRules::for_runtime(true),
+            ManifestRules::CONTAINER_RUNTIME
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), POD).unwrap();
+        let other = two_containers(", command: []").replace("name: web", "name: other");
+        std::fs::write(dir.path().join("b.yaml"), other).unwrap();
+        let (ok, bad) = load_dir_for(dir.path(), ManifestRules::PROCESS_RUNTIME);
+        assert_eq!(ok.len(), 1);
+        assert!(ok[0].path.ends_with("a.yaml"));
+        assert_eq!(bad.len(), 1);
+        assert!(bad[0].path().ends_with("b.yaml"));
+        let message = bad[0].to_string();
+        assert!(
+            message.contains("b.yaml: spec.containers[1].command"),
+            "{message}"
+        );
+        // Without the process runtime's rule both load.
+        assert_eq!(load_dir(dir.path()).0.len(), 2);
+    }
+
+    #[test]
+    fn an_unknown_restart_policy_is_refused_naming_the_file_and_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yaml");
+        std::fs::write(
+            &path,
+            POD.replace("spec:\n", "spec:\n  restartPolicy: Sometimes\n"),
+        )
+        .unwrap();
+        let (ok, bad) = load_dir_for(dir.path(), ManifestRules::PROCESS_RUNTIME);
+        assert!(ok.is_empty());
+        assert_eq!(bad.len(), 1);
+        assert!(bad[0].path().ends_with("web.yaml"));
+        let message = bad[0].to_string();
+        assert!(
+            message.starts_with(&format!(
+                "{}: spec.restartPolicy: \"Sometimes\"",
+                path.display()
+            )),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_symlinked_manifest_is_loaded_and_follows_its_target() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("pods");
+        std::fs::create_dir(&dir).unwrap();
+        let target = root.path().join("elsewhere.yaml");
+        std::fs::write(&target, POD).unwrap();
+        let link = dir.join("web.yaml");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        // A link to a directory is no more a manifest than a directory is.
+        std::os::unix::fs::symlink(root.path(), dir.join("dir.yaml")).unwrap();
+
+        let (ok, bad) = load_dir_for(&dir, ManifestRules::PROCESS_RUNTIME);
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(ok.len(), 1);
+        assert_eq!(ok[0].path, link, "known by the link's name");
+        assert_eq!(ok[0].pod.key(), "default/web");
+        let links = LinkTargets::read(&dir);
+        assert!(!links.is_empty());
+        assert_eq!(LinkTargets::read(&dir), links, "nothing changed");
+
+        // The target changes: the next reading differs, the next load sees the new pod.
+        std::fs::write(&target, POD.replace("'100'", "'200'")).unwrap();
+        assert_ne!(LinkTargets::read(&dir), links);
+        let (again, _) = load_dir_for(&dir, ManifestRules::PROCESS_RUNTIME);
+        assert_eq!(again.len(), 1);
+        assert_ne!(again[0].uid, ok[0].uid, "a new version of the pod");
+        assert_eq!(again[0].pod.spec.containers[0].command, ["sleep", "200"]);
+    }
+
+    #[test]
+    fn a_dangling_link_is_reported_by_name() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("pods");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("web.yaml"), POD).unwrap();
+        let gone = root.path().join("gone.yaml");
+        let link = dir.join("db.yaml");
+        std::os::unix::fs::symlink(&gone, &link).unwrap();
+        let before = LinkTargets::read(&dir);
+
+        let (ok, bad) = load_dir_for(&dir, ManifestRules::PROCESS_RUNTIME);
+        assert_eq!(ok.len(), 1, "the other manifests still run");
+        assert_eq!(bad.len(), 1);
+        assert!(
+            matches!(bad[0], ManifestError::Dangling { .. }),
+            "{:?}",
+            bad[0]
+        );
+        assert_eq!(bad[0].path(), link);
+        let message = bad[0].to_string();
+        assert_eq!(
+            message,
+            format!(
+                "{}: a symbolic link to {}, which does not exist",
+                link.display(),
+                gone.display()
+            )
+        );
+
+        // The target appears: the link is a manifest, and the reading says it changed.
+        std::fs::write(&gone, POD.replace("name: web", "name: db")).unwrap();
+        assert_ne!(LinkTargets::read(&dir), before);
+        let (ok, bad) = load_dir_for(&dir, ManifestRules::PROCESS_RUNTIME);
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(ok.len(), 2);
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod cgroups;
 pub mod container;
 pub mod cri;
 mod exit_status;
+pub mod inherited;
 mod lifecycle;
 pub mod logs;
 pub mod manifests;
@@ -133,6 +134,11 @@ impl LocalRuntime {
                     exits_rx,
                     reconcile_rx,
                 )),
+            );
+            tasks.add(
+                "manifest link follower",
+                Role::Helper,
+                tokio::spawn(follow_manifest_links(self.shared.clone())),
             );
             if self.shared.cri.is_some() {
                 tasks.add(
@@ -554,6 +560,27 @@ fn record_gc(shared: &Shared, trigger: &str, containers: &cri::Collected, images
             ),
         ],
     );
+}
+
+/// Symbolic links among the manifests: the directory's watch does not see the files they
+/// lead to change, so those are looked at every [`manifests::LINK_CHECK`] and the
+/// supervisor reads the directory again when one did (changed, appeared, went).
+async fn follow_manifest_links(shared: Arc<Shared>) {
+    let dir = shared.config.manifest_dir.clone();
+    let mut seen = manifests::LinkTargets::read(&dir);
+    let mut tick = tokio::time::interval(manifests::LINK_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let now = manifests::LinkTargets::read(&dir);
+        if now != seen {
+            seen = now;
+            if shared.reconcile.send(()).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 /// The image collector's period: a pass every `monitor.imageGcPeriod`.

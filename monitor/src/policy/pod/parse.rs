@@ -545,6 +545,11 @@ fn validate(pod: &Pod, prefix: &str) -> Result<(), Problem> {
             "at least one container is required",
         ));
     }
+    // The kubelet acts on these three only; anything else is a typo that would otherwise
+    // run as Always. Empty is unset (the API server defaults it to Always).
+    if let Some(policy) = pod.spec.restart_policy.as_deref() {
+        check_restart_policy(policy, format!("{prefix}spec.restartPolicy"))?;
+    }
     let mut seen = BTreeSet::new();
     let all = [
         ("containers", &pod.spec.containers),
@@ -552,6 +557,9 @@ fn validate(pod: &Pod, prefix: &str) -> Result<(), Problem> {
     ];
     for (field, containers) in all {
         for (i, container) in containers.iter().enumerate() {
+            if let Some(policy) = container.restart_policy.as_deref() {
+                check_restart_policy(policy, format!("{prefix}spec.{field}[{i}].restartPolicy"))?;
+            }
             let path = format!("{prefix}spec.{field}[{i}].name");
             if container.name.is_empty() {
                 return Err(Problem::new(path, "missing"));
@@ -568,6 +576,20 @@ fn validate(pod: &Pod, prefix: &str) -> Result<(), Problem> {
         }
     }
     Ok(())
+}
+
+/// The restart policies the API accepts (a container's, for sidecars, is one of them too).
+const RESTART_POLICIES: [&str; 3] = ["Always", "OnFailure", "Never"];
+
+fn check_restart_policy(policy: &str, path: String) -> Result<(), Problem> {
+    if policy.is_empty() || RESTART_POLICIES.contains(&policy) {
+        Ok(())
+    } else {
+        Err(Problem::new(
+            path,
+            format!("{policy:?} is not one of Always, OnFailure, Never"),
+        ))
+    }
 }
 
 /// A DNS-1123 label (namespaces, container names): at most 63 lowercase letters, digits

@@ -746,6 +746,40 @@ fn unsafe_names_are_refused_with_their_field(#[case] text: &str, #[case] expecte
     assert!(err.contains(expected), "{err}");
 }
 
+// The restart policies the kubelet knows; anything else would run as Always.
+#[rstest]
+#[case::always(r#""restartPolicy":"Always","#, None)]
+#[case::on_failure(r#""restartPolicy":"OnFailure","#, None)]
+#[case::never(r#""restartPolicy":"Never","#, None)]
+#[case::unset("", None)]
+#[case::empty_is_unset(r#""restartPolicy":"","#, None)]
+#[case::sometimes(
+    r#""restartPolicy":"Sometimes","#,
+    Some(r#"p.yaml: spec.restartPolicy: "Sometimes" is not one of Always, OnFailure, Never"#)
+)]
+#[case::lowercase(
+    r#""restartPolicy":"always","#,
+    Some(r#"p.yaml: spec.restartPolicy: "always" is not one of"#)
+)]
+#[case::sidecar_typo(
+    r#""initContainers":[{"name":"proxy","restartPolicy":"Allways"}],"#,
+    Some(r#"p.yaml: spec.initContainers[0].restartPolicy: "Allways" is not one of"#)
+)]
+fn restart_policies_outside_the_three_are_refused_with_file_and_field(
+    #[case] field: &str,
+    #[case] expected: Option<&str>,
+) {
+    let text =
+        format!(r#"{{"metadata":{{"name":"p"}},"spec":{{{field}"containers":[{{"name":"c"}}]}}}}"#);
+    match (parse_pod(&text, "p.yaml"), expected) {
+        (Ok(_), None) => {}
+        (Err(err), Some(expected)) => {
+            assert!(err.to_string().starts_with(expected), "{err}");
+        }
+        (result, expected) => panic!("{text}: {result:?}, expected {expected:?}"),
+    }
+}
+
 #[test]
 fn kubernetes_names_pass() {
     let pod = parse_pod(

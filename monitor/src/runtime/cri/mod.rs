@@ -85,7 +85,7 @@ impl CriRuntime {
         let client = CriClient::new(socket)?;
         let images_file = state_dir.join("images.json");
         let mut warning = None;
-        let (began_gc, state) = match std::fs::read(&images_file) {
+        let (began_gc, mut state) = match std::fs::read(&images_file) {
             Ok(bytes) => match serde_json::from_slice::<ImagesFile>(&bytes) {
                 Ok(file) => (file.began_gc, ImageGcState::from_records(file.records)),
                 Err(err) => {
@@ -101,6 +101,20 @@ impl CriRuntime {
             },
             Err(_) => (wall_now(), ImageGcState::new()),
         };
+        // Times from the future count as now, and the file is rewritten to say so.
+        let now = wall_now();
+        let mut rewrite = clamp_future_times(&images_file, &mut state, now);
+        if began_gc > now {
+            tracing::warn!(
+                file = %images_file.display(),
+                "the image collector's start (beganGc) is recorded after now: counted as now and rewritten"
+            );
+            rewrite = true;
+        }
+        let began_gc = began_gc.min(now);
+        if rewrite {
+            write_images_file(&images_file, began_gc, &state);
+        }
         Ok((
             CriRuntime {
                 client,
@@ -115,25 +129,42 @@ impl CriRuntime {
     }
 
     fn save_images(&self, state: &ImageGcState) {
-        let file = ImagesFile {
-            began_gc: self.began_gc,
-            records: state.records().cloned().collect(),
-        };
-        let Ok(bytes) = serde_json::to_vec_pretty(&file) else {
-            return;
-        };
-        let tmp = self
-            .images_file
-            .with_extension(format!("json.{}.tmp", std::process::id()));
-        if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, &self.images_file).is_err()
-        {
-            let _ = std::fs::remove_file(&tmp);
-        }
+        write_images_file(&self.images_file, self.began_gc, state);
     }
 
     fn lock_images(&self) -> std::sync::MutexGuard<'_, ImageGcState> {
         self.images.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Writes the image records (aside, then renamed over `path`).
+fn write_images_file(path: &Path, began_gc: Time, state: &ImageGcState) {
+    let file = ImagesFile {
+        began_gc,
+        records: state.records().cloned().collect(),
+    };
+    let Ok(bytes) = serde_json::to_vec_pretty(&file) else {
+        return;
+    };
+    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+    if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// Brings the image times recorded after `now` back to `now` (see
+/// [`ImageGcState::clamp_future_times`]) and says so, once for each image: the records
+/// are then rewritten, so the next pass finds nothing to say. Returns whether any was.
+fn clamp_future_times(file: &Path, state: &mut ImageGcState, now: Time) -> bool {
+    let clamped = state.clamp_future_times(now);
+    for image in &clamped {
+        tracing::warn!(
+            file = %file.display(),
+            image = %image,
+            "image record times after now (clock stepped back, or copied records): counted as now and rewritten"
+        );
+    }
+    !clamped.is_empty()
 }
 
 /// The sandbox of a pod, as the kubelet configures a host-network pod: the pod's cgroup
@@ -506,6 +537,8 @@ pub(super) async fn detect_images(cri: &CriRuntime, pods: &[Pod], now: Time) -> 
         .into_iter()
         .collect();
     let mut state = cri.lock_images();
+    // A clock stepped back while the agent ran: the times recorded since are in the future.
+    clamp_future_times(&cri.images_file, &mut state, now);
     state.detect(&images, &in_use, &sandbox, now);
     cri.save_images(&state);
     Ok(())
@@ -616,6 +649,80 @@ mod tests {
         runtime.save_images(&ImageGcState::new());
         let (_, warning) = CriRuntime::new(&socket, dir.path(), ImageGcPolicy::default()).unwrap();
         assert_eq!(warning, None);
+    }
+
+    #[tokio::test]
+    async fn an_image_recorded_in_2100_counts_as_now_and_is_freed_by_age_and_pressure() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("images.json");
+        let year_2100 = Duration::from_secs(4_102_444_800);
+        let record = |id: &str, first_detected, last_used| ImageRecord {
+            id: id.into(),
+            repo_tags: vec![format!("{id}:latest")],
+            size_bytes: 1 << 20,
+            pinned: false,
+            first_detected,
+            last_used,
+        };
+        let recorded = ImagesFile {
+            began_gc: year_2100,
+            records: vec![
+                record("future", year_2100, year_2100),
+                record("past", Duration::from_secs(1000), Duration::ZERO),
+            ],
+        };
+        std::fs::write(&file, serde_json::to_vec(&recorded).unwrap()).unwrap();
+        let before = wall_now();
+        let policy = ImageGcPolicy {
+            max_age: Some(Duration::from_secs(3600)),
+            ..ImageGcPolicy::default()
+        };
+        let socket = dir.path().join("no-runtime.sock");
+        let (runtime, warning) = CriRuntime::new(&socket, dir.path(), policy).unwrap();
+        let after = wall_now();
+        assert_eq!(warning, None);
+
+        // The file now holds times at or before now; the past record is untouched.
+        let rewritten: ImagesFile = serde_json::from_slice(&std::fs::read(&file).unwrap())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!((before..=after).contains(&rewritten.began_gc));
+        let times: BTreeMap<String, (Time, Time)> = rewritten
+            .records
+            .iter()
+            .map(|r| (r.id.clone(), (r.first_detected, r.last_used)))
+            .collect();
+        let (detected, used) = times["future"];
+        assert!((before..=after).contains(&detected), "{detected:?}");
+        assert!((before..=after).contains(&used), "{used:?}");
+        assert_eq!(times["past"], (Duration::from_secs(1000), Duration::ZERO));
+        assert_eq!(runtime.began_gc, rewritten.began_gc);
+
+        // Unused from now on, it ages as any other image.
+        let mut state = runtime.lock_images().clone();
+        let listed = [Image {
+            id: "future".into(),
+            repo_tags: vec!["future:latest".into()],
+            size_bytes: 1 << 20,
+            pinned: false,
+        }];
+        state.detect(&listed, &BTreeSet::new(), &BTreeSet::new(), after);
+        let hour = Duration::from_secs(3600);
+        let (gib, roomy) = (1 << 30, 1 << 29);
+        let collect = |now: Time| {
+            image_gc::garbage_collect(&policy, &state, gib, roomy, now, runtime.began_gc)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .by_age
+                .images
+        };
+        assert!(
+            collect(after + hour / 2).is_empty(),
+            "younger than imageMaximumGCAge"
+        );
+        assert_eq!(collect(after + hour + Duration::from_secs(1)), ["future"]);
+        // And under disk pressure (node-level reclaim) once past imageMinimumGCAge.
+        let reclaim = |now: Time| image_gc::free_all_eligible(&policy, &state, now).images;
+        assert!(reclaim(after).is_empty(), "imageMinimumGCAge");
+        assert_eq!(reclaim(after + policy.min_age), ["future"]);
     }
 
     #[test]
