@@ -321,6 +321,11 @@ fn stale_memory_high(node: &Node, stopped: bool) -> Vec<String> {
     stale
 }
 
+/// Eviction events per pod in one run's JSON log.
+pub fn eviction_events(text: &str) -> BTreeMap<String, u32> {
+    read_log(text).0
+}
+
 /// Eviction events per pod in one run's JSON log, and that run's panics.
 fn read_log(text: &str) -> (BTreeMap<String, u32>, u32) {
     let mut evictions = BTreeMap::new();

@@ -17,6 +17,7 @@ pub mod containerd;
 pub mod node;
 pub mod oci;
 pub mod registry;
+pub mod trust;
 
 /// Kernel features a test may need. `MONITOR_TEST_REQUIRE` (comma-separated names, set
 /// by `cargo xtask test` from what the machine offers) turns a skip of a listed feature

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use monitor_tests::chaos::{self, Options};
 use monitor_tests::node::{BURSTABLE, GUARANTEED, Node, sleeper};
-use monitor_tests::{Feature, require};
+use monitor_tests::{Feature, require, trust};
 
 /// Cycles of the short version in `cargo xtask test`.
 const SHORT_CYCLES: u32 = 3;
@@ -98,6 +98,34 @@ fn hostile_input_is_refused_and_harms_nothing() {
         "hostile input got through:\n{}{}",
         chaos::replay_table(&replays),
         tally.table(0)
+    );
+}
+
+/// Cycles of the stale-victim and double-kill scenarios in `cargo xtask test`; `cargo
+/// xtask chaos` runs `MONITOR_CHAOS_CYCLES` of them (50 by default).
+const SHORT_TRUST_CYCLES: u32 = 3;
+
+#[test]
+fn a_fast_kill_keeps_the_kubelets_guarantees() {
+    if !require("chaos trust", &[Feature::Root]) {
+        return;
+    }
+    let cycles = Options::from_env(SHORT_TRUST_CYCLES).cycles;
+    let started = Instant::now();
+    let tallies = vec![
+        trust::stale_victim(cycles),
+        trust::unfreeable(),
+        trust::double_kill(cycles.div_ceil(5).max(2)),
+    ];
+    let table = trust::trust_table(&tallies);
+    say(&format!(
+        "chaos ({}): stale victim, unfreeable memory, double kill\n{table}trust scenarios took {:.0?}",
+        place(),
+        started.elapsed()
+    ));
+    assert!(
+        tallies.iter().all(trust::TrustTally::clean),
+        "a fast kill broke a guarantee:\n{table}"
     );
 }
 

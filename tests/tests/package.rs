@@ -191,6 +191,35 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
         r.phase == monitor::runtime::store::Phase::Running
     });
     assert!(web.containers[0].pid.is_some(), "{web:?}");
+    // The unit grants the agent real-time priority and unlimited locked memory for its
+    // notifier threads; a pod gets neither, and runs on the ordinary scheduler.
+    let web_pid = web.containers[0].pid.unwrap();
+    let limits = std::fs::read_to_string(format!("/proc/{web_pid}/limits")).unwrap();
+    let limit = |name: &str| -> String {
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {limits}"));
+        line[name.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(limit("Max realtime priority"), "0", "{limits}");
+    assert!(
+        limit("Max locked memory")
+            .parse::<u64>()
+            .is_ok_and(|b| b <= 8 << 20),
+        "{limits}"
+    );
+    let stat = std::fs::read_to_string(format!("/proc/{web_pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    assert_eq!(
+        rest.split_whitespace().nth(41 - 3),
+        Some("0"),
+        "policy: {stat}"
+    );
 
     // What an operator reads: `monitor status` and `/metrics` on the default socket.
     let status = run("/usr/bin/monitor", &["status"]);

@@ -610,7 +610,7 @@ impl HotPath {
             }
             looks += 1;
             // The thread's CPU clock costs a system call: looked at every 32 reads.
-            if looks % 32 == 0 && thread_cpu_ns().saturating_sub(cpu_start) >= allowance {
+            if looks.is_multiple_of(32) && thread_cpu_ns().saturating_sub(cpu_start) >= allowance {
                 tracing::debug!(source = %source, told_ns, "hot path: watch ended, its CPU budget is spent");
                 self.last_watch_end_ns
                     .store(monotonic_ns(), std::sync::atomic::Ordering::Relaxed);

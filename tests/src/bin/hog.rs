@@ -10,6 +10,14 @@
 //!   hog log MIB [HOLD_S]
 //!       write MIB MiB to stdout (a container's log file), print "logged <MiB> <ns>" to
 //!       stderr, then hold HOLD_S s and exit 0: a pod that fills the node filesystem.
+//!   hog peak TOTAL_MIB HOLD_S FREED_FILE AFTER_S
+//!       allocate TOTAL_MIB at full speed, hold it HOLD_S s, free it, create FREED_FILE,
+//!       then live on AFTER_S s holding almost nothing.
+//!   hog after FILE MODE ARGS...
+//!       wait until FILE exists, then run MODE ARGS.
+//!   hog shm PATH MIB [HOLD_S]
+//!       write MIB MiB into the new file PATH (a tmpfs: charged to this cgroup, and still
+//!       charged after the process is gone), then hold HOLD_S s.
 //!   hog file PATH SECONDS
 //!       re-read an existing file for SECONDS: in a cgroup smaller than the file this is
 //!       clean page-cache churn, reclaim (and stall) without any OOM kill. Write the file
@@ -35,7 +43,7 @@ fn arg<T: std::str::FromStr>(args: &[String], index: usize, default: Option<T>, 
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "hog: {problem}\nusage: hog anon TOTAL_MIB [STEP_MIB] [PAUSE_MS] [HOLD_S] | hog log MIB [HOLD_S] | hog file PATH SECONDS"
+        "hog: {problem}\nusage: hog anon TOTAL_MIB [STEP_MIB] [PAUSE_MS] [HOLD_S] | hog log MIB [HOLD_S] | hog file PATH SECONDS | hog peak TOTAL_MIB HOLD_S FREED_FILE AFTER_S | hog after FILE MODE ARGS... | hog shm PATH MIB [HOLD_S]"
     );
     std::process::exit(2);
 }
@@ -115,12 +123,62 @@ fn main() {
         unsafe { libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t) };
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
+    run(&args);
+}
+
+fn run(args: &[String]) {
     match args.first().map(String::as_str) {
-        Some("anon") => anon(&args),
-        Some("file") => file(&args),
-        Some("log") => log(&args),
+        Some("anon") => anon(args),
+        Some("file") => file(args),
+        Some("log") => log(args),
+        Some("peak") => peak(args),
+        Some("after") => after(args),
+        Some("shm") => shm(args),
         _ => usage("unknown mode"),
     }
+}
+
+/// `hog peak TOTAL_MIB HOLD_S FREED_FILE AFTER_S`: allocate TOTAL_MIB at full speed, hold
+/// it HOLD_S s, free all of it (1 MiB blocks are unmapped at once), create FREED_FILE,
+/// then stay alive AFTER_S s holding almost nothing: a pod that peaked and came back down.
+fn peak(args: &[String]) {
+    let total: usize = arg(args, 1, None, "TOTAL_MIB");
+    let hold: u64 = arg(args, 2, None, "HOLD_S");
+    let freed: String = arg(args, 3, None, "FREED_FILE");
+    let after: u64 = arg(args, 4, None, "AFTER_S");
+    let blocks: Vec<Vec<u8>> = (0..total).map(|_| vec![1u8; MIB]).collect();
+    println!("done {total} {}", monotonic_ns());
+    std::thread::sleep(Duration::from_secs(hold));
+    drop(std::hint::black_box(blocks));
+    std::fs::write(&freed, format!("{}\n", monotonic_ns()))
+        .unwrap_or_else(|e| usage(&format!("{freed}: {e}")));
+    println!("freed {}", monotonic_ns());
+    std::thread::sleep(Duration::from_secs(after));
+}
+
+/// `hog after FILE MODE ARGS...`: wait until FILE exists, then run MODE.
+fn after(args: &[String]) {
+    let file: String = arg(args, 1, None, "FILE");
+    while !std::path::Path::new(&file).exists() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    run(&args[2..]);
+}
+
+/// `hog shm PATH MIB HOLD_S`: write MIB MiB into a new file PATH (on a tmpfs: its pages
+/// are charged to this process's cgroup and stay charged after it is gone), then hold.
+fn shm(args: &[String]) {
+    let path: String = arg(args, 1, None, "PATH");
+    let total: usize = arg(args, 2, None, "MIB");
+    let hold: u64 = arg(args, 3, Some(0), "HOLD_S");
+    let mut file = std::fs::File::create(&path).unwrap_or_else(|e| usage(&format!("{path}: {e}")));
+    let block = vec![1u8; MIB];
+    for _ in 0..total {
+        file.write_all(&block)
+            .unwrap_or_else(|e| usage(&format!("{path}: {e}")));
+    }
+    println!("done {total} {}", monotonic_ns());
+    std::thread::sleep(Duration::from_secs(hold));
 }
 
 fn anon(args: &[String]) {
