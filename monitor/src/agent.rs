@@ -62,6 +62,16 @@ impl Agent {
         let hot = settings
             .hot_kill
             .then(|| Arc::new(HotPath::new(state.clone())));
+        if let Some(hot) = &hot {
+            match hot.start_watcher() {
+                Ok(scheduling) => {
+                    tracing::info!("hot path watcher thread started ({scheduling})")
+                }
+                Err(err) => tracing::warn!(
+                    "hot path watcher thread: {err}; the ring reader runs its watches itself"
+                ),
+            }
+        }
         let hook: Hook = hot.clone().map(|h| h as Arc<dyn CrossingHook>);
         let mut statuses = Vec::new();
         let tasks = Tasks::start(state.clone());

@@ -255,7 +255,21 @@ pub struct HotPath {
     spin: bool,
     /// The watches' CPU time so far (ns), for the agent's metrics and the bench.
     watch_cpu_ns: std::sync::atomic::AtomicU64,
+    /// Where the ring reader hands its watches (see [`HotPath::start_watcher`]); `None`:
+    /// every source watches on its own thread.
+    watcher: Mutex<Option<std::sync::mpsc::Sender<WatchRequest>>>,
 }
+
+/// A watch the ring reader hands over instead of running it itself.
+#[derive(Clone, Copy, Debug)]
+struct WatchRequest {
+    source: WakeSource,
+    margin: u64,
+    told_ns: u64,
+}
+
+/// Name of the thread that runs the ring reader's watches.
+pub const WATCHER_THREAD: &str = "monitor-watch";
 
 impl HotPath {
     pub fn new(state: SharedState) -> HotPath {
@@ -268,7 +282,54 @@ impl HotPath {
             budget: Mutex::new(WatchBudget::full()),
             spin: more_than_one_cpu(),
             watch_cpu_ns: std::sync::atomic::AtomicU64::new(0),
+            watcher: Mutex::new(None),
         }
+    }
+
+    /// Starts the thread that runs the watches the eBPF ring reader would otherwise run
+    /// itself (a watch lasts up to [`APPROACH_WINDOW`], and meanwhile crossing and OOM
+    /// records would wait in the ring). It runs at the memcg notifier's real-time
+    /// priority where the kernel permits it; returns what it got. The thread ends when
+    /// the hot path is dropped.
+    pub fn start_watcher(self: &Arc<Self>) -> std::io::Result<String> {
+        let (tx, rx) = std::sync::mpsc::channel::<WatchRequest>();
+        let (got_tx, got_rx) = std::sync::mpsc::channel();
+        let hot = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name(WATCHER_THREAD.into())
+            .spawn(move || {
+                let _ = got_tx.send(crate::notify::realtime::realtime_priority(
+                    crate::notify::realtime::PRIORITY,
+                ));
+                while let Ok(request) = rx.recv() {
+                    let Some(hot) = hot.upgrade() else { return };
+                    hot.watch(request.source, request.margin, request.told_ns);
+                }
+            })?;
+        *self.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        Ok(got_rx.recv().unwrap_or_default())
+    }
+
+    /// Runs a watch here, or hands it to the watcher thread when `source` is the ring
+    /// reader and the thread runs.
+    fn watch_from(&self, source: WakeSource, margin: u64, told_ns: u64) -> bool {
+        if source == WakeSource::Ebpf
+            && let Some(tx) = self
+                .watcher
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+            && tx
+                .send(WatchRequest {
+                    source,
+                    margin,
+                    told_ns,
+                })
+                .is_ok()
+        {
+            return false;
+        }
+        self.watch(source, margin, told_ns)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Armed> {
@@ -506,7 +567,7 @@ impl CrossingHook for HotPath {
     fn hard_crossing(&self, source: WakeSource) {
         let told_ns = monotonic_ns();
         if self.kill_if_crossed(source, told_ns, None) == Look::NotReached {
-            self.watch(source, 0, told_ns);
+            self.watch_from(source, 0, told_ns);
         }
     }
 
@@ -532,7 +593,7 @@ impl CrossingHook for HotPath {
                 tracing::debug!(source = %source, "hot path: the early notifier keeps firing; resting it until the next synchronize");
             }
         }
-        self.watch(source, margin, now_ns)
+        self.watch_from(source, margin, now_ns)
     }
 }
 
@@ -675,7 +736,6 @@ impl HotPath {
                 // Disarmed until a synchronize has booked this kill and it has ended.
                 let candidates = std::mem::take(&mut armed.candidates);
                 let victim = &candidates[index];
-                let reaped = victim.switch.release_memory();
                 let path = victim.switch.path.clone();
                 armed.fired.push(HotKill {
                     decision: decision.clone(),
@@ -690,6 +750,11 @@ impl HotPath {
                         .and_then(|t| crossing.observations().get(&t.signal).map(|o| o.available)),
                 });
                 drop(armed);
+                // The reap unmaps the victim's memory from this thread: it takes as long
+                // as freeing it does (tens of ms for hundreds of MiB), so never under the
+                // lock the other notifier threads wait on.
+                let reaped = victim.switch.release_memory();
+                let reaped_ns = monotonic_ns();
                 drop(candidates);
                 tracing::info!(
                     pod = %decision.pod_key,
@@ -698,6 +763,7 @@ impl HotPath {
                     at_ns = killed_ns,
                     watched_from_ns = watched_from_ns.unwrap_or(0),
                     reaped,
+                    reap_us = reaped_ns.saturating_sub(killed_ns) / 1000,
                     level_bytes = crossing.level_working_set,
                     working_set_bytes = crossing.working_set,
                     victim_working_set_bytes = victim_working_set,
@@ -1155,5 +1221,40 @@ mod tests {
         f.set_usage(10);
         f.hot.hard_crossing(WakeSource::MemoryEvents);
         assert_eq!(f.fired(), vec!["default/b"]);
+    }
+
+    #[test]
+    fn the_ring_readers_watch_runs_on_the_watcher_thread_and_the_reader_returns_at_once() {
+        let f = Fixture::with_page_cache_at_arming();
+        let hot = Arc::new(f.hot);
+        hot.start_watcher().expect("watcher thread");
+        // The usage level is reached, the working set not yet: a watch is needed.
+        std::fs::write(f.dir.path().join("memory.usage_in_bytes"), "1000\n").expect("usage");
+        std::fs::write(
+            f.dir.path().join("memory.stat"),
+            "cache 1\ntotal_inactive_file 400\n",
+        )
+        .expect("stat");
+        // Handed over: an inline watch would have run out its window before returning,
+        // with the working set short throughout, and killed nobody.
+        hot.hard_crossing(WakeSource::Ebpf);
+        assert!(hot.take_fired().is_empty(), "not reached yet");
+        // The watcher kills once the working set gets there (rewritten in place).
+        {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(f.dir.path().join("memory.stat"))
+                .and_then(|mut file| file.write_all(b"cache 1\ntotal_inactive_file 200\n"))
+                .expect("rewrite");
+        }
+        let deadline = std::time::Instant::now() + APPROACH_WINDOW * 2;
+        let mut fired = Vec::new();
+        while fired.is_empty() && std::time::Instant::now() < deadline {
+            fired = hot.take_fired();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(fired.len(), 1, "killed by the watcher thread");
+        assert_eq!(fired[0].decision.pod_key, "default/a");
     }
 }
