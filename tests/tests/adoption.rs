@@ -248,3 +248,143 @@ fn a_job_that_ends_while_the_agent_is_down_fails_with_exit_code_unknown() {
         "{pods}"
     );
 }
+
+/// The kubelet removes orphaned pod cgroups; so does the agent at its start, but only
+/// where there is no record at all. A pod whose record was removed while the agent was
+/// down and a process someone left in `<root>/kubepods/besteffort/pod<uid>` are killed and
+/// their cgroups removed, each named in an event; a pod whose record is corrupt (set aside
+/// as `.corrupt`) is left running, at that start and at the next.
+#[test]
+fn orphan_pod_cgroups_without_a_record_are_killed_at_start_and_corrupt_ones_left_alone() {
+    if !require("orphan_pod_cgroups_without_a_record", &[Feature::Root]) {
+        return;
+    }
+    use monitor_tests::node::{BURSTABLE, alive, sleeper};
+    let mut node = Node::new("evictionHard: {allocatableMemory.available: 50Mi}");
+    node.manifest("forgotten.yaml", &sleeper("forgotten", BURSTABLE));
+    node.manifest("corrupt.yaml", &sleeper("corrupt", BURSTABLE));
+    node.start();
+    let forgotten = node.wait_running("forgotten");
+    let corrupt = node.wait_running("corrupt");
+    node.stop();
+    // While the agent is down: one record goes (the manifest too: nothing is to run it
+    // again), one is damaged, and a stray process appears in a pod cgroup of its own.
+    node.remove_manifest("forgotten.yaml");
+    let records = node.path("state").join("pods");
+    std::fs::remove_file(records.join(format!("{}.json", forgotten.uid))).unwrap();
+    std::fs::write(
+        records.join(format!("{}.json", corrupt.uid)),
+        "{\"uid\": 12",
+    )
+    .unwrap();
+    let stray_uid = "0e7f3a52-stray-4c1d-9d6a-orphan000001";
+    let stray = StrayPod::spawn(&node.cgroup_root, stray_uid);
+    let (fp, cp) = (
+        forgotten.containers[0].pid.unwrap(),
+        corrupt.containers[0].pid.unwrap(),
+    );
+    assert!(alive(fp) && alive(cp) && alive(stray.pid));
+    let forgotten_dirs = pod_dirs(&node.cgroup_root, "burstable", &forgotten.uid);
+    assert!(forgotten_dirs.iter().all(|d| d.exists()));
+
+    node.start();
+    wait_until(
+        &format!("both orphans reported\n{}", node.log(2)),
+        Duration::from_secs(15),
+        || {
+            let log = node.log(2);
+            log.matches("OrphanPodKilled").count() >= 2 && log.contains("agent running")
+        },
+    );
+    let log = node.log(2);
+    for uid in [&forgotten.uid, stray_uid] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("OrphanPodKilled") && l.contains(&format!("pod{uid}"))),
+            "no event names pod{uid}:\n{log}"
+        );
+    }
+    assert!(
+        poll(Duration::from_secs(5), || !alive(fp) && !alive(stray.pid)),
+        "the orphans' processes live on\n{log}"
+    );
+    for dir in forgotten_dirs
+        .iter()
+        .chain(&pod_dirs(&node.cgroup_root, "besteffort", stray_uid))
+    {
+        assert!(!dir.exists(), "{} was not removed\n{log}", dir.display());
+    }
+    // The corrupt one: reported, left running, its cgroup kept, no second copy.
+    assert!(log.contains("StateQuarantined") && log.contains("UnmanagedPod"), "{log}");
+    assert!(alive(cp), "a pod with a corrupt record was killed\n{log}");
+    assert!(
+        pod_dirs(&node.cgroup_root, "burstable", &corrupt.uid)
+            .iter()
+            .all(|d| d.exists())
+    );
+    assert!(node.record("corrupt").is_none() && node.record("forgotten").is_none());
+
+    // The next start finds the record set aside, not missing: still left alone.
+    node.stop();
+    node.start();
+    wait_until(
+        &format!("the third start\n{}", node.log(3)),
+        Duration::from_secs(15),
+        || node.log(3).contains("agent running"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let log = node.log(3);
+    assert!(alive(cp), "killed at the next start\n{log}");
+    assert!(log.contains("UnmanagedPod") && !log.contains("OrphanPodKilled"), "{log}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(cp as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
+/// The pod cgroup directories of `uid` in the `tier` (burstable, besteffort) of an
+/// agent's root, in the memory hierarchy and the cgroup2 one (v1 hosts' unified mirror).
+fn pod_dirs(cgroup_root: &str, tier: &str, uid: &str) -> Vec<std::path::PathBuf> {
+    let layout = monitor::observe::CgroupLayout::detect().expect("cgroup layout");
+    let relative = format!("{cgroup_root}/kubepods/{tier}/pod{uid}");
+    let mut dirs = vec![layout.memory_root.join(&relative)];
+    if let Some(unified) = layout.unified_root.filter(|u| *u != layout.memory_root) {
+        dirs.push(unified.join(&relative));
+    }
+    dirs
+}
+
+/// A process no agent started, in a best-effort pod cgroup made by hand (what a run cut
+/// short, or an operator, could leave). Killed on drop if still alive; its cgroups go
+/// with the node's test trees.
+struct StrayPod {
+    pid: u32,
+    child: std::process::Child,
+}
+
+impl StrayPod {
+    fn spawn(cgroup_root: &str, uid: &str) -> StrayPod {
+        let dirs = pod_dirs(cgroup_root, "besteffort", uid);
+        for dir in &dirs {
+            std::fs::create_dir_all(dir)
+                .unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        }
+        let procs: Vec<_> = dirs.iter().map(|d| d.join("cgroup.procs")).collect();
+        let mut command = std::process::Command::new("/bin/sleep");
+        command.arg("1000").stdin(std::process::Stdio::null());
+        monitor_tests::join_before_exec(&mut command, &procs);
+        let child = command.spawn().expect("spawning the stray process");
+        StrayPod {
+            pid: child.id(),
+            child,
+        }
+    }
+}
+
+impl Drop for StrayPod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -849,8 +849,10 @@ fn a_critical_pod_left_pending_by_a_crash_is_admitted_again() {
 }
 
 /// What the agent cannot prove is its own it leaves alone: a pod whose record is corrupt
-/// (set aside as `.corrupt`) or gone keeps running, unmanaged, and its manifest does not
-/// start a second copy while that cgroup has processes; once it is empty the pod starts.
+/// (set aside as `.corrupt`) keeps running, unmanaged, and its manifest does not start a
+/// second copy while that cgroup has processes; once it is empty the pod starts. A pod
+/// whose record is gone altogether is an orphan: killed and removed at start, and its
+/// manifest then starts it afresh, once.
 #[test]
 fn pods_without_a_readable_record_are_left_running_and_never_run_twice() {
     if !require("pods_without_a_readable_record", &[Feature::Root]) {
@@ -880,8 +882,10 @@ fn pods_without_a_readable_record_are_left_running_and_never_run_twice() {
         &format!("both reported\n{}", node.log(2)),
         Duration::from_secs(10),
         || {
-            node.log(2).matches("UnmanagedPod").count() >= 2
-                && node.log(2).contains("agent running")
+            let log = node.log(2);
+            log.contains("UnmanagedPod")
+                && log.contains("OrphanPodKilled")
+                && log.contains("agent running")
         },
     );
     let log = node.log(2);
@@ -892,37 +896,35 @@ fn pods_without_a_readable_record_are_left_running_and_never_run_twice() {
             .exists(),
         "the corrupt record is set aside"
     );
+    // The orphan is gone and its manifest starts it again, in a cgroup of its own.
+    let restarted = node.wait_running("forgotten");
+    assert!(!alive(fp), "the orphan was not killed\n{log}");
+    assert_ne!(restarted.containers[0].pid, Some(fp));
     std::thread::sleep(Duration::from_millis(1500));
+    assert!(alive(cp), "nothing unproven is killed\n{}", node.log(2));
     assert!(
-        alive(cp) && alive(fp),
-        "nothing unproven is killed\n{}",
-        node.log(2)
-    );
-    assert!(
-        node.record("corrupt").is_none() && node.record("forgotten").is_none(),
+        node.record("corrupt").is_none(),
         "no second copy starts beside the unmanaged processes: {:?}",
         node.records()
+    );
+    assert_eq!(
+        node.record("forgotten").unwrap().containers[0].pid,
+        restarted.containers[0].pid,
+        "the orphan's manifest runs once"
     );
 
     // The operator ends the unmanaged process: the next look at the manifests starts the
     // pod afresh (any manifest change triggers it; the periodic look would too).
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(fp as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    assert!(poll(Duration::from_secs(5), || !alive(fp)));
-    std::thread::sleep(Duration::from_millis(200));
-    node.manifest("nudge.yaml", &sleeper("nudge", BURSTABLE));
-    let restarted = node.wait_running("forgotten");
-    assert_ne!(restarted.containers[0].pid, Some(fp));
-    assert!(alive(cp), "the other unmanaged pod is still untouched");
-    assert!(node.record("corrupt").is_none());
-    nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(cp as i32),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
+    assert!(poll(Duration::from_secs(5), || !alive(cp)));
+    std::thread::sleep(Duration::from_millis(200));
+    node.manifest("nudge.yaml", &sleeper("nudge", BURSTABLE));
+    let again = node.wait_running("corrupt");
+    assert_ne!(again.containers[0].pid, Some(cp));
 }
 
 /// The manifest directory deleted and made again is watched again: a manifest written

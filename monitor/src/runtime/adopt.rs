@@ -1,8 +1,10 @@
 //! Adoption after an agent restart: the pods of the earlier run keep running and are
-//! taken over; evicted pods stay evicted; cgroups nobody owns are emptied and removed.
-use std::collections::BTreeMap;
+//! taken over; evicted pods stay evicted; pod cgroups with no record at all are killed
+//! and removed (the kubelet's orphaned pod cgroups); pod cgroups whose record cannot be
+//! read are left alone.
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal as UnixSignal;
 
@@ -14,9 +16,12 @@ use super::shared::{Exit, LivePod, Shared};
 
 /// Re-takes the pods of an earlier run: running containers are watched again (through a
 /// pidfd: they are not our children any more), containers that died meanwhile go through
-/// the restart policy, and pod cgroups nobody owns are emptied and removed.
+/// the restart policy, and pod cgroups no record claims are dealt with as [`unclaimed`]
+/// says.
 pub(super) fn adopt(shared: &Arc<Shared>) {
     let (records, errors) = shared.store.load_all();
+    // After the load: a record it set aside is on disk as `.corrupt` by now.
+    let files = shared.store.uids_with_files();
     for err in errors {
         let reason = match err {
             super::store::StoreError::Quarantined { .. } => "StateQuarantined",
@@ -145,31 +150,34 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
         }
         adopted.push(key);
     }
-    // Pod cgroups under our root that no readable record claims: nothing proves what
-    // runs there or that it is ours to stop (a record set aside as corrupt, a state
-    // directory changed or emptied). They are left as they are and reported; an empty
-    // one is only removed.
+    // Pod cgroups under our root that no readable record claims.
     let known: Vec<String> = shared.lock().pods.keys().cloned().collect();
+    let mut orphans = Vec::new();
     for (uid, cgroup) in cgroups {
         if known.contains(&uid) {
             continue;
         }
-        if shared.tree.is_empty(&cgroup) {
-            remove_cgroups(shared, &format!("pod{uid} (no record, empty)"), &cgroup);
-            continue;
+        match unclaimed(&uid, shared.tree.is_empty(&cgroup), files.as_ref()) {
+            Unclaimed::Empty => {
+                remove_cgroups(shared, &format!("pod{uid} (no record, empty)"), &cgroup);
+            }
+            Unclaimed::Orphan => orphans.push(cgroup),
+            Unclaimed::Unproven => {
+                shared.state.event(
+                    "Warning",
+                    "UnmanagedPod",
+                    &format!("pod{uid}"),
+                    format!(
+                        "{} has processes and a record in {} that cannot be read (set aside as corrupt, or unreadable): left running and unmanaged (never killed, never evicted); a manifest with this uid waits until it is empty",
+                        cgroup.relative,
+                        shared.config.state_dir.display()
+                    ),
+                );
+                shared.lock().unmanaged.insert(uid, cgroup);
+            }
         }
-        shared.state.event(
-            "Warning",
-            "UnmanagedPod",
-            &format!("pod{uid}"),
-            format!(
-                "{} has processes but no record in {}: left running and unmanaged (never killed, never evicted); a manifest with this uid waits until it is empty",
-                cgroup.relative,
-                shared.config.state_dir.display()
-            ),
-        );
-        shared.lock().unmanaged.insert(uid, cgroup);
     }
+    kill_orphans(shared, orphans, ORPHAN_KILL_TIMEOUT);
     if !adopted.is_empty() {
         shared.state.event(
             "Normal",
@@ -180,6 +188,105 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
     }
     update_tiers(shared);
     publish(shared);
+}
+
+/// What to do with a pod cgroup under our root that no readable record claims.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unclaimed {
+    /// No process in it: only removed.
+    Empty,
+    /// Processes, and no file of the records directory is about its pod: an orphan, as
+    /// the kubelet has them (the record was removed with its pod while the agent was
+    /// down, or never written by a run cut short; a stray process someone put there).
+    /// Killed and removed at start, as the kubelet removes orphaned pod cgroups.
+    Orphan,
+    /// Processes, and a record that cannot be read (set aside as `.corrupt`, unreadable,
+    /// or a save cut short), or a records directory that cannot be read at all: nothing
+    /// proves what runs there, or that it is not a pod this agent should still run. Left
+    /// running, unmanaged, and reported.
+    Unproven,
+}
+
+/// Decides for the pod cgroup of `uid`. `files` are the pods any file of the records
+/// directory is about ([`StateStore::uids_with_files`](super::store::StateStore::uids_with_files);
+/// `None` when the directory cannot be read): that is how "no record at all" is told
+/// from "a record that cannot be read", since a corrupt record is set aside under its
+/// uid's name, never deleted.
+fn unclaimed(uid: &str, empty: bool, files: Option<&BTreeSet<String>>) -> Unclaimed {
+    if empty {
+        Unclaimed::Empty
+    } else if files.is_some_and(|files| !files.contains(uid)) {
+        Unclaimed::Orphan
+    } else {
+        Unclaimed::Unproven
+    }
+}
+
+/// How long the start waits for orphans' processes to die.
+const ORPHAN_KILL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Kills every process of each orphan pod cgroup (SIGKILL through `cgroup.kill` where the
+/// kernel has it, else through pidfds of the listed processes, repeated while processes
+/// remain: see [`CgroupTree::signal`](super::cgroups::CgroupTree::signal)) and removes
+/// the emptied cgroups, each with a warning event naming it. Done before the start goes
+/// on, so a manifest with the same uid starts in a cgroup of its own, never in one being
+/// killed. One still not empty after `timeout` (a process stuck in the kernel) is left
+/// unmanaged, reported, and its manifest waits until it is empty.
+fn kill_orphans(shared: &Shared, orphans: Vec<PodCgroup>, timeout: Duration) {
+    if orphans.is_empty() {
+        return;
+    }
+    let deadline = Instant::now() + timeout;
+    let mut pending: Vec<(PodCgroup, usize)> = orphans
+        .into_iter()
+        .map(|cgroup| {
+            let found = shared.tree.pids(&cgroup).len();
+            (cgroup, found)
+        })
+        .collect();
+    loop {
+        pending.retain(|(cgroup, found)| {
+            if !shared.tree.is_empty(cgroup) {
+                return true;
+            }
+            let key = format!("pod{}", cgroup.uid);
+            remove_cgroups(shared, &key, cgroup);
+            shared.state.event(
+                "Warning",
+                "OrphanPodKilled",
+                &key,
+                format!(
+                    "{} had {found} process(es) and no record in {}: killed and removed",
+                    cgroup.relative,
+                    shared.config.state_dir.display()
+                ),
+            );
+            false
+        });
+        if pending.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        for (cgroup, _) in &pending {
+            if let Err(err) = shared.tree.signal(cgroup, UnixSignal::SIGKILL) {
+                tracing::warn!("SIGKILL to orphan {}: {err}", cgroup.relative);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for (cgroup, _) in pending {
+        let left = shared.tree.pids(&cgroup).len();
+        shared.state.event(
+            "Warning",
+            "OrphanPodNotKilled",
+            &format!("pod{}", cgroup.uid),
+            format!(
+                "{} has no record in {} and still {left} process(es) {timeout:?} after SIGKILL: left unmanaged; a manifest with this uid waits until it is empty",
+                cgroup.relative,
+                shared.config.state_dir.display()
+            ),
+        );
+        shared.lock().unmanaged.insert(cgroup.uid.clone(), cgroup);
+    }
 }
 
 /// A pidfd for an adopted container's process; `None` when it is gone already or no
@@ -236,4 +343,32 @@ fn watch_adopted(shared: &Arc<Shared>, uid: &str, key: &str, name: &str, adopted
             code,
         });
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unclaimed_pod_cgroup_is_killed_only_when_no_file_is_about_its_pod() {
+        let files: BTreeSet<String> = ["corrupt-uid".to_string()].into();
+        let cases = [
+            // (uid, empty, files readable, expected)
+            ("any", true, true, Unclaimed::Empty),
+            ("any", true, false, Unclaimed::Empty),
+            ("orphan-uid", false, true, Unclaimed::Orphan),
+            // A record set aside as corrupt (or unreadable, or a save cut short).
+            ("corrupt-uid", false, true, Unclaimed::Unproven),
+            // The records directory unreadable: nothing is known to have no record.
+            ("orphan-uid", false, false, Unclaimed::Unproven),
+        ];
+        for (uid, empty, readable, expected) in cases {
+            let files = readable.then_some(&files);
+            assert_eq!(
+                unclaimed(uid, empty, files),
+                expected,
+                "{uid} empty={empty} readable={readable}"
+            );
+        }
+    }
 }

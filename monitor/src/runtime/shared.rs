@@ -79,10 +79,12 @@ pub(super) struct Inner {
     pub(super) conditions: Vec<NodeConditionType>,
     /// Manifest errors already reported (path → message), so each is reported once.
     pub(super) reported_errors: BTreeMap<PathBuf, String>,
-    /// Pod cgroups under our root that no readable record claims (a record set aside as
-    /// corrupt, a state directory changed or emptied), by uid. Nothing in them is killed:
-    /// nothing proves what they run. A manifest with the same uid does not start while
-    /// its cgroup still has processes (the pod would run twice).
+    /// Pod cgroups under our root with processes whose record cannot be read (set aside
+    /// as corrupt, unreadable, or the records directory itself unreadable), and orphans
+    /// (no record at all) that a SIGKILL at start could not empty, by uid. Nothing in
+    /// them is killed: nothing proves what they run. (An orphan with no record at all is
+    /// killed and removed at start: see `adopt`.) A manifest with the same uid does not
+    /// start while its cgroup still has processes (the pod would run twice).
     pub(super) unmanaged: BTreeMap<String, super::cgroups::PodCgroup>,
 }
 

@@ -223,6 +223,23 @@ impl StateStore {
         (records, errors)
     }
 
+    /// The pods any file in the records directory is about, readable or not: records,
+    /// records set aside as `.corrupt` (by this start or an earlier one), files that could
+    /// not be read, and the temporary files of a save cut short. A pod with none of these
+    /// has no record at all. `None` when the directory itself cannot be read: then nothing
+    /// is known to have no record.
+    pub fn uids_with_files(&self) -> Option<std::collections::BTreeSet<String>> {
+        let entries = std::fs::read_dir(&self.dir).ok()?;
+        let mut uids = std::collections::BTreeSet::new();
+        for entry in entries {
+            let entry = entry.ok()?;
+            if let Some(uid) = uid_of_file(&entry.file_name().to_string_lossy()) {
+                uids.insert(uid.to_string());
+            }
+        }
+        Some(uids)
+    }
+
     fn quarantine(&self, path: PathBuf, uid: String, reason: String) -> StoreError {
         let mut to = path.clone().into_os_string();
         to.push(".corrupt");
@@ -243,9 +260,48 @@ impl StateStore {
     }
 }
 
+/// The pod uid a file of the records directory is about: `<uid>.json`,
+/// `<uid>.json.corrupt`, `.<uid>.json.<pid>.<n>.tmp` (pod uids have no dots).
+fn uid_of_file(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix('.').unwrap_or(name);
+    let (uid, _) = rest.split_once(".json")?;
+    (!uid.is_empty() && !uid.contains('.')).then_some(uid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_file_about_a_pod_names_its_uid() {
+        for (name, uid) in [
+            ("0a1b-2c.json", Some("0a1b-2c")),
+            ("0a1b-2c.json.corrupt", Some("0a1b-2c")),
+            (".0a1b-2c.json.4242.7.tmp", Some("0a1b-2c")),
+            ("web_1.json.corrupt.corrupt", Some("web_1")),
+            (".json", None),
+            ("notes.txt", None),
+            ("..json", None),
+            ("", None),
+        ] {
+            assert_eq!(uid_of_file(name), uid, "{name:?}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path()).unwrap();
+        assert_eq!(store.uids_with_files(), Some(Default::default()));
+        let pods = dir.path().join("pods");
+        for name in ["a.json", "b.json.corrupt", ".c.json.1.2.tmp", "README"] {
+            std::fs::write(pods.join(name), "").unwrap();
+        }
+        let uids: Vec<String> = store.uids_with_files().unwrap().into_iter().collect();
+        assert_eq!(uids, ["a", "b", "c"]);
+        std::fs::remove_dir_all(&pods).unwrap();
+        assert_eq!(
+            store.uids_with_files(),
+            None,
+            "an unreadable directory proves nothing"
+        );
+    }
 
     #[test]
     fn records_round_trip_and_corrupt_files_are_reported() {
