@@ -596,7 +596,7 @@ async fn ensure_sandbox(
     pod: &Pod,
     cgroup: &PodCgroup,
 ) -> Result<(String, cri::api::PodSandboxConfig), String> {
-    let config = cri::sandbox_config(&shared.config.log_dir, uid, pod, cgroup);
+    let config = cri.sandbox_config(&shared.config.log_dir, uid, pod, cgroup);
     let _one_at_a_time = cri.sandboxes.lock().await;
     let existing = shared
         .lock()

@@ -78,8 +78,13 @@ impl LocalRuntime {
         let store = StateStore::open(&config.state_dir)?;
         let cri = match &config.cri_socket {
             Some(socket) => {
+                let ownership = cri::Ownership::for_agent(
+                    &config.cgroup_root,
+                    &config.state_dir,
+                    &config.log_dir,
+                );
                 let (cri, warning) =
-                    cri::CriRuntime::new(socket, &config.state_dir, config.image_gc)?;
+                    cri::CriRuntime::new(socket, &config.state_dir, config.image_gc, ownership)?;
                 if let Some(warning) = warning {
                     state.event("Warning", "ImageRecordsUnreadable", "node", warning);
                 }
@@ -431,6 +436,9 @@ struct GcView {
     kept: std::collections::BTreeSet<String>,
     /// The specs of the running pods (for the images in use).
     specs: Vec<crate::policy::pod::Pod>,
+    /// The sandboxes the records name, with their pods' uids: what proves an older
+    /// agent's sandbox (one without an instance label) ours.
+    recorded: cri::ownership::RecordedSandboxes,
 }
 
 fn gc_view(shared: &Shared) -> GcView {
@@ -439,8 +447,12 @@ fn gc_view(shared: &Shared) -> GcView {
         running: Default::default(),
         kept: Default::default(),
         specs: Vec::new(),
+        recorded: Default::default(),
     };
     for (uid, p) in &inner.pods {
+        if let Some(sandbox) = &p.record.sandbox_id {
+            view.recorded.insert(sandbox.clone(), uid.clone());
+        }
         if !p.record.phase.is_terminal() {
             view.running.insert(uid.clone());
             view.specs
@@ -470,7 +482,7 @@ fn reclaim_on_runtime(
     // lose every dead container.
     let remove_all = |uid: &str| !view.running.contains(uid);
     let collect = async {
-        let containers = cri::collect_containers(cri, &policy, remove_all).await;
+        let containers = cri::collect_containers(cri, &policy, &view.recorded, remove_all).await;
         let images = cri::collect_all_unused_images(cri, &view.specs).await;
         (containers, images)
     };
@@ -510,7 +522,8 @@ fn reclaim_on_runtime(
 async fn image_gc_pass(shared: &Shared, cri: &cri::CriRuntime) {
     let view = gc_view(shared);
     let remove_all = |uid: &str| !view.kept.contains(uid);
-    let containers = cri::collect_containers(cri, &shared.config.container_gc, remove_all).await;
+    let containers =
+        cri::collect_containers(cri, &shared.config.container_gc, &view.recorded, remove_all).await;
     let images = cri::collect_images_periodic(cri, &view.specs).await;
     for err in containers.errors.iter().chain(&images.errors) {
         shared

@@ -24,6 +24,7 @@ use super::cgroups::PodCgroup;
 use super::logs;
 
 pub mod client;
+pub mod ownership;
 
 /// Types and stubs generated from the CRI v1 protos (package `runtime.v1`).
 #[expect(
@@ -36,9 +37,11 @@ pub mod api {
 }
 
 pub use client::{CriClient, CriError, socket_of_endpoint};
+pub use ownership::{INSTANCE_LABEL, Ownership};
 
 /// The label on every sandbox and container the agent creates: garbage collection and
-/// clean-up never touch anything without it.
+/// clean-up never touch anything without it (nor anything another agent's
+/// [`INSTANCE_LABEL`] marks: see [`ownership`]).
 pub const MANAGED_LABEL: &str = "monitor.managed";
 /// The pod uid label (the kubelet's `io.kubernetes.pod.uid`).
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
@@ -56,6 +59,9 @@ pub struct CriRuntime {
     /// When the collector first ran on this node (persisted with the records).
     began_gc: Time,
     policy: ImageGcPolicy,
+    /// Who this agent is in the runtime: the labels it puts on what it creates, and what
+    /// its garbage collection may touch.
+    pub ownership: Ownership,
 }
 
 /// What is kept of the image collector between runs.
@@ -77,10 +83,12 @@ pub fn wall_now() -> Time {
 impl CriRuntime {
     /// A runtime on `socket`, its image records loaded from `state_dir/images.json`. A
     /// corrupt records file is set aside (renamed `.corrupt`) and reported, not fatal.
+    /// `ownership` is the agent's identity in the runtime.
     pub fn new(
         socket: &Path,
         state_dir: &Path,
         policy: ImageGcPolicy,
+        ownership: Ownership,
     ) -> Result<(CriRuntime, Option<String>), CriError> {
         let client = CriClient::new(socket)?;
         let images_file = state_dir.join("images.json");
@@ -123,9 +131,21 @@ impl CriRuntime {
                 images_file,
                 began_gc,
                 policy,
+                ownership,
             },
             warning,
         ))
+    }
+
+    /// The sandbox of a pod (see [`sandbox_config`]), labelled as this agent's.
+    pub(super) fn sandbox_config(
+        &self,
+        log_dir: &Path,
+        uid: &str,
+        pod: &Pod,
+        cgroup: &PodCgroup,
+    ) -> api::PodSandboxConfig {
+        sandbox_config(&self.ownership, log_dir, uid, pod, cgroup)
     }
 
     fn save_images(&self, state: &ImageGcState) {
@@ -168,15 +188,16 @@ fn clamp_future_times(file: &Path, state: &mut ImageGcState, now: Time) -> bool 
 }
 
 /// The sandbox of a pod, as the kubelet configures a host-network pod: the pod's cgroup
-/// as parent, its log directory, the kubelet's labels plus ours.
-pub(super) fn sandbox_config(
+/// as parent, its log directory, the kubelet's labels plus ours (managed, and this
+/// agent's instance).
+fn sandbox_config(
+    ownership: &Ownership,
     log_dir: &Path,
     uid: &str,
     pod: &Pod,
     cgroup: &PodCgroup,
 ) -> api::PodSandboxConfig {
-    let mut labels = BTreeMap::new();
-    labels.insert(MANAGED_LABEL.to_string(), "true".to_string());
+    let mut labels: BTreeMap<String, String> = ownership.labels().into_iter().collect();
     labels.insert(POD_UID_LABEL.to_string(), uid.to_string());
     labels.insert("io.kubernetes.pod.name".into(), pod.metadata.name.clone());
     labels.insert(
@@ -217,14 +238,14 @@ pub(super) fn sandbox_config(
 /// directory, the resources of its QoS class, and its log under the pod's log directory
 /// (`<container>/<restart>.log`, as the process runtime writes it).
 fn container_config(
+    ownership: &Ownership,
     cgroup_options: &CgroupOptions,
     uid: &str,
     spec: &Container,
     restart: u32,
 ) -> api::ContainerConfig {
     let resources = qos::container_resource_config(spec, cgroup_options);
-    let mut labels = BTreeMap::new();
-    labels.insert(MANAGED_LABEL.to_string(), "true".to_string());
+    let mut labels: BTreeMap<String, String> = ownership.labels().into_iter().collect();
     labels.insert(POD_UID_LABEL.to_string(), uid.to_string());
     labels.insert(CONTAINER_NAME_LABEL.to_string(), spec.name.clone());
     api::ContainerConfig {
@@ -343,7 +364,7 @@ pub(super) async fn start_container(
     let log_dir = PathBuf::from(&sandbox.log_directory).join(&spec.name);
     std::fs::create_dir_all(&log_dir)
         .map_err(|err| format!("creating {}: {err}", log_dir.display()))?;
-    let config = container_config(cgroup_options, uid, spec, restart);
+    let config = container_config(&cri.ownership, cgroup_options, uid, spec, restart);
     let id = cri
         .client
         .create_container(sandbox_id, config, sandbox)
@@ -423,9 +444,16 @@ pub struct Collected {
 /// [`container_gc`](crate::policy::container_gc)), then the stopped sandboxes left
 /// without containers of pods whose content is to go. `remove_all(uid)` says whether
 /// everything of pod `uid` goes (evicted or deleted; on the eviction path also finished).
+///
+/// "Ours" is what [`ownership::Judge`] says: this agent's instance label, or an older
+/// agent's unlabelled-instance sandbox that `recorded` (the sandboxes this agent's pod
+/// records name) proves ours. Another agent's dead containers, sandboxes and log files
+/// are never touched, whatever `remove_all` says of pods this agent does not know, and a
+/// log file is deleted only below this agent's log directory.
 pub(super) async fn collect_containers(
     cri: &CriRuntime,
     policy: &ContainerGcPolicy,
+    recorded: &ownership::RecordedSandboxes,
     remove_all: impl Fn(&str) -> bool,
 ) -> Collected {
     let mut collected = Collected::default();
@@ -436,12 +464,15 @@ pub(super) async fn collect_containers(
             return collected;
         }
     };
-    let ours = |labels: &std::collections::HashMap<String, String>| {
-        labels.get(MANAGED_LABEL).is_some_and(|v| v == "true")
+    let judge = ownership::Judge {
+        ownership: &cri.ownership,
+        recorded,
     };
     let dead: Vec<DeadContainer> = containers
         .iter()
-        .filter(|c| ours(&c.labels) && c.state == api::ContainerState::ContainerExited as i32)
+        .filter(|c| {
+            judge.owns_container(c) && c.state == api::ContainerState::ContainerExited as i32
+        })
         .map(|c| DeadContainer {
             id: c.id.clone(),
             pod_uid: c.labels.get(POD_UID_LABEL).cloned().unwrap_or_default(),
@@ -464,7 +495,10 @@ pub(super) async fn collect_containers(
             .filter(|path| !path.is_empty());
         match cri.client.remove_container(&id).await {
             Ok(()) => {
-                if let Some(log) = log.map(PathBuf::from).filter(|p| p.exists()) {
+                if let Some(log) = log
+                    .map(PathBuf::from)
+                    .filter(|p| cri.ownership.log_is_ours(p) && p.exists())
+                {
                     logs::remove(&log);
                 }
                 collected.containers.push(id);
@@ -481,7 +515,7 @@ pub(super) async fn collect_containers(
     };
     match cri.client.list_pod_sandboxes().await {
         Ok(sandboxes) => {
-            for s in sandboxes.iter().filter(|s| ours(&s.labels)) {
+            for s in sandboxes.iter().filter(|s| judge.owns_sandbox(s)) {
                 let uid = s.metadata.as_ref().map_or("", |m| m.uid.as_str());
                 let ready = s.state == api::PodSandboxState::SandboxReady as i32;
                 if ready || !remove_all(uid) || remaining.contains(&s.id) {
@@ -514,18 +548,14 @@ pub(super) async fn detect_images(cri: &CriRuntime, pods: &[Pod], now: Time) -> 
         })
         .collect();
     let mut in_use = image_gc::images_in_use(pods, &images);
-    // Every container the runtime still has (running or dead) holds its image.
+    // Every container the runtime still has (running or dead) holds its image, whoever
+    // made it: another agent's, or anyone's.
     let containers = cri
         .client
         .list_containers()
         .await
         .map_err(|e| e.to_string())?;
-    in_use.extend(containers.iter().map(|c| c.image_ref.clone()));
-    in_use.extend(
-        containers
-            .iter()
-            .filter_map(|c| c.image.as_ref().map(|i| i.image.clone())),
-    );
+    in_use.extend(ownership::images_held(&containers));
     // The sandbox image is kept as the kubelet keeps it: every new pod needs it (runtimes
     // that pin images themselves also say so in `pinned`).
     let sandbox: BTreeSet<String> = cri
@@ -632,14 +662,23 @@ pub(super) async fn collect_all_unused_images(cri: &CriRuntime, pods: &[Pod]) ->
 mod tests {
     use super::*;
 
+    fn owner(dir: &Path) -> Ownership {
+        Ownership::for_agent("monitor", dir, &dir.join("logs"))
+    }
+
     #[tokio::test]
     async fn a_corrupt_image_records_file_is_set_aside_and_reported() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("images.json");
         std::fs::write(&file, b"{\"beganGc\": ").unwrap();
         let socket = dir.path().join("no-runtime.sock");
-        let (runtime, warning) =
-            CriRuntime::new(&socket, dir.path(), ImageGcPolicy::default()).unwrap();
+        let (runtime, warning) = CriRuntime::new(
+            &socket,
+            dir.path(),
+            ImageGcPolicy::default(),
+            owner(dir.path()),
+        )
+        .unwrap();
         let warning = warning.expect("a warning");
         assert!(warning.contains("images.json"), "{warning}");
         assert!(dir.path().join("images.json.corrupt").exists());
@@ -647,7 +686,13 @@ mod tests {
         assert_eq!(runtime.lock_images().records().count(), 0);
         // The records written from now on are readable by the next run.
         runtime.save_images(&ImageGcState::new());
-        let (_, warning) = CriRuntime::new(&socket, dir.path(), ImageGcPolicy::default()).unwrap();
+        let (_, warning) = CriRuntime::new(
+            &socket,
+            dir.path(),
+            ImageGcPolicy::default(),
+            owner(dir.path()),
+        )
+        .unwrap();
         assert_eq!(warning, None);
     }
 
@@ -678,7 +723,8 @@ mod tests {
             ..ImageGcPolicy::default()
         };
         let socket = dir.path().join("no-runtime.sock");
-        let (runtime, warning) = CriRuntime::new(&socket, dir.path(), policy).unwrap();
+        let (runtime, warning) =
+            CriRuntime::new(&socket, dir.path(), policy, owner(dir.path())).unwrap();
         let after = wall_now();
         assert_eq!(warning, None);
 
