@@ -55,15 +55,7 @@ impl Node {
         std::fs::create_dir_all(dir.path().join("pods")).unwrap();
         let disk = disk_mib.map(|mib| {
             let disk = dir.path().join("disk");
-            std::fs::create_dir(&disk).unwrap();
-            nix::mount::mount(
-                Some("monitor-test"),
-                &disk,
-                Some("tmpfs"),
-                nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
-                Some(format!("size={mib}m,mode=0700").as_str()),
-            )
-            .expect("mount a tmpfs for the node filesystem");
+            mount_tmpfs(&disk, mib);
             disk
         });
         let logs = match &disk {
@@ -285,6 +277,19 @@ pub fn pod(name: &str, resources: &str, command: &[&str], extra: &str) -> String
 /// A pod that sleeps.
 pub fn sleeper(name: &str, resources: &str) -> String {
     pod(name, resources, &["/bin/sleep", "1000"], "")
+}
+
+/// Mounts a tmpfs of `mib` MiB of our own at `dir` (created).
+pub fn mount_tmpfs(dir: &Path, mib: u64) {
+    std::fs::create_dir_all(dir).expect("tmpfs mount point");
+    nix::mount::mount(
+        Some("monitor-test"),
+        dir,
+        Some("tmpfs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        Some(format!("size={mib}m,mode=0700").as_str()),
+    )
+    .unwrap_or_else(|e| panic!("mounting a tmpfs at {}: {e}", dir.display()));
 }
 
 /// Every directory below `dir`, depth first.

@@ -196,15 +196,7 @@ struct Tmpfs(PathBuf);
 
 impl Tmpfs {
     fn new(dir: PathBuf, mib: u64) -> Tmpfs {
-        std::fs::create_dir_all(&dir).expect("tmpfs dir");
-        nix::mount::mount(
-            Some("monitor-test"),
-            &dir,
-            Some("tmpfs"),
-            nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
-            Some(format!("size={mib}m,mode=0700").as_str()),
-        )
-        .expect("mount a tmpfs");
+        crate::node::mount_tmpfs(&dir, mib);
         Tmpfs(dir)
     }
 }

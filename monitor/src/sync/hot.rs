@@ -41,7 +41,9 @@ use crate::clock::monotonic_ns;
 use crate::notify::memcg::{ArmedThreshold, ThresholdSpec};
 use crate::notify::{CrossingHook, WakeSource};
 use crate::observe::{CgroupReader, CgroupVersion, OpenFiles};
-use crate::policy::eviction::{EvictionConfig, EvictionDecision, SyncInput, hard_eviction};
+use crate::policy::eviction::{
+    EvictionConfig, EvictionDecision, SyncInput, hard_eviction_of, hard_eviction_victim,
+};
 use crate::policy::signal::{Observations, Signal, SignalObservation};
 use crate::policy::stats::PodWithStats;
 use crate::policy::types::FsLayout;
@@ -508,9 +510,10 @@ impl HotPath {
     }
 
     /// The victim for `crossing`, by the policy's ranking on the candidates' working
-    /// sets read now: its index among the candidates, the decision, and its working set.
-    fn pick(armed: &Armed, crossing: &Crossing) -> Option<(usize, EvictionDecision, u64)> {
-        let config = armed.config.as_ref()?;
+    /// sets read now: its index among the candidates, its working set, and what the
+    /// eviction is worded from after the kill ([`Pick::decision`]).
+    fn pick(armed: &Armed, crossing: &Crossing) -> Option<Pick> {
+        let config = armed.config.clone()?;
         let signal = match crossing.threshold {
             Some(t) => t.signal,
             None => [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable]
@@ -522,6 +525,13 @@ impl HotPath {
                         .any(|t| t.signal == *s && t.is_hard())
                 })?,
         };
+        if !config
+            .thresholds
+            .iter()
+            .any(|t| t.signal == signal && t.is_hard())
+        {
+            return None;
+        }
         let mut read = Vec::with_capacity(armed.candidates.len());
         let mut pods = Vec::with_capacity(armed.candidates.len());
         for (index, candidate) in armed.candidates.iter().enumerate() {
@@ -539,13 +549,37 @@ impl HotPath {
             pods,
             fs_layout: armed.fs_layout,
         };
-        let decision = hard_eviction(config, &input, signal)?;
-        let position = input
-            .pods
-            .iter()
-            .position(|p| p.pod.key() == decision.pod_key)?;
+        let position = hard_eviction_victim(&input, signal)?;
         let (index, working_set) = read[position];
-        Some((index, decision, working_set))
+        Some(Pick {
+            index,
+            position,
+            working_set,
+            input,
+            signal,
+            config,
+        })
+    }
+}
+
+/// The hot path's choice at a crossing.
+struct Pick {
+    /// Among the candidates, and among the pods of `input`.
+    index: usize,
+    position: usize,
+    /// The victim's working set as read.
+    working_set: u64,
+    /// The candidates and the signal as read at the crossing.
+    input: SyncInput,
+    signal: Signal,
+    config: Arc<EvictionConfig>,
+}
+
+impl Pick {
+    /// The eviction, in the kubelet's words, on the numbers read at the crossing (worded
+    /// after the kill: the message costs a few microseconds).
+    fn decision(&self) -> Option<EvictionDecision> {
+        hard_eviction_of(&self.config, &self.input, self.signal, self.position)
     }
 }
 
@@ -725,14 +759,16 @@ impl HotPath {
                 return Look::NotReached;
             }
         };
-        let Some((index, decision, victim_working_set)) = Self::pick(&armed, &crossing) else {
+        let Some(pick) = Self::pick(&armed, &crossing) else {
             tracing::debug!(source = %source, detected_ns, "hot path: a level is reached, but no candidate is left to kill");
             return Look::Disarmed;
         };
+        let (index, victim_working_set) = (pick.index, pick.working_set);
         let fired = armed.candidates[index].switch.fire();
         let killed_ns = monotonic_ns();
-        match fired {
-            Ok(()) => {
+        let decision = pick.decision();
+        match (fired, decision) {
+            (Ok(()), Some(decision)) => {
                 // Disarmed until a synchronize has booked this kill and it has ended.
                 let candidates = std::mem::take(&mut armed.candidates);
                 let victim = &candidates[index];
@@ -785,14 +821,22 @@ impl HotPath {
                 );
                 Look::Killed
             }
-            Err(err) => {
+            (Err(err), _) => {
                 // The normal path evicts at the synchronize this wake causes.
                 tracing::warn!(
-                    pod = %decision.pod_key,
+                    pod = %armed.candidates[index].switch.pod_key,
                     "hot path: writing {} failed: {err}",
                     armed.candidates[index].switch.path.display()
                 );
                 Look::NotReached
+            }
+            (Ok(()), None) => {
+                // Cannot happen: the pick checked that the signal has a hard threshold.
+                tracing::error!(
+                    pod = %armed.candidates[index].switch.pod_key,
+                    "hot path: killed, but the policy words no eviction for it"
+                );
+                Look::Killed
             }
         }
     }
@@ -860,19 +904,25 @@ mod tests {
         /// threshold is met at a working set of 700), with default/a armed.
         fn with_page_cache_at_arming() -> Fixture {
             let f = Fixture::new(0);
-            f.hot.set_levels(
+            f.set_level(1000, 300);
+            f.arm("default/a");
+            f
+        }
+
+        /// Sets one hard usage level, armed with `inactive` of page cache, as a
+        /// synchronize does.
+        fn set_level(&self, usage_bytes: u64, inactive: u64) {
+            self.hot.set_levels(
                 CgroupVersion::V1,
                 &[ThresholdSpec {
-                    cgroup: f.dir.path().to_path_buf(),
-                    usage_bytes: 1000,
+                    cgroup: self.dir.path().to_path_buf(),
+                    usage_bytes,
                     hard: true,
                     passed_when_armed: false,
                     threshold: None,
                 }],
-                |_| 300,
+                |_| inactive,
             );
-            f.arm("default/a");
-            f
         }
 
         /// Writes `text` over the start of `file` 5 ms from now, in place: a watch
@@ -1164,17 +1214,7 @@ mod tests {
         assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
         assert_eq!(f.killed("default/a"), "");
         // The next synchronize sets the levels again: watched once more.
-        f.hot.set_levels(
-            CgroupVersion::V1,
-            &[ThresholdSpec {
-                cgroup: f.dir.path().to_path_buf(),
-                usage_bytes: 1000,
-                hard: true,
-                passed_when_armed: false,
-                threshold: None,
-            }],
-            |_| 0,
-        );
+        f.set_level(1000, 0);
         assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
         assert_eq!(f.fired(), vec!["default/a"]);
     }

@@ -13,6 +13,9 @@
 //!   hog peak TOTAL_MIB HOLD_S FREED_FILE AFTER_S
 //!       allocate TOTAL_MIB at full speed, hold it HOLD_S s, free it, create FREED_FILE,
 //!       then live on AFTER_S s holding almost nothing.
+//!   hog oscillate USAGE_FILE LOW HIGH HALF_PERIOD_MS SECONDS
+//!       fill up to HIGH bytes of the cgroup usage in USAGE_FILE, then go down to LOW
+//!       and back up every HALF_PERIOD_MS, for SECONDS.
 //!   hog after FILE MODE ARGS...
 //!       wait until FILE exists, then run MODE ARGS.
 //!   hog shm PATH MIB [HOLD_S]
@@ -43,7 +46,7 @@ fn arg<T: std::str::FromStr>(args: &[String], index: usize, default: Option<T>, 
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "hog: {problem}\nusage: hog anon TOTAL_MIB [STEP_MIB] [PAUSE_MS] [HOLD_S] | hog log MIB [HOLD_S] | hog file PATH SECONDS | hog peak TOTAL_MIB HOLD_S FREED_FILE AFTER_S | hog after FILE MODE ARGS... | hog shm PATH MIB [HOLD_S]"
+        "hog: {problem}\nusage: hog anon TOTAL_MIB [STEP_MIB] [PAUSE_MS] [HOLD_S] | hog log MIB [HOLD_S] | hog file PATH SECONDS | hog peak TOTAL_MIB HOLD_S FREED_FILE AFTER_S | hog after FILE MODE ARGS... | hog shm PATH MIB [HOLD_S] | hog oscillate USAGE_FILE LOW HIGH HALF_PERIOD_MS SECONDS"
     );
     std::process::exit(2);
 }
@@ -134,6 +137,7 @@ fn run(args: &[String]) {
         Some("peak") => peak(args),
         Some("after") => after(args),
         Some("shm") => shm(args),
+        Some("oscillate") => oscillate(args),
         _ => usage("unknown mode"),
     }
 }
@@ -154,6 +158,70 @@ fn peak(args: &[String]) {
         .unwrap_or_else(|e| usage(&format!("{freed}: {e}")));
     println!("freed {}", monotonic_ns());
     std::thread::sleep(Duration::from_secs(after));
+}
+
+/// `hog oscillate USAGE_FILE LOW HIGH HALF_PERIOD_MS SECONDS`: allocate until the usage
+/// in USAGE_FILE (a cgroup's memory.usage_in_bytes or memory.current) is at HIGH bytes,
+/// then every HALF_PERIOD_MS free down to LOW and allocate up to HIGH again, for
+/// SECONDS; print "crossings <n>" at the end. A workload that moves across a level and
+/// back, doing nothing wrong. Memory comes in 256 KiB mappings of its own, so a free
+/// returns it to the kernel at once.
+fn oscillate(args: &[String]) {
+    const CHUNK: usize = 256 << 10;
+    let file: String = arg(args, 1, None, "USAGE_FILE");
+    let low: u64 = arg(args, 2, None, "LOW");
+    let high: u64 = arg(args, 3, None, "HIGH");
+    let half: u64 = arg(args, 4, None, "HALF_PERIOD_MS");
+    let seconds: u64 = arg(args, 5, None, "SECONDS");
+    let used = || -> u64 {
+        std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or_else(|| usage(&format!("{file}: not a usage file")))
+    };
+    let mut chunks: Vec<*mut libc::c_void> = Vec::new();
+    let grow = |chunks: &mut Vec<*mut libc::c_void>| {
+        // SAFETY: a new private anonymous mapping; nothing else refers to it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                CHUNK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            usage("mmap failed");
+        }
+        // SAFETY: the mapping is CHUNK bytes, writable, ours.
+        unsafe { std::ptr::write_bytes(p.cast::<u8>(), 1, CHUNK) };
+        chunks.push(p);
+    };
+    let shrink = |chunks: &mut Vec<*mut libc::c_void>| {
+        if let Some(p) = chunks.pop() {
+            // SAFETY: a mapping of ours, CHUNK bytes, no longer used.
+            unsafe { libc::munmap(p, CHUNK) };
+        }
+    };
+    while used() < high {
+        grow(&mut chunks);
+    }
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut crossings = 0u64;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(half));
+        while used() > low && !chunks.is_empty() {
+            shrink(&mut chunks);
+        }
+        std::thread::sleep(Duration::from_millis(half));
+        while used() < high {
+            grow(&mut chunks);
+        }
+        crossings += 2;
+    }
+    println!("crossings {crossings}");
 }
 
 /// `hog after FILE MODE ARGS...`: wait until FILE exists, then run MODE.

@@ -499,13 +499,23 @@ pub fn hard_eviction(
     input: &SyncInput,
     signal: Signal,
 ) -> Option<EvictionDecision> {
+    hard_eviction_of(config, input, signal, hard_eviction_victim(input, signal)?)
+}
+
+/// [`hard_eviction`] of `input.pods[victim]`: the eviction of the pod the hot path
+/// picked with [`hard_eviction_victim`] and killed, worded after the kill.
+pub fn hard_eviction_of(
+    config: &EvictionConfig,
+    input: &SyncInput,
+    signal: Signal,
+    victim: usize,
+) -> Option<EvictionDecision> {
     let threshold = config
         .thresholds
         .iter()
         .find(|t| t.signal == signal && t.is_hard())?;
     let resource = signal.resource();
-    let ranked = super::rank::rank_pods(signal, input.fs_layout, &input.pods);
-    let victim = ranked.into_iter().find(|p| !p.pod.is_critical())?;
+    let victim = input.pods.get(victim)?;
     let grace_period_seconds = config.hard_eviction_grace_period_seconds;
     Some(EvictionDecision {
         pod_key: victim.pod.key(),
@@ -522,6 +532,15 @@ pub fn hard_eviction(
             &input.observations,
         ),
     })
+}
+
+/// The pod [`hard_eviction`] evicts on `input` for `signal`, as an index into
+/// `input.pods`: the first of the signal's ranking that is not critical. The hot path
+/// kills it before it words the eviction.
+pub fn hard_eviction_victim(input: &SyncInput, signal: Signal) -> Option<usize> {
+    let ranked = super::rank::rank_pods(signal, input.fs_layout, &input.pods);
+    let victim = ranked.into_iter().find(|p| !p.pod.is_critical())?;
+    input.pods.iter().position(|p| std::ptr::eq(p, victim))
 }
 
 /// The first `count` pods a memory signal's ranking would evict, critical pods left out:
