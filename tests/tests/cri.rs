@@ -1001,3 +1001,117 @@ fn an_unreachable_runtime_stops_the_agent_with_the_endpoint_named() {
         "the error names the setting and the socket:\n{text}"
     );
 }
+
+/// Two agents (two nodes' worth of pods: two cgroup roots, state and log directories) on
+/// ONE containerd. Agent B runs a crash loop, a job that succeeded on an image only it
+/// uses, and a sleeper; an older agent (`monitor.managed=true`, no instance label) left a
+/// dead container in a sandbox of its own; B is stopped (its pods keep running, its dead
+/// containers stay). Agent A, with the same pods of its own (its crash loop has B's pod
+/// uid), runs its periodic container GC and, under imagefs pressure, its node-level
+/// reclaim: nothing of B's or the older agent's goes (0 foreign containers, sandboxes,
+/// logs and images), while A collects its own.
+#[test]
+fn two_agents_on_one_containerd_never_collect_each_others_containers_sandboxes_or_logs() {
+    use monitor::runtime::cri::INSTANCE_LABEL;
+    use monitor_tests::two_agents::{self, TwoAgents, collected_in, own_image};
+    if !require("two_agents_on_one_containerd", two_agents::FEATURES) {
+        return;
+    }
+    let mut two = TwoAgents::new().unwrap_or_else(|e| panic!("{e}"));
+    two.b.start();
+    assert!(
+        two.b.wait_ready(Duration::from_secs(30)),
+        "{}",
+        two.b.logs()
+    );
+    two.b
+        .wait_pods(2, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}\n{}", two.b.logs()));
+    let older = two
+        .older_agents_dead_container(&two.b.log_dir())
+        .unwrap_or_else(|e| panic!("{e}\n{}", two.containerd.log_tail(30)));
+    two.b.stop();
+    let before = two
+        .holdings(&two.b, std::slice::from_ref(&older))
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The job's, the crash loop's last and the older agent's, at least.
+    assert!(before.dead.len() >= 3, "{before:?}");
+    assert!(before.sandboxes.len() >= 4, "{before:?}");
+    assert!(before.logs.len() >= 3, "{before:?}");
+
+    two.a.start();
+    assert!(
+        two.a.wait_ready(Duration::from_secs(30)),
+        "{}",
+        two.a.logs()
+    );
+    two.a
+        .wait_pods(3, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}\n{}", two.a.logs()));
+    // Several periodic passes (every second), then the eviction path's reclaim.
+    std::thread::sleep(Duration::from_secs(3));
+    let reclaimed = two
+        .pressure("localhost/unused:1", Duration::from_secs(40))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        reclaimed,
+        "agent a's node-level reclaim did not free the unused image\n{}",
+        two.a.logs()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let removed = two.removed_since(&before).unwrap_or_else(|e| panic!("{e}"));
+    let own = collected_in(&two.a.logs());
+    let _ = std::io::Write::write_all(
+        &mut std::io::stdout(),
+        format!(
+            "two agents on one containerd: of b's and the older agent's, a removed {} container(s), {} sandbox(es), {} log(s), {} image(s); a collected {own} dead container(s) of its own\n",
+            removed.containers.len(),
+            removed.sandboxes.len(),
+            removed.logs.len(),
+            removed.images.len()
+        )
+        .as_bytes(),
+    );
+    assert!(
+        removed.none(),
+        "agent a removed what is not its own: {removed:?}\n{}",
+        two.a.logs()
+    );
+    assert!(two.has_image(&own_image("b")), "{:?}", two.image_tags());
+    // A's GC did run on its own: dead containers of its crash loop, and under pressure
+    // the finished job's.
+    assert!(own > 0, "agent a collected nothing\n{}", two.a.logs());
+    let job = two.a.record("job-a").and_then(|r| r.sandbox_id);
+    let listing = two.listing().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        !listing
+            .containers
+            .iter()
+            .any(|c| Some(&c.pod_sandbox_id) == job.as_ref()),
+        "a's finished job kept its dead container through the reclaim\n{}",
+        two.a.logs()
+    );
+    // Each agent's sandboxes carry its own instance label, and the two differ.
+    let instance = |agent: &monitor_tests::two_agents::Agent| -> BTreeMap<String, String> {
+        let recorded = agent.recorded_sandboxes();
+        listing
+            .sandboxes
+            .iter()
+            .filter(|s| recorded.contains(&s.id))
+            .map(|s| {
+                (
+                    s.id.clone(),
+                    s.labels.get(INSTANCE_LABEL).cloned().unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    let (a, b) = (instance(&two.a), instance(&two.b));
+    let values = |m: &BTreeMap<String, String>| -> std::collections::BTreeSet<String> {
+        m.values().cloned().collect()
+    };
+    assert_eq!(values(&a).len(), 1, "{a:?}");
+    assert_eq!(values(&b).len(), 1, "{b:?}");
+    assert_ne!(values(&a), values(&b));
+    assert!(values(&a).iter().all(|v| v.contains("node-a")), "{a:?}");
+}

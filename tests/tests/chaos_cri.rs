@@ -1,0 +1,43 @@
+//! Chaos on a real container runtime (a private containerd, tests/src/containerd.rs).
+//! The normal suite runs a short version; `MONITOR_CHAOS_CYCLES` sets the cycles.
+use std::io::Write;
+use std::time::Instant;
+
+use monitor_tests::require;
+use monitor_tests::two_agents;
+
+/// Cycles of the short version in `cargo xtask test` (each agent stopped once).
+const SHORT_CYCLES: u32 = 2;
+
+/// Straight to stdout: the harness captures `println!` of passing tests, and the tables
+/// are the point of a chaos run.
+fn say(text: &str) {
+    let _ = writeln!(std::io::stdout(), "{text}");
+}
+
+/// Two agents on one containerd, each in turn killed with SIGKILL while the other runs
+/// its periodic container GC and, under imagefs pressure, its node-level reclaim: nothing
+/// of the stopped agent's (dead containers, sandboxes, log files, images its containers
+/// hold) is removed, while each collects its own.
+#[test]
+fn two_agents_on_one_containerd_touch_nothing_of_each_other() {
+    if !require("chaos two agents on one containerd", two_agents::FEATURES) {
+        return;
+    }
+    let cycles = std::env::var("MONITOR_CHAOS_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SHORT_CYCLES);
+    let started = Instant::now();
+    let tally = two_agents::chaos(cycles);
+    say(&format!(
+        "chaos: two agents on one containerd, {cycles} cycles (each: one agent SIGKILLed, the other's GC and imagefs reclaim run, the stopped one's holdings counted)\n{}",
+        tally.table(cycles)
+    ));
+    say(&format!("two agents took {:.0?}", started.elapsed()));
+    assert!(
+        tally.clean() && tally.cycles == cycles,
+        "two agents on one containerd:\n{}",
+        tally.table(cycles)
+    );
+}
