@@ -737,7 +737,7 @@ pub fn chaos(cycles: u32) -> Tally {
         }
         std::thread::sleep(Duration::from_secs(2));
         match two.removed_since(&before) {
-            Ok(removed) => tally.count(&victim_name, cycle, &removed),
+            Ok(removed) => tally.count(victim_name, cycle, &removed),
             Err(err) => tally.findings.push(format!("cycle {cycle}: {err}")),
         }
         let victim = if a_turn { &mut two.a } else { &mut two.b };
