@@ -125,6 +125,10 @@ pub struct Metrics {
     /// stayed charged, tmpfs, shared pages), by eviction_signal: each one paces the
     /// signal's next evictions to one per housekeeping interval.
     pub ineffective_evictions: BTreeMap<String, u64>,
+    /// Calls to the container runtime made to stop a pod (evicted, preempted, removed or
+    /// finished) that it left unanswered by the stop's deadline, by CRI call. The pod was
+    /// killed through its cgroups regardless.
+    pub runtime_unresponsive_calls: BTreeMap<String, u64>,
     /// CPU time the hot path's watches used, in seconds (bounded by their budget).
     pub hot_watch_cpu_seconds: f64,
     /// Age of the observation a threshold eviction was decided on (from its read to the

@@ -19,6 +19,7 @@ pub mod oci;
 pub mod registry;
 pub mod trust;
 pub mod two_agents;
+pub mod wedged;
 
 /// Kernel features a test may need. `MONITOR_TEST_REQUIRE` (comma-separated names, set
 /// by `cargo xtask test` from what the machine offers) turns a skip of a listed feature

@@ -1,5 +1,6 @@
 //! Chaos against the real agent (see `monitor_tests::chaos`): SIGKILL at random moments
-//! under memory pressure, each event source off in turn, hostile input. The normal suite
+//! under memory pressure, each event source off in turn, hostile input, a container
+//! runtime stopped with SIGSTOP during evictions (`monitor_tests::wedged`). The normal suite
 //! runs a short version; `cargo xtask chaos` runs 50 cycles (`MONITOR_CHAOS_CYCLES`) on
 //! the host and in the VM, and `--soak` the soak below.
 use std::io::Write;
@@ -7,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use monitor_tests::chaos::{self, Options};
 use monitor_tests::node::{BURSTABLE, GUARANTEED, Node, sleeper};
-use monitor_tests::{Feature, require, trust};
+use monitor_tests::{Feature, require, trust, wedged};
 
 /// Cycles of the short version in `cargo xtask test`.
 const SHORT_CYCLES: u32 = 3;
@@ -126,6 +127,37 @@ fn a_fast_kill_keeps_the_kubelets_guarantees() {
     assert!(
         tallies.iter().all(trust::TrustTally::clean),
         "a fast kill broke a guarantee:\n{table}"
+    );
+}
+
+/// Cycles of the wedged-runtime scenario in `cargo xtask test`; `cargo xtask chaos` runs
+/// `MONITOR_CHAOS_CYCLES` of them, at most [`WEDGED_CYCLES`].
+const SHORT_WEDGED_CYCLES: u32 = 2;
+/// The wedged-runtime cycles of `cargo xtask chaos` (each takes several seconds).
+const WEDGED_CYCLES: u32 = 20;
+
+#[test]
+fn a_wedged_runtime_never_holds_up_an_eviction() {
+    if !require(
+        "chaos wedged runtime",
+        &[Feature::Root, Feature::Containerd],
+    ) {
+        return;
+    }
+    let cycles = Options::from_env(SHORT_WEDGED_CYCLES)
+        .cycles
+        .min(WEDGED_CYCLES);
+    let started = Instant::now();
+    let tally = wedged::wedged_runtime(cycles);
+    let table = tally.table(cycles);
+    say(&format!(
+        "chaos ({}): containerd stopped with SIGSTOP while a hog crosses the hard threshold\n{table}wedged runtime took {:.0?}",
+        place(),
+        started.elapsed()
+    ));
+    assert!(
+        tally.clean() && tally.cycles == cycles,
+        "a wedged runtime held up an eviction:\n{table}"
     );
 }
 

@@ -1002,6 +1002,83 @@ fn an_unreachable_runtime_stops_the_agent_with_the_endpoint_named() {
     );
 }
 
+#[test]
+fn a_stopped_containerd_holds_up_no_eviction_and_its_silence_is_reported() {
+    if !require("a_stopped_containerd_holds_up_no_eviction", FEATURES) {
+        return;
+    }
+    use monitor_tests::wedged::{FREED_WITHIN, UNRESPONSIVE_METRIC, WedgedNode};
+    let mut node = WedgedNode::start();
+    let cycle = node.cycle();
+    // Straight to stdout: the measurement is the point of the test.
+    let _ = std::io::Write::write_all(
+        &mut std::io::stdout(),
+        format!("wedged containerd: {}\n", cycle.summary()).as_bytes(),
+    );
+    assert!(cycle.crossed, "the hog never crossed: {}", cycle.summary());
+    assert!(
+        cycle.freed_in_time(),
+        "the hog's memory was not freed within {FREED_WITHIN:?} of the crossing with containerd stopped: {}\n{}",
+        cycle.summary(),
+        node.log()
+    );
+    assert_eq!(cycle.oom_kills, 0, "{}", cycle.summary());
+    assert!(
+        !cycle.bystander_evicted,
+        "a bystander went: {}\n{}",
+        cycle.summary(),
+        node.log()
+    );
+    assert!(
+        cycle.hog_evicted(),
+        "the hog is not booked evicted: {}",
+        cycle.summary()
+    );
+    assert!(
+        cycle.event,
+        "no RuntimeUnresponsive event names the hog: {}\n{}",
+        cycle.summary(),
+        node.log()
+    );
+    assert!(
+        cycle.unanswered_calls > 0,
+        "{UNRESPONSIVE_METRIC} did not count the silence: {}",
+        cycle.summary()
+    );
+    // containerd answers again: the evicted pod's sandbox and containers go, the pod
+    // with its manifest, and the bystander is untouched.
+    assert!(cycle.removed, "{}\n{}", cycle.summary(), node.log());
+    let hog_uid = cycle
+        .hog
+        .as_ref()
+        .map(|h| h.uid.clone())
+        .unwrap_or_default();
+    let socket = node.containerd.socket().to_path_buf();
+    let left = || {
+        let socket = socket.clone();
+        let uid = hog_uid.clone();
+        block_on(async move {
+            let client = CriClient::new(&socket).expect("client");
+            let sandboxes = client.list_pod_sandboxes().await.unwrap_or_default();
+            sandboxes
+                .into_iter()
+                .filter(|s| s.metadata.as_ref().is_some_and(|m| m.uid == uid))
+                .count()
+        })
+    };
+    assert!(
+        poll(Duration::from_secs(30), || left() == 0),
+        "the evicted pod's sandbox is still in containerd after it resumed\n{}",
+        node.log()
+    );
+    let bystander = node.node.record("bystander").expect("bystander record");
+    assert_eq!(bystander.phase, Phase::Running);
+    assert_eq!(
+        bystander.containers[0].pid,
+        node.bystander.containers[0].pid
+    );
+}
+
 /// Two agents (two nodes' worth of pods: two cgroup roots, state and log directories) on
 /// ONE containerd. Agent B runs a crash loop, a job that succeeded on an image only it
 /// uses, and a sleeper; an older agent (`monitor.managed=true`, no instance label) left a

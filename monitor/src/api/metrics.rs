@@ -122,6 +122,22 @@ pub fn render_metrics(state: &AgentState) -> String {
     }
 
     out.family(
+        "monitor_runtime_unresponsive_calls_total",
+        "counter",
+        "Calls to the container runtime made to stop a pod (evicted, preempted, removed or finished) that it left unanswered by the stop's deadline (an eviction's kill timeout), by CRI call. The pod was killed through its cgroups regardless; each silence is also a RuntimeUnresponsive event naming the pod.",
+    );
+    for (call, count) in with_known(
+        ["StopContainer", "StopPodSandbox", "RemovePodSandbox"],
+        &m.runtime_unresponsive_calls,
+    ) {
+        out.sample(
+            "monitor_runtime_unresponsive_calls_total",
+            &[("call", call)],
+            count,
+        );
+    }
+
+    out.family(
         "monitor_ineffective_evictions_total",
         "counter",
         "Evictions after which the signal came back by far less than the victim held (its memory stayed charged: page cache, tmpfs, shared pages), by eviction_signal. Each paces that signal to one eviction per housekeeping interval until the signal moves.",
@@ -613,6 +629,9 @@ mod tests {
         s.metrics.evictions.insert("ephemeralpodfs.limit".into(), 1);
         s.metrics.synchronizes = 42;
         s.metrics.eviction_outcomes.insert("timed_out".into(), 2);
+        s.metrics
+            .runtime_unresponsive_calls
+            .insert("StopPodSandbox".into(), 3);
         s.metrics.sync_duration.observe(0.0002);
         s.metrics.sync_duration.observe(20.0);
         let mut psi = Histogram::default();
@@ -842,6 +861,12 @@ mod tests {
     #[case::synchronizes("monitor_synchronizes_total 42")]
     #[case::eviction_outcome("monitor_eviction_outcomes_total{outcome=\"timed_out\"} 2")]
     #[case::eviction_outcome_zero("monitor_eviction_outcomes_total{outcome=\"kill_failed\"} 0")]
+    #[case::runtime_unresponsive(
+        "monitor_runtime_unresponsive_calls_total{call=\"StopPodSandbox\"} 3"
+    )]
+    #[case::runtime_unresponsive_idle(
+        "monitor_runtime_unresponsive_calls_total{call=\"RemovePodSandbox\"} 0"
+    )]
     #[case::stats_age(
         "monitor_eviction_stats_age_seconds_bucket{eviction_signal=\"memory.available\",le=\"0.005\"} 1"
     )]

@@ -420,6 +420,21 @@ impl CgroupTree {
         })
     }
 
+    /// Where the cgroup of pod `uid` of class `qos` is (or would be): nothing is created
+    /// or read. An eviction looks there for processes a record no longer names. `None`
+    /// for a uid that cannot name a pod cgroup.
+    pub fn pod_cgroup(&self, uid: &str, qos: QosClass) -> Option<PodCgroup> {
+        validate_uid(uid).ok()?;
+        Some(PodCgroup {
+            uid: uid.to_string(),
+            qos,
+            relative: join(
+                &self.tier_relative(qos),
+                &format!("{POD_CGROUP_PREFIX}{uid}"),
+            ),
+        })
+    }
+
     pub fn create_container(
         &self,
         pod: &PodCgroup,

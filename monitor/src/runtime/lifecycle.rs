@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::cgroups::PodCgroup;
 use super::cri::{self, CriRuntime};
 use super::manifests::{self, Manifest};
-use super::port::EvictionOutcome;
+use super::port::{EvictionOutcome, KillSwitch};
 use super::shared::{Exit, LivePod, MAX_BACKOFF, Shared};
 use super::store::{ContainerRecord, Phase, PodRecord};
 use super::{container, logs};
@@ -744,10 +744,10 @@ fn on_exit(shared: &Arc<Shared>, exit: Exit) {
                 // container collector), then its cgroups go.
                 let (shared, cri) = (shared.clone(), cri.clone());
                 tokio::spawn(async move {
-                    for err in cri::stop_pod(&cri, Some(&sandbox), &[], Duration::ZERO, false).await
-                    {
-                        shared.state.event("Warning", "FailedKillPod", &key, err);
-                    }
+                    let deadline = Instant::now() + FINISHED_SANDBOX_STOP;
+                    let answers =
+                        cri::stop::stop_sandbox(&cri.client, &sandbox, false, deadline).await;
+                    report_answers(&shared, &key, &answers, FINISHED_SANDBOX_STOP);
                     remove_cgroups(&shared, &key, &cgroup);
                     update_tiers(&shared);
                 });
@@ -796,6 +796,15 @@ fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
 
+/// `wait` from now, or a deadline never reached when that overflows the clock (a grace
+/// period near i64::MAX seconds).
+fn after(wait: Duration) -> Instant {
+    Instant::now().checked_add(wait).unwrap_or_else(far_future)
+}
+
+/// How often a stop looks at the pod's cgroups while it waits for them to empty.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
 /// Kills a pod: SIGTERM to every process in its cgroups, SIGKILL once the grace period
 /// ends (at once for grace 0), then waits until the cgroups are empty or `timeout` (never
 /// below [`MIN_KILL_TIMEOUT`]) runs out.
@@ -805,22 +814,44 @@ pub(super) async fn kill(
     grace_seconds: i64,
     timeout: Duration,
 ) -> EvictionOutcome {
-    // A grace period near i64::MAX seconds must not overflow the clock: such a deadline
-    // is simply never reached.
-    let after = |wait: Duration| Instant::now().checked_add(wait).unwrap_or_else(far_future);
     let deadline = after(timeout.max(MIN_KILL_TIMEOUT));
     if grace_seconds > 0 {
-        // A failed SIGTERM only shortens the grace period: SIGKILL follows regardless.
-        if let Err(err) = shared.tree.signal(cgroup, UnixSignal::SIGTERM) {
-            tracing::warn!("SIGTERM to {}: {err}", cgroup.relative);
-        }
+        sigterm(shared, cgroup);
         let grace = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
         let grace_end = after(grace);
         while !shared.tree.is_empty(cgroup) && Instant::now() < grace_end {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(STOP_POLL).await;
         }
     }
-    // SIGKILL until empty: a process may fork while we signal.
+    kill_until_empty(shared, cgroup, deadline).await
+}
+
+/// SIGTERM to every process in the pod's cgroups. A failure only shortens the grace
+/// period: SIGKILL follows regardless.
+fn sigterm(shared: &Shared, cgroup: &PodCgroup) {
+    if let Err(err) = shared.tree.signal(cgroup, UnixSignal::SIGTERM) {
+        tracing::warn!("SIGTERM to {}: {err}", cgroup.relative);
+    }
+}
+
+/// SIGKILL through the pod's cgroups (`cgroup.kill` where the kernel has it, else each
+/// process through a pidfd) until they are empty, or `deadline`: Evicted once empty,
+/// TimedOut (or the last kill's error) at the deadline.
+async fn kill_until_empty(
+    shared: &Shared,
+    cgroup: &PodCgroup,
+    deadline: Instant,
+) -> EvictionOutcome {
+    // Where the kernel has cgroup.kill, the first kill goes through a switch that holds
+    // pidfds of the pod's processes: their memory is then reaped at once
+    // (process_mrelease), as the hot path does, instead of as each one exits.
+    if let Some(path) = shared.tree.kill_file(cgroup)
+        && let Ok(switch) = KillSwitch::open(&cgroup.relative, &path)
+        && switch.fire().is_ok()
+    {
+        let _ = tokio::task::spawn_blocking(move || switch.release_memory()).await;
+    }
+    // Again until empty: a process may fork while we signal.
     let mut last_error = None;
     loop {
         let alive = shared.tree.pids(cgroup).len();
@@ -842,64 +873,167 @@ pub(super) async fn kill(
     }
 }
 
-/// How long an eviction waits for the runtime to delete the pod's writable layers.
+/// How long an eviction waits for the runtime to delete the pod's writable layers (never
+/// past its deadline).
 const LAYER_CLEANUP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Stops a pod that is being evicted or removed. On a container runtime: its containers
-/// with the grace period, then its sandbox, removed with them; whatever is left in the
-/// pod's cgroups after that is killed at once. Otherwise the pod's processes are killed
-/// through its cgroups (SIGTERM, SIGKILL after the grace period).
+/// How long a finished pod's sandbox stop may take (it frees nothing that is pressing).
+const FINISHED_SANDBOX_STOP: Duration = Duration::from_secs(30);
+
+/// Stops a pod that is being evicted or removed, by `deadline`.
+///
+/// The kill goes through the pod's cgroups, never through the runtime, so that a runtime
+/// that does not answer cannot hold it up: with a grace period, the pod gets SIGTERM
+/// (from the container runtime's StopContainer with the grace period, or through its
+/// cgroups on the process runtime or when the runtime refuses) and until the grace period
+/// ends to go; then whatever is left in its cgroups is killed at once. Only then is the
+/// container runtime told (the sandbox stopped and removed with its containers, and the
+/// writable layers' deletion waited for), each call dropped at `deadline`: a call left
+/// unanswered is reported (a `RuntimeUnresponsive` event, and the
+/// `monitor_runtime_unresponsive_calls_total` metric), and what the runtime holds of the
+/// pod is left to garbage collection.
 async fn stop_pod(
     shared: &Arc<Shared>,
     record: &PodRecord,
     cgroup: Option<&PodCgroup>,
     grace_seconds: i64,
-    timeout: Duration,
+    deadline: Instant,
 ) -> EvictionOutcome {
-    let mut grace_seconds = grace_seconds;
-    if let Some(cri) = &shared.cri {
-        let ids: Vec<String> = record
-            .containers
-            .iter()
-            .filter_map(|c| c.container_id.clone())
-            .collect();
-        // The writable layers, noted while the containers still run: the pod is cleaned
-        // up once the runtime has deleted them (it does so a moment after removing the
-        // sandbox), so that the next look at the image filesystem sees the space freed.
-        let layers: Vec<std::path::PathBuf> = record
+    let started = Instant::now();
+    let key = record.pod.key();
+    let grace = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
+    let grace_end = after(grace).min(deadline);
+    let cri = shared.cri.clone();
+    let ids: Vec<String> = record
+        .containers
+        .iter()
+        .filter_map(|c| c.container_id.clone())
+        .collect();
+    // The writable layers, noted while the containers still run: the pod is cleaned up
+    // once the runtime has deleted them (it does so a moment after removing the sandbox),
+    // so that the next look at the image filesystem sees the space freed.
+    let layers: Vec<std::path::PathBuf> = match &cri {
+        Some(_) => record
             .containers
             .iter()
             .filter_map(|c| c.pid.filter(|pid| *pid > 0))
             .filter_map(cri::writable_layer)
-            .collect();
-        let grace = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
-        let errors = cri::stop_pod(cri, record.sandbox_id.as_deref(), &ids, grace, true).await;
-        let deadline = Instant::now() + LAYER_CLEANUP_TIMEOUT;
-        while errors.is_empty()
-            && layers.iter().any(|layer| layer.exists())
-            && Instant::now() < deadline
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut answers = cri::stop::StopAnswers::default();
+    // The runtime's StopContainer calls with the grace period, while they run.
+    let mut stops = match &cri {
+        Some(cri) if !grace.is_zero() && !ids.is_empty() => Some(Box::pin(
+            cri::stop::stop_containers(&cri.client, &ids, grace, deadline),
+        )),
+        _ => None,
+    };
+    if !grace.is_zero() {
+        if stops.is_none()
+            && let Some(cgroup) = cgroup
         {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            sigterm(shared, cgroup);
         }
-        let key = record.pod.key();
-        for err in &errors {
-            shared
-                .state
-                .event("Warning", "FailedKillPod", &key, err.clone());
+        // Until the pod is gone or its grace period ends; the runtime's answer (its
+        // containers stopped) ends it too.
+        while cgroup.is_some_and(|c| !shared.tree.is_empty(c)) && Instant::now() < grace_end {
+            let answered = match &mut stops {
+                Some(pending) => tokio::select! {
+                    got = pending => Some(got),
+                    () = tokio::time::sleep(STOP_POLL) => None,
+                },
+                None => {
+                    tokio::time::sleep(STOP_POLL).await;
+                    None
+                }
+            };
+            let Some(got) = answered else {
+                continue;
+            };
+            stops = None;
+            let refused = !got.errors.is_empty();
+            answers.merge(got);
+            if !refused {
+                break;
+            }
+            // The runtime refused: the grace period goes on through the cgroups.
+            if let Some(cgroup) = cgroup {
+                sigterm(shared, cgroup);
+            }
         }
-        if errors.is_empty() {
+    }
+    // The kill: what is left goes at once, without a word from the runtime.
+    let outcome = match cgroup {
+        Some(cgroup) => kill_until_empty(shared, cgroup, deadline).await,
+        None => EvictionOutcome::Evicted,
+    };
+    // Then the runtime is told, within what is left of the deadline.
+    if let Some(cri) = &cri {
+        if let Some(pending) = stops {
+            answers.merge(pending.await);
+        }
+        match record.sandbox_id.as_deref() {
+            Some(sandbox) => {
+                answers.merge(cri::stop::stop_sandbox(&cri.client, sandbox, true, deadline).await);
+            }
+            None if grace.is_zero() && !ids.is_empty() => answers.merge(
+                cri::stop::stop_containers(&cri.client, &ids, Duration::ZERO, deadline).await,
+            ),
+            None => {}
+        }
+        let layers_deadline = after(LAYER_CLEANUP_TIMEOUT).min(deadline);
+        while answers.answered_all()
+            && layers.iter().any(|layer| layer.exists())
+            && Instant::now() < layers_deadline
+        {
+            tokio::time::sleep(STOP_POLL).await;
+        }
+        report_answers(
+            shared,
+            &key,
+            &answers,
+            deadline.saturating_duration_since(started),
+        );
+        if answers.answered_all() && record.sandbox_id.is_some() {
             update_record(shared, &record.uid, |record| {
                 record.sandbox_id = None;
                 Some(())
             });
         }
-        // The grace period was the runtime's to give.
-        grace_seconds = 0;
     }
-    match cgroup {
-        Some(cgroup) => kill(shared, cgroup, grace_seconds, timeout).await,
-        None => EvictionOutcome::Evicted,
+    outcome
+}
+
+/// Reports what the container runtime answered to a pod's stop: each error as a
+/// `FailedKillPod` event; the calls it left unanswered within `waited` as one
+/// `RuntimeUnresponsive` Warning naming the pod and the calls, each call counted in
+/// `monitor_runtime_unresponsive_calls_total`.
+fn report_answers(shared: &Shared, key: &str, answers: &cri::stop::StopAnswers, waited: Duration) {
+    for err in &answers.errors {
+        shared
+            .state
+            .event("Warning", "FailedKillPod", key, err.clone());
     }
+    if answers.unanswered.is_empty() {
+        return;
+    }
+    {
+        let mut state = shared.state.lock();
+        for call in &answers.unanswered {
+            *state
+                .metrics
+                .runtime_unresponsive_calls
+                .entry((*call).to_string())
+                .or_default() += 1;
+        }
+    }
+    shared.state.event(
+        "Warning",
+        "RuntimeUnresponsive",
+        key,
+        cri::stop::silence_message(&answers.unanswered, waited),
+    );
 }
 
 pub(super) fn remove_cgroups(shared: &Shared, key: &str, cgroup: &PodCgroup) {
@@ -910,10 +1044,47 @@ pub(super) fn remove_cgroups(shared: &Shared, key: &str, cgroup: &PodCgroup) {
     }
 }
 
+/// Where the pods with this key that the runtime still knows have cgroups: the ones their
+/// records hold, or, for a record that let go of its cgroup, where it would be.
+fn cgroups_of(shared: &Shared, key: &str) -> Vec<PodCgroup> {
+    let known: Vec<(Option<PodCgroup>, String, crate::policy::types::QosClass)> = shared
+        .lock()
+        .pods
+        .values()
+        .filter(|p| p.record.pod.key() == key)
+        .map(|p| {
+            (
+                p.cgroup.clone(),
+                p.record.uid.clone(),
+                p.record.pod.qos_class(),
+            )
+        })
+        .collect();
+    known
+        .into_iter()
+        .filter_map(|(cgroup, uid, qos)| cgroup.or_else(|| shared.tree.pod_cgroup(&uid, qos)))
+        .collect()
+}
+
+/// How many processes the cgroups of the pods with this key hold now (see
+/// [`crate::runtime::port::PodKiller::processes_left`]).
+pub(super) fn processes_left(shared: &Shared, key: &str) -> usize {
+    cgroups_of(shared, key)
+        .iter()
+        .map(|cgroup| shared.tree.pids(cgroup).len())
+        .sum()
+}
+
 /// Evicts (or preempts) the pod with this key. The record says Failed/`reason` before the
 /// first signal is sent and is persisted, so a restarted agent neither restarts it nor
 /// evicts it again. A pod whose earlier kill failed (Failed, cgroups still there) is
-/// killed again.
+/// killed again; so is whatever is left in the cgroups of a pod whose earlier eviction is
+/// still under way, or that its record lets go of.
+///
+/// The eviction runs as a task of its own, awaited here: a caller that stops waiting (the
+/// eviction loop gives up on an answer after the kill timeout) drops only its wait. The
+/// eviction still runs to its end, bounded by `timeout`, and the pod is never left marked
+/// terminating.
 pub(super) async fn evict(
     shared: &Arc<Shared>,
     key: &str,
@@ -922,30 +1093,100 @@ pub(super) async fn evict(
     message: &str,
     timeout: Duration,
 ) -> EvictionOutcome {
-    let (uid, cgroup, record) = {
+    let task = tokio::spawn(evict_to_end(
+        shared.clone(),
+        key.to_string(),
+        grace_seconds,
+        reason.to_string(),
+        message.to_string(),
+        timeout,
+    ));
+    task.await.unwrap_or_else(|err| {
+        EvictionOutcome::KillFailed(format!("the eviction's task ended early: {err}"))
+    })
+}
+
+/// Clears a pod's `terminating` mark however its eviction ends: at [`TerminatingMark::clear`],
+/// or when dropped (the eviction panicked).
+struct TerminatingMark<'a> {
+    shared: &'a Shared,
+    /// The pod; `None` once cleared.
+    uid: Option<String>,
+}
+
+impl TerminatingMark<'_> {
+    /// The eviction ended: the mark goes, and the pod lets go of its cgroups when they
+    /// were removed (`gone`), in one step.
+    fn clear(mut self, gone: bool) {
+        let Some(uid) = self.uid.take() else {
+            return;
+        };
+        if let Some(live) = self.shared.lock().pods.get_mut(&uid) {
+            live.terminating = false;
+            if gone {
+                live.cgroup = None;
+            }
+        }
+    }
+}
+
+impl Drop for TerminatingMark<'_> {
+    fn drop(&mut self) {
+        if let Some(uid) = self.uid.take()
+            && let Some(live) = self.shared.lock().pods.get_mut(&uid)
+        {
+            live.terminating = false;
+        }
+    }
+}
+
+async fn evict_to_end(
+    shared: Arc<Shared>,
+    key: String,
+    grace_seconds: i64,
+    reason: String,
+    message: String,
+    timeout: Duration,
+) -> EvictionOutcome {
+    let shared = &shared;
+    let key = key.as_str();
+    let deadline = after(timeout.max(MIN_KILL_TIMEOUT));
+    let found = {
         let mut inner = shared.lock();
         // A pod that failed a moment ago without a reason is still evicted: the hot path
         // kills its victim through cgroup.kill before this call, and the exit of a pod
         // that is never restarted may be handled first. Its eviction is then written
         // down, not lost as a plain exit 137.
-        let Some((uid, live)) = inner.pods.iter_mut().find(|(_, p)| {
-            p.record.pod.key() == key
-                && !p.terminating
-                && (!p.record.phase.is_terminal()
-                    || p.cgroup.is_some()
-                    || (p.record.phase == Phase::Failed && p.record.reason.is_none()))
-        }) else {
-            return EvictionOutcome::AlreadyGone;
-        };
-        live.terminating = true;
-        live.restart_at.clear();
-        live.record.phase = Phase::Failed;
-        live.record.reason = Some(reason.to_string());
-        live.record.message = Some(message.to_string());
-        for c in &mut live.record.containers {
-            c.done = true;
-        }
-        (uid.clone(), live.cgroup.clone(), live.record.clone())
+        inner
+            .pods
+            .iter_mut()
+            .find(|(_, p)| {
+                p.record.pod.key() == key
+                    && !p.terminating
+                    && (!p.record.phase.is_terminal()
+                        || p.cgroup.is_some()
+                        || (p.record.phase == Phase::Failed && p.record.reason.is_none()))
+            })
+            .map(|(uid, live)| {
+                live.terminating = true;
+                live.restart_at.clear();
+                live.record.phase = Phase::Failed;
+                live.record.reason = Some(reason.clone());
+                live.record.message = Some(message.clone());
+                for c in &mut live.record.containers {
+                    c.done = true;
+                }
+                (uid.clone(), live.cgroup.clone(), live.record.clone())
+            })
+    };
+    let Some((uid, cgroup, record)) = found else {
+        // No pod to stop: one whose eviction is still under way, or that is gone. Its
+        // cgroups must be empty all the same before the eviction counts as done.
+        return kill_leftovers(shared, key, deadline).await;
+    };
+    let mark = TerminatingMark {
+        shared,
+        uid: Some(uid.clone()),
     };
     // Persisted before the first signal (write and rename: a crash of the agent never
     // leaves a half-written record); the API view is refreshed after the kill.
@@ -956,37 +1197,62 @@ pub(super) async fn evict(
         key,
         format!("{reason}: stopping with a grace period of {grace_seconds} s"),
     );
-    let outcome = stop_pod(shared, &record, cgroup.as_ref(), grace_seconds, timeout).await;
+    // A record that let go of its cgroups (its containers' exits were handled first)
+    // may still have processes there.
+    let cgroup = cgroup.or_else(|| {
+        shared
+            .tree
+            .pod_cgroup(&uid, record.pod.qos_class())
+            .filter(|c| !shared.tree.is_empty(c))
+    });
+    let outcome = stop_pod(shared, &record, cgroup.as_ref(), grace_seconds, deadline).await;
     let gone = outcome == EvictionOutcome::Evicted;
     if let Some(cgroup) = &cgroup
         && gone
     {
         remove_cgroups(shared, key, cgroup);
     }
-    {
-        let mut inner = shared.lock();
-        if let Some(live) = inner.pods.get_mut(&uid) {
-            live.terminating = false;
-            if gone {
-                live.cgroup = None;
-            }
-        }
-    }
+    mark.clear(gone);
     update_tiers(shared);
     // A manifest removed or changed while the pod was being killed was passed over by the
     // reconcile it raised (the pod was terminating): look at the directory again.
     let _ = shared.reconcile.send(());
     shared.state.event(
         "Warning",
-        reason,
+        &reason,
         key,
         if gone {
-            message.to_string()
+            message.clone()
         } else {
             format!("{message} ({outcome})")
         },
     );
     publish(shared);
+    outcome
+}
+
+/// The eviction of a pod the runtime has nothing to stop for (its earlier eviction still
+/// runs, or it is gone): whatever its cgroups still hold is killed, by `deadline`.
+/// AlreadyGone when they hold nothing.
+async fn kill_leftovers(shared: &Arc<Shared>, key: &str, deadline: Instant) -> EvictionOutcome {
+    let held: Vec<PodCgroup> = cgroups_of(shared, key)
+        .into_iter()
+        .filter(|c| !shared.tree.is_empty(c))
+        .collect();
+    if held.is_empty() {
+        return EvictionOutcome::AlreadyGone;
+    }
+    tracing::warn!(
+        pod = %key,
+        "nothing left to stop, but its cgroups still hold processes: killing them"
+    );
+    let mut outcome = EvictionOutcome::Evicted;
+    for cgroup in &held {
+        let killed = kill_until_empty(shared, cgroup, deadline).await;
+        if killed != EvictionOutcome::Evicted {
+            outcome = killed;
+        }
+    }
     outcome
 }
 
@@ -1013,7 +1279,8 @@ async fn stop(shared: &Arc<Shared>, uid: &str) {
             &key,
             "manifest removed or changed: stopping",
         );
-        match stop_pod(shared, &record, Some(cgroup), grace, kill_timeout(grace)).await {
+        let deadline = after(kill_timeout(grace));
+        match stop_pod(shared, &record, Some(cgroup), grace, deadline).await {
             EvictionOutcome::Evicted => remove_cgroups(shared, &key, cgroup),
             outcome => shared.state.event(
                 "Warning",

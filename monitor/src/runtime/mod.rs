@@ -290,6 +290,10 @@ impl PodKiller for LocalRuntime {
                 .with_evicting_flag(evicting),
         )
     }
+
+    fn processes_left(&self, pod_key: &str) -> Option<usize> {
+        Some(lifecycle::processes_left(&self.shared, pod_key))
+    }
 }
 
 /// A container's working set now. A container without a process has no memory to report;

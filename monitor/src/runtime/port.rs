@@ -240,6 +240,13 @@ pub trait PodKiller: Send + Sync {
     fn kill_switch(&self, _pod_key: &str) -> Option<KillSwitch> {
         None
     }
+
+    /// How many processes the pod's cgroups hold now; `None` where the runtime cannot
+    /// tell. The eviction loop asks before it books an eviction done: a pod whose
+    /// processes are still there is not evicted, whatever an attempt answered.
+    fn processes_left(&self, _pod_key: &str) -> Option<usize> {
+        None
+    }
 }
 
 /// Node-level reclaim (the kubelet's container and image garbage collection on the

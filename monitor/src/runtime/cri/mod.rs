@@ -25,6 +25,7 @@ use super::logs;
 
 pub mod client;
 pub mod ownership;
+pub mod stop;
 
 /// Types and stubs generated from the CRI v1 protos (package `runtime.v1`).
 #[expect(
@@ -400,34 +401,6 @@ pub(super) async fn exit_code(cri: &CriRuntime, id: &str) -> Option<i32> {
             }
         }
     }
-}
-
-/// Stops a pod through the runtime: every container with the grace period (SIGTERM, then
-/// SIGKILL), then the sandbox, which is removed with its containers when `remove`.
-/// Returns the errors met; the caller then makes sure the pod's cgroups are empty.
-pub(super) async fn stop_pod(
-    cri: &CriRuntime,
-    sandbox_id: Option<&str>,
-    container_ids: &[String],
-    grace: Duration,
-    remove: bool,
-) -> Vec<String> {
-    let stops = container_ids
-        .iter()
-        .map(|id| cri.client.stop_container(id, grace));
-    let mut errors: Vec<String> = futures_util::future::join_all(stops)
-        .await
-        .into_iter()
-        .filter_map(|r| r.err().map(|e| e.to_string()))
-        .collect();
-    if let Some(sandbox) = sandbox_id {
-        if let Err(err) = cri.client.stop_pod_sandbox(sandbox).await {
-            errors.push(err.to_string());
-        } else if remove && let Err(err) = cri.client.remove_pod_sandbox(sandbox).await {
-            errors.push(err.to_string());
-        }
-    }
-    errors
 }
 
 /// What one garbage collection freed and removed.
