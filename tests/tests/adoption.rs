@@ -315,7 +315,10 @@ fn orphan_pod_cgroups_without_a_record_are_killed_at_start_and_corrupt_ones_left
         assert!(!dir.exists(), "{} was not removed\n{log}", dir.display());
     }
     // The corrupt one: reported, left running, its cgroup kept, no second copy.
-    assert!(log.contains("StateQuarantined") && log.contains("UnmanagedPod"), "{log}");
+    assert!(
+        log.contains("StateQuarantined") && log.contains("UnmanagedPod"),
+        "{log}"
+    );
     assert!(alive(cp), "a pod with a corrupt record was killed\n{log}");
     assert!(
         pod_dirs(&node.cgroup_root, "burstable", &corrupt.uid)
@@ -335,7 +338,10 @@ fn orphan_pod_cgroups_without_a_record_are_killed_at_start_and_corrupt_ones_left
     std::thread::sleep(Duration::from_millis(500));
     let log = node.log(3);
     assert!(alive(cp), "killed at the next start\n{log}");
-    assert!(log.contains("UnmanagedPod") && !log.contains("OrphanPodKilled"), "{log}");
+    assert!(
+        log.contains("UnmanagedPod") && !log.contains("OrphanPodKilled"),
+        "{log}"
+    );
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(cp as i32),
         nix::sys::signal::Signal::SIGKILL,

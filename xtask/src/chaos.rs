@@ -69,10 +69,20 @@ pub fn run(args: ChaosArgs) -> Result<()> {
 
     let mut failed = Vec::new();
     println!("== chaos on this host ({} cycles)", args.cycles);
+    // The containerd scenarios (two agents on one containerd) run on this host only: the
+    // VM has no containerd.
     let status = cargo()
         .current_dir(&root)
-        .args(["test", "-p", "monitor-tests", "--test", "chaos", "--"])
-        .args(["--test-threads=1", "--nocapture"])
+        .args([
+            "test",
+            "-p",
+            "monitor-tests",
+            "--test",
+            "chaos",
+            "--test",
+            "chaos_cri",
+        ])
+        .args(["--", "--test-threads=1", "--nocapture"])
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("MONITOR_TEST_REQUIRE", machine_features().join(","))
         .status()

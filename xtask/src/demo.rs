@@ -174,6 +174,24 @@ pub(crate) fn remove_cgroup_root(root: &str) {
 pub(crate) struct Sample {
     pub(crate) at_ns: u64,
     pub(crate) working_set: u64,
+    /// The usage alone (the page counter: memory.usage_in_bytes, memory.current), read
+    /// first and stamped at `usage_at_ns`: what the kernel's OOM decision looks at, with
+    /// no statistics flush in the way.
+    pub(crate) usage: u64,
+    pub(crate) usage_at_ns: u64,
+}
+
+/// A cgroup's usage now (memory.usage_in_bytes, memory.current).
+pub(crate) fn usage(dir: &Path, v1: bool) -> u64 {
+    let file = if v1 {
+        "memory.usage_in_bytes"
+    } else {
+        "memory.current"
+    };
+    std::fs::read_to_string(dir.join(file))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The working set of a cgroup now: usage − inactive_file, as the kubelet computes it.
@@ -207,10 +225,14 @@ pub(crate) fn sampler(
     std::thread::spawn(move || {
         let mut samples = Vec::new();
         while !stop.load(Ordering::Relaxed) {
+            let usage = usage(&dir, v1);
+            let usage_at_ns = monotonic_ns();
             let working_set = working_set(&dir, v1);
             samples.push(Sample {
                 at_ns: monotonic_ns(),
                 working_set,
+                usage,
+                usage_at_ns,
             });
             std::thread::sleep(Duration::from_millis(1));
         }

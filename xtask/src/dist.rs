@@ -458,7 +458,7 @@ mod tests {
         );
         assert_eq!(unit_values("NoNewPrivileges"), ["yes"]);
         // What the bounding set leaves out comes from limits instead.
-        assert_eq!(unit_values("LimitRTPRIO"), ["10"]);
+        assert_eq!(unit_values("LimitRTPRIO"), ["11"]);
         assert_eq!(unit_values("LimitMEMLOCK"), ["infinity"]);
     }
 

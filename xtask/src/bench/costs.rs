@@ -141,7 +141,7 @@ fn usage(pid: u32) -> Result<(f64, u64, u64)> {
 /// ever ran counts (tokio's blocking threads come and go), to the nanosecond (cgroup v1
 /// `cpuacct.usage`) or microsecond (v2 `cpu.stat`). /proc/PID/stat counts clock ticks
 /// (10 ms), a third of what an idle agent uses in a minute.
-struct CpuMeter {
+pub(crate) struct CpuMeter {
     dir: PathBuf,
     v2: bool,
 }
@@ -149,7 +149,7 @@ struct CpuMeter {
 impl CpuMeter {
     /// Moves `pid` (the whole process) into a new cgroup `name` of the hierarchy that
     /// accounts CPU time. `None` where there is none or it refuses.
-    fn attach(name: &str, pid: u32) -> Option<CpuMeter> {
+    pub(crate) fn attach(name: &str, pid: u32) -> Option<CpuMeter> {
         // A v1 hierarchy with cpuacct has cpuacct.usage at its root; else cgroup v2.
         let (mounts, _, _) = demo::cgroup_mounts();
         let v1 = mounts.iter().find(|m| m.join("cpuacct.usage").exists());
@@ -168,8 +168,24 @@ impl CpuMeter {
         Some(meter)
     }
 
+    /// Moves every process but `keep` out of the meter's cgroup, to its hierarchy's root:
+    /// where the CPU accounting hierarchy is not one the agent puts its pods in (a v1
+    /// cpuacct mounted on its own), the pods it starts stay in its cgroup there, and
+    /// their CPU would count as the agent's. Returns how many it moved.
+    pub(crate) fn move_out_all_but(&self, keep: u32) -> usize {
+        let Some(root) = self.dir.parent() else {
+            return 0;
+        };
+        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        procs
+            .split_whitespace()
+            .filter(|pid| *pid != keep.to_string())
+            .filter(|pid| std::fs::write(root.join("cgroup.procs"), pid).is_ok())
+            .count()
+    }
+
     /// CPU time used in the cgroup so far, in ms.
-    fn used_ms(&self) -> Option<f64> {
+    pub(crate) fn used_ms(&self) -> Option<f64> {
         if self.v2 {
             let text = std::fs::read_to_string(self.dir.join("cpu.stat")).ok()?;
             let usec: u64 = text

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cmd::{target_dir, workspace_root};
 
+mod adversarial;
 mod bpf;
 mod costs;
 mod guest;
@@ -60,6 +61,12 @@ pub struct BenchArgs {
     /// with those running (reported).
     #[arg(long, default_value_t = 180)]
     pub pod_start_seconds: u64,
+    /// Seconds of each "agent under adversarial load" row (0 skips them).
+    #[arg(long, default_value_t = 10)]
+    pub adversarial_seconds: u64,
+    /// Run only the "agent under adversarial load" rows, print their table, and stop.
+    #[arg(long)]
+    pub adversarial_only: bool,
     /// Skip the criterion benchmark of the policy.
     #[arg(long)]
     pub no_criterion: bool,
@@ -177,6 +184,9 @@ struct Results {
     /// The races beside many pods, with the kernel-stamped stages.
     races_at_scale: Vec<scaling::ScaleRun>,
     policy_bench: Vec<costs::PolicyBench>,
+    /// The agent's CPU beside workloads that poke at its notifiers.
+    #[serde(default)]
+    adversarial: Vec<adversarial::Row>,
     trials: Vec<Trial>,
 }
 
@@ -202,6 +212,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let target = target_dir(&root)?;
     let out = target.join("bench");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    if args.adversarial_only {
+        let rows = adversarial::run(&bin, args.adversarial_seconds.max(1), args.keep);
+        println!(
+            "\nAgent under adversarial load:\n\n{}",
+            adversarial::table(&rows)
+        );
+        return Ok(());
+    }
     let _stats = bpf::StatsEnabled::enable()?;
     let (_, _, v1) = crate::demo::cgroup_mounts();
     let setup = race::Setup {
@@ -253,6 +271,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
             Err(err) => println!("bench: synchronize with {pods} pods FAILED: {err:#}"),
         }
     }
+
+    let adversarial = if args.adversarial_seconds > 0 {
+        adversarial::run(&bin, args.adversarial_seconds, args.keep)
+    } else {
+        Vec::new()
+    };
 
     let mut races_at_scale = Vec::new();
     for pods in &args.race_pods {
@@ -363,6 +387,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         sync_scaling,
         races_at_scale,
         policy_bench: policy,
+        adversarial,
         trials,
     };
     let mut results = results;
@@ -387,6 +412,13 @@ fn full_table(results: &Results) -> String {
             "\nPressure race beside idle pods (all sources, full speed; µs from the crossing probe's kernel-stamped record, a look at every charge; SIGKILL stamped by the kernel's signal_generate):\n\n",
         );
         table.push_str(&scaling::table(&results.races_at_scale));
+    }
+    if !results.adversarial.is_empty() {
+        table.push_str(&format!(
+            "\nAgent under adversarial load (every source on, the race's bounded node; CPU from the agent's own CPU accounting cgroup; target {} % of one core):\n\n",
+            adversarial::TARGET_PERCENT
+        ));
+        table.push_str(&adversarial::table(&results.adversarial));
     }
     table
 }

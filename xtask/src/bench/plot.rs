@@ -991,6 +991,7 @@ mod tests {
             stage_p50_us: stages,
             stage_p99_us: stages,
             signal_to_freed_ms: spread(freed_ms),
+            signal_to_uncharged_ms: spread(None),
             synchronize_ms: spread(None),
         }
     }

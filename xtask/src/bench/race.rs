@@ -532,9 +532,12 @@ fn node_sampler(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Sample>> {
         let mut samples = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             if let Some(node) = node_memory() {
+                let at_ns = demo::monotonic_ns();
                 samples.push(Sample {
-                    at_ns: demo::monotonic_ns(),
+                    at_ns,
                     working_set: node.working_set,
+                    usage: node.working_set,
+                    usage_at_ns: at_ns,
                 });
             }
             std::thread::sleep(Duration::from_millis(1));

@@ -12,7 +12,10 @@
 //!   of the detector and the memcg notifier);
 //! - signal: the kernel's `signal:signal_generate` of the SIGKILL (in the kernel), which
 //!   happens inside the agent's `cgroup.kill` write;
-//! - freed: the 1 ms sampler sees the pods' working set back under the threshold.
+//! - freed: the 1 ms sampler sees the pods' working set back under the threshold;
+//! - uncharged: the same sampler's read of the usage alone (the page counter, which the
+//!   kernel's OOM decision looks at; no statistics flush in the way) back within a tenth
+//!   of what the hog had added to it.
 //!
 //! The idle pods request 1 MiB of memory each and use about a quarter of it: the kubelet's ranking puts pods
 //! over their request first, so the hog (best effort) is the victim, as it would be on a
@@ -63,6 +66,10 @@ pub(crate) struct ScaleTrial {
     pub(crate) told_to_signal_us: Option<f64>,
     pub(crate) crossing_to_signal_us: Option<f64>,
     pub(crate) signal_to_freed_ms: Option<f64>,
+    /// From the SIGKILL to the pods' usage (the page counter, read alone) back within a
+    /// tenth of what the hog had added to it: the victim's memory uncharged.
+    #[serde(default)]
+    pub(crate) signal_to_uncharged_ms: Option<f64>,
     /// Kernel OOM kills on the node during the trial (/proc/vmstat oom_kill).
     pub(crate) oom_kills: u64,
     /// The agent killed the hog (hot path or eviction), whether or not the crossing got a
@@ -85,6 +92,8 @@ pub(crate) struct ScaleRun {
     pub(crate) stage_p50_us: [Option<f64>; 2],
     pub(crate) stage_p99_us: [Option<f64>; 2],
     pub(crate) signal_to_freed_ms: Spread,
+    #[serde(default)]
+    pub(crate) signal_to_uncharged_ms: Spread,
     /// Synchronize durations during the run's races (ms).
     pub(crate) synchronize_ms: Spread,
 }
@@ -226,6 +235,7 @@ fn summarize(
         stage_p99_us: stages.map(|f| percentile(&values(f), 99.0)),
         crossing_to_signal_us: crossing_to_signal,
         signal_to_freed_ms: Spread::of(&values(|t| t.signal_to_freed_ms)),
+        signal_to_uncharged_ms: Spread::of(&values(|t| t.signal_to_uncharged_ms)),
         synchronize_ms: Spread::of(syncs),
         trials,
     }
@@ -342,6 +352,20 @@ fn one(races: &Races, n: u32) -> Result<ScaleTrial> {
             .find(|x| x.at_ns >= s && x.working_set < threshold)
             .map(|x| x.at_ns)
     });
+    // Uncharged: the usage alone, back within a tenth of what the hog added to it.
+    let uncharged = signal.and_then(|s| {
+        let before = samples
+            .iter()
+            .rev()
+            .find(|x| x.usage_at_ns < start_ns)?
+            .usage;
+        let at_kill = samples.iter().rev().find(|x| x.usage_at_ns <= s)?.usage;
+        let back = before + at_kill.saturating_sub(before) / 10;
+        samples
+            .iter()
+            .find(|x| x.usage_at_ns >= s && x.usage <= back)
+            .map(|x| x.usage_at_ns)
+    });
     Ok(ScaleTrial {
         pods: 0,
         headroom_mib: 0,
@@ -351,6 +375,7 @@ fn one(races: &Races, n: u32) -> Result<ScaleTrial> {
         told_to_signal_us: us(told, signal),
         crossing_to_signal_us: us(crossed, signal),
         signal_to_freed_ms: us(signal, freed).map(|v| v / 1000.0),
+        signal_to_uncharged_ms: us(signal, uncharged).map(|v| v / 1000.0),
         oom_kills,
         agent_killed,
     })
@@ -359,7 +384,7 @@ fn one(races: &Races, n: u32) -> Result<ScaleTrial> {
 fn line(t: &ScaleTrial) -> String {
     let f = |v: Option<f64>| v.map_or("none".to_string(), |v| format!("{v:.0}"));
     format!(
-        "bench: {:>4} pods {:>3} MiB #{:<2} crossing→SIGKILL {:>6} µs (told {} + signal {}) freed {} ms via {}  oom_kills {}",
+        "bench: {:>4} pods {:>3} MiB #{:<2} crossing→SIGKILL {:>6} µs (told {} + signal {}) freed {} ms (uncharged {} ms) via {}  oom_kills {}",
         t.pods,
         t.headroom_mib,
         t.trial,
@@ -367,6 +392,8 @@ fn line(t: &ScaleTrial) -> String {
         f(t.crossing_to_told_us),
         f(t.told_to_signal_us),
         t.signal_to_freed_ms
+            .map_or("none".to_string(), |v| format!("{v:.1}")),
+        t.signal_to_uncharged_ms
             .map_or("none".to_string(), |v| format!("{v:.1}")),
         t.source.as_deref().unwrap_or("no hot kill"),
         t.oom_kills
@@ -378,12 +405,12 @@ pub(crate) fn table(runs: &[ScaleRun]) -> String {
     let us = |v: Option<f64>| v.map_or("none".to_string(), |v| format!("{v:.0}"));
     let ms = |v: Option<f64>| super::stats::ms(v);
     let mut out = String::from(
-        "| pods | headroom MiB | OOM killer avoided | crossing→SIGKILL p50 / p99 / max µs | crossing→hot path told p50 / p99 µs | told→SIGKILL p50 / p99 µs | SIGKILL→freed p50 / p99 ms | synchronize p50 / p99 ms |\n|---|---|---|---|---|---|---|---|\n",
+        "| pods | headroom MiB | OOM killer avoided | crossing→SIGKILL p50 / p99 / max µs | crossing→hot path told p50 / p99 µs | told→SIGKILL p50 / p99 µs | SIGKILL→freed p50 / p99 ms | SIGKILL→uncharged p50 / p99 ms | synchronize p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in runs {
         let stage = |i: usize| format!("{} / {}", us(r.stage_p50_us[i]), us(r.stage_p99_us[i]));
         out.push_str(&format!(
-            "| {} ({} running) | {} | {}/{} | {} / {} / {} | {} | {} | {} / {} | {} / {} |\n",
+            "| {} ({} running) | {} | {}/{} | {} / {} / {} | {} | {} | {} / {} | {} / {} | {} / {} |\n",
             r.pods,
             r.running.saturating_sub(1),
             r.headroom_mib,
@@ -396,6 +423,8 @@ pub(crate) fn table(runs: &[ScaleRun]) -> String {
             stage(1),
             ms(r.signal_to_freed_ms.p50_ms),
             ms(r.signal_to_freed_ms.p99_ms),
+            ms(r.signal_to_uncharged_ms.p50_ms),
+            ms(r.signal_to_uncharged_ms.p99_ms),
             ms(r.synchronize_ms.p50_ms),
             ms(r.synchronize_ms.p99_ms),
         ));
@@ -417,6 +446,7 @@ mod tests {
             told_to_signal_us: signal_us.map(|_| 25.0),
             crossing_to_signal_us: signal_us,
             signal_to_freed_ms: Some(2.0),
+            signal_to_uncharged_ms: Some(1.0),
             oom_kills: oom,
             agent_killed: oom == 0 || signal_us.is_some(),
         }

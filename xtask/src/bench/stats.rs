@@ -15,7 +15,7 @@ pub(crate) fn percentile(values: &[f64], p: f64) -> Option<f64> {
 }
 
 /// p50, p99 and max of a latency, over the trials that have it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Spread {
     /// Trials that have a value (the others: none, e.g. no wake before the trial ended).
     pub(crate) count: usize,
