@@ -313,17 +313,34 @@ pub fn double_kill(cycles: u32) -> TrustTally {
                 names.iter().map(|n| node.record(n)).collect::<Vec<_>>()
             ));
         }
-        // An evicted pod stays down: no container process, no restart, for 3 s.
+        // An evicted pod stays down for 3 s: no restart, and no process but the one it had
+        // when it was booked (a killed process may still be exiting: its record keeps its
+        // pid until the exit is handled).
         let watch_until = Instant::now() + Duration::from_secs(3);
         let mut restarted = std::collections::BTreeSet::new();
+        let mut booked: std::collections::BTreeMap<String, Vec<(u32, Option<u32>)>> =
+            std::collections::BTreeMap::new();
         while Instant::now() < watch_until {
             for name in &names {
                 let record = node.record(name);
-                if let Some(r) = record.as_ref().filter(|_| evicted(&record))
-                    && r.containers
-                        .iter()
-                        .any(|c| c.restart_count > 0 || c.pid.is_some_and(alive))
-                {
+                let Some(r) = record.as_ref().filter(|_| evicted(&record)) else {
+                    continue;
+                };
+                let now: Vec<(u32, Option<u32>)> = r
+                    .containers
+                    .iter()
+                    .map(|c| (c.restart_count, c.pid))
+                    .collect();
+                let first = booked.entry(name.clone()).or_insert_with(|| now.clone());
+                // No container of these pods restarts before its eviction (they wait on a
+                // file, then grow): any restart is one after the kill.
+                let ran_again = now
+                    .iter()
+                    .zip(first.iter())
+                    .any(|((count, pid), (_, pid0))| {
+                        *count > 0 || (pid.is_some_and(alive) && pid != pid0)
+                    });
+                if ran_again {
                     restarted.insert(name.clone());
                 }
             }

@@ -221,11 +221,11 @@ fn a_job_that_ends_while_the_agent_is_down_fails_with_exit_code_unknown() {
         "{record:?}\n{}",
         node.log(2)
     );
-    assert!(
-        node.log(2).contains("status unknown: ExitCodeUnknown"),
-        "{}",
-        node.log(2)
-    );
+    // The record is saved before the exit's event is logged: wait for the line.
+    let logged = monitor_tests::node::poll(Duration::from_secs(5), || {
+        node.log(2).contains("status unknown: ExitCodeUnknown")
+    });
+    assert!(logged, "{}", node.log(2));
     // The container's state and reason as `monitor pods` shows them.
     let out = std::process::Command::new(monitor_tests::helper_binary("monitor"))
         .args(["pods", "--json", "--socket"])
