@@ -134,9 +134,12 @@ pub const APPROACH_REST: Duration = Duration::from_millis(100);
 /// back: 10 ms in a burst, 2 % of one CPU over time.
 pub const WATCH_BUDGET: Duration = Duration::from_millis(10);
 pub const WATCH_REFILL_PER_SEC: Duration = Duration::from_millis(20);
-/// Early-notifier watches allowed between two armings without a kill: a workload whose
-/// usage moves across the early level and back fires it again and again.
+/// Watches one early notifier may start within [`FLAP_WINDOW`] between two armings: a
+/// workload whose usage moves across the early level and back fires it again and again,
+/// and is then rested until the next synchronize. Fires further apart (a node whose usage
+/// wanders near a level now and then) never add up to a rest.
 pub const EARLY_FIRES_PER_ARMING: u32 = 3;
+pub const FLAP_WINDOW: Duration = Duration::from_secs(1);
 
 /// A kill the hot path carried out, for the next synchronize to account for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -194,8 +197,9 @@ struct Armed {
     config: Option<Arc<EvictionConfig>>,
     /// Kills not yet taken by a synchronize, oldest first.
     fired: Vec<HotKill>,
-    /// Early-notifier watches since the levels were last set.
-    early_fires: u32,
+    /// Per early notifier (its key): when it started its last watches without a kill,
+    /// since the levels were last set.
+    early_fires: HashMap<u64, Vec<u64>>,
 }
 
 /// The watches' CPU allowance (a token bucket of thread CPU time).
@@ -370,7 +374,7 @@ impl HotPath {
             .collect();
         let old = {
             let mut armed = self.lock();
-            armed.early_fires = 0;
+            armed.early_fires.clear();
             std::mem::replace(&mut armed.levels, levels)
         };
         drop(old);
@@ -609,7 +613,7 @@ impl CrossingHook for HotPath {
     /// than the headroom wants): watch the usage closely, for a bounded time and CPU,
     /// and kill the moment a level is reached. The notifier at the level itself stays
     /// armed, so a crossing after the window (or after usage fell back) is still heard.
-    fn hard_approach(&self, source: WakeSource, margin: u64) -> bool {
+    fn hard_approach(&self, source: WakeSource, margin: u64, level: u64) -> bool {
         use std::sync::atomic::Ordering;
         let now_ns = monotonic_ns();
         let rest_ns = APPROACH_REST.as_nanos() as u64;
@@ -619,12 +623,15 @@ impl CrossingHook for HotPath {
         }
         {
             let mut armed = self.lock();
-            if armed.early_fires >= EARLY_FIRES_PER_ARMING {
+            let window_ns = FLAP_WINDOW.as_nanos() as u64;
+            let fires = armed.early_fires.entry(level).or_default();
+            fires.retain(|at| now_ns.saturating_sub(*at) < window_ns);
+            if fires.len() >= EARLY_FIRES_PER_ARMING as usize {
                 return false;
             }
-            armed.early_fires += 1;
-            if armed.early_fires == EARLY_FIRES_PER_ARMING {
-                tracing::debug!(source = %source, "hot path: the early notifier keeps firing; resting it until the next synchronize");
+            fires.push(now_ns);
+            if fires.len() == EARLY_FIRES_PER_ARMING as usize {
+                tracing::debug!(source = %source, level, "hot path: an early notifier keeps firing; resting it until the next synchronize");
             }
         }
         self.watch_from(source, margin, now_ns)
@@ -1151,7 +1158,7 @@ mod tests {
         // Under the early level (1000 − 100): it fired on the way down; no watch.
         f.set_usage(850);
         let started = std::time::Instant::now();
-        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
         assert!(
             started.elapsed() < APPROACH_WINDOW,
             "no watch below the early level"
@@ -1159,7 +1166,7 @@ mod tests {
         // Between the early level and the level: watched until the level is reached.
         f.set_usage(950);
         let raise = f.rewrite_later("memory.usage_in_bytes", "1000\n");
-        assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
         raise.join().expect("raise");
         assert_eq!(f.fired(), vec!["default/a"]);
     }
@@ -1170,7 +1177,7 @@ mod tests {
         f.arm("default/a");
         f.set_usage(950);
         let started = std::time::Instant::now();
-        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
         assert!(started.elapsed() >= APPROACH_SPIN.min(WATCH_BUDGET));
         assert_eq!(f.killed("default/a"), "", "never reached: nobody killed");
         let used = f.hot.watch_cpu();
@@ -1187,7 +1194,7 @@ mod tests {
         // notifier at the level tells instead.
         f.set_usage(1000);
         let started = std::time::Instant::now();
-        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
         assert!(started.elapsed() < APPROACH_SPIN, "resting");
         f.hot.hard_crossing(WakeSource::MemcgThreshold);
         assert_eq!(f.killed("default/a"), "1");
@@ -1195,7 +1202,7 @@ mod tests {
         f.arm("default/b");
         // Disarmed: no watch at all.
         f.hot.arm(None, |_| None);
-        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
     }
 
     #[test]
@@ -1206,16 +1213,23 @@ mod tests {
         // ends at once (under every early level), and each counts.
         f.set_usage(850);
         for _ in 0..EARLY_FIRES_PER_ARMING {
-            assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+            assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
         }
-        assert_eq!(f.hot.lock().early_fires, EARLY_FIRES_PER_ARMING);
+        assert_eq!(
+            f.hot.lock().early_fires[&1].len(),
+            EARLY_FIRES_PER_ARMING as usize
+        );
+        // Another early notifier is not rested by this one's flapping.
+        f.set_usage(850);
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 2));
+        assert_eq!(f.hot.lock().early_fires[&2].len(), 1);
         // Rested: even at the level, no watch (the exact notifier still tells).
         f.set_usage(1000);
-        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
         assert_eq!(f.killed("default/a"), "");
         // The next synchronize sets the levels again: watched once more.
         f.set_level(1000, 0);
-        assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100));
+        assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
         assert_eq!(f.fired(), vec!["default/a"]);
     }
 

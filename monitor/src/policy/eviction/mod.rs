@@ -538,6 +538,17 @@ pub fn hard_eviction_of(
 /// `input.pods`: the first of the signal's ranking that is not critical. The hot path
 /// kills it before it words the eviction.
 pub fn hard_eviction_victim(input: &SyncInput, signal: Signal) -> Option<usize> {
+    if super::rank::rank_func(signal, input.fs_layout) == super::rank::RankFunc::Memory {
+        // The ranking's first by its key, in one pass (the first of equals, as the
+        // stable sort keeps them).
+        return input
+            .pods
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.pod.is_critical())
+            .min_by_key(|(_, p)| super::rank::memory_rank_key(p))
+            .map(|(index, _)| index);
+    }
     let ranked = super::rank::rank_pods(signal, input.fs_layout, &input.pods);
     let victim = ranked.into_iter().find(|p| !p.pod.is_critical())?;
     input.pods.iter().position(|p| std::ptr::eq(p, victim))

@@ -380,3 +380,37 @@ fn split_imagefs_rank_funcs() {
         }
     );
 }
+
+/// The memory ranking's key orders pods exactly as its comparators do, ties in input
+/// order, over every mix of missing stats, usage at, under and over request, and priority.
+#[test]
+fn the_memory_rank_key_orders_as_the_comparators_do() {
+    let mut pods = Vec::new();
+    for (n, usage) in [None, Some(0), Some(50 * MI), Some(100 * MI), Some(300 * MI)]
+        .into_iter()
+        .enumerate()
+    {
+        for request in ["0", "100Mi"] {
+            for priority in [0, 1000, -5] {
+                let name = format!("p{n}-{request}-{priority}");
+                let builder = pod(&name).request("memory", request).priority(priority);
+                pods.push(match usage {
+                    Some(bytes) => builder.working_set(bytes).build(),
+                    None => builder.no_stats().build(),
+                });
+            }
+        }
+    }
+    // Twice each, so that equal pods show their order is kept.
+    let twice: Vec<PodWithStats> = pods.iter().chain(pods.iter()).cloned().collect();
+    let by_comparators = rank_pods(Signal::MemoryAvailable, FsLayout::Shared, &twice);
+    let mut by_key: Vec<&PodWithStats> = twice.iter().collect();
+    by_key.sort_by_key(|p| memory_rank_key(p));
+    let positions = |ranked: &[&PodWithStats]| -> Vec<usize> {
+        ranked
+            .iter()
+            .map(|r| twice.iter().position(|p| std::ptr::eq(p, *r)).expect("in"))
+            .collect()
+    };
+    assert_eq!(positions(&by_key), positions(&by_comparators));
+}
