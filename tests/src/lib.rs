@@ -532,3 +532,25 @@ pub fn memory_only_kubelet_config() -> monitor::config::kubelet::KubeletConfig {
     });
     config
 }
+
+/// The soft and hard values of one line of `/proc/<pid>/limits` ("Max open files").
+pub fn proc_limit(pid: u32, name: &str) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits"))
+        .unwrap_or_else(|e| panic!("reading /proc/{pid}/limits: {e}"));
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no {name} in {limits}"));
+    let mut values = line[name.len()..].split_whitespace();
+    let (soft, hard) = (values.next().unwrap(), values.next().unwrap());
+    (soft.to_string(), hard.to_string())
+}
+
+/// A field of a `stat` file (`/proc/<pid>/stat`, `/proc/<pid>/task/<tid>/stat`) by its
+/// number in proc(5), counted after the command (which may hold spaces); `None` when the
+/// file is gone.
+pub fn stat_field(stat_file: &std::path::Path, field: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(stat_file).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(field - 3).map(str::to_string)
+}

@@ -194,31 +194,18 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
     // The unit grants the agent real-time priority and unlimited locked memory for its
     // notifier threads; a pod gets neither, and runs on the ordinary scheduler.
     let web_pid = web.containers[0].pid.unwrap();
-    let limits = std::fs::read_to_string(format!("/proc/{web_pid}/limits")).unwrap();
-    let limit = |name: &str| -> String {
-        let line = limits
-            .lines()
-            .find(|l| l.starts_with(name))
-            .unwrap_or_else(|| panic!("no {name} in {limits}"));
-        line[name.len()..]
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .to_string()
-    };
-    assert_eq!(limit("Max realtime priority"), "0", "{limits}");
+    let soft = |name| monitor_tests::proc_limit(web_pid, name).0;
+    assert_eq!(soft("Max realtime priority"), "0");
+    let locked = soft("Max locked memory");
     assert!(
-        limit("Max locked memory")
-            .parse::<u64>()
-            .is_ok_and(|b| b <= 8 << 20),
-        "{limits}"
+        locked.parse::<u64>().is_ok_and(|b| b <= 8 << 20),
+        "locked memory {locked}"
     );
-    let stat = std::fs::read_to_string(format!("/proc/{web_pid}/stat")).unwrap();
-    let (_, rest) = stat.rsplit_once(')').unwrap();
+    let stat = PathBuf::from(format!("/proc/{web_pid}/stat"));
     assert_eq!(
-        rest.split_whitespace().nth(41 - 3),
+        monitor_tests::stat_field(&stat, 41).as_deref(),
         Some("0"),
-        "policy: {stat}"
+        "policy"
     );
 
     // What an operator reads: `monitor status` and `/metrics` on the default socket.
@@ -574,24 +561,20 @@ fn notifier_threads(pid: u32) -> Vec<ThreadSched> {
         .unwrap()
         .flatten()
     {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+        let stat = entry.path().join("stat");
+        let Some(name) = std::fs::read_to_string(entry.path().join("comm"))
+            .ok()
+            .map(|c| c.trim_end().to_string())
+        else {
             continue;
         };
-        // The name is in parentheses and may hold spaces: fields count from the last ')'.
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            panic!("odd stat: {stat}");
-        };
-        let name = stat[open + 1..close].to_string();
         if !["monitor-kernel", "monitor-memcg", "monitor-events"].contains(&name.as_str()) {
             continue;
         }
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        // fields[0] is field 3 (state).
         let number = |n: usize| -> u64 {
-            fields
-                .get(n - 3)
+            monitor_tests::stat_field(&stat, n)
                 .and_then(|f| f.parse().ok())
-                .unwrap_or_else(|| panic!("field {n} of {stat}"))
+                .unwrap_or_else(|| panic!("field {n} of {}", stat.display()))
         };
         threads.push(ThreadSched {
             name,

@@ -1052,25 +1052,6 @@ fn a_containers_leftover_processes_die_with_its_main_process() {
     );
 }
 
-/// The limits of one line of `/proc/<pid>/limits` ("Max open files"): soft, hard.
-fn proc_limit(pid: u32, name: &str) -> (String, String) {
-    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
-    let line = limits
-        .lines()
-        .find(|l| l.starts_with(name))
-        .unwrap_or_else(|| panic!("no {name} in {limits}"));
-    let mut values = line[name.len()..].split_whitespace();
-    let (soft, hard) = (values.next().unwrap(), values.next().unwrap());
-    (soft.to_string(), hard.to_string())
-}
-
-/// A field of `/proc/<pid>/stat` by its number in proc(5), counted after the command.
-fn proc_stat_field(pid: u32, field: usize) -> String {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let (_, rest) = stat.rsplit_once(')').unwrap();
-    rest.split_whitespace().nth(field - 3).unwrap().to_string()
-}
-
 /// A pod gets what the agent was started with, not what the agent gave itself: the agent
 /// raises its soft open-file limit to the hard one, the container keeps the original, and
 /// it runs on SCHED_OTHER whatever the agent's threads run on.
@@ -1082,7 +1063,12 @@ fn containers_start_with_the_agents_original_limits_and_no_real_time_policy() {
     ) {
         return;
     }
+    use monitor_tests::proc_limit;
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let stat_field = |pid: u32, field| {
+        monitor_tests::stat_field(std::path::Path::new(&format!("/proc/{pid}/stat")), field)
+            .expect("the container runs")
+    };
     let mut node = Node::new("evictionHard: {memory.available: 1Mi}");
     node.manifest("plain.yaml", &sleeper("plain", ""));
     // The agent starts with a soft limit under its hard one (as under systemd: 1024 of
@@ -1106,6 +1092,6 @@ fn containers_start_with_the_agents_original_limits_and_no_real_time_policy() {
         "the container has the agent's original limit\n{}",
         node.log(1)
     );
-    assert_eq!(proc_stat_field(pid, 41), "0", "policy: SCHED_OTHER");
-    assert_eq!(proc_stat_field(pid, 40), "0", "rt_priority");
+    assert_eq!(stat_field(pid, 41), "0", "policy: SCHED_OTHER");
+    assert_eq!(stat_field(pid, 40), "0", "rt_priority");
 }

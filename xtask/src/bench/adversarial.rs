@@ -186,7 +186,7 @@ fn measure(bin: &Path, n: usize, workload: Workload, seconds: u64, keep: bool) -
             demo::wait(
                 "the flapping pod at its band",
                 Duration::from_secs(60),
-                || usage_of(&pods_dir, v1) >= low,
+                || demo::usage(&pods_dir, v1) >= low,
             )?;
         }
         Workload::ReclaimOutside => {
@@ -280,7 +280,7 @@ fn limit_hits(dir: &Path, v1: bool) -> u64 {
 /// pods' usage at which allocatableMemory.available<200Mi is met (capacity − 200 MiB plus
 /// their inactive page cache); its early level sits the agent's early margin below.
 fn flapping_band(pods_dir: &Path, v1: bool) -> (u64, u64) {
-    let inactive = usage_of(pods_dir, v1).saturating_sub(demo::working_set(pods_dir, v1));
+    let inactive = demo::usage(pods_dir, v1).saturating_sub(demo::working_set(pods_dir, v1));
     let level = (NODE_MIB - HEADROOM_MIB) * MIB + inactive;
     // The agent's own margin: monitor::notify::memcg::early_margin.
     let page = 4096u64;
@@ -288,10 +288,6 @@ fn flapping_band(pods_dir: &Path, v1: bool) -> (u64, u64) {
     let margin = (192 * page * cpus).min(8 * MIB);
     let early = level - margin;
     (early - 2 * MIB, early + margin / 4)
-}
-
-fn usage_of(dir: &Path, v1: bool) -> u64 {
-    demo::usage(dir, v1)
 }
 
 fn pod(dir: &Path, name: &str, command: &[&str], resources: &str) -> Result<()> {
