@@ -35,7 +35,6 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
-use nix::unistd::Pid;
 
 use crate::observe::{
     CgroupLayout, CgroupReader, CgroupVersion, MemoryStats, ObserveError, OpenFiles,
@@ -43,7 +42,7 @@ use crate::observe::{
 use crate::policy::qos::{MIN_SHARES, QosTierConfigs, ResourceConfig, milli_cpu_to_shares};
 use crate::policy::types::QosClass;
 
-mod pidfd;
+mod kill;
 #[cfg(test)]
 mod tests;
 
@@ -63,9 +62,6 @@ const MAX_DEPTH: usize = 16;
 /// rmdir of a cgroup whose last task is still exiting fails with EBUSY for a moment.
 const REMOVE_ATTEMPTS: u32 = 20;
 const REMOVE_PAUSE: Duration = Duration::from_millis(10);
-/// Rounds of kill-and-rescan when SIGKILL cannot use `cgroup.kill` (forks race the scan).
-/// A v1 freezer would stop the forks, but the tree does not join the freezer hierarchy.
-const KILL_ROUNDS: usize = 10;
 
 /// The controllers whose values this tree writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -469,15 +465,11 @@ impl CgroupTree {
         pids.into_iter().collect()
     }
 
-    /// Sends `signal` to every process of the pod (SIGKILL uses cgroup.kill on v2 when
-    /// present) and returns how many distinct processes were signalled.
-    ///
-    /// `cgroup.kill` (5.14+) kills the whole subtree atomically, forks included; it exists
-    /// in any cgroup2 hierarchy, so on a v1 host the unified mirror provides it too.
-    /// Without it (a pure v1 node), each process is signalled through a pidfd and only
-    /// while the cgroup still lists it, so a reused pid is never hit; SIGKILL is repeated
-    /// while new processes appear. Other signals go to the processes listed at the time of
-    /// the call. A process that exits meanwhile is skipped.
+    /// Sends `signal` to every process of the pod and returns how many distinct processes
+    /// were signalled: SIGKILL through `cgroup.kill` where the kernel has it (5.14+; the
+    /// unified mirror on a v1 host has it too), else each process through a pidfd and only
+    /// while the cgroup still lists it, so a reused pid is never hit, repeated while new
+    /// processes appear. The strategies and their order are in [`kill`].
     pub fn signal(&self, pod: &PodCgroup, signal: Signal) -> Result<usize, CgroupError> {
         self.signal_subtree(&pod.relative, signal)
     }
@@ -500,83 +492,6 @@ impl CgroupTree {
             collect_pids(&h.mount.join(relative), 0, &mut pids);
         }
         pids.into_iter().collect()
-    }
-
-    fn signal_subtree(&self, relative: &str, signal: Signal) -> Result<usize, CgroupError> {
-        let mut signalled = BTreeSet::new();
-        let mut pids = self.pids_at(relative);
-        if signal == Signal::SIGKILL {
-            let mut killed = false;
-            for h in self
-                .hierarchies
-                .iter()
-                .filter(|h| h.version == CgroupVersion::V2)
-            {
-                let kill = h.mount.join(relative).join("cgroup.kill");
-                // On failure the per-process kills below still run.
-                if kill.exists() {
-                    match write_file(&kill, "1") {
-                        Ok(()) => killed = true,
-                        Err(e) => {
-                            tracing::debug!(error = %e, "cgroup.kill failed; signalling each process")
-                        }
-                    }
-                }
-            }
-            // The kernel killed every process of the subtree, forks included: signalling
-            // the pids listed before would only open a window in which one of them, reaped
-            // meanwhile, is reused by a process outside the pod.
-            if killed {
-                return Ok(pids.len());
-            }
-        }
-        let rounds = if signal == Signal::SIGKILL {
-            KILL_ROUNDS
-        } else {
-            1
-        };
-        for _ in 0..rounds {
-            let fresh: Vec<i32> = pids
-                .into_iter()
-                .filter(|p| !signalled.contains(p))
-                .collect();
-            if fresh.is_empty() {
-                break;
-            }
-            // Each pid through a pidfd, and only while the cgroup still lists it: no pid
-            // read here can be a reused number by the time the signal is sent.
-            match pidfd::signal_members(&fresh, || self.pids_at(relative), signal) {
-                Ok(round) => signalled.extend(round.signalled),
-                Err(pidfd::RoundError::Signal { pid, source }) => {
-                    return Err(CgroupError::Signal {
-                        cgroup: relative.to_string(),
-                        pid,
-                        signal,
-                        source,
-                    });
-                }
-                // Before Linux 5.3: kill(2), with the window pidfds close.
-                Err(pidfd::RoundError::Unsupported) => {
-                    for pid in fresh {
-                        match nix::sys::signal::kill(Pid::from_raw(pid), signal) {
-                            Ok(()) | Err(Errno::ESRCH) => {
-                                signalled.insert(pid);
-                            }
-                            Err(source) => {
-                                return Err(CgroupError::Signal {
-                                    cgroup: relative.to_string(),
-                                    pid,
-                                    signal,
-                                    source,
-                                });
-                            }
-                        }
-                    }
-                }
-            }
-            pids = self.pids_at(relative);
-        }
-        Ok(signalled.len())
     }
 
     pub fn is_empty(&self, pod: &PodCgroup) -> bool {

@@ -3,12 +3,13 @@
 //! with its oom_score_adj when it execs. There are no images: `command` (or, failing that,
 //! `args`) names an executable on this host.
 use std::ffi::CString;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use super::inherited::OriginalLimits;
+use super::sys::PidFd;
 use crate::policy::pod::Container;
 
 /// PATH for containers that set none (the one container runtimes default to).
@@ -160,14 +161,10 @@ fn write_file(path: &CString, data: &[u8]) -> std::io::Result<()> {
 /// Resolves when process `pid` has exited (at once when it is already gone, or where the
 /// kernel has no pidfd: before 5.3).
 pub(super) async fn wait_for_exit(pid: u32) {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
+    let Ok(Some(pidfd)) = PidFd::open(pid as libc::pid_t) else {
         return;
-    }
-    // SAFETY: fd is a fresh descriptor that nothing else owns.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    if let Ok(fd) = crate::notify::async_fd(owned, tokio::io::Interest::READABLE) {
+    };
+    if let Ok(fd) = crate::notify::async_fd(OwnedFd::from(pidfd), tokio::io::Interest::READABLE) {
         let _ = fd.readable().await;
     }
 }

@@ -11,48 +11,12 @@
 //!
 //! Where neither answers (a kernel before 6.15 whose init reaped the process first), the
 //! status is unknown and said to be so.
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use nix::errno::Errno;
 
-/// `struct pidfd_info` of include/uapi/linux/pidfd.h (its third published size,
-/// `PIDFD_INFO_SIZE_VER2`). The ioctl is extensible: the size is part of the request
-/// number, an older kernel fills only the fields it knows and leaves `mask` bits of the
-/// others clear.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct PidfdInfo {
-    mask: u64,
-    cgroupid: u64,
-    pid: u32,
-    tgid: u32,
-    ppid: u32,
-    ruid: u32,
-    rgid: u32,
-    euid: u32,
-    egid: u32,
-    suid: u32,
-    sgid: u32,
-    fsuid: u32,
-    fsgid: u32,
-    /// A wait status (as `waitpid` reports it), valid with `PIDFD_INFO_EXIT`.
-    exit_code: i32,
-    coredump_mask: u32,
-    coredump_signal: u32,
-    supported_mask: u64,
-}
-
-const PIDFD_INFO_SIZE_VER2: usize = 80;
-const _: () = assert!(std::mem::size_of::<PidfdInfo>() == PIDFD_INFO_SIZE_VER2);
-
-/// The task still exists (not reaped): pid, tgid and ppid were filled.
-const PIDFD_INFO_PID: u64 = 1 << 0;
-/// `exit_code` holds the wait status (Linux 6.15; only returned when asked for).
-const PIDFD_INFO_EXIT: u64 = 1 << 3;
-const PIDFS_IOCTL_MAGIC: u32 = 0xFF;
-/// `_IOWR(PIDFS_IOCTL_MAGIC, 11, struct pidfd_info)` (Linux 6.13).
-const PIDFD_GET_INFO: libc::Ioctl = libc::_IOWR::<PidfdInfo>(PIDFS_IOCTL_MAGIC, 11);
+use super::sys::{ExitInfo, PidFd};
 
 /// The exit code a wait status stands for, as the kubelet reports it: the process's
 /// status when it exited, 128 + the signal when a signal killed it; `None` for a status
@@ -65,39 +29,6 @@ pub(super) fn exit_code(wait_status: i32) -> Option<i32> {
     } else {
         None
     }
-}
-
-/// What one `PIDFD_GET_INFO` said about the exit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ExitInfo {
-    /// The wait status the kernel kept.
-    Exited(i32),
-    /// No exit status (yet); `alive`: the task still exists (running, or a zombie its
-    /// parent has not reaped).
-    NotYet { alive: bool },
-}
-
-/// `ioctl(pidfd, PIDFD_GET_INFO)` asking for the exit status. ENOTTY or EINVAL: the kernel
-/// has no `PIDFD_GET_INFO` (before 6.13); ESRCH: the process was reaped and this kernel
-/// keeps nothing of it (before 6.15).
-pub(super) fn exit_info(pidfd: BorrowedFd<'_>) -> Result<ExitInfo, Errno> {
-    let mut info = PidfdInfo {
-        mask: PIDFD_INFO_EXIT,
-        ..PidfdInfo::default()
-    };
-    // SAFETY: the descriptor is open for the call; `info` is a live, writable struct of
-    // exactly the size the request number encodes, which the kernel fills at most.
-    let rc = unsafe { libc::ioctl(pidfd.as_raw_fd(), PIDFD_GET_INFO, &mut info) };
-    if rc < 0 {
-        return Err(Errno::last());
-    }
-    Ok(if info.mask & PIDFD_INFO_EXIT != 0 {
-        ExitInfo::Exited(info.exit_code)
-    } else {
-        ExitInfo::NotYet {
-            alive: info.mask & PIDFD_INFO_PID != 0,
-        }
-    })
 }
 
 /// The wait status in `/proc/<pid>/stat` text: `Some` only for a zombie (state `Z`) that
@@ -119,7 +50,7 @@ pub(super) fn zombie_wait_status(stat: &str) -> Option<i32> {
 #[derive(Debug)]
 pub(super) struct Adopted {
     pid: u32,
-    fd: OwnedFd,
+    fd: PidFd,
 }
 
 /// Why an adopted process's exit code is unknown.
@@ -162,20 +93,11 @@ impl Adopted {
     /// Opens `pid`: `Ok(None)` when no such process exists any more.
     pub(super) fn open(pid: u32) -> Result<Option<Adopted>, Unknown> {
         let raw = libc::pid_t::try_from(pid).map_err(|_| Unknown::Ioctl(Errno::EINVAL))?;
-        // SAFETY: pidfd_open takes a pid and a flags word and returns a new descriptor or
-        // -1; no memory is passed.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
-        if fd < 0 {
-            return match Errno::last() {
-                Errno::ESRCH => Ok(None),
-                Errno::ENOSYS => Err(Unknown::NoPidfd),
-                e => Err(Unknown::Ioctl(e)),
-            };
+        match PidFd::open(raw) {
+            Ok(fd) => Ok(fd.map(|fd| Adopted { pid, fd })),
+            Err(Errno::ENOSYS) => Err(Unknown::NoPidfd),
+            Err(e) => Err(Unknown::Ioctl(e)),
         }
-        let fd = i32::try_from(fd).map_err(|_| Unknown::Ioctl(Errno::EBADF))?;
-        // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Some(Adopted { pid, fd }))
     }
 
     pub(super) fn pid(&self) -> u32 {
@@ -185,25 +107,15 @@ impl Adopted {
     /// Whether the pidfd's process still exists (running or a zombie): a pid it held
     /// then was not given to another process.
     pub(super) fn exists(&self) -> bool {
-        // SAFETY: pidfd_send_signal(fd, 0, NULL, 0) only checks that the process exists
-        // and may be signalled; the descriptor is ours and open.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.fd.as_raw_fd(),
-                0,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
-        rc == 0
+        self.fd.exists()
     }
 
     /// Resolves when the process has exited (its pidfd turns readable).
     pub(super) async fn exited(&self) {
         let registered = self
             .fd
-            .try_clone()
+            .as_fd()
+            .try_clone_to_owned()
             .and_then(|dup| crate::notify::async_fd(dup, tokio::io::Interest::READABLE));
         match registered {
             Ok(fd) => {
@@ -215,24 +127,11 @@ impl Adopted {
                     pid = self.pid,
                     "pidfd not pollable by the runtime ({err}): polling it"
                 );
-                while !self.readable() {
+                while !self.fd.readable() {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
         }
-    }
-
-    /// Whether the pidfd is readable now (the process has exited), or cannot be polled.
-    fn readable(&self) -> bool {
-        let mut pollfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one live pollfd, a count of one, a zero timeout: poll never blocks and
-        // writes only `revents`.
-        let rc = unsafe { libc::poll(&mut pollfd, 1, 0) };
-        rc > 0 || (rc < 0 && Errno::last() != Errno::EINTR)
     }
 
     /// The wait status of the exited process, waiting up to [`REAP_TIMEOUT`] for its
@@ -240,7 +139,7 @@ impl Adopted {
     pub(super) async fn wait_status(&self) -> Result<(i32, Source), Unknown> {
         let deadline = tokio::time::Instant::now() + REAP_TIMEOUT;
         loop {
-            let alive = match exit_info(self.fd.as_fd()) {
+            let alive = match self.fd.exit_info() {
                 Ok(ExitInfo::Exited(status)) => return Ok((status, Source::PidfdInfo)),
                 Ok(ExitInfo::NotYet { alive }) => alive,
                 // No PIDFD_GET_INFO: only the zombie can tell.
@@ -251,7 +150,7 @@ impl Adopted {
             if !alive {
                 // Reaped, and the kernel kept nothing (or it was reaped between the two
                 // reads: the next PIDFD_GET_INFO has it where the kernel keeps it).
-                return match exit_info(self.fd.as_fd()) {
+                return match self.fd.exit_info() {
                     Ok(ExitInfo::Exited(status)) => Ok((status, Source::PidfdInfo)),
                     _ => Err(Unknown::NotKept),
                 };
@@ -356,7 +255,7 @@ mod tests {
         let (mut child, adopted) = child_exiting_with(3);
         let status = child.wait().expect("reap the child");
         assert_eq!(status.code(), Some(3));
-        let info = exit_info(adopted.fd.as_fd()).expect("PIDFD_GET_INFO");
+        let info = adopted.fd.exit_info().expect("PIDFD_GET_INFO");
         let ExitInfo::Exited(wait_status) = info else {
             panic!("no exit information after the reap: {info:?}");
         };

@@ -30,6 +30,7 @@ pub mod manifests;
 pub mod port;
 mod shared;
 pub mod store;
+mod sys;
 
 pub use lifecycle::has_cap_sys_resource;
 pub use shared::{MAX_BACKOFF, RuntimeConfig};

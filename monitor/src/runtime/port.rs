@@ -14,6 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use super::sys::{CgroupKill, PidFd};
 use crate::policy::eviction::{EvictionDecision, ReclaimResult};
 use crate::policy::signal::Signal;
 use crate::policy::stats::PodWithStats;
@@ -124,8 +125,8 @@ pub trait ActivePods: Send + Sync {
 pub struct KillSwitch {
     pub pod_key: String,
     pub path: std::path::PathBuf,
-    file: std::fs::File,
-    pidfds: Vec<std::os::fd::OwnedFd>,
+    kill: CgroupKill,
+    pidfds: Vec<PidFd>,
     /// Reads the pod's memory cgroup: the hot path looks at its usage at the crossing.
     pub memory: Option<crate::observe::CgroupReader>,
     /// Set just before the kill is written, so that the runtime never restarts a
@@ -140,12 +141,12 @@ impl KillSwitch {
     /// Opens `path` (a `cgroup.kill` file) for writing, and pidfds of the processes in
     /// its cgroup and the cgroup's children (the containers).
     pub fn open(pod_key: &str, path: &std::path::Path) -> std::io::Result<KillSwitch> {
-        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        let kill = CgroupKill::open(path)?;
         let pidfds = path.parent().map(open_pidfds).unwrap_or_default();
         Ok(KillSwitch {
             pod_key: pod_key.to_string(),
             path: path.to_path_buf(),
-            file,
+            kill,
             pidfds,
             memory: None,
             evicting: None,
@@ -170,31 +171,21 @@ impl KillSwitch {
 
     /// Kills the pod: the runtime's flag is raised, then one write.
     pub fn fire(&self) -> std::io::Result<()> {
-        use std::io::Write;
         if let Some(evicting) = &self.evicting {
             evicting.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        (&self.file).write_all(b"1")
+        self.kill.fire()
     }
 
     /// After [`KillSwitch::fire`]: frees the memory of the killed processes now. Returns
     /// how many were reaped (0 where the kernel lacks process_mrelease).
     pub fn release_memory(&self) -> usize {
-        use std::os::fd::AsRawFd;
-        self.pidfds
-            .iter()
-            .filter(|fd| {
-                // SAFETY: process_mrelease takes a pidfd we own and a flags word; it
-                // touches no memory of ours.
-                unsafe { libc::syscall(libc::SYS_process_mrelease, fd.as_raw_fd(), 0) == 0 }
-            })
-            .count()
+        self.pidfds.iter().filter(|fd| fd.release_memory()).count()
     }
 }
 
 /// pidfds of the processes listed in `dir/cgroup.procs` and its children's.
-fn open_pidfds(dir: &std::path::Path) -> Vec<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
+fn open_pidfds(dir: &std::path::Path) -> Vec<PidFd> {
     let mut dirs = vec![dir.to_path_buf()];
     if let Ok(entries) = std::fs::read_dir(dir) {
         dirs.extend(
@@ -216,11 +207,8 @@ fn open_pidfds(dir: &std::path::Path) -> Vec<std::os::fd::OwnedFd> {
             if fds.len() >= MAX_PIDFDS {
                 return fds;
             }
-            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-            if fd >= 0 {
-                // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-                fds.push(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) });
+            if let Ok(Some(fd)) = PidFd::open(pid) {
+                fds.push(fd);
             }
         }
     }
