@@ -85,13 +85,32 @@ pub fn rank_pods(signal: Signal, layout: FsLayout, pods: &[PodWithStats]) -> Vec
 /// input order) is ordering them by [`memory_pressure_comparators`]. Each pod's request is
 /// computed once instead of at every comparison: the hot path ranks its candidates with it
 /// between a crossing and the kill.
-pub fn memory_rank_key(p: &PodWithStats) -> (bool, bool, i32, std::cmp::Reverse<i128>) {
+pub fn memory_rank_key(p: &PodWithStats) -> MemoryRankKey {
     if p.stats.is_missing() {
         // Pods without stats first; among them, by priority alone.
         return (false, false, p.pod.priority(), std::cmp::Reverse(0));
     }
-    let above = memory_usage_milli(&p.stats) - request_milli(&p.pod, "memory");
-    (true, above <= 0, p.pod.priority(), std::cmp::Reverse(above))
+    memory_rank_key_at(
+        memory_request_milli(&p.pod),
+        p.pod.priority(),
+        p.stats.memory_working_set_bytes.unwrap_or(0),
+    )
+}
+
+/// A pod's place in the memory ranking (lower ranks first).
+pub type MemoryRankKey = (bool, bool, i32, std::cmp::Reverse<i128>);
+
+/// The memory ranking key of a pod with stats, its request (milli) and priority given, at
+/// `working_set_bytes`. It never rises as the working set grows: a pod can rank no
+/// earlier than its key at the most memory it could hold.
+pub fn memory_rank_key_at(request_milli: i128, priority: i32, working_set_bytes: u64) -> MemoryRankKey {
+    let above = i128::from(working_set_bytes) * 1000 - request_milli;
+    (true, above <= 0, priority, std::cmp::Reverse(above))
+}
+
+/// The memory request the ranking compares usage with, in milli-bytes.
+pub fn memory_request_milli(pod: &Pod) -> i128 {
+    request_milli(pod, "memory")
 }
 
 /// Memory: usage above requests first, then lower priority, then larger usage above

@@ -11,7 +11,11 @@
 //! `pread` of a file kept open), its working set taken as that usage less the inactive
 //! page cache it had at the synchronize, and the policy's own ranking
 //! ([`crate::policy::eviction::hard_eviction`]) runs on those working sets. A pod that freed
-//! its memory since the synchronize is not killed while another holds more. The victim is
+//! its memory since the synchronize is not killed while another holds more. The reads go
+//! in the last ranking's order and stop early: the usage of the cgroup holding all the
+//! candidates, less what the candidates read hold, bounds what any candidate not read can
+//! hold, and once even that could not rank one of them first, the pick is made (most
+//! often after one or two reads: the pod that drove the crossing holds most of it). The victim is
 //! killed by one write; its eviction message names the threshold that was crossed and the
 //! signal as seen at the crossing.
 //!
@@ -44,6 +48,7 @@ use crate::observe::{CgroupReader, CgroupVersion, OpenFiles};
 use crate::policy::eviction::{
     EvictionConfig, EvictionDecision, SyncInput, hard_eviction_of, hard_eviction_victim,
 };
+use crate::policy::rank::{MemoryRankKey, memory_rank_key_at, memory_request_milli};
 use crate::policy::signal::{Observations, Signal, SignalObservation};
 use crate::policy::stats::PodWithStats;
 use crate::policy::types::FsLayout;
@@ -160,6 +165,8 @@ pub struct HotKill {
     /// The crossed signal's available at the kill (`None` for a level without its
     /// threshold).
     pub signal_available: Option<i64>,
+    /// How many candidates' usage was read to pick the victim.
+    pub candidates_read: usize,
 }
 
 /// What the eviction pass hands the hot path after a synchronize.
@@ -175,17 +182,35 @@ pub struct Candidates {
 #[derive(Debug)]
 struct Candidate {
     pod: PodWithStats,
+    /// Its memory request (milli-bytes) and priority, as the ranking compares them.
+    request_milli: i128,
+    priority: i32,
     /// Its inactive page cache when armed (usage then less the synchronize's working set).
     inactive_file: u64,
     switch: KillSwitch,
 }
 
 impl Candidate {
-    /// Its working set now: usage read now, less the page cache it had when armed.
-    /// `None` when its cgroup cannot be read (the pod is gone).
-    fn working_set_now(&self) -> Option<u64> {
+    fn new(pod: PodWithStats, switch: KillSwitch) -> Candidate {
+        Candidate {
+            request_milli: memory_request_milli(&pod.pod),
+            priority: pod.pod.priority(),
+            pod,
+            inactive_file: 0,
+            switch,
+        }
+    }
+
+    /// Its usage and working set now: usage read now, and that less the page cache it had
+    /// when armed. `None` when its cgroup cannot be read (the pod is gone).
+    fn usage_now(&self) -> Option<(u64, u64)> {
         let usage = self.switch.memory.as_ref()?.usage_bytes("").ok()?;
-        Some(usage.saturating_sub(self.inactive_file))
+        Some((usage, usage.saturating_sub(self.inactive_file)))
+    }
+
+    /// Its ranking key were its working set `bytes`.
+    fn key_at(&self, bytes: u64) -> MemoryRankKey {
+        memory_rank_key_at(self.request_milli, self.priority, bytes)
     }
 }
 
@@ -193,6 +218,9 @@ impl Candidate {
 struct Armed {
     levels: Vec<Level>,
     candidates: Vec<Candidate>,
+    /// The nearest cgroup holding every candidate: what its usage leaves beyond the
+    /// candidates read bounds the working set of those not read.
+    holder: Option<CgroupReader>,
     fs_layout: FsLayout,
     config: Option<Arc<EvictionConfig>>,
     /// Kills not yet taken by a synchronize, oldest first.
@@ -427,11 +455,7 @@ impl HotPath {
                         None => continue,
                     },
                 };
-                armed.candidates.push(Candidate {
-                    pod,
-                    inactive_file: 0,
-                    switch,
-                });
+                armed.candidates.push(Candidate::new(pod, switch));
             }
             armed.fs_layout = candidates.fs_layout;
             armed.config = Some(candidates.config);
@@ -456,6 +480,10 @@ impl HotPath {
                 ))
             })
             .collect();
+        let roots: Vec<(CgroupVersion, std::path::PathBuf)> = readers
+            .iter()
+            .map(|(_, _, reader)| (reader.version(), reader.root().to_path_buf()))
+            .collect();
         let inactive: HashMap<String, u64> = readers
             .into_iter()
             .filter_map(|(key, working_set, reader)| {
@@ -463,6 +491,7 @@ impl HotPath {
                 Some((key, usage.saturating_sub(working_set.unwrap_or(usage))))
             })
             .collect();
+        let holder = self.holder_of(&roots);
         self.candidate_files.sweep();
         let mut armed = self.lock();
         for candidate in &mut armed.candidates {
@@ -470,6 +499,25 @@ impl HotPath {
                 candidate.inactive_file = *bytes;
             }
         }
+        armed.holder = holder;
+    }
+
+    /// A reader of the nearest cgroup that holds all of `roots` (the candidates' cgroups),
+    /// its usage file opened by a first read; none for fewer than two candidates.
+    fn holder_of(&self, roots: &[(CgroupVersion, std::path::PathBuf)]) -> Option<CgroupReader> {
+        let ((version, first), rest) = roots.split_first()?;
+        if rest.is_empty() {
+            return None;
+        }
+        let mut holder = first.parent()?.to_path_buf();
+        for (_, root) in rest {
+            while !root.starts_with(&holder) {
+                holder = holder.parent()?.to_path_buf();
+            }
+        }
+        let reader = CgroupReader::new(*version, holder).keeping_open(self.candidate_files.clone());
+        reader.usage_bytes("").ok()?;
+        Some(reader)
     }
 
     /// The candidates armed now, most evictable first at the last synchronize.
@@ -536,13 +584,32 @@ impl HotPath {
         {
             return None;
         }
+        // Read in the order of the last ranking, and only as far as needed: once what the
+        // holder's usage leaves beyond the candidates read could not make any candidate
+        // not read rank before the first so far, the rest cannot change the pick (a key
+        // only falls as the working set grows, and of equal keys the earlier candidate
+        // goes first).
+        let holder_usage = armed.holder.as_ref().and_then(|h| h.usage_bytes("").ok());
         let mut read = Vec::with_capacity(armed.candidates.len());
         let mut pods = Vec::with_capacity(armed.candidates.len());
+        let (mut usage_read, mut first): (u64, Option<MemoryRankKey>) = (0, None);
         for (index, candidate) in armed.candidates.iter().enumerate() {
+            if let (Some(total), Some(first)) = (holder_usage, first) {
+                let left = total.saturating_sub(usage_read);
+                if armed.candidates[index..]
+                    .iter()
+                    .all(|other| first <= other.key_at(left))
+                {
+                    break;
+                }
+            }
             // A candidate whose cgroup cannot be read is gone: nobody to kill there.
-            let Some(working_set) = candidate.working_set_now() else {
+            let Some((usage, working_set)) = candidate.usage_now() else {
                 continue;
             };
+            usage_read = usage_read.saturating_add(usage);
+            let key = candidate.key_at(working_set);
+            first = Some(first.map_or(key, |f| f.min(key)));
             let mut pod = candidate.pod.clone();
             pod.stats.memory_working_set_bytes = Some(working_set);
             read.push((index, working_set));
@@ -821,6 +888,7 @@ impl HotPath {
                     signal_available: crossing
                         .threshold
                         .and_then(|t| crossing.observations().get(&t.signal).map(|o| o.available)),
+                    candidates_read: pick.input.pods.len(),
                 });
                 drop(armed);
                 drop(candidates);
@@ -837,6 +905,7 @@ impl HotPath {
                     lock_us = locked_ns.saturating_sub(detected_ns) / 1000,
                     confirm_us = confirmed_ns.saturating_sub(locked_ns) / 1000,
                     pick_us = killed_ns.saturating_sub(confirmed_ns) / 1000,
+                    candidates_read = pick.input.pods.len(),
                     level_bytes = crossing.level_working_set,
                     working_set_bytes = crossing.working_set,
                     victim_working_set_bytes = victim_working_set,
@@ -1125,6 +1194,39 @@ mod tests {
             kill.decision.message
         );
         assert_eq!(kill.signal_available, Some(1 << 30));
+    }
+
+    #[test]
+    fn candidates_are_read_only_while_the_memory_left_could_change_the_pick() {
+        let f = Fixture::new(1000);
+        // The pods' cgroup (holding every candidate) says 600 in all.
+        let holder = f.dir.path().join("pods").join("memory.usage_in_bytes");
+        std::fs::create_dir_all(holder.parent().expect("parent")).expect("pods dir");
+        std::fs::write(&holder, "600\n").expect("holder usage");
+        f.arm_pods(&[("default/a", 500), ("default/b", 60), ("default/c", 40)]);
+        // c's file says 900, more than the holder leaves after a (100): trusting the
+        // holder, neither b nor c could outrank a, so c is not even read.
+        f.set_pod_usage("default/c", 900);
+        f.set_usage(1000);
+        f.hot.hard_crossing(WakeSource::Ebpf);
+        assert_eq!(f.killed("default/a"), "1", "a ranks first on what could be read");
+        assert_eq!(f.killed("default/c"), "");
+        let fired = f.hot.take_fired();
+        assert_eq!(fired[0].decision.pod_key, "default/a");
+        assert_eq!(fired[0].candidates_read, 1, "only a was read");
+
+        // With room for c to have grown (the holder says 1500), c is read and killed.
+        let f = Fixture::new(1000);
+        let holder = f.dir.path().join("pods").join("memory.usage_in_bytes");
+        std::fs::create_dir_all(holder.parent().expect("parent")).expect("pods dir");
+        std::fs::write(&holder, "600\n").expect("holder usage");
+        f.arm_pods(&[("default/a", 500), ("default/b", 60), ("default/c", 40)]);
+        std::fs::write(&holder, "1500\n").expect("holder usage");
+        f.set_pod_usage("default/c", 900);
+        f.set_usage(1000);
+        f.hot.hard_crossing(WakeSource::Ebpf);
+        assert_eq!(f.killed("default/a"), "");
+        assert_eq!(f.killed("default/c"), "1", "c grew past a");
     }
 
     #[test]
