@@ -27,11 +27,9 @@
 //! A value whose controller or file is absent on this kernel is not an error: it is
 //! recorded once in [`CgroupTree::warnings`] and logged.
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::io::{self, Write as _};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
@@ -42,9 +40,21 @@ use crate::observe::{
 use crate::policy::qos::{MIN_SHARES, QosTierConfigs, ResourceConfig, milli_cpu_to_shares};
 use crate::policy::types::QosClass;
 
+mod files;
+mod hierarchy;
 mod kill;
+mod names;
 #[cfg(test)]
 mod tests;
+mod values;
+
+use files::{collect_pids, remove_cgroup};
+use hierarchy::hierarchies;
+pub use hierarchy::{Controller, Hierarchy};
+use names::{join, validate_component, validate_container_name, validate_uid};
+pub use values::CgroupWarning;
+#[cfg(test)]
+use values::{ValueWrite, resource_writes};
 
 /// The pods root's name under `<root>` (kubelet: defaultNodeAllocatableCgroupName).
 pub const PODS_CGROUP: &str = "kubepods";
@@ -55,73 +65,6 @@ pub const BEST_EFFORT_CGROUP: &str = "besteffort";
 pub const POD_CGROUP_PREFIX: &str = "pod";
 
 const MOUNTINFO: &str = "/proc/self/mountinfo";
-/// Distinct warnings kept; later ones only bump the last entry's count.
-const MAX_WARNINGS: usize = 64;
-/// Deepest cgroup nesting walked below a pod (a process may make its own children).
-const MAX_DEPTH: usize = 16;
-/// rmdir of a cgroup whose last task is still exiting fails with EBUSY for a moment.
-const REMOVE_ATTEMPTS: u32 = 20;
-const REMOVE_PAUSE: Duration = Duration::from_millis(10);
-
-/// The controllers whose values this tree writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Controller {
-    Memory,
-    Cpu,
-    Pids,
-}
-
-impl Controller {
-    pub const ALL: [Controller; 3] = [Controller::Memory, Controller::Cpu, Controller::Pids];
-
-    /// The kernel's name (a v1 mount option, a v2 `cgroup.controllers` word).
-    pub fn name(self) -> &'static str {
-        match self {
-            Controller::Memory => "memory",
-            Controller::Cpu => "cpu",
-            Controller::Pids => "pids",
-        }
-    }
-}
-
-/// One mounted hierarchy the tree lives in.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hierarchy {
-    pub mount: PathBuf,
-    pub version: CgroupVersion,
-    /// Controllers this tree writes values of here; empty for the v1 host's unified mirror.
-    pub controllers: Vec<Controller>,
-}
-
-impl Hierarchy {
-    fn has(&self, controller: Controller) -> bool {
-        self.controllers.contains(&controller)
-    }
-}
-
-/// A value that could not be set because this kernel lacks the controller or file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CgroupWarning {
-    /// The file (first occurrence) or, with no hierarchy for the controller, the cgroup.
-    pub path: PathBuf,
-    pub value: String,
-    pub reason: String,
-    /// How many writes hit the same file name for the same reason.
-    pub count: u64,
-}
-
-impl fmt::Display for CgroupWarning {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {:?} not set: {} ({} time(s))",
-            self.path.display(),
-            self.value,
-            self.reason,
-            self.count
-        )
-    }
-}
 
 /// What went wrong with the cgroup tree. Every variant names the file or value.
 #[derive(Debug, thiserror::Error)]
@@ -175,14 +118,6 @@ pub struct ContainerCgroup {
     pub relative: String,
 }
 
-/// One value to write: the controller, the file and its content.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct ValueWrite {
-    controller: Controller,
-    file: &'static str,
-    value: String,
-}
-
 /// The QoS cgroup hierarchy under `<root>` in every hierarchy. Holds no cgroup state of
 /// its own: every call reads or writes the kernel's files at that moment, so a restarted
 /// agent adopts what exists ([`CgroupTree::existing_pods`]).
@@ -225,21 +160,7 @@ impl CgroupTree {
         for component in &components {
             validate_component("root", component)?;
         }
-        let hierarchies = match layout.version {
-            CgroupVersion::V2 => {
-                let available = controllers_of(&layout.memory_root);
-                let controllers = Controller::ALL
-                    .into_iter()
-                    .filter(|c| available.split_whitespace().any(|w| w == c.name()))
-                    .collect();
-                vec![Hierarchy {
-                    mount: layout.memory_root.clone(),
-                    version: CgroupVersion::V2,
-                    controllers,
-                }]
-            }
-            CgroupVersion::V1 => v1_hierarchies(layout, mountinfo),
-        };
+        let hierarchies = hierarchies(layout, mountinfo, controllers_of);
         let node_cpu_milli = std::thread::available_parallelism().map_or(1000, |n| {
             i64::try_from(n.get()).unwrap_or(1).saturating_mul(1000)
         });
@@ -665,371 +586,5 @@ impl CgroupTree {
             }
         }
         Ok(())
-    }
-
-    /// Creates `relative` (and its ancestors) in every hierarchy. On v2, the wanted
-    /// controllers are enabled in each ancestor's `cgroup.subtree_control` first, so the
-    /// new cgroup has their files (runc does the same when it creates a path).
-    fn ensure_dirs(&self, relative: &str) -> Result<(), CgroupError> {
-        for h in &self.hierarchies {
-            let mut dir = h.mount.clone();
-            for component in relative.split('/').filter(|c| !c.is_empty()) {
-                if h.version == CgroupVersion::V2 && !h.controllers.is_empty() {
-                    self.enable_controllers(h, &dir);
-                }
-                dir.push(component);
-                match std::fs::create_dir(&dir) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                    Err(source) => return Err(CgroupError::Create { path: dir, source }),
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn enable_controllers(&self, h: &Hierarchy, dir: &Path) {
-        let control = dir.join("cgroup.subtree_control");
-        let enabled = std::fs::read_to_string(&control).unwrap_or_default();
-        let available = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
-        for controller in &h.controllers {
-            let name = controller.name();
-            if enabled.split_whitespace().any(|w| w == name) {
-                continue;
-            }
-            let value = format!("+{name}");
-            if !available.split_whitespace().any(|w| w == name) {
-                self.warn(&control, &value, "controller not available here".into());
-                continue;
-            }
-            // Fails with EBUSY when the cgroup has processes of its own (v2's
-            // no-internal-processes rule): the children then lack the controller.
-            if let Err(e) = write_file(&control, &value) {
-                self.warn(&control, &value, e.to_string());
-            }
-        }
-    }
-
-    /// Writes a config's values. EINVAL is retried once after the rest: v1 checks a CFS
-    /// period against the quota already in place, so the order between them matters
-    /// (runc retries the same way).
-    fn apply(&self, relative: &str, config: &ResourceConfig) -> Result<(), CgroupError> {
-        let mut retry = Vec::new();
-        for write in resource_writes(self.version, config) {
-            match self.write_value(relative, &write) {
-                Err(CgroupError::Write { source, .. })
-                    if source.raw_os_error() == Some(libc::EINVAL) =>
-                {
-                    retry.push(write)
-                }
-                other => other?,
-            }
-        }
-        for write in retry {
-            self.write_value(relative, &write)?;
-        }
-        Ok(())
-    }
-
-    fn write_value(&self, relative: &str, write: &ValueWrite) -> Result<(), CgroupError> {
-        let Some(h) = self.hierarchies.iter().find(|h| h.has(write.controller)) else {
-            let reason = format!("no {} hierarchy is mounted", write.controller.name());
-            self.warn(
-                &PathBuf::from(relative).join(write.file),
-                &write.value,
-                reason,
-            );
-            return Ok(());
-        };
-        let path = h.mount.join(relative).join(write.file);
-        match write_file(&path, &write.value) {
-            Err(CgroupError::Write { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                self.warn(&path, &write.value, "the kernel has no such file".into());
-                Ok(())
-            }
-            other => other,
-        }
-    }
-
-    fn warn(&self, path: &Path, value: &str, reason: String) {
-        let mut warnings = self
-            .warnings
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let same = |w: &CgroupWarning| w.path.file_name() == path.file_name() && w.reason == reason;
-        if let Some(existing) = warnings.iter_mut().find(|w| same(w)) {
-            existing.count = existing.count.saturating_add(1);
-            return;
-        }
-        tracing::warn!(path = %path.display(), value, %reason, "cgroup value not set");
-        let warning = CgroupWarning {
-            path: path.to_path_buf(),
-            value: value.to_string(),
-            reason,
-            count: 1,
-        };
-        if warnings.len() < MAX_WARNINGS {
-            warnings.push(warning);
-        } else if let Some(last) = warnings.last_mut() {
-            last.count = last.count.saturating_add(1);
-        }
-    }
-}
-
-/// The files and values for `config` (runc's conversions, which the kubelet relies on).
-/// `None` and 0 leave a file alone (runc treats 0 as unset); a negative memory, quota or
-/// pids value means unlimited.
-fn resource_writes(version: CgroupVersion, config: &ResourceConfig) -> Vec<ValueWrite> {
-    let mut writes = Vec::new();
-    let mut push = |controller, file, value: String| {
-        writes.push(ValueWrite {
-            controller,
-            file,
-            value,
-        })
-    };
-    let limit = |v: i64, unlimited: &str| {
-        if v < 0 {
-            unlimited.to_string()
-        } else {
-            v.to_string()
-        }
-    };
-    let memory = config.memory_limit.filter(|v| *v != 0);
-    let pids = config.pids_limit.filter(|v| *v != 0);
-    let quota = config.cpu_quota.filter(|v| *v != 0);
-    let period = config.cpu_period.filter(|v| *v != 0);
-    match version {
-        CgroupVersion::V1 => {
-            if let Some(v) = memory {
-                push(Controller::Memory, "memory.limit_in_bytes", limit(v, "-1"));
-            }
-            if let Some(shares) = config.cpu_shares.filter(|s| *s != 0) {
-                push(Controller::Cpu, "cpu.shares", shares.to_string());
-            }
-            if let Some(period) = period {
-                push(Controller::Cpu, "cpu.cfs_period_us", period.to_string());
-            }
-            if let Some(quota) = quota {
-                push(Controller::Cpu, "cpu.cfs_quota_us", limit(quota, "-1"));
-            }
-            if let Some(v) = pids {
-                push(Controller::Pids, "pids.max", limit(v, "max"));
-            }
-        }
-        CgroupVersion::V2 => {
-            if let Some(v) = memory {
-                push(Controller::Memory, "memory.max", limit(v, "max"));
-            }
-            if let Some(weight) = config.cpu_weight().filter(|w| *w != 0) {
-                push(Controller::Cpu, "cpu.weight", weight.to_string());
-            }
-            // cpu.max is "$QUOTA $PERIOD" with "max" for no quota; the period may be left out.
-            if quota.is_some() || period.is_some() {
-                let mut value = match quota {
-                    Some(q) if q > 0 => q.to_string(),
-                    _ => "max".to_string(),
-                };
-                if let Some(period) = period {
-                    value.push_str(&format!(" {period}"));
-                }
-                push(Controller::Cpu, "cpu.max", value);
-            }
-            if let Some(v) = pids {
-                push(Controller::Pids, "pids.max", limit(v, "max"));
-            }
-        }
-    }
-    writes
-}
-
-/// The v1 hierarchies carrying memory (from the layout), cpu and pids (from mountinfo),
-/// one entry per mount (co-mounted controllers share it), then the unified mirror.
-fn v1_hierarchies(layout: &CgroupLayout, mountinfo: &str) -> Vec<Hierarchy> {
-    let mut hierarchies = vec![Hierarchy {
-        mount: layout.memory_root.clone(),
-        version: CgroupVersion::V1,
-        controllers: vec![Controller::Memory],
-    }];
-    for (mount, options) in v1_mounts(mountinfo) {
-        for controller in [Controller::Cpu, Controller::Pids] {
-            if !options.iter().any(|o| o == controller.name()) {
-                continue;
-            }
-            if hierarchies.iter().any(|h| h.has(controller)) {
-                continue;
-            }
-            match hierarchies.iter_mut().find(|h| h.mount == mount) {
-                Some(h) => h.controllers.push(controller),
-                None => hierarchies.push(Hierarchy {
-                    mount: mount.clone(),
-                    version: CgroupVersion::V1,
-                    controllers: vec![controller],
-                }),
-            }
-        }
-    }
-    if let Some(unified) = &layout.unified_root {
-        hierarchies.push(Hierarchy {
-            mount: unified.clone(),
-            version: CgroupVersion::V2,
-            controllers: Vec::new(),
-        });
-    }
-    hierarchies
-}
-
-/// Mount points and super options of the cgroup v1 mounts in mountinfo text.
-fn v1_mounts(mountinfo: &str) -> Vec<(PathBuf, Vec<String>)> {
-    crate::observe::cgroup::cgroup_mounts(mountinfo)
-        .into_iter()
-        .filter(|m| !m.v2)
-        .map(|m| (m.mount_point, m.options))
-        .collect()
-}
-
-fn join(parent: &str, child: &str) -> String {
-    if parent.is_empty() {
-        child.to_string()
-    } else {
-        format!("{parent}/{child}")
-    }
-}
-
-/// One path component of our own: never empty, ".", "..", nor containing '/' or NUL.
-fn validate_component(field: &'static str, value: &str) -> Result<(), CgroupError> {
-    let reason = if value.is_empty() {
-        Some("empty")
-    } else if value == "." || value == ".." {
-        Some("a relative directory")
-    } else if value.contains(['/', '\0']) {
-        Some("contains '/' or NUL")
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(CgroupError::InvalidName {
-            field,
-            value: value.to_string(),
-            reason,
-        }),
-        None => Ok(()),
-    }
-}
-
-/// Pod UIDs are UUIDs (API pods) or hex hashes (static pods): letters, digits, '-', '_'.
-fn validate_uid(uid: &str) -> Result<(), CgroupError> {
-    validate_component("pod uid", uid)?;
-    let ok = uid.len() <= 128
-        && uid
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if ok {
-        Ok(())
-    } else {
-        Err(CgroupError::InvalidName {
-            field: "pod uid",
-            value: uid.to_string(),
-            reason: "not 1-128 letters, digits, '-' or '_'",
-        })
-    }
-}
-
-/// Container names are DNS-1123 labels (the API's rule), which also keeps them apart
-/// from every cgroup control file (those all contain '.').
-fn validate_container_name(name: &str) -> Result<(), CgroupError> {
-    validate_component("container name", name)?;
-    let bytes = name.as_bytes();
-    let edge_ok = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    let ok = name.len() <= 63
-        && edge_ok(bytes.first())
-        && edge_ok(bytes.last())
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
-    if ok {
-        Ok(())
-    } else {
-        Err(CgroupError::InvalidName {
-            field: "container name",
-            value: name.to_string(),
-            reason: "not a DNS-1123 label (1-63 of a-z, 0-9, '-', alphanumeric at both ends)",
-        })
-    }
-}
-
-fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
-    // No O_CREAT: a missing control file must read as "not supported", not be created.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .and_then(|mut file| file.write_all(value.as_bytes()))
-        .map_err(|source| CgroupError::Write {
-            path: path.to_path_buf(),
-            value: value.to_string(),
-            source,
-        })
-}
-
-/// Adds the pids in `dir`'s cgroup.procs and its descendants'. A missing directory or
-/// file adds nothing; pid 0 (a task of another pid namespace) is left out, since
-/// signalling 0 would hit our own process group.
-fn collect_pids(dir: &Path, depth: usize, pids: &mut BTreeSet<i32>) {
-    if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-        pids.extend(
-            text.lines()
-                .filter_map(|l| l.trim().parse::<i32>().ok())
-                .filter(|p| *p > 0),
-        );
-    }
-    if depth >= MAX_DEPTH {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            collect_pids(&entry.path(), depth + 1, pids);
-        }
-    }
-}
-
-/// Removes a cgroup directory and its child cgroups, deepest first. cgroupfs lets rmdir
-/// take a directory with its control files; EBUSY (a task still exiting) is retried.
-fn remove_cgroup(dir: &Path, depth: usize) -> Result<(), CgroupError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => {
-            return Err(CgroupError::Read {
-                path: dir.to_path_buf(),
-                source,
-            });
-        }
-    };
-    if depth < MAX_DEPTH {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_cgroup(&entry.path(), depth + 1)?;
-            }
-        }
-    }
-    let mut attempt = 0;
-    loop {
-        match std::fs::remove_dir(dir) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < REMOVE_ATTEMPTS => {
-                attempt += 1;
-                std::thread::sleep(REMOVE_PAUSE);
-            }
-            Err(source) => {
-                return Err(CgroupError::Remove {
-                    path: dir.to_path_buf(),
-                    source,
-                });
-            }
-        }
     }
 }
