@@ -6,7 +6,7 @@
 //! - `fexit/try_charge_memcg`: after every charge (a page or a folio), with the
 //!   `struct mem_cgroup *` charged. Needs BPF trampolines (ftrace direct calls).
 //! - `tp_btf/mod_memcg_lruvec_state` (kernels with the memcg tracepoints): fires about
-//!   five times per page charged or uncharged.
+//!   five times per page charged or uncharged; only the hits that add are counted.
 //!
 //! The page counters move in steps of the per-CPU charge batch (64 pages), so looking at
 //! every hit buys nothing: each program adds up, per CPU, the pages its hits move and
@@ -74,9 +74,15 @@ pub fn crossing_charge(ctx: FExitContext) -> i32 {
 #[btf_tracepoint(function = "mod_memcg_lruvec_state")]
 pub fn crossing_lruvec(ctx: BtfTracePointContext) -> i32 {
     // (memcg, item, val): weigh the hit by how much the counter moved, in pages for the
-    // page counts (a huge page moves NR_ANON_THPS and the LRU sizes by 512).
+    // page counts (a huge page moves NR_ANON_THPS and the LRU sizes by 512). A counter
+    // going down is memory being freed or moved, never a crossing: those hits (a killed
+    // victim's teardown makes about five per page) are not counted and walk nothing.
     let val: u64 = ctx.arg(2);
-    let weight = (val as i32).unsigned_abs();
+    let val = val as i32;
+    if val <= 0 {
+        return 0;
+    }
+    let weight = val.unsigned_abs();
     // SAFETY: as above.
     if sampled(1, weight, unsafe {
         core::ptr::read_volatile(&SAMPLE_EVERY_LRUVEC)
