@@ -1,0 +1,210 @@
+//! Records: what the runtime holds of each pod, saved to the state directory and
+//! published to the API; the QoS tiers and cgroups that follow from it.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::exit::EXIT_CODE_UNKNOWN;
+use crate::policy::pod::Pod;
+use crate::policy::qos;
+use crate::runtime::cgroups::PodCgroup;
+use crate::runtime::manifests::Manifest;
+use crate::runtime::shared::{LivePod, Shared};
+use crate::runtime::store::{ContainerRecord, Phase, PodRecord};
+use crate::state::{ContainerView, PodView};
+
+/// Records a pod that is not (yet) running.
+pub(super) fn insert(
+    shared: &Shared,
+    manifest: &Manifest,
+    phase: Phase,
+    reason: Option<String>,
+    message: Option<String>,
+) {
+    // The spec carries the record's uid, so a synchronize shares it as it is.
+    let mut pod = manifest.pod.clone();
+    pod.metadata.uid = manifest.uid.clone();
+    let record = PodRecord {
+        uid: manifest.uid.clone(),
+        manifest: manifest.path.clone(),
+        pod: Arc::new(pod),
+        phase,
+        reason,
+        message,
+        containers: manifest
+            .pod
+            .spec
+            .containers
+            .iter()
+            .map(|c| ContainerRecord {
+                name: c.name.clone(),
+                pid: None,
+                restart_count: 0,
+                last_exit: None,
+                exit_code_unknown: false,
+                done: phase.is_terminal(),
+                container_id: None,
+            })
+            .collect(),
+        sandbox_id: None,
+    };
+    persist_new(shared, &record);
+    shared.lock().pods.insert(
+        manifest.uid.clone(),
+        LivePod {
+            record,
+            cgroup: None,
+            terminating: false,
+            hot_killed: Default::default(),
+            restart_at: BTreeMap::new(),
+            backoff: BTreeMap::new(),
+        },
+    );
+}
+
+/// Changes the record of pod `uid` in place and saves it. `None`, and nothing saved, when
+/// the pod is gone or `change` declines.
+pub(super) fn update_record<T>(
+    shared: &Shared,
+    uid: &str,
+    change: impl FnOnce(&mut PodRecord) -> Option<T>,
+) -> Option<T> {
+    let (out, record) = {
+        let mut inner = shared.lock();
+        let live = inner.pods.get_mut(uid)?;
+        let out = change(&mut live.record)?;
+        (out, live.record.clone())
+    };
+    persist(shared, &record);
+    Some(out)
+}
+
+/// Saves a pod's record: the newest one the runtime holds when the write's turn comes,
+/// nothing when the runtime no longer holds the pod.
+pub(in crate::runtime) fn persist(shared: &Shared, record: &PodRecord) {
+    // The pod as the runtime holds it when this write's turn comes; none once it was
+    // stopped and forgotten meanwhile (a late exit report must not bring its record back).
+    let latest = || {
+        shared
+            .lock()
+            .pods
+            .get(&record.uid)
+            .map(|live| live.record.clone())
+    };
+    write_record(shared, record, latest);
+}
+
+/// Writes the record of a pod not yet held by the runtime (about to be inserted).
+pub(super) fn persist_new(shared: &Shared, record: &PodRecord) {
+    write_record(shared, record, || Some(record.clone()));
+}
+
+pub(super) fn write_record(
+    shared: &Shared,
+    record: &PodRecord,
+    latest: impl FnOnce() -> Option<PodRecord>,
+) {
+    if let Err(err) = shared.store.save_latest(latest) {
+        shared
+            .state
+            .event("Warning", "StateWrite", &record.pod.key(), err.to_string());
+    }
+}
+
+/// Publishes every pod to the shared state (the API's `pods`).
+pub(in crate::runtime) fn publish(shared: &Shared) {
+    let views: Vec<PodView> = {
+        let inner = shared.lock();
+        inner
+            .pods
+            .values()
+            .map(|p| {
+                let r = &p.record;
+                PodView {
+                    key: r.pod.key(),
+                    uid: r.uid.clone(),
+                    qos_class: r.pod.qos_class().as_str().to_string(),
+                    priority: r.pod.priority(),
+                    phase: if p.terminating && !r.phase.is_terminal() {
+                        "Terminating".into()
+                    } else {
+                        r.phase.as_str().into()
+                    },
+                    reason: r.reason.clone(),
+                    message: r.message.clone(),
+                    cgroup: p.cgroup.as_ref().map(|c| c.relative.clone()),
+                    // Filled in below from the last synchronize, which reads every pod's
+                    // working set anyway: reading a thousand cgroups here, at every pod
+                    // start and under the runtime's lock, would cost more than the pass.
+                    memory_working_set_bytes: None,
+                    containers: r
+                        .containers
+                        .iter()
+                        .map(|c| ContainerView {
+                            name: c.name.clone(),
+                            pid: c.pid,
+                            restart_count: c.restart_count,
+                            state: match (c.pid, c.last_exit) {
+                                (Some(_), _) => "running".into(),
+                                (None, Some(code)) if code > 128 => {
+                                    format!("signaled({})", code - 128)
+                                }
+                                (None, Some(code)) => format!("exited({code})"),
+                                (None, None) if c.exit_code_unknown => "exited(unknown)".into(),
+                                (None, None) => "waiting".into(),
+                            },
+                            reason: (c.pid.is_none() && c.exit_code_unknown)
+                                .then(|| EXIT_CODE_UNKNOWN.to_string()),
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    };
+    let mut views = views;
+    let mut state = shared.state.lock();
+    let known: std::collections::HashMap<&str, u64> = state
+        .pods
+        .iter()
+        .filter_map(|v| Some((v.uid.as_str(), v.memory_working_set_bytes?)))
+        .collect();
+    for view in &mut views {
+        view.memory_working_set_bytes = known.get(view.uid.as_str()).copied();
+    }
+    state.pods = views;
+    drop(state);
+    // Whoever decides on these pods (the synchronize loop, whose hot path holds a victim
+    // ranked among them) looks again.
+    if let Some(changed) = shared.on_change.get() {
+        changed();
+    }
+}
+
+pub(in crate::runtime) fn update_tiers(shared: &Shared) {
+    let active: Vec<Pod> = shared
+        .lock()
+        .pods
+        .values()
+        .filter(|p| p.cgroup.is_some() && !p.record.phase.is_terminal())
+        .map(|p| Pod::clone(&p.record.pod))
+        .collect();
+    match qos::qos_tier_configs(
+        &active,
+        &shared.config.node_allocatable,
+        shared.config.qos_reserved_memory_percent,
+    ) {
+        Ok(tiers) => {
+            if let Err(err) = shared.tree.update_qos_tiers(&tiers) {
+                tracing::warn!("updating QoS tiers: {err}");
+            }
+        }
+        Err(err) => tracing::warn!("QoS tiers: {err}"),
+    }
+}
+
+pub(in crate::runtime) fn remove_cgroups(shared: &Shared, key: &str, cgroup: &PodCgroup) {
+    if let Err(err) = shared.tree.remove_pod(cgroup) {
+        shared
+            .state
+            .event("Warning", "CgroupCleanup", key, err.to_string());
+    }
+}
