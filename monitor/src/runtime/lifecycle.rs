@@ -11,6 +11,8 @@ mod launch;
 mod records;
 mod stop;
 mod supervise;
+#[cfg(test)]
+mod tests;
 
 pub(super) use evict::{evict, processes_left};
 pub use launch::has_cap_sys_resource;
