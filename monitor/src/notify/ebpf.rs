@@ -475,9 +475,13 @@ fn same_crossing(first: &PressureEvent, next: &PressureEvent) -> bool {
 /// its own limit records up to a thousand times a second, and the notifiers at the
 /// levels carry every crossing: these records are a second opinion. At 100 ms the
 /// synchronizes they caused cost 2.4 % of a core beside a pod re-reading a file twice
-/// its limit (`cargo xtask bench --adversarial-only`, row (c)); at 250 ms, 40 a second
-/// fewer.
+/// its limit (`cargo xtask bench --adversarial-only`, row (c)); at 250 ms, 2 %.
 pub const RECLAIM_WAKE_INTERVAL_NS: u64 = 250_000_000;
+/// While reclaim goes on without any crossing, each wake it causes doubles the interval
+/// to the next, up to this: a pod that lives at its own limit costs a synchronize every
+/// 2 s, not four a second. A crossing or an OOM record starts again from
+/// [`RECLAIM_WAKE_INTERVAL_NS`].
+pub const RECLAIM_WAKE_INTERVAL_MAX_NS: u64 = 2_000_000_000;
 
 /// The ring reader's state between drains.
 #[derive(Debug, Default)]
@@ -486,6 +490,9 @@ struct Drain {
     last_crossing: Option<PressureEvent>,
     /// CLOCK_MONOTONIC ns of the last wake a reclaim record caused.
     last_reclaim_wake_ns: u64,
+    /// The least time from that wake to the next one a reclaim record causes (0 before
+    /// the first).
+    reclaim_interval_ns: u64,
     /// Reused between drains.
     batch: Vec<PressureEvent>,
 }
@@ -535,11 +542,20 @@ impl Drain {
                 _ => reclaim = Some(*event),
             }
         }
+        if crossed {
+            self.reclaim_interval_ns = RECLAIM_WAKE_INTERVAL_NS;
+        }
         if let Some(event) = reclaim
             && (crossed
-                || now_ns.saturating_sub(self.last_reclaim_wake_ns) >= RECLAIM_WAKE_INTERVAL_NS)
+                || now_ns.saturating_sub(self.last_reclaim_wake_ns) >= self.reclaim_interval_ns)
         {
             self.last_reclaim_wake_ns = now_ns;
+            if !crossed {
+                self.reclaim_interval_ns = match self.reclaim_interval_ns {
+                    0 => RECLAIM_WAKE_INTERVAL_NS,
+                    gap => gap.saturating_mul(2).min(RECLAIM_WAKE_INTERVAL_MAX_NS),
+                };
+            }
             // Reclaim starts as usage reaches a limit or memory.high: the hot path
             // confirms a hard level against the counters itself. A second opinion (the
             // notifiers at the levels carry the crossing), so at the wakes' pace: a pod
@@ -738,6 +754,34 @@ mod tests {
         // Past the interval: a reclaim record wakes again.
         let later = drain.plan(&burst[..1], 1_060_000_000 + RECLAIM_WAKE_INTERVAL_NS);
         assert_eq!(later.wakes.len(), 1);
+    }
+
+    #[test]
+    fn reclaim_without_crossings_wakes_ever_less_often_until_a_crossing() {
+        let mut drain = Drain::default();
+        let reclaim = [record(EventKind::MemcgReclaim, 0)];
+        // A record every 10 ms for 10 s: the wakes come at growing intervals.
+        let wakes: Vec<u64> = (0..1000u64)
+            .map(|i| 1_000_000_000 + i * 10_000_000)
+            .filter(|now| !drain.plan(&reclaim, *now).wakes.is_empty())
+            .collect();
+        let gaps: Vec<u64> = wakes.windows(2).map(|w| (w[1] - w[0]) / 1_000_000).collect();
+        assert_eq!(&gaps[..4], &[250, 500, 1000, 2000], "{gaps:?}");
+        assert!(gaps[4..].iter().all(|g| *g == 2000), "capped: {gaps:?}");
+        assert_eq!(wakes.len(), 8, "eight in 10 s instead of forty: {gaps:?}");
+        // A crossing wakes at once and brings the interval back to its start.
+        let mut mixed = reclaim.to_vec();
+        mixed.push(record(EventKind::Crossing, 1));
+        let now = wakes[wakes.len() - 1] + 10_000_000;
+        assert_eq!(drain.plan(&mixed, now).wakes.len(), 2);
+        assert!(drain.plan(&reclaim, now + 200_000_000).wakes.is_empty());
+        assert_eq!(
+            drain
+                .plan(&reclaim, now + RECLAIM_WAKE_INTERVAL_NS)
+                .wakes
+                .len(),
+            1
+        );
     }
 
     #[test]
