@@ -78,6 +78,9 @@ fn lock_memory() {
 /// Starts everything, sharing `state` between the runtime, the loop and the API. Must run
 /// inside a tokio runtime, as root.
 pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Result<NodeAgent> {
+    // The limits as the agent was started with them, before anything below raises one:
+    // containers start with these.
+    crate::runtime::inherited::OriginalLimits::record();
     // The agent must outlive every pod under memory pressure.
     if let Err(err) = std::fs::write("/proc/self/oom_score_adj", AGENT_OOM_SCORE_ADJ.to_string()) {
         tracing::warn!("cannot set the agent's oom_score_adj to {AGENT_OOM_SCORE_ADJ}: {err}");

@@ -217,11 +217,10 @@ fn utf8(bytes: &[u8]) -> io::Result<&str> {
 
 /// Raises the soft open-file limit to the hard one, so that the kept descriptors of a
 /// thousand pods fit (the soft limit is often 1024; systemd's hard limit is 512Ki).
-/// Returns the new soft limit. The limits as they were are recorded first: containers
-/// start with those (see [`inherited`](crate::runtime::inherited)).
+/// Returns the new soft limit. Whoever starts containers records the limits as they were
+/// first: containers start with those, not with this one.
 pub fn raise_open_file_limit() -> io::Result<u64> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    crate::runtime::inherited::OriginalLimits::record();
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(io::Error::from)?;
     if soft < hard {
         setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(io::Error::from)?;
