@@ -717,10 +717,11 @@ impl CrossingHook for HotPath {
             let mut armed = self.lock();
             let window_ns = FLAP_WINDOW.as_nanos() as u64;
             let fires = armed.early_fires.entry(level).or_default();
-            fires.retain(|at| now_ns.saturating_sub(*at) < window_ns);
             if fires.len() >= EARLY_FIRES_PER_ARMING as usize {
+                // Rested until the levels are set again, however long ago it flapped.
                 return false;
             }
+            fires.retain(|at| now_ns.saturating_sub(*at) < window_ns);
             fires.push(now_ns);
             if fires.len() == EARLY_FIRES_PER_ARMING as usize {
                 tracing::debug!(source = %source, level, "hot path: an early notifier keeps firing; resting it until the next synchronize");
@@ -1357,6 +1358,13 @@ mod tests {
         assert_eq!(f.hot.lock().early_fires[&2].len(), 1);
         // Rested: even at the level, no watch (the exact notifier still tells).
         f.set_usage(1000);
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+        assert_eq!(f.killed("default/a"), "");
+        // Still rested once its fires are older than the window: the rest lasts until
+        // the next synchronize, not a window.
+        for at in f.hot.lock().early_fires.get_mut(&1).expect("fires") {
+            *at = 0;
+        }
         assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
         assert_eq!(f.killed("default/a"), "");
         // The next synchronize sets the levels again: watched once more.
