@@ -195,24 +195,47 @@ fn open_pidfds(dir: &std::path::Path) -> Vec<PidFd> {
                 .map(|e| e.path()),
         );
     }
+    let listed = |dir: &std::path::Path| -> Vec<libc::pid_t> {
+        std::fs::read_to_string(dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
     let mut fds = Vec::new();
     for dir in dirs {
-        let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
-            continue;
-        };
-        for pid in procs
-            .lines()
-            .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
-        {
-            if fds.len() >= MAX_PIDFDS {
-                return fds;
-            }
-            if let Ok(Some(fd)) = PidFd::open(pid) {
-                fds.push(fd);
-            }
-        }
+        let opened: Vec<PidFd> = listed(&dir)
+            .into_iter()
+            .take(MAX_PIDFDS.saturating_sub(fds.len()))
+            .filter_map(|pid| PidFd::open(pid).ok().flatten())
+            .collect();
+        // A listed process may have exited and its pid gone to a process elsewhere
+        // before it was opened. Listed again after the opening while its pidfd's process
+        // still lives, the pid is that process's: it is in this cgroup.
+        let again = listed(&dir);
+        fds.extend(
+            opened
+                .into_iter()
+                .filter(|fd| again.contains(&fd.pid()) && fd.exists()),
+        );
     }
     fds
+}
+
+impl KillSwitch {
+    /// Opens pidfds of the processes the pod holds now, for [`KillSwitch::release_memory`]
+    /// (a switch kept from an earlier arming knew the processes of then: a container
+    /// started or restarted since is not among them).
+    pub fn refresh_processes(&mut self) {
+        if let Some(dir) = self.path.parent() {
+            self.pidfds = open_pidfds(dir);
+        }
+    }
+
+    /// Whether its processes may not be the pod's any more: none known, or one exited.
+    pub fn processes_stale(&self) -> bool {
+        self.pidfds.is_empty() || self.pidfds.iter().any(|fd| !fd.exists())
+    }
 }
 
 /// Carries out evictions.

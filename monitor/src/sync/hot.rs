@@ -12,10 +12,11 @@
 //! page cache it had at the synchronize, and the policy's own ranking
 //! ([`crate::policy::eviction::hard_eviction`]) runs on those working sets. A pod that freed
 //! its memory since the synchronize is not killed while another holds more. The reads go
-//! in the last ranking's order and stop early: the usage of the cgroup holding all the
-//! candidates, less what the candidates read hold, bounds what any candidate not read can
-//! hold, and once even that could not rank one of them first, the pick is made (most
-//! often after one or two reads: the pod that drove the crossing holds most of it). The victim is
+//! in the last ranking's order and stop early: a candidate's parent cgroup (its QoS
+//! class's) less its siblings read bounds what a candidate not read can hold, and once
+//! even that could not rank one of them first, the pick is made (most often after the
+//! first candidate and its parents: the pod that drove the crossing holds most of it).
+//! The victim is
 //! killed by one write; its eviction message names the threshold that was crossed and the
 //! signal as seen at the crossing.
 //!
@@ -218,9 +219,10 @@ impl Candidate {
 struct Armed {
     levels: Vec<Level>,
     candidates: Vec<Candidate>,
-    /// The nearest cgroup holding every candidate: what its usage leaves beyond the
-    /// candidates read bounds the working set of those not read.
-    holder: Option<CgroupReader>,
+    /// The candidates' parent cgroups (their QoS classes'), each with the indexes of the
+    /// candidates it holds: what a parent's usage leaves beyond its candidates read
+    /// bounds the working set of those not read.
+    holders: Vec<(CgroupReader, Vec<usize>)>,
     fs_layout: FsLayout,
     config: Option<Arc<EvictionConfig>>,
     /// Kills not yet taken by a synchronize, oldest first.
@@ -449,7 +451,16 @@ impl HotPath {
             for pod in candidates.pods {
                 let key = pod.pod.key();
                 let switch = match previous.remove(&key) {
-                    Some(candidate) => candidate.switch,
+                    Some(candidate) => {
+                        // Its processes as of its first arming: a container started or
+                        // restarted since would not be reaped after the kill. One signal-0
+                        // per process when nothing changed.
+                        let mut switch = candidate.switch;
+                        if switch.processes_stale() {
+                            switch.refresh_processes();
+                        }
+                        switch
+                    }
                     None => match opened.remove(&key) {
                         Some(switch) => switch,
                         None => continue,
@@ -491,7 +502,7 @@ impl HotPath {
                 Some((key, usage.saturating_sub(working_set.unwrap_or(usage))))
             })
             .collect();
-        let holder = self.holder_of(&roots);
+        let holders = self.holders_of(&roots);
         self.candidate_files.sweep();
         let mut armed = self.lock();
         for candidate in &mut armed.candidates {
@@ -499,25 +510,31 @@ impl HotPath {
                 candidate.inactive_file = *bytes;
             }
         }
-        armed.holder = holder;
+        // The candidates did not change since `roots` was taken: a synchronize arms them,
+        // and only the synchronize loop arms.
+        armed.holders = holders;
     }
 
-    /// A reader of the nearest cgroup that holds all of `roots` (the candidates' cgroups),
-    /// its usage file opened by a first read; none for fewer than two candidates.
-    fn holder_of(&self, roots: &[(CgroupVersion, std::path::PathBuf)]) -> Option<CgroupReader> {
-        let ((version, first), rest) = roots.split_first()?;
-        if rest.is_empty() {
-            return None;
-        }
-        let mut holder = first.parent()?.to_path_buf();
-        for (_, root) in rest {
-            while !root.starts_with(&holder) {
-                holder = holder.parent()?.to_path_buf();
+    /// Readers of the parents of `roots` (the candidates' cgroups, in their order), each
+    /// with the indexes of the candidates under it, its usage file opened by a first read.
+    /// A parent that cannot be read is left out: its candidates are always read.
+    fn holders_of(
+        &self,
+        roots: &[(CgroupVersion, std::path::PathBuf)],
+    ) -> Vec<(CgroupReader, Vec<usize>)> {
+        let mut holders: Vec<(CgroupReader, Vec<usize>)> = Vec::new();
+        for (index, (version, root)) in roots.iter().enumerate() {
+            let Some(parent) = root.parent() else { continue };
+            match holders.iter_mut().find(|(h, _)| h.root() == parent) {
+                Some((_, held)) => held.push(index),
+                None => holders.push((
+                    CgroupReader::new(*version, parent).keeping_open(self.candidate_files.clone()),
+                    vec![index],
+                )),
             }
         }
-        let reader = CgroupReader::new(*version, holder).keeping_open(self.candidate_files.clone());
-        reader.usage_bytes("").ok()?;
-        Some(reader)
+        holders.retain(|(reader, _)| reader.usage_bytes("").is_ok());
+        holders
     }
 
     /// The candidates armed now, most evictable first at the last synchronize.
@@ -584,30 +601,30 @@ impl HotPath {
         {
             return None;
         }
-        // Read in the order of the last ranking, and only as far as needed: once what the
-        // holder's usage leaves beyond the candidates read could not make any candidate
-        // not read rank before the first so far, the rest cannot change the pick (a key
-        // only falls as the working set grows, and of equal keys the earlier candidate
-        // goes first).
-        let holder_usage = armed.holder.as_ref().and_then(|h| h.usage_bytes("").ok());
+        // Read in the order of the last ranking, and only as far as needed: once, for
+        // every candidate not read, what its parent's usage leaves beyond its siblings
+        // read could not make it rank before the first so far, the rest cannot change the
+        // pick (a key only falls as the working set grows, and of equal keys the earlier
+        // candidate goes first). Each parent's usage is read once, when first needed.
+        let mut bounds = Bounds::new(&armed.holders, armed.candidates.len());
         let mut read = Vec::with_capacity(armed.candidates.len());
         let mut pods = Vec::with_capacity(armed.candidates.len());
-        let (mut usage_read, mut first): (u64, Option<MemoryRankKey>) = (0, None);
+        let mut first: Option<MemoryRankKey> = None;
         for (index, candidate) in armed.candidates.iter().enumerate() {
-            if let (Some(total), Some(first)) = (holder_usage, first) {
-                let left = total.saturating_sub(usage_read);
-                if armed.candidates[index..]
-                    .iter()
-                    .all(|other| first <= other.key_at(left))
-                {
-                    break;
-                }
+            if let Some(first) = first
+                && (index..armed.candidates.len()).all(|other| {
+                    bounds
+                        .left_for(other)
+                        .is_some_and(|left| first <= armed.candidates[other].key_at(left))
+                })
+            {
+                break;
             }
             // A candidate whose cgroup cannot be read is gone: nobody to kill there.
             let Some((usage, working_set)) = candidate.usage_now() else {
                 continue;
             };
-            usage_read = usage_read.saturating_add(usage);
+            bounds.note_read(index, usage);
             let key = candidate.key_at(working_set);
             first = Some(first.map_or(key, |f| f.min(key)));
             let mut pod = candidate.pod.clone();
@@ -630,6 +647,49 @@ impl HotPath {
             signal,
             config,
         })
+    }
+}
+
+/// What the candidates' parents hold beyond the candidates read so far, during one pick.
+struct Bounds<'a> {
+    holders: &'a [(CgroupReader, Vec<usize>)],
+    /// Per candidate, its holder's index.
+    holder_of: Vec<Option<usize>>,
+    /// Per holder: its usage (read when first needed; `None` inside if it failed).
+    usage: Vec<Option<Option<u64>>>,
+    /// Per holder: the usage of its candidates read.
+    read: Vec<u64>,
+}
+
+impl<'a> Bounds<'a> {
+    fn new(holders: &'a [(CgroupReader, Vec<usize>)], candidates: usize) -> Bounds<'a> {
+        let mut holder_of = vec![None; candidates];
+        for (h, (_, held)) in holders.iter().enumerate() {
+            for &c in held {
+                if let Some(slot) = holder_of.get_mut(c) {
+                    *slot = Some(h);
+                }
+            }
+        }
+        Bounds {
+            holders,
+            holder_of,
+            usage: vec![None; holders.len()],
+            read: vec![0; holders.len()],
+        }
+    }
+
+    fn note_read(&mut self, candidate: usize, usage: u64) {
+        if let Some(Some(h)) = self.holder_of.get(candidate) {
+            self.read[*h] = self.read[*h].saturating_add(usage);
+        }
+    }
+
+    /// The most memory candidate `candidate` (not read) can hold now; `None` if unknown.
+    fn left_for(&mut self, candidate: usize) -> Option<u64> {
+        let h = (*self.holder_of.get(candidate)?)?;
+        let usage = *self.usage[h].get_or_insert_with(|| self.holders[h].0.usage_bytes("").ok());
+        Some(usage?.saturating_sub(self.read[h]))
     }
 }
 
@@ -869,6 +929,7 @@ impl HotPath {
             return Look::Disarmed;
         };
         let (index, victim_working_set) = (pick.index, pick.working_set);
+        let picked_ns = monotonic_ns();
         let fired = armed.candidates[index].switch.fire();
         let killed_ns = monotonic_ns();
         let decision = pick.decision();
@@ -902,11 +963,13 @@ impl HotPath {
                     watched_from_ns = watched_from_ns.unwrap_or(0),
                     // Where the time from the look to the kill went: the lock, the
                     // confirmation (the levels' reads), the pick (the candidates' reads
-                    // and the ranking) and the write.
+                    // and the ranking) and the write (the kernel signals every process
+                    // of the cgroup in it).
                     lock_us = locked_ns.saturating_sub(detected_ns) / 1000,
                     confirm_us = confirmed_ns.saturating_sub(locked_ns) / 1000,
-                    pick_us = killed_ns.saturating_sub(confirmed_ns) / 1000,
+                    pick_us = picked_ns.saturating_sub(confirmed_ns) / 1000,
                     candidates_read = pick.input.pods.len(),
+                    write_us = killed_ns.saturating_sub(picked_ns) / 1000,
                     level_bytes = crossing.level_working_set,
                     working_set_bytes = crossing.working_set,
                     victim_working_set_bytes = victim_working_set,
