@@ -715,8 +715,8 @@ impl Pick {
 }
 
 /// Reaps the killed victim's memory (`process_mrelease`) on a thread of its own: the reap
-/// unmaps the memory from the calling thread and takes as long as freeing it does (about
-/// 250 ms for 370 MiB on the bench host), and a notifier thread must not be deaf, nor its
+/// unmaps the memory from the calling thread and takes as long as freeing it does (85-100
+/// ms for the bench's hog of about 370 MiB), and a notifier thread must not be deaf, nor its
 /// wake for the booking held back, that long. Logs how long it took.
 fn reap(victim: Candidate, pod: String, killed_ns: u64) {
     let spawned = std::thread::Builder::new()
