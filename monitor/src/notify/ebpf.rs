@@ -765,7 +765,10 @@ mod tests {
             .map(|i| 1_000_000_000 + i * 10_000_000)
             .filter(|now| !drain.plan(&reclaim, *now).wakes.is_empty())
             .collect();
-        let gaps: Vec<u64> = wakes.windows(2).map(|w| (w[1] - w[0]) / 1_000_000).collect();
+        let gaps: Vec<u64> = wakes
+            .windows(2)
+            .map(|w| (w[1] - w[0]) / 1_000_000)
+            .collect();
         assert_eq!(&gaps[..4], &[250, 500, 1000, 2000], "{gaps:?}");
         assert!(gaps[4..].iter().all(|g| *g == 2000), "capped: {gaps:?}");
         assert_eq!(wakes.len(), 8, "eight in 10 s instead of forty: {gaps:?}");

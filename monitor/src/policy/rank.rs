@@ -103,7 +103,11 @@ pub type MemoryRankKey = (bool, bool, i32, std::cmp::Reverse<i128>);
 /// The memory ranking key of a pod with stats, its request (milli) and priority given, at
 /// `working_set_bytes`. It never rises as the working set grows: a pod can rank no
 /// earlier than its key at the most memory it could hold.
-pub fn memory_rank_key_at(request_milli: i128, priority: i32, working_set_bytes: u64) -> MemoryRankKey {
+pub fn memory_rank_key_at(
+    request_milli: i128,
+    priority: i32,
+    working_set_bytes: u64,
+) -> MemoryRankKey {
     let above = i128::from(working_set_bytes) * 1000 - request_milli;
     (true, above <= 0, priority, std::cmp::Reverse(above))
 }

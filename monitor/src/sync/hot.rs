@@ -524,7 +524,9 @@ impl HotPath {
     ) -> Vec<(CgroupReader, Vec<usize>)> {
         let mut holders: Vec<(CgroupReader, Vec<usize>)> = Vec::new();
         for (index, (version, root)) in roots.iter().enumerate() {
-            let Some(parent) = root.parent() else { continue };
+            let Some(parent) = root.parent() else {
+                continue;
+            };
             match holders.iter_mut().find(|(h, _)| h.root() == parent) {
                 Some((_, held)) => held.push(index),
                 None => holders.push((
@@ -1116,6 +1118,14 @@ mod tests {
             dir
         }
 
+        /// Sets the usage of the fake pods' parent cgroup.
+        fn set_parent_usage(&self, bytes: u64) {
+            let dir = self.dir.path().join("pods");
+            std::fs::create_dir_all(&dir).expect("pods dir");
+            std::fs::write(dir.join("memory.usage_in_bytes"), format!("{bytes}\n"))
+                .expect("parent usage");
+        }
+
         /// Sets a pod's usage (its fake cgroup's memory.usage_in_bytes).
         fn set_pod_usage(&self, key: &str, bytes: u64) {
             std::fs::write(
@@ -1263,17 +1273,19 @@ mod tests {
     #[test]
     fn candidates_are_read_only_while_the_memory_left_could_change_the_pick() {
         let f = Fixture::new(1000);
-        // The pods' cgroup (holding every candidate) says 600 in all.
-        let holder = f.dir.path().join("pods").join("memory.usage_in_bytes");
-        std::fs::create_dir_all(holder.parent().expect("parent")).expect("pods dir");
-        std::fs::write(&holder, "600\n").expect("holder usage");
+        // The candidates' parent cgroup says 600 in all.
+        f.set_parent_usage(600);
         f.arm_pods(&[("default/a", 500), ("default/b", 60), ("default/c", 40)]);
         // c's file says 900, more than the holder leaves after a (100): trusting the
         // holder, neither b nor c could outrank a, so c is not even read.
         f.set_pod_usage("default/c", 900);
         f.set_usage(1000);
         f.hot.hard_crossing(WakeSource::Ebpf);
-        assert_eq!(f.killed("default/a"), "1", "a ranks first on what could be read");
+        assert_eq!(
+            f.killed("default/a"),
+            "1",
+            "a ranks first on what could be read"
+        );
         assert_eq!(f.killed("default/c"), "");
         let fired = f.hot.take_fired();
         assert_eq!(fired[0].decision.pod_key, "default/a");
@@ -1281,11 +1293,9 @@ mod tests {
 
         // With room for c to have grown (the holder says 1500), c is read and killed.
         let f = Fixture::new(1000);
-        let holder = f.dir.path().join("pods").join("memory.usage_in_bytes");
-        std::fs::create_dir_all(holder.parent().expect("parent")).expect("pods dir");
-        std::fs::write(&holder, "600\n").expect("holder usage");
+        f.set_parent_usage(600);
         f.arm_pods(&[("default/a", 500), ("default/b", 60), ("default/c", 40)]);
-        std::fs::write(&holder, "1500\n").expect("holder usage");
+        f.set_parent_usage(1500);
         f.set_pod_usage("default/c", 900);
         f.set_usage(1000);
         f.hot.hard_crossing(WakeSource::Ebpf);

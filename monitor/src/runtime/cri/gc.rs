@@ -195,6 +195,20 @@ pub async fn image_fs(cri: &CriRuntime) -> Result<(PathBuf, i64, i64), String> {
     Ok((mount, bytes(fs.capacity_bytes), bytes(fs.available_bytes)))
 }
 
+/// The start of an image collection: the images in use and seen noted at `now`; what
+/// failed, as the collection's result, when they could not be.
+async fn images_detected(cri: &CriRuntime, pods: &[Pod]) -> Result<(Collected, Time), Collected> {
+    let mut collected = Collected::default();
+    let now = wall_now();
+    match detect_images(cri, pods, now).await {
+        Ok(_) => Ok((collected, now)),
+        Err(err) => {
+            collected.errors.push(err);
+            Err(collected)
+        }
+    }
+}
+
 /// The periodic image collection (the kubelet's image GC pass): images unused for longer
 /// than the maximum age, then, when the image filesystem is at or above the high
 /// threshold, unused images least recently used first down to the low threshold, none
@@ -203,12 +217,10 @@ pub(in crate::runtime) async fn collect_images_periodic(
     cri: &CriRuntime,
     pods: &[Pod],
 ) -> Collected {
-    let mut collected = Collected::default();
-    let now = wall_now();
-    if let Err(err) = detect_images(cri, pods, now).await {
-        collected.errors.push(err);
-        return collected;
-    }
+    let (mut collected, now) = match images_detected(cri, pods).await {
+        Ok(started) => started,
+        Err(failed) => return failed,
+    };
     let (_, capacity, available) = match image_fs(cri).await {
         Ok(fs) => fs,
         Err(err) => {
@@ -236,12 +248,10 @@ pub(in crate::runtime) async fn collect_all_unused_images(
     cri: &CriRuntime,
     pods: &[Pod],
 ) -> Collected {
-    let mut collected = Collected::default();
-    let now = wall_now();
-    if let Err(err) = detect_images(cri, pods, now).await {
-        collected.errors.push(err);
-        return collected;
-    }
+    let (mut collected, now) = match images_detected(cri, pods).await {
+        Ok(started) => started,
+        Err(failed) => return failed,
+    };
     let ids: Vec<String> = {
         let state = cri.lock_images();
         image_gc::free_all_eligible(&cri.policy, &state, now).images

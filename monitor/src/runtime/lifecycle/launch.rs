@@ -133,19 +133,8 @@ pub(super) fn launch(shared: &Arc<Shared>, uid: &str, name: &str) {
         Err(message) => {
             record.pid = None;
             drop(inner);
-            shared.state.event(
-                "Warning",
-                "Failed",
-                &pod.key(),
-                format!("container {name}: {message}"),
-            );
             // Handled like a run that failed at once: the restart policy decides.
-            let _ = shared.exits.send(Exit {
-                uid: uid.to_string(),
-                container: name.to_string(),
-                pid: 0,
-                code: Some(127),
-            });
+            failed_start(shared, &pod.key(), uid, name, &message, 127);
             return;
         }
     }
@@ -168,20 +157,7 @@ pub(super) async fn launch_on_runtime(
     restart: u32,
 ) {
     let name = spec.name.clone();
-    let fail = |message: String| {
-        shared.state.event(
-            "Warning",
-            "Failed",
-            &pod.key(),
-            format!("container {name}: {message}"),
-        );
-        let _ = shared.exits.send(Exit {
-            uid: uid.clone(),
-            container: name.clone(),
-            pid: 0,
-            code: Some(128),
-        });
-    };
+    let fail = |message: String| failed_start(&shared, &pod.key(), &uid, &name, &message, 128);
     let (sandbox_id, sandbox) = match ensure_sandbox(&shared, &cri, &uid, &pod, &cgroup).await {
         Ok(s) => s,
         Err(message) => return fail(format!("sandbox: {message}")),
@@ -329,4 +305,21 @@ pub fn has_cap_sys_resource() -> bool {
         })
         .and_then(|hex| u64::from_str_radix(&hex, 16).ok())
         .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
+}
+
+/// A container that could not start: a `Failed` event, and an exit with `code` and no
+/// process, for the restart policy to decide on as for a run that failed at once.
+fn failed_start(shared: &Shared, pod_key: &str, uid: &str, name: &str, message: &str, code: i32) {
+    shared.state.event(
+        "Warning",
+        "Failed",
+        pod_key,
+        format!("container {name}: {message}"),
+    );
+    let _ = shared.exits.send(Exit {
+        uid: uid.to_string(),
+        container: name.to_string(),
+        pid: 0,
+        code: Some(code),
+    });
 }
