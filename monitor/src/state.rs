@@ -334,6 +334,8 @@ pub struct AgentState {
     /// The newest evictions and how they ended, oldest first, at most [`EVICTIONS_KEPT`].
     pub evictions: VecDeque<EvictionView>,
     pub metrics: Metrics,
+    /// The last time the container runtime left calls to stop a pod unanswered.
+    pub runtime_silence: Option<RuntimeSilence>,
     /// What the last eviction pass ranked, for `monitor explain` (shared: reading the
     /// state clones it).
     #[serde(skip)]
@@ -350,6 +352,32 @@ pub struct RankingSnapshot {
     pub hot_path: bool,
     /// The pod the hot path holds ready, if any.
     pub hot_victim: Option<String>,
+}
+
+/// Calls the container runtime did not answer by a stop's deadline (the pod was killed
+/// through its cgroups regardless).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeSilence {
+    /// Wall-clock time (RFC 3339) when the deadline passed.
+    pub time: String,
+    /// "namespace/name" of the pod being stopped.
+    pub pod: String,
+    /// The CRI calls left unanswered.
+    pub calls: Vec<String>,
+    /// Every unanswered call since start.
+    pub total_calls: u64,
+}
+
+impl RuntimeSilence {
+    pub fn now(pod: &str, calls: &[&str], total_calls: u64) -> RuntimeSilence {
+        RuntimeSilence {
+            time: now_rfc3339(),
+            pod: pod.to_string(),
+            calls: calls.iter().map(|c| (*c).to_string()).collect(),
+            total_calls,
+        }
+    }
 }
 
 /// Evictions kept in memory for the API.

@@ -153,6 +153,17 @@ impl WedgedNode {
             .sum()
     }
 
+    /// The pod `monitor status --json` names as the runtime's last silence.
+    pub fn silence_in_status(&self) -> Option<String> {
+        let out = std::process::Command::new(crate::helper_binary("monitor"))
+            .args(["status", "--json", "--socket"])
+            .arg(self.node.path("monitor.sock"))
+            .output()
+            .ok()?;
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        status["runtimeSilence"]["pod"].as_str().map(str::to_string)
+    }
+
     /// One cycle: a hog starts and waits; containerd is stopped; the hog grows past the
     /// threshold; what the agent did is measured; containerd is resumed and the hog's pod
     /// removed.
@@ -196,6 +207,8 @@ impl WedgedNode {
                 self.log()[log_before..].contains(&needle)
             });
             cycle.unanswered_calls = self.unresponsive_calls().saturating_sub(metric_before);
+            cycle.status_names_it =
+                self.silence_in_status().as_deref() == Some(format!("demo/{name}").as_str());
             let log = self.log();
             let killing = logged_at(
                 &log[log_before..],
@@ -268,6 +281,8 @@ pub struct Cycle {
     pub event: bool,
     /// How much `monitor_runtime_unresponsive_calls_total` grew.
     pub unanswered_calls: u64,
+    /// `monitor status` named the hog as the runtime's last silence.
+    pub status_names_it: bool,
     pub hog_alive: bool,
     pub bystander_evicted: bool,
     pub oom_kills: u64,
@@ -283,9 +298,9 @@ impl Cycle {
         self.crossing_to_freed.is_some_and(|d| d <= FREED_WITHIN) && !self.hog_alive
     }
 
-    /// The silence was reported by event and metric.
+    /// The silence was reported by event, metric and status.
     pub fn silence_reported(&self) -> bool {
-        self.event && self.unanswered_calls > 0
+        self.event && self.unanswered_calls > 0 && self.status_names_it
     }
 
     /// The hog's record says it was evicted.
@@ -298,8 +313,8 @@ impl Cycle {
     pub fn summary(&self) -> String {
         format!(
             "{}: crossed {}, killing {}, freed {}, peak {} MiB, hog alive {}, hog record {:?}/{:?}, \
-             RuntimeUnresponsive event {}, unanswered calls {}, bystander {:?}, OOM kills {}, \
-             removed after resume {}",
+             RuntimeUnresponsive event {}, unanswered calls {}, in status {}, bystander {:?}, \
+             OOM kills {}, removed after resume {}",
             self.name,
             self.crossed,
             self.crossing_to_kill
@@ -318,6 +333,7 @@ impl Cycle {
             self.hog.as_ref().and_then(|h| h.reason.clone()),
             self.event,
             self.unanswered_calls,
+            self.status_names_it,
             self.bystander.as_ref().map(|b| (b.phase, b.reason.clone())),
             self.oom_kills,
             self.removed,
@@ -338,7 +354,7 @@ pub struct WedgedTally {
     pub memory_not_freed: u32,
     /// A pod other than the hog evicted (or not running any more).
     pub bystanders_evicted: u32,
-    /// No `RuntimeUnresponsive` event, or no unanswered call counted.
+    /// No `RuntimeUnresponsive` event, no unanswered call counted, or not in `monitor status`.
     pub silence_unreported: u32,
     /// Kernel OOM kills in the pods cgroup.
     pub oom_kills: u64,

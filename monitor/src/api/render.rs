@@ -97,6 +97,16 @@ pub fn render_status(state: &AgentState, now_ns: u64) -> String {
         }
     }
 
+    if let Some(silence) = &state.runtime_silence {
+        out += &format!(
+            "\nCONTAINER RUNTIME\n  last silence at {}: {} left unanswered while stopping {} ({} unanswered call(s) since start; the pod was killed through its cgroups)\n",
+            clean(&silence.time),
+            clean(&silence.calls.join(", ")),
+            clean(&silence.pod),
+            silence.total_calls,
+        );
+    }
+
     out += "\nLAST SYNCHRONIZE\n";
     match &state.last_sync {
         None => out += "  none yet\n",
@@ -456,6 +466,12 @@ mod tests {
             attempts: 3,
             finished_at: "2025-01-02T03:04:06Z".into(),
         });
+        s.runtime_silence = Some(crate::state::RuntimeSilence {
+            time: "2025-01-02T03:04:07Z".into(),
+            pod: "default/hog".into(),
+            calls: vec!["StopPodSandbox".into(), "RemovePodSandbox".into()],
+            total_calls: 5,
+        });
         s
     }
 
@@ -475,6 +491,9 @@ mod tests {
     #[case::summary("soft threshold met, waiting for grace period")]
     #[case::eviction(
         "default/stuck (memory.available, grace 0 s): timed_out after 3 attempt(s): 2 process(es) still alive"
+    )]
+    #[case::runtime_silence(
+        "last silence at 2025-01-02T03:04:07Z: StopPodSandbox, RemovePodSandbox left unanswered while stopping default/hog (5 unanswered call(s) since start"
     )]
     fn status_shows(#[case] expected: &str) {
         let text = render_status(&status_state(), 3_500_000_000);

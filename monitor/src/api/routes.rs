@@ -95,6 +95,8 @@ struct StatusView<'a> {
     last_sync_age_seconds: Option<f64>,
     /// The newest evictions and how each ended.
     evictions: &'a std::collections::VecDeque<crate::state::EvictionView>,
+    /// The last time the container runtime left calls to stop a pod unanswered.
+    runtime_silence: Option<&'a crate::state::RuntimeSilence>,
     observation: Option<&'a NodeObservation>,
 }
 
@@ -110,6 +112,7 @@ fn status_view(state: &AgentState, now_ns: u64) -> StatusView<'_> {
             .as_ref()
             .map(|sync| (sync.age(now_ns).as_millis() as f64) / 1000.0),
         evictions: &state.evictions,
+        runtime_silence: state.runtime_silence.as_ref(),
         observation: state.observation.as_ref(),
     }
 }
@@ -430,6 +433,10 @@ mod tests {
         assert!(v["lastSync"].is_null() && v["observation"].is_null(), "{v}");
         assert!(v.get("events").is_none(), "status carries no events: {v}");
         assert!(v["lastSyncAgeSeconds"].is_null(), "{v}");
+        assert!(
+            v["runtimeSilence"].is_null(),
+            "the runtime never fell silent: {v}"
+        );
     }
 
     #[test]

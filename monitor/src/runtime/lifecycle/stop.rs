@@ -252,6 +252,12 @@ pub(super) fn report_answers(
                 .entry((*call).to_string())
                 .or_default() += 1;
         }
+        let total = state.metrics.runtime_unresponsive_calls.values().sum();
+        state.runtime_silence = Some(crate::state::RuntimeSilence::now(
+            key,
+            &answers.unanswered,
+            total,
+        ));
     }
     shared.state.event(
         "Warning",
