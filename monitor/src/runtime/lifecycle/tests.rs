@@ -172,14 +172,7 @@ fn the_pod_ends_with_its_last_container(
     #[case] pod_ends: Option<Phase>,
 ) {
     let containers = vec![container("app", Some(PID), false, None), other];
-    let facts = ExitFacts {
-        policy: Some("Never"),
-        stopping: false,
-        phase: Phase::Running,
-        containers: &containers,
-        last_backoff: None,
-        first_backoff: FIRST,
-    };
+    let facts = running_under_never(&containers);
     assert_eq!(after_exit(&facts, &exit_of(PID, code)), done(pod_ends));
 }
 
@@ -199,17 +192,22 @@ fn late_or_foreign_reports_change_nothing(
     #[case] want: AfterExit,
 ) {
     let containers = vec![container("app", recorded_pid, false, None)];
-    let facts = ExitFacts {
-        policy: Some("Never"),
-        stopping: false,
-        phase: Phase::Running,
-        containers: &containers,
-        last_backoff: None,
-        first_backoff: FIRST,
-    };
+    let facts = running_under_never(&containers);
     let exit = Exit {
         container: name.into(),
         ..exit_of(reported_pid, Some(127))
     };
     assert_eq!(after_exit(&facts, &exit), want);
+}
+
+/// A running pod under `restartPolicy: Never`, not being stopped, never backed off.
+fn running_under_never(containers: &[ContainerRecord]) -> ExitFacts<'_> {
+    ExitFacts {
+        policy: Some("Never"),
+        stopping: false,
+        phase: Phase::Running,
+        containers,
+        last_backoff: None,
+        first_backoff: FIRST,
+    }
 }
