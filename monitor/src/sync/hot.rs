@@ -188,6 +188,8 @@ struct Candidate {
     priority: i32,
     /// Its inactive page cache when armed (usage then less the synchronize's working set).
     inactive_file: u64,
+    /// Its parent among [`Armed::holders`], if that can be read.
+    holder: Option<usize>,
     switch: KillSwitch,
 }
 
@@ -198,6 +200,7 @@ impl Candidate {
             priority: pod.pod.priority(),
             pod,
             inactive_file: 0,
+            holder: None,
             switch,
         }
     }
@@ -219,10 +222,9 @@ impl Candidate {
 struct Armed {
     levels: Vec<Level>,
     candidates: Vec<Candidate>,
-    /// The candidates' parent cgroups (their QoS classes'), each with the indexes of the
-    /// candidates it holds: what a parent's usage leaves beyond its candidates read
-    /// bounds the working set of those not read.
-    holders: Vec<(CgroupReader, Vec<usize>)>,
+    /// The candidates' parent cgroups (their QoS classes'): what a parent's usage leaves
+    /// beyond its candidates read bounds the working set of those not read.
+    holders: Vec<CgroupReader>,
     fs_layout: FsLayout,
     config: Option<Arc<EvictionConfig>>,
     /// Kills not yet taken by a synchronize, oldest first.
@@ -479,64 +481,68 @@ impl HotPath {
     /// Reads each candidate's usage once after arming: less the working set its stats
     /// say, the page cache it holds (a working set read at the kill is usage less this).
     fn note_page_cache(&self) {
-        let readers: Vec<(String, Option<u64>, CgroupReader)> = self
+        // One per candidate, in their order.
+        let readers: Vec<(String, Option<u64>, Option<CgroupReader>)> = self
             .lock()
             .candidates
             .iter()
-            .filter_map(|c| {
-                Some((
+            .map(|c| {
+                (
                     c.pod.pod.key(),
                     c.pod.stats.memory_working_set_bytes,
-                    c.switch.memory.clone()?,
-                ))
+                    c.switch.memory.clone(),
+                )
             })
             .collect();
-        let roots: Vec<(CgroupVersion, std::path::PathBuf)> = readers
+        let roots: Vec<Option<&CgroupReader>> = readers
             .iter()
-            .map(|(_, _, reader)| (reader.version(), reader.root().to_path_buf()))
+            .map(|(_, _, reader)| reader.as_ref())
             .collect();
+        let (holders, holder_of) = self.holders_of(&roots);
         let inactive: HashMap<String, u64> = readers
             .into_iter()
             .filter_map(|(key, working_set, reader)| {
-                let usage = reader.usage_bytes("").ok()?;
+                let usage = reader?.usage_bytes("").ok()?;
                 Some((key, usage.saturating_sub(working_set.unwrap_or(usage))))
             })
             .collect();
-        let holders = self.holders_of(&roots);
         self.candidate_files.sweep();
         let mut armed = self.lock();
-        for candidate in &mut armed.candidates {
+        // The candidates did not change since `readers` was taken: a synchronize arms
+        // them, and only the synchronize loop arms.
+        for (candidate, holder) in armed.candidates.iter_mut().zip(holder_of) {
             if let Some(bytes) = inactive.get(&candidate.pod.pod.key()) {
                 candidate.inactive_file = *bytes;
             }
+            candidate.holder = holder;
         }
-        // The candidates did not change since `roots` was taken: a synchronize arms them,
-        // and only the synchronize loop arms.
         armed.holders = holders;
     }
 
-    /// Readers of the parents of `roots` (the candidates' cgroups, in their order), each
-    /// with the indexes of the candidates under it, its usage file opened by a first read.
-    /// A parent that cannot be read is left out: its candidates are always read.
+    /// Readers of the parents of the candidates' cgroups (`pods`: each candidate's reader),
+    /// their usage files opened by a first read, and each candidate's parent among them. A
+    /// parent that cannot be read is left out: its candidates are always read.
     fn holders_of(
         &self,
-        roots: &[(CgroupVersion, std::path::PathBuf)],
-    ) -> Vec<(CgroupReader, Vec<usize>)> {
-        let mut holders: Vec<(CgroupReader, Vec<usize>)> = Vec::new();
-        for (index, (version, root)) in roots.iter().enumerate() {
-            let Some(parent) = root.parent() else {
-                continue;
-            };
-            match holders.iter_mut().find(|(h, _)| h.root() == parent) {
-                Some((_, held)) => held.push(index),
-                None => holders.push((
-                    CgroupReader::new(*version, parent).keeping_open(self.candidate_files.clone()),
-                    vec![index],
-                )),
-            }
-        }
-        holders.retain(|(reader, _)| reader.usage_bytes("").is_ok());
-        holders
+        pods: &[Option<&CgroupReader>],
+    ) -> (Vec<CgroupReader>, Vec<Option<usize>>) {
+        let mut holders: Vec<CgroupReader> = Vec::new();
+        let holder_of = pods
+            .iter()
+            .map(|pod| {
+                let pod = (*pod)?;
+                let parent = pod.root().parent()?;
+                if let Some(known) = holders.iter().position(|h| h.root() == parent) {
+                    return Some(known);
+                }
+                let reader = CgroupReader::new(pod.version(), parent)
+                    .keeping_open(self.candidate_files.clone());
+                reader.usage_bytes("").ok()?;
+                holders.push(reader);
+                Some(holders.len() - 1)
+            })
+            .collect();
+        (holders, holder_of)
     }
 
     /// The candidates armed now, most evictable first at the last synchronize.
@@ -608,16 +614,16 @@ impl HotPath {
         // read could not make it rank before the first so far, the rest cannot change the
         // pick (a key only falls as the working set grows, and of equal keys the earlier
         // candidate goes first). Each parent's usage is read once, when first needed.
-        let mut bounds = Bounds::new(&armed.holders, armed.candidates.len());
+        let mut bounds = Bounds::new(&armed.holders);
         let mut read = Vec::with_capacity(armed.candidates.len());
         let mut pods = Vec::with_capacity(armed.candidates.len());
         let mut first: Option<MemoryRankKey> = None;
         for (index, candidate) in armed.candidates.iter().enumerate() {
             if let Some(first) = first
-                && (index..armed.candidates.len()).all(|other| {
+                && armed.candidates[index..].iter().all(|other| {
                     bounds
                         .left_for(other)
-                        .is_some_and(|left| first <= armed.candidates[other].key_at(left))
+                        .is_some_and(|left| first <= other.key_at(left))
                 })
             {
                 break;
@@ -626,7 +632,7 @@ impl HotPath {
             let Some((usage, working_set)) = candidate.usage_now() else {
                 continue;
             };
-            bounds.note_read(index, usage);
+            bounds.note_read(candidate, usage);
             let key = candidate.key_at(working_set);
             first = Some(first.map_or(key, |f| f.min(key)));
             let mut pod = candidate.pod.clone();
@@ -654,9 +660,7 @@ impl HotPath {
 
 /// What the candidates' parents hold beyond the candidates read so far, during one pick.
 struct Bounds<'a> {
-    holders: &'a [(CgroupReader, Vec<usize>)],
-    /// Per candidate, its holder's index.
-    holder_of: Vec<Option<usize>>,
+    holders: &'a [CgroupReader],
     /// Per holder: its usage (read when first needed; `None` inside if it failed).
     usage: Vec<Option<Option<u64>>>,
     /// Per holder: the usage of its candidates read.
@@ -664,33 +668,25 @@ struct Bounds<'a> {
 }
 
 impl<'a> Bounds<'a> {
-    fn new(holders: &'a [(CgroupReader, Vec<usize>)], candidates: usize) -> Bounds<'a> {
-        let mut holder_of = vec![None; candidates];
-        for (h, (_, held)) in holders.iter().enumerate() {
-            for &c in held {
-                if let Some(slot) = holder_of.get_mut(c) {
-                    *slot = Some(h);
-                }
-            }
-        }
+    fn new(holders: &'a [CgroupReader]) -> Bounds<'a> {
         Bounds {
             holders,
-            holder_of,
             usage: vec![None; holders.len()],
             read: vec![0; holders.len()],
         }
     }
 
-    fn note_read(&mut self, candidate: usize, usage: u64) {
-        if let Some(Some(h)) = self.holder_of.get(candidate) {
-            self.read[*h] = self.read[*h].saturating_add(usage);
+    fn note_read(&mut self, candidate: &Candidate, usage: u64) {
+        if let Some(read) = candidate.holder.and_then(|h| self.read.get_mut(h)) {
+            *read = read.saturating_add(usage);
         }
     }
 
-    /// The most memory candidate `candidate` (not read) can hold now; `None` if unknown.
-    fn left_for(&mut self, candidate: usize) -> Option<u64> {
-        let h = (*self.holder_of.get(candidate)?)?;
-        let usage = *self.usage[h].get_or_insert_with(|| self.holders[h].0.usage_bytes("").ok());
+    /// The most memory `candidate` (not read) can hold now; `None` if unknown.
+    fn left_for(&mut self, candidate: &Candidate) -> Option<u64> {
+        let h = candidate.holder?;
+        let holder = self.holders.get(h)?;
+        let usage = *self.usage[h].get_or_insert_with(|| holder.usage_bytes("").ok());
         Some(usage?.saturating_sub(self.read[h]))
     }
 }
