@@ -554,3 +554,13 @@ pub fn stat_field(stat_file: &std::path::Path, field: usize) -> Option<String> {
     let (_, rest) = stat.rsplit_once(')')?;
     rest.split_whitespace().nth(field - 3).map(str::to_string)
 }
+
+/// `key=value` or `key="value"` in one of the agent's log lines.
+pub fn log_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let start = line.find(&format!(" {key}="))? + key.len() + 2;
+    let rest = &line[start..];
+    match rest.strip_prefix('"') {
+        Some(quoted) => quoted.split('"').next(),
+        None => rest.split_whitespace().next(),
+    }
+}

@@ -190,34 +190,50 @@ impl WedgedNode {
             let sampler = Sampler::start(pods_dir, hog_dir);
             std::fs::write(format!("/proc/{hog_pid}/root/go"), "")
                 .unwrap_or_else(|e| panic!("starting the hog (pid {hog_pid}): {e}"));
-            let (crossed, freed, peak) = sampler.until_freed(Duration::from_secs(10));
-            // The crossing on the agent's clock: monotonic now, less how long ago it was.
-            let crossed_ns = crossed.map(|c| {
-                monotonic_ns().saturating_sub(u64::try_from(c.elapsed().as_nanos()).unwrap_or(0))
-            });
-            cycle.peak_bytes = peak;
-            cycle.crossing_to_freed = match (crossed, freed) {
-                (Some(c), Some(f)) => Some(f.saturating_duration_since(c)),
-                _ => None,
-            };
-            cycle.crossed = crossed.is_some();
+            let sampled = sampler.until_freed(Duration::from_secs(10));
             // The runtime's silence is said once the eviction's deadline (2 s) has passed.
             let needle = format!("reason=\"RuntimeUnresponsive\" object=\"demo/{name}\"");
             cycle.event = poll_every(Duration::from_secs(8), Duration::from_millis(50), || {
                 self.log()[log_before..].contains(&needle)
             });
-            cycle.unanswered_calls = self.unresponsive_calls().saturating_sub(metric_before);
-            cycle.status_names_it =
-                self.silence_in_status().as_deref() == Some(format!("demo/{name}").as_str());
             let log = self.log();
             let killing = logged_at(
                 &log[log_before..],
                 &format!("reason=\"Killing\" object=\"demo/{name}\""),
             );
+            // The crossing: the sampler's first sample over the threshold. When the agent
+            // evicted the hog between two samples (the sampler's peak then stays within
+            // one allocation step of the threshold), the sampler's first sample within
+            // that step stands in: the real crossing came after it, so the times measured
+            // from it are, if anything, too long.
+            let crossed = sampled
+                .crossed
+                .or(sampled.near.filter(|_| killing.is_some()));
+            cycle.crossing_seen_by = match (sampled.crossed, crossed) {
+                (Some(_), _) => "sampler",
+                (None, Some(_)) => "sampler, one step before the agent's eviction",
+                (None, None) => "nobody",
+            };
+            let crossed_ns = crossed.map(instant_ns);
+            cycle.peak_bytes = sampled.peak;
+            cycle.crossing_to_freed = match (crossed, sampled.freed) {
+                (Some(c), Some(f)) => Some(f.saturating_duration_since(c)),
+                _ => None,
+            };
+            cycle.crossed = crossed.is_some();
+            cycle.unanswered_calls = self.unresponsive_calls().saturating_sub(metric_before);
+            cycle.status_names_it =
+                self.silence_in_status().as_deref() == Some(format!("demo/{name}").as_str());
             cycle.crossing_to_kill = crossed_ns
                 .zip(killing)
                 .map(|(c, k)| Duration::from_nanos(k.saturating_sub(c)));
             cycle.hog_alive = alive(hog_pid);
+            cycle.agent_lines = log[log_before..]
+                .lines()
+                .filter(|l| l.contains(&name) || l.contains("hot path"))
+                .take(40)
+                .collect::<Vec<_>>()
+                .join("\n");
             // A moment for a wrong second eviction to show, still without a runtime.
             std::thread::sleep(Duration::from_millis(500));
             cycle.bystander = self.node.record("bystander");
@@ -271,6 +287,9 @@ pub struct Cycle {
     pub name: String,
     /// The pods' working set reached the threshold.
     pub crossed: bool,
+    /// Who saw the crossing first: the test's sampler, or (when the hot path killed the
+    /// hog between two samples) the agent.
+    pub crossing_seen_by: &'static str,
     /// From the first sample at or over the threshold to the first at which the hog's
     /// cgroup holds less than 32 MiB.
     pub crossing_to_freed: Option<Duration>,
@@ -290,6 +309,9 @@ pub struct Cycle {
     pub hog: Option<PodRecord>,
     /// The hog's pod went once its manifest was removed (containerd answering again).
     pub removed: bool,
+    /// The agent's log lines of the cycle that name the hog or the hot path (at most 40),
+    /// to tell what happened when the cycle lost.
+    pub agent_lines: String,
 }
 
 impl Cycle {
@@ -312,11 +334,12 @@ impl Cycle {
 
     pub fn summary(&self) -> String {
         format!(
-            "{}: crossed {}, killing {}, freed {}, peak {} MiB, hog alive {}, hog record {:?}/{:?}, \
+            "{}: crossed {} (seen by {}), killing {}, freed {}, peak {} MiB, hog alive {}, hog record {:?}/{:?}, \
              RuntimeUnresponsive event {}, unanswered calls {}, in status {}, bystander {:?}, \
              OOM kills {}, removed after resume {}",
             self.name,
             self.crossed,
+            self.crossing_seen_by,
             self.crossing_to_kill
                 .map_or("not seen".to_string(), |d| format!(
                     "{:.1} ms after the crossing",
@@ -392,7 +415,8 @@ impl WedgedTally {
             self.freed_after.push(d);
         }
         if lost {
-            self.findings.push(cycle.summary());
+            self.findings
+                .push(format!("{}\n{}", cycle.summary(), cycle.agent_lines));
         } else if !cycle.hog_evicted() || !cycle.removed {
             self.findings.push(format!("note: {}", cycle.summary()));
         }
@@ -459,7 +483,26 @@ const FREED_BELOW_BYTES: i64 = 32 * MIB as i64;
 /// Samples memory cgroups every millisecond on a thread of its own.
 struct Sampler {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<(Option<Instant>, Option<Instant>, i64)>,
+    thread: std::thread::JoinHandle<Sampled>,
+}
+
+/// What the sampler saw.
+#[derive(Default)]
+struct Sampled {
+    crossed: Option<Instant>,
+    near: Option<Instant>,
+    freed: Option<Instant>,
+    peak: i64,
+}
+
+/// How far below the threshold the sampler's peak may stay when the agent killed the hog
+/// between two samples: one 4 MiB allocation step of the hog, and as much again for the
+/// pages faulted in while the sample was read.
+const NEAR_BYTES: i64 = 8 * MIB as i64;
+
+/// An `Instant` as CLOCK_MONOTONIC ns (Rust's `Instant` is that clock on Linux).
+fn instant_ns(at: Instant) -> u64 {
+    monotonic_ns().saturating_sub(u64::try_from(at.elapsed().as_nanos()).unwrap_or(0))
 }
 
 /// CLOCK_MONOTONIC in ns, the clock of the agent's `at_ns` log fields.
@@ -482,33 +525,36 @@ fn logged_at(log: &str, needle: &str) -> Option<u64> {
 
 impl Sampler {
     /// Watches `pods` (the pods cgroup) and `pod` (the hog's own): the first sample at
-    /// which the pods' working set is at or over the threshold, the first one after that
-    /// at which the hog's cgroup holds less than [`FREED_BELOW_BYTES`] (or is gone), and
-    /// the pods' peak.
+    /// which the pods' working set is at or over the threshold, the first at which it is
+    /// within [`NEAR_BYTES`] of it, the first one after that at which the hog's cgroup
+    /// holds less than [`FREED_BELOW_BYTES`] (or is gone), and the pods' peak.
     fn start(pods: std::path::PathBuf, pod: std::path::PathBuf) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let thread = std::thread::spawn(move || {
-            let (mut crossed, mut freed, mut peak) = (None, None, 0);
-            while !stopping.load(Ordering::Relaxed) && freed.is_none() {
+            let mut seen = Sampled::default();
+            while !stopping.load(Ordering::Relaxed) && seen.freed.is_none() {
                 let ws = working_set(&pods);
                 let at = Instant::now();
-                peak = peak.max(ws);
-                if crossed.is_none() && ws >= THRESHOLD_BYTES {
-                    crossed = Some(at);
+                seen.peak = seen.peak.max(ws);
+                if seen.crossed.is_none() && ws >= THRESHOLD_BYTES {
+                    seen.crossed = Some(at);
                 }
-                if crossed.is_some() && usage(&pod) < FREED_BELOW_BYTES {
-                    freed = Some(Instant::now());
+                if seen.near.is_none() && ws >= THRESHOLD_BYTES - NEAR_BYTES {
+                    seen.near = Some(at);
+                }
+                if seen.near.is_some() && usage(&pod) < FREED_BELOW_BYTES {
+                    seen.freed = Some(Instant::now());
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
-            (crossed, freed, peak)
+            seen
         });
         Sampler { stop, thread }
     }
 
     /// Waits until the memory is freed after a crossing, or `timeout`.
-    fn until_freed(self, timeout: Duration) -> (Option<Instant>, Option<Instant>, i64) {
+    fn until_freed(self, timeout: Duration) -> Sampled {
         let deadline = Instant::now() + timeout;
         while !self.thread.is_finished() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));

@@ -26,6 +26,7 @@ use monitor::runtime::cri::{CriClient, MANAGED_LABEL, POD_UID_LABEL, api};
 use monitor::runtime::store::{Phase, PodRecord};
 use monitor_tests::TestTrees;
 use monitor_tests::containerd::{BUSYBOX_IMAGE, Containerd};
+use monitor_tests::log_field as field;
 use monitor_tests::oci::OciImage;
 
 const MIB: i64 = 1 << 20;
@@ -223,16 +224,6 @@ fn monotonic_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
         t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
     })
-}
-
-/// `key=value` or `key="value"` in a log line.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    let start = line.find(&format!(" {key}="))? + key.len() + 2;
-    let rest = &line[start..];
-    match rest.strip_prefix('"') {
-        Some(quoted) => quoted.split('"').next(),
-        None => rest.split_whitespace().next(),
-    }
 }
 
 /// The `at_ns` of the first log line after `after_ns` that contains `needle`.
