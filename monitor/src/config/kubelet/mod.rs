@@ -8,8 +8,8 @@
 //! Eviction defaults (kubelet: pkg/kubelet/eviction/defaults_linux.go DefaultEvictionHard,
 //! applied in cmd/kubelet/app/server.go loadConfigFile): when `evictionHard` is absent the
 //! Linux defaults apply: memory.available<100Mi, nodefs.available<10%,
-//! nodefs.inodesFree<5%, imagefs.available<15%. The kubelet's code has no
-//! imagefs.inodesFree default on Linux (some docs list one; the code is matched). When
+//! nodefs.inodesFree<5%, imagefs.available<15% and imagefs.inodesFree<5% (the fifth since
+//! kubelet 1.30, kubernetes#121834). When
 //! `evictionHard` is given it REPLACES the defaults, unless `mergeDefaultEvictionSettings:
 //! true` (kubelet ≥ 1.34), which keeps the defaults for the signals not given. As in the
 //! kubelet, a threshold of "0%" or "100%" is dropped, which is how a default is switched off;
@@ -38,12 +38,14 @@ pub use flags::apply_flags;
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 pub const KIND: &str = "KubeletConfiguration";
 
-/// The kubelet's Linux hard eviction defaults (pkg/kubelet/eviction/defaults_linux.go).
-pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 4] = [
+/// The kubelet's Linux hard eviction defaults (pkg/kubelet/eviction/defaults_linux.go,
+/// 1.30 and later).
+pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
     (Signal::MemoryAvailable, "100Mi"),
     (Signal::NodeFsAvailable, "10%"),
     (Signal::NodeFsInodesFree, "5%"),
     (Signal::ImageFsAvailable, "15%"),
+    (Signal::ImageFsInodesFree, "5%"),
 ];
 
 /// The node-allocatable enforcement key that adds allocatableMemory.available thresholds.

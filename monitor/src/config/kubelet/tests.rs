@@ -56,6 +56,8 @@ fn empty_document_gives_kubelet_defaults() {
             Threshold::hard(Signal::NodeFsAvailable, q("10%")),
             Threshold::hard(Signal::NodeFsInodesFree, q("5%")),
             Threshold::hard(Signal::ImageFsAvailable, q("15%")),
+            // kubernetes#121834 (1.30): the fifth Linux default
+            Threshold::hard(Signal::ImageFsInodesFree, q("5%")),
             // node allocatable is enforced on pods by default
             Threshold::hard(Signal::AllocatableMemoryAvailable, q("100Mi")),
         ]
@@ -179,8 +181,9 @@ fn merge_default_eviction_settings_keeps_unset_defaults() {
             Threshold::hard(Signal::MemoryAvailable, q("1Gi")),
             Threshold::hard(Signal::NodeFsAvailable, q("10%")),
             Threshold::hard(Signal::NodeFsInodesFree, q("5%")),
+            Threshold::hard(Signal::ImageFsInodesFree, q("5%")),
         ],
-        "given values win, 0% switches the imagefs default off, other defaults stay"
+        "given values win, 0% switches the imagefs.available default off, other defaults stay"
     );
 }
 
