@@ -54,6 +54,8 @@ impl Agent {
                 nodefs: settings.nodefs_path.clone(),
                 imagefs: settings.imagefs_path.clone(),
                 proc_root: PathBuf::from("/proc"),
+                hugepage_aware: kubelet
+                    .feature_gate(crate::config::kubelet::HUGEPAGE_AWARE_EVICTION),
             },
         );
         let (wakes, wake_rx) = notify::wake_channel();

@@ -7,7 +7,7 @@ use anyhow::Context;
 use crate::agent::Agent;
 use crate::config::LoadedConfig;
 use crate::config::agent::RuntimeKind;
-use crate::observe::CgroupLayout;
+use crate::observe::{CgroupLayout, NodeMemory};
 use crate::policy::pod::ResourceList;
 use crate::policy::qos::{AGENT_OOM_SCORE_ADJ, CgroupOptions};
 use crate::policy::quantity::Quantity;
@@ -33,11 +33,14 @@ impl NodeAgent {
 
 /// Node allocatable for admission: memory is the pods cgroup's limit when the node is
 /// bounded, else capacity minus reservations; cpu likewise from the online CPUs.
-fn node_allocatable(loaded: &LoadedConfig, memory_capacity: i64) -> ResourceList {
+fn node_allocatable(loaded: &LoadedConfig, memory: &NodeMemory) -> ResourceList {
     let kubelet = &loaded.kubelet;
+    let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
     let memory = match loaded.agent.settings.pods_memory_limit {
         Some(limit) => limit.value(),
-        None => kubelet.allocatable("memory", memory_capacity),
+        None => {
+            kubelet.allocatable_memory(bytes(memory.capacity_bytes), bytes(memory.hugepages_bytes))
+        }
     };
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get() as i64)
@@ -111,13 +114,13 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
         .await
         .context("starting the API")?;
     let runtime = if settings.run_pods {
-        let memory_capacity = crate::observe::Observer::new(
+        let node_memory = crate::observe::Observer::new(
             crate::observe::CgroupReader::new(layout.version, layout.memory_root.clone()),
             Default::default(),
         )
         .node_memory()
-        .map(|m| m.capacity_bytes as i64)
         .context("reading the node's memory capacity")?;
+        let memory_capacity = node_memory.capacity_bytes as i64;
         let config = RuntimeConfig {
             manifest_dir: PathBuf::from(
                 loaded
@@ -130,7 +133,7 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
             state_dir: settings.state_dir.clone(),
             cgroup_root: settings.cgroup_root.clone(),
             pods_memory_limit: settings.pods_memory_limit.map(|q| q.value()),
-            node_allocatable: node_allocatable(&loaded, memory_capacity),
+            node_allocatable: node_allocatable(&loaded, &node_memory),
             memory_capacity,
             cgroup_options: CgroupOptions {
                 pod_pids_limit: loaded.kubelet.pod_pids_limit,

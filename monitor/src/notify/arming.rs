@@ -68,7 +68,7 @@ pub fn threshold_specs(
     add(
         memory_root.to_path_buf(),
         Signal::MemoryAvailable,
-        memory.capacity_bytes,
+        memory.signal_capacity_bytes(),
         memory.usage_bytes,
         memory.inactive_file_bytes,
         &thresholds.node,
@@ -215,6 +215,7 @@ mod tests {
                 inactive_file_bytes: 1_000,
                 working_set_bytes: 4_000,
                 available_bytes: 6_000,
+                ..NodeMemory::default()
             },
             allocatable: Some(AllocatableMemory {
                 capacity_bytes: 2_000,
@@ -240,6 +241,24 @@ mod tests {
             value: QuantityOrPercent::Quantity(Quantity::from_units(units)),
             hard: true,
         }
+    }
+
+    #[test]
+    fn hugepages_left_out_of_memory_available_lower_the_node_level() {
+        let mut observed = observation();
+        // 2_000 of the 10_000 are hugepages the root cgroup does not charge.
+        observed.memory.hugepages_bytes = 2_000;
+        observed.memory.hugepages_left_out_bytes = 2_000;
+        let thresholds = MemoryThresholds {
+            node: vec![hard(1_000)],
+            pods: Vec::new(),
+        };
+        let specs = threshold_specs(&observed, &thresholds, Path::new("/cg"), None);
+        // available = 8_000 − working set: below 1_000 once the working set passes 7_000,
+        // i.e. usage 7_000 + 1_000 inactive_file.
+        assert_eq!(specs.len(), 1);
+        assert_eq!(specs[0].usage_bytes, 8_000);
+        assert_eq!(specs[0].threshold.map(|t| t.capacity_bytes), Some(8_000));
     }
 
     #[test]

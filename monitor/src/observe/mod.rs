@@ -32,6 +32,9 @@ pub struct ObserverConfig {
     pub imagefs: Option<PathBuf>,
     /// procfs mount point (injectable for tests).
     pub proc_root: PathBuf,
+    /// The kubelet's HugepageAwareEviction gate: memory.available leaves out the memory
+    /// held as hugepages (see [`NodeMemory::hugepages_bytes`]).
+    pub hugepage_aware: bool,
 }
 
 impl Default for ObserverConfig {
@@ -42,6 +45,7 @@ impl Default for ObserverConfig {
             nodefs: PathBuf::from("/"),
             imagefs: None,
             proc_root: PathBuf::from("/proc"),
+            hugepage_aware: true,
         }
     }
 }
@@ -54,8 +58,25 @@ pub struct NodeMemory {
     pub usage_bytes: u64,
     pub inactive_file_bytes: u64,
     pub working_set_bytes: u64,
-    /// capacity − working set: the memory.available signal.
+    /// Memory set aside as hugepages, every size (meminfo's `Hugetlb`): regular pods
+    /// cannot use it, and node allocatable leaves it out.
+    pub hugepages_bytes: u64,
+    /// The hugepages taken out of memory.available: those the working set does not hold,
+    /// when the HugepageAwareEviction gate is on; otherwise 0.
+    pub hugepages_left_out_bytes: u64,
+    /// capacity − working set − the hugepages left out: the memory.available signal.
     pub available_bytes: u64,
+}
+
+impl NodeMemory {
+    /// The capacity memory.available is measured against (thresholds in percent, the
+    /// notifiers' levels): what available plus working set add up to, i.e. the capacity
+    /// less the hugepages left out (the kubelet derives it from its adjusted Summary the
+    /// same way).
+    pub fn signal_capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+            .saturating_sub(self.hugepages_left_out_bytes)
+    }
 }
 
 /// The pods cgroup: the allocatableMemory.available signal.
@@ -195,10 +216,19 @@ impl Observer {
 
     pub fn node_memory(&self) -> Result<NodeMemory, ObserveError> {
         let path = self.config.proc_root.join("meminfo");
-        // The three keys are picked from the text as it is read: no map of all fifty.
-        let [total, free, inactive] = self.open.read_with(&path, |text| {
-            ["MemTotal", "MemFree", "Inactive(file)"].map(|k| parse::flat_keyed_value(text, k))
-        })?;
+        // The keys are picked from the text as it is read: no map of all fifty.
+        let [total, free, inactive, hugetlb, huge_total, huge_size] =
+            self.open.read_with(&path, |text| {
+                [
+                    "MemTotal",
+                    "MemFree",
+                    "Inactive(file)",
+                    "Hugetlb",
+                    "HugePages_Total",
+                    "Hugepagesize",
+                ]
+                .map(|k| parse::flat_keyed_value(text, k))
+            })?;
         let key = |value: Option<u64>, k: &str| {
             value.ok_or_else(|| ObserveError::Missing {
                 path: path.clone(),
@@ -206,23 +236,41 @@ impl Observer {
             })
         };
         let capacity_bytes = key(total, "MemTotal")?;
-        let (usage_bytes, inactive_file_bytes) = match self.reader.version() {
+        // `Hugetlb` (Linux 4.15) counts every size; before it, the default size alone.
+        let hugepages_bytes = hugetlb
+            .or_else(|| Some(huge_total?.saturating_mul(huge_size?)))
+            .unwrap_or(0);
+        let (usage_bytes, inactive_file_bytes, hugepages_outside) = match self.reader.version() {
+            // The root memory cgroup does not charge hugetlb pages: its usage leaves them
+            // out, so they must be taken from what is available.
             CgroupVersion::V1 => {
                 let (usage, inactive_file) = self.reader.usage_and_inactive_file("")?;
-                (usage, inactive_file.unwrap_or(0))
+                (usage, inactive_file.unwrap_or(0), hugepages_bytes)
             }
+            // MemTotal − MemFree: the hugepage pool is never free memory, so the usage
+            // already holds it; taking it off again would count it twice.
             CgroupVersion::V2 => (
                 capacity_bytes.saturating_sub(key(free, "MemFree")?),
                 key(inactive, "Inactive(file)")?,
+                0,
             ),
         };
         let working_set_bytes = usage_bytes.saturating_sub(inactive_file_bytes);
+        let hugepages_left_out_bytes = if self.config.hugepage_aware {
+            hugepages_outside
+        } else {
+            0
+        };
         Ok(NodeMemory {
             capacity_bytes,
             usage_bytes,
             inactive_file_bytes,
             working_set_bytes,
-            available_bytes: capacity_bytes.saturating_sub(working_set_bytes),
+            hugepages_bytes,
+            hugepages_left_out_bytes,
+            available_bytes: capacity_bytes
+                .saturating_sub(hugepages_left_out_bytes)
+                .saturating_sub(working_set_bytes),
         })
     }
 
@@ -395,6 +443,79 @@ mod tests {
         let observer = v2_node(cg.path(), proc.path(), ObserverConfig::default());
         let m = observer.node_memory().unwrap();
         assert_eq!(m.working_set_bytes, 500 * 1024);
+        assert_eq!(m.available_bytes, 500 * 1024);
+    }
+
+    /// A v1 node of 10000 kB, 5000 kB of it in use, 2048 kB of it hugepages.
+    fn v1_node_with_hugepages(
+        cg: &std::path::Path,
+        proc: &std::path::Path,
+        meminfo_huge: &str,
+        aware: bool,
+    ) -> NodeMemory {
+        write(cg, "memory.usage_in_bytes", "5120000\n");
+        write(cg, "memory.stat", "total_inactive_file 0\n");
+        write(
+            proc,
+            "meminfo",
+            &format!("MemTotal: 10000 kB\nMemFree: 1 kB\n{meminfo_huge}"),
+        );
+        Observer::new(
+            CgroupReader::new(CgroupVersion::V1, cg),
+            ObserverConfig {
+                proc_root: proc.to_path_buf(),
+                hugepage_aware: aware,
+                ..ObserverConfig::default()
+            },
+        )
+        .node_memory()
+        .unwrap()
+    }
+
+    // kubelet: HugepageAwareEviction (adjustForHugePages) takes every size's capacity out
+    // of memory.available, clamped at zero; off, the signal is as before.
+    #[rstest::rstest]
+    #[case::all_sizes("Hugetlb: 2048 kB\nHugePages_Total: 1\nHugepagesize: 1024 kB\n", true, 2048 * 1024, 5_120_000 - 2048 * 1024)]
+    #[case::old_kernel_default_size("HugePages_Total: 2\nHugepagesize: 1024 kB\n", true, 2048 * 1024, 5_120_000 - 2048 * 1024)]
+    #[case::gate_off("Hugetlb: 2048 kB\n", false, 2048 * 1024, 5_120_000)]
+    #[case::none("", true, 0, 5_120_000)]
+    #[case::more_than_available("Hugetlb: 9000 kB\n", true, 9000 * 1024, 0)]
+    fn v1_memory_available_leaves_out_hugepages(
+        #[case] meminfo_huge: &str,
+        #[case] aware: bool,
+        #[case] hugepages: u64,
+        #[case] available: u64,
+    ) {
+        let cg = tempfile::tempdir().unwrap();
+        let proc = tempfile::tempdir().unwrap();
+        let m = v1_node_with_hugepages(cg.path(), proc.path(), meminfo_huge, aware);
+        assert_eq!(m.working_set_bytes, 5_120_000);
+        assert_eq!(
+            (m.hugepages_bytes, m.available_bytes),
+            (hugepages, available)
+        );
+    }
+
+    #[test]
+    fn v2_hugepages_already_in_the_meminfo_usage_are_not_taken_twice() {
+        let cg = tempfile::tempdir().unwrap();
+        let proc = tempfile::tempdir().unwrap();
+        write(
+            proc.path(),
+            "meminfo",
+            "MemTotal: 1000 kB\nMemFree: 400 kB\nInactive(file): 100 kB\nHugetlb: 200 kB\n",
+        );
+        let m = Observer::new(
+            CgroupReader::new(CgroupVersion::V2, cg.path()),
+            ObserverConfig {
+                proc_root: proc.path().to_path_buf(),
+                ..ObserverConfig::default()
+            },
+        )
+        .node_memory()
+        .unwrap();
+        // The 200 kB pool is part of the 600 kB not free.
+        assert_eq!(m.hugepages_bytes, 200 * 1024);
         assert_eq!(m.available_bytes, 500 * 1024);
     }
 

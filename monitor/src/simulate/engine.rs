@@ -16,7 +16,7 @@ use super::reclaim::StepReclaimer;
 use super::scenario::{Scenario, Step};
 use super::stats::pods_with_stats;
 use super::summary::Summary;
-use crate::config::kubelet::{KubeletConfig, format_go_duration};
+use crate::config::kubelet::{HUGEPAGE_AWARE_EVICTION, KubeletConfig, format_go_duration};
 use crate::policy::eviction::{EvictionDecision, EvictionManager, SyncInput, SyncOutcome};
 use crate::policy::pod::Pod;
 use crate::policy::quantity::Quantity;
@@ -173,7 +173,11 @@ impl Simulation {
 
     /// Node allocatable for admission: the Node object's `status.allocatable` when given,
     /// else computed from its capacity (or the summary's memory capacity) like the kubelet:
-    /// capacity − system-reserved − kube-reserved − hard eviction threshold.
+    /// capacity − system-reserved − kube-reserved − hard eviction threshold, and for
+    /// memory less every `hugepages-<size>` capacity (nodestatus MachineInfo). A memory
+    /// capacity taken from a summary is available + working set: with
+    /// HugepageAwareEviction the kubelet's summary already left the hugepages out of it,
+    /// so they are not taken off twice.
     fn node_allocatable(&self) -> BTreeMap<String, Quantity> {
         if let Some(node) = &self.node
             && !node.status.allocatable.is_empty()
@@ -185,10 +189,17 @@ impl Simulation {
             .as_ref()
             .map(|n| n.status.capacity.clone())
             .unwrap_or_default();
+        let mut hugepages = capacity
+            .iter()
+            .filter(|(resource, _)| resource.starts_with("hugepages-"))
+            .fold(0i64, |sum, (_, q)| sum.saturating_add(q.value()));
         if !capacity.contains_key("memory")
             && let Some(bytes) = summary_memory_capacity(&self.summary)
         {
             capacity.insert("memory".into(), Quantity::from_units(bytes));
+            if self.config.feature_gate(HUGEPAGE_AWARE_EVICTION) {
+                hugepages = 0;
+            }
         }
         if !capacity.contains_key("pods") {
             capacity.insert("pods".into(), Quantity::from_units(self.config.max_pods));
@@ -204,6 +215,8 @@ impl Simulation {
                         .filter_map(|m| m.get("cpu"))
                         .fold(0i64, |sum, q| sum.saturating_add(q.milli_value()));
                     Quantity::from_milli(cap.milli_value().saturating_sub(reserved).max(0))
+                } else if resource == "memory" {
+                    Quantity::from_units(self.config.allocatable_memory(cap.value(), hugepages))
                 } else {
                     Quantity::from_units(self.config.allocatable(resource, cap.value()))
                 };

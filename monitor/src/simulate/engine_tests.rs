@@ -211,3 +211,48 @@ steps:
         "no eviction threshold is involved"
     );
 }
+
+/// Admission's fallback allocatable leaves the hugepages out of memory (kubelet:
+/// nodestatus MachineInfo), once: a summary's memory capacity (available + working set)
+/// is already without them when the kubelet's HugepageAwareEviction adjusted it.
+#[rstest::rstest]
+// Capacity from the Node object: 10Gi − 100Mi − 1Gi of hugepages = 9116Mi.
+#[case::node_capacity("", "memory: 10Gi, ", 9 << 30, 9100, true)]
+#[case::node_capacity_too_much("", "memory: 10Gi, ", 9 << 30, 9150, false)]
+// Capacity from an adjusted summary (9Gi): 9216Mi − 100Mi, the hugepages not taken twice.
+#[case::adjusted_summary("", "", 9 << 30, 9100, true)]
+#[case::adjusted_summary_too_much("", "", 9 << 30, 9150, false)]
+// The gate off: the summary holds them (10Gi), so they are taken off here.
+#[case::gate_off("  featureGates: {HugepageAwareEviction: false}\n", "", 10 << 30, 9100, true)]
+#[case::gate_off_too_much("  featureGates: {HugepageAwareEviction: false}\n", "", 10 << 30, 9150, false)]
+fn fallback_allocatable_leaves_out_hugepages_once(
+    #[case] gates: &str,
+    #[case] node_memory: &str,
+    #[case] summary_capacity: i64,
+    #[case] request_mi: i64,
+    #[case] admitted: bool,
+) {
+    let text = format!(
+        "config:
+  evictionHard: {{memory.available: 100Mi}}
+{gates}steps:
+  - at: 0s
+    pods: []
+    node: {{status: {{capacity: {{{node_memory}hugepages-2Mi: 1Gi, cpu: '8'}}}}}}
+    summary:
+      node: {{memory: {{availableBytes: {available}, workingSetBytes: {ws}}}}}
+    admit:
+      - metadata: {{name: newcomer, namespace: x}}
+        spec:
+          containers: [{{name: c, image: i, resources: {{requests: {{memory: {request_mi}Mi}}}}}}]
+",
+        available = summary_capacity - (1 << 30),
+        ws = 1 << 30,
+    );
+    let out = run(&text);
+    assert_eq!(
+        out[0].admission[0].admitted, admitted,
+        "{:?}",
+        out[0].admission
+    );
+}

@@ -467,6 +467,7 @@ mod tests {
                     inactive_file_bytes: 0,
                     working_set_bytes: 1 << 30,
                     available_bytes: (1 << 33) - (1 << 30),
+                    ..NodeMemory::default()
                 },
                 allocatable: None,
                 nodefs: Some(FsStats {

@@ -27,12 +27,10 @@ pub fn node_stats(
             time,
         }),
         None => AllocatableStat::Derived {
-            limit_bytes: kubelet
-                .allocatable(
-                    "memory",
-                    i64::try_from(memory.capacity_bytes).unwrap_or(i64::MAX),
-                )
-                .max(0),
+            limit_bytes: kubelet.allocatable_memory(
+                i64::try_from(memory.capacity_bytes).unwrap_or(i64::MAX),
+                i64::try_from(memory.hugepages_bytes).unwrap_or(i64::MAX),
+            ),
             pods_working_set_bytes: pods
                 .iter()
                 .filter_map(|p| p.stats.memory_working_set_bytes)
@@ -50,7 +48,9 @@ pub fn node_stats(
     NodeStats {
         memory: Some(MemoryStat {
             available_bytes: memory.available_bytes,
-            working_set_bytes: memory.capacity_bytes.saturating_sub(memory.available_bytes),
+            working_set_bytes: memory
+                .signal_capacity_bytes()
+                .saturating_sub(memory.available_bytes),
             time,
         }),
         allocatable: Some(allocatable),
@@ -87,6 +87,7 @@ mod tests {
                 inactive_file_bytes: 0,
                 working_set_bytes: 10 * GI - available,
                 available_bytes: available,
+                ..NodeMemory::default()
             },
             allocatable: pods_available.map(|a| AllocatableMemory {
                 capacity_bytes: GI,
@@ -113,6 +114,26 @@ mod tests {
             dedicated_imagefs: false,
             failed: Vec::new(),
         }
+    }
+
+    // kubelet: HugepageAwareEviction's Summary (adjustForHugePages) and nodestatus
+    // MachineInfo (allocatable memory without hugepages).
+    #[test]
+    fn hugepages_shrink_memory_available_its_capacity_and_derived_allocatable() {
+        let (kubelet, _) = load_kubelet_config("", "k.yaml").unwrap();
+        let mut observed = node(3 * GI, None);
+        observed.memory.hugepages_bytes = GI;
+        observed.memory.hugepages_left_out_bytes = GI;
+        observed.memory.available_bytes = 2 * GI;
+        let o = make_signal_observations(
+            &node_stats(&observed, &kubelet, &[], Time::from_secs(1)),
+            FsLayout::with_imagefs(false),
+        );
+        assert_eq!(o[&Signal::MemoryAvailable].available, (2 * GI) as i64);
+        assert_eq!(o[&Signal::MemoryAvailable].capacity, (9 * GI) as i64);
+        // 10Gi − 100Mi default hard threshold − 1Gi of hugepages.
+        let allocatable = (9 * GI - 100 * MI) as i64;
+        assert_eq!(o[&Signal::AllocatableMemoryAvailable].capacity, allocatable);
     }
 
     #[test]

@@ -124,6 +124,7 @@ impl Observe for Fake {
                 inactive_file_bytes: 0,
                 working_set_bytes: usage,
                 available_bytes: CAPACITY - usage,
+                ..NodeMemory::default()
             },
             allocatable: None,
             nodefs: (!node.nodefs_hung).then_some(FsStats {

@@ -83,7 +83,6 @@ const IGNORED_KUBELET_KEYS: &[&str] = &[
     "makeIPTablesUtilChains",
     "iptablesMasqueradeBit",
     "iptablesDropBit",
-    "featureGates",
     "failSwapOn",
     "memorySwap",
     "containerLogMaxSize",
@@ -162,6 +161,7 @@ pub(super) fn parse_document(
                 config.source.soft_grace_period = field.raw_map(k, &value)?
             }
             "evictionMinimumReclaim" => config.source.minimum_reclaim = field.raw_map(k, &value)?,
+            "featureGates" => config.feature_gates = field.feature_gates(k, &value)?,
             "mergeDefaultEvictionSettings" => {
                 config.source.merge_defaults = field.bool(k, &value)?
             }
@@ -355,6 +355,40 @@ impl Field<'_> {
             key: key.to_string(),
             entries,
         }))
+    }
+
+    /// A mapping of gate names to true or false; `null` is none.
+    fn feature_gates(
+        &self,
+        key: &str,
+        value: &Value,
+    ) -> Result<BTreeMap<String, bool>, ConfigError> {
+        let mapping = match value {
+            Value::Null => return Ok(BTreeMap::new()),
+            Value::Mapping(mapping) => mapping,
+            other => {
+                return Err(self.wrong_type(
+                    key,
+                    "a mapping of gate names to true or false",
+                    other,
+                ));
+            }
+        };
+        let mut gates = BTreeMap::new();
+        for (name, on) in mapping {
+            let name = self.string(key, name)?;
+            let Some(on) = on.as_bool() else {
+                return Err(ConfigError::InvalidEntry {
+                    origin: self.origin.to_string(),
+                    key: key.to_string(),
+                    name,
+                    value: describe(on),
+                    reason: "expected true or false".to_string(),
+                });
+            };
+            gates.insert(name, on);
+        }
+        Ok(gates)
     }
 
     fn reservation(

@@ -5,7 +5,8 @@
 //! kubelet's full command line can be passed.
 use super::{
     ConfigError, ConfigWarning, KubeletConfig, RawMap, Scalars, finish, format_go_duration,
-    parse_go_duration, parse_qos_reserved, parse_reservation, validate_enforce_node_allocatable,
+    parse_feature_gates, parse_go_duration, parse_qos_reserved, parse_reservation,
+    validate_enforce_node_allocatable,
 };
 
 const ORIGIN: &str = "command line";
@@ -62,6 +63,7 @@ const FLAGS: &[(&str, Kind)] = &[
     ("enforce-node-allocatable", Kind::Text),
     ("pod-manifest-path", Kind::Text),
     ("container-runtime-endpoint", Kind::Text),
+    ("feature-gates", Kind::EqualsMap),
 ];
 
 /// A parsed flag value.
@@ -226,6 +228,10 @@ fn apply_one(
         ("kube-reserved", FlagValue::Map(entries)) => {
             config.kube_reserved = parse_reservation(&entries, ORIGIN, &key)?
         }
+        // The flag's gates are set over the file's, one by one, as the kubelet merges them.
+        ("feature-gates", FlagValue::Map(entries)) => config
+            .feature_gates
+            .extend(parse_feature_gates(&entries, ORIGIN, &key)?),
         ("qos-reserved", FlagValue::Map(entries)) => {
             config.qos_reserved = parse_qos_reserved(&entries, ORIGIN, &key)?
         }

@@ -88,6 +88,9 @@ pub struct KubeletConfig {
     pub max_pods: i64,
     /// Per-pod pid limit; `None` for unlimited (the kubelet's -1 or unset).
     pub pod_pids_limit: Option<i64>,
+    /// `featureGates` (and `--feature-gates`) as given; see [`KubeletConfig::feature_gate`]
+    /// for the ones the agent follows and their defaults.
+    pub feature_gates: BTreeMap<String, bool>,
     /// The agent's own settings under the reserved `monitor` key, unparsed.
     pub monitor: Option<Value>,
     /// The eviction settings as written, kept so flags can override them and the
@@ -95,7 +98,37 @@ pub struct KubeletConfig {
     source: EvictionSource,
 }
 
+/// The kubelet feature gates the agent follows, with the kubelet's default (1.36 and later)
+/// when the configuration does not set them. Other gates are accepted and ignored.
+pub const FEATURE_GATES: [(&str, bool); 1] = [
+    // Beta, on by default since 1.36: memory.available leaves out the hugepages' capacity
+    // (kubelet: pkg/kubelet/server/stats summary, adjustForHugePages).
+    (HUGEPAGE_AWARE_EVICTION, true),
+];
+pub const HUGEPAGE_AWARE_EVICTION: &str = "HugepageAwareEviction";
+
 impl KubeletConfig {
+    /// Whether the feature gate `name` (one of [`FEATURE_GATES`]) is on: as set, or the
+    /// kubelet's default.
+    pub fn feature_gate(&self, name: &str) -> bool {
+        self.feature_gates.get(name).copied().unwrap_or_else(|| {
+            FEATURE_GATES
+                .iter()
+                .find(|(gate, _)| *gate == name)
+                .is_some_and(|(_, on)| *on)
+        })
+    }
+
+    /// Memory left for pods on a node of `capacity` bytes (MemTotal) of which `hugepages`
+    /// bytes are hugepages of any size: [`KubeletConfig::allocatable`] of memory less the
+    /// hugepages, which regular pods cannot use (kubelet: pkg/kubelet/nodestatus
+    /// MachineInfo takes every hugepages-<size> capacity out of allocatable memory).
+    pub fn allocatable_memory(&self, capacity: i64, hugepages: i64) -> i64 {
+        self.allocatable("memory", capacity)
+            .saturating_sub(hugepages.max(0))
+            .max(0)
+    }
+
     /// The part of `capacity` of `resource` ("memory", "ephemeral-storage", ...) left for
     /// pods: capacity minus system-reserved, kube-reserved and the hard eviction threshold
     /// of that resource (kubelet: pkg/kubelet/cm GetNodeAllocatableReservation,
@@ -275,6 +308,7 @@ pub fn default_kubelet_config() -> KubeletConfig {
         enforce_node_allocatable: vec![ENFORCE_PODS.to_string()],
         max_pods: 110,
         pod_pids_limit: None,
+        feature_gates: BTreeMap::new(),
         monitor: None,
         source: EvictionSource::default(),
     };
@@ -419,6 +453,34 @@ fn parse_qos_reserved(
         }
     }
     Ok(result)
+}
+
+/// Feature gates from `name=value` pairs (the `--feature-gates` flag): each value is a
+/// boolean as Go's strconv.ParseBool reads it.
+fn parse_feature_gates(
+    entries: &[(String, String)],
+    origin: &str,
+    key: &str,
+) -> Result<BTreeMap<String, bool>, ConfigError> {
+    entries
+        .iter()
+        .map(|(name, text)| {
+            let on = match text.as_str() {
+                "1" | "t" | "T" | "true" | "TRUE" | "True" => true,
+                "0" | "f" | "F" | "false" | "FALSE" | "False" => false,
+                _ => {
+                    return Err(ConfigError::InvalidEntry {
+                        origin: origin.to_string(),
+                        key: key.to_string(),
+                        name: name.clone(),
+                        value: text.clone(),
+                        reason: "expected true or false".to_string(),
+                    });
+                }
+            };
+            Ok((name.clone(), on))
+        })
+        .collect()
 }
 
 fn validate_enforce_node_allocatable(

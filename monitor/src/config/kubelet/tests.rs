@@ -561,3 +561,55 @@ fn seed_node_allocatable() {
     assert_eq!(config.allocatable("memory", capacity), 8204 << 20);
     assert_eq!(config.allocatable("cpu", 4000), 4000);
 }
+
+#[test]
+fn feature_gates_come_from_the_file_and_the_flag_over_it() {
+    let (config, warnings) =
+        load("featureGates: {HugepageAwareEviction: false, SomeOtherGate: true}\n");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(!config.feature_gate(HUGEPAGE_AWARE_EVICTION));
+    let mut flagged = config.clone();
+    apply_flags(
+        &mut flagged,
+        &["--feature-gates=HugepageAwareEviction=true".to_string()],
+    )
+    .unwrap();
+    assert!(flagged.feature_gate(HUGEPAGE_AWARE_EVICTION));
+    assert_eq!(flagged.feature_gates.get("SomeOtherGate"), Some(&true));
+    // On by default, as in the kubelet since 1.36.
+    assert!(load("").0.feature_gate(HUGEPAGE_AWARE_EVICTION));
+}
+
+#[rstest]
+#[case::file("featureGates: {HugepageAwareEviction: sometimes}\n", &[])]
+#[case::file_not_a_map("featureGates: [HugepageAwareEviction]\n", &[])]
+#[case::flag("", &["--feature-gates=HugepageAwareEviction=sometimes"])]
+fn a_feature_gate_that_is_not_a_boolean_is_refused_with_its_name(
+    #[case] file: &str,
+    #[case] flags: &[&str],
+) {
+    let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+    let err = load_kubelet_config_with_flags(file, "k.yaml", &flags)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("featureGates") || err.contains("--feature-gates"),
+        "{err}"
+    );
+    assert!(
+        err.contains("HugepageAwareEviction") || err.contains("mapping"),
+        "{err}"
+    );
+}
+
+// kubelet: nodestatus MachineInfo takes each hugepages-<size> capacity out of allocatable
+// memory, never below zero.
+#[rstest]
+#[case(0, 8 << 30)]
+#[case(1 << 30, 7 << 30)]
+#[case(100 << 30, 0)]
+fn allocatable_memory_leaves_out_hugepages(#[case] hugepages: i64, #[case] expected: i64) {
+    let (config, _) = load("systemReserved: {memory: 1948Mi}\n");
+    // 10Gi − 1948Mi reserved − 100Mi hard threshold = 8Gi.
+    assert_eq!(config.allocatable_memory(10 << 30, hugepages), expected);
+}
