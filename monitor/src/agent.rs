@@ -54,6 +54,8 @@ impl Agent {
                 nodefs: settings.nodefs_path.clone(),
                 imagefs: settings.imagefs_path.clone(),
                 proc_root: PathBuf::from("/proc"),
+                contention: kubelet.contention().is_some(),
+                pressure_root: layout.unified_root.clone(),
                 hugepage_aware: kubelet
                     .feature_gate(crate::config::kubelet::HUGEPAGE_AWARE_EVICTION),
             },

@@ -324,6 +324,8 @@ pub struct AgentState {
     pub observation: Option<NodeObservation>,
     pub signals: Vec<SignalStatus>,
     pub conditions: Vec<String>,
+    /// The PSI contention conditions reported (with the PSINodeCondition gate on).
+    pub contention: Vec<crate::policy::contention::ContentionStatus>,
     pub last_sync: Option<LastSync>,
     pub pods: Vec<PodView>,
     /// The newest events, oldest first, at most [`EVENTS_KEPT`].

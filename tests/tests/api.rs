@@ -28,6 +28,11 @@ struct Agent {
 impl Agent {
     /// Starts the agent with `manifests` (file name, content) in its manifest directory.
     fn start(name: &str, manifests: &[(&str, Vec<u8>)]) -> Agent {
+        Agent::start_with(name, manifests, "")
+    }
+
+    /// [`Agent::start`] with `settings` (top-level KubeletConfiguration lines) added.
+    fn start_with(name: &str, manifests: &[(&str, Vec<u8>)], settings: &str) -> Agent {
         let trees = TestTrees;
         let cgroup_root = TestTrees::root(name);
         let dir = tempfile::tempdir().expect("tempdir");
@@ -40,7 +45,7 @@ impl Agent {
             // Memory only: the kubelet's default disk thresholds would read this host's
             // own disk, whose free space the test does not control.
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
-             evictionHard: {{memory.available: 100Mi}}\n\
+             evictionHard: {{memory.available: 100Mi}}\n{settings}\
              monitor:\n  cgroupRoot: {cgroup_root}\n  stateDir: {}\n  podLogDir: {}\n  socket: {}\n",
             dir.path().join("pods").display(),
             dir.path().join("state").display(),
@@ -249,6 +254,66 @@ fn status_shows_the_age_of_the_last_synchronize() {
         assert!(later_age >= age + 1.4, "{age} s then {later_age} s");
     } else {
         assert!(later_age < 1.6, "a newer synchronize, {later_age} s old");
+    }
+}
+
+#[test]
+fn psi_contention_conditions_follow_the_real_pressure_files_with_their_gate() {
+    if !require(
+        "psi_contention_conditions_follow_the_real_pressure_files",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    let files = [
+        (
+            "SystemMemoryContentionPressure",
+            PathBuf::from("/proc/pressure/memory"),
+        ),
+        (
+            "SystemDiskContentionPressure",
+            PathBuf::from("/proc/pressure/io"),
+        ),
+    ];
+    if !files.iter().all(|(_, f)| f.exists()) {
+        println!(
+            "SKIP: psi_contention_conditions: this kernel has no /proc/pressure files (CONFIG_PSI off or psi=0)"
+        );
+        return;
+    }
+    let agent = Agent::start_with(
+        "api-psi",
+        &[],
+        "featureGates: {PSINodeCondition: true}\nkubepodsDiskContentionThreshold: 0\n",
+    );
+    let (ok, json, _) = agent.cli(&["status", "--json"]);
+    assert!(ok, "{}", agent.log());
+    let value: serde_json::Value = serde_json::from_str(&json).expect("status --json");
+    let reported = value["contentionConditions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no contentionConditions in {value}"));
+    let types: Vec<&str> = reported.iter().filter_map(|c| c["type"].as_str()).collect();
+    // The node's two files always; the pods cgroup's memory.pressure wherever cgroup2 is
+    // mounted (v2, or beside v1 on a hybrid host); its io.pressure condition is switched
+    // off by its threshold of 0.
+    let mut expected: Vec<&str> = files.iter().map(|(name, _)| *name).collect();
+    let cgroup2 = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains(" - cgroup2 "));
+    if cgroup2 {
+        expected.push("KubepodsMemoryContentionPressure");
+    }
+    assert_eq!(types, expected, "{value}");
+    for c in reported {
+        let avg60 = c["averages"]["avg60"].as_f64().expect("avg60");
+        assert!((0.0..=100.0).contains(&avg60), "{c}");
+        assert_eq!(c["threshold"].as_f64(), Some(0.9), "the kubelet's default");
+    }
+    let (_, metrics, _) = agent.cli(&["metrics"]);
+    for name in &expected {
+        let line = format!("monitor_node_condition{{condition=\"{name}\"}}");
+        assert!(metrics.contains(&line), "{line} missing:\n{metrics}");
     }
 }
 

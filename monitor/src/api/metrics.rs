@@ -377,11 +377,14 @@ pub fn render_metrics(state: &AgentState) -> String {
     out.family(
         "monitor_node_condition",
         "gauge",
-        "1 while the node reports this condition (MemoryPressure, DiskPressure, PIDPressure).",
+        "1 while the node reports this condition (MemoryPressure, DiskPressure, PIDPressure; the PSI contention conditions when the PSINodeCondition gate is on).",
     );
     let mut conditions: BTreeMap<&str, u8> = CONDITIONS.iter().map(|c| (c.as_str(), 0)).collect();
     for c in &state.conditions {
         conditions.insert(c, 1);
+    }
+    for c in &state.contention {
+        conditions.insert(c.condition.as_str(), u8::from(c.status));
     }
     for (condition, on) in conditions {
         out.sample("monitor_node_condition", &[("condition", condition)], on);
@@ -816,6 +819,49 @@ mod tests {
                 &[("eviction_signal", "memory.available")]
             ),
             Some(419_430_400.0)
+        );
+    }
+
+    #[test]
+    fn contention_conditions_join_the_node_conditions() {
+        use crate::policy::contention::{ContentionCondition, ContentionStatus, StallAverages};
+        let mut s = state();
+        s.contention = vec![
+            ContentionStatus {
+                condition: ContentionCondition::SystemMemory,
+                status: true,
+                averages: StallAverages {
+                    avg10: 95.0,
+                    avg60: 91.0,
+                },
+                threshold: 0.9,
+            },
+            ContentionStatus {
+                condition: ContentionCondition::KubepodsDisk,
+                status: false,
+                averages: StallAverages::default(),
+                threshold: 0.9,
+            },
+        ];
+        let text = render_metrics(&s);
+        for line in [
+            "monitor_node_condition{condition=\"SystemMemoryContentionPressure\"} 1",
+            "monitor_node_condition{condition=\"KubepodsDiskContentionPressure\"} 0",
+            "monitor_node_condition{condition=\"MemoryPressure\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+        assert!(
+            !text.contains("SystemDiskContentionPressure"),
+            "not reported, not exposed"
+        );
+        if let Err(e) = check_exposition(&text) {
+            panic!("{e}\n{text}");
+        }
+        let status = crate::api::render::render_status(&s, 0);
+        assert!(
+            status.contains("SystemMemoryContentionPressure True: full stall avg10 95.00 %, avg60 91.00 % (threshold 90 %)"),
+            "{status}"
         );
     }
 

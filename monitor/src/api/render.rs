@@ -78,6 +78,16 @@ pub fn render_status(state: &AgentState, now_ns: u64) -> String {
             out += &format!("  {}\n", clean(c));
         }
     }
+    for c in &state.contention {
+        out += &format!(
+            "  {} {}: full stall avg10 {:.2} %, avg60 {:.2} % (threshold {:.0} %)\n",
+            c.condition,
+            if c.status { "True" } else { "False" },
+            c.averages.avg10,
+            c.averages.avg60,
+            c.threshold * 100.0
+        );
+    }
 
     if !state.evictions.is_empty() {
         out += "\nEVICTIONS (newest last)\n";

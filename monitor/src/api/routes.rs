@@ -89,6 +89,9 @@ struct StatusView<'a> {
     sources: &'a [SourceStatus],
     signals: &'a [SignalStatus],
     conditions: &'a [String],
+    /// The PSI contention conditions, when the PSINodeCondition gate is on.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    contention_conditions: &'a [crate::policy::contention::ContentionStatus],
     last_sync: Option<&'a LastSync>,
     /// Seconds since the last synchronize finished: a loop that stopped shows here while
     /// everything else still looks current.
@@ -105,6 +108,7 @@ fn status_view(state: &AgentState, now_ns: u64) -> StatusView<'_> {
         sources: &state.sources,
         signals: &state.signals,
         conditions: &state.conditions,
+        contention_conditions: &state.contention,
         last_sync: state.last_sync.as_ref(),
         // Milliseconds are all a reader of an age needs.
         last_sync_age_seconds: state

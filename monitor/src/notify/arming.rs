@@ -230,7 +230,7 @@ mod tests {
             nodefs: Some(FsStats::default()),
             imagefs: None,
             pids: Some(PidStats::default()),
-            psi: None,
+            pressure: Default::default(),
             dedicated_imagefs: false,
             failed: Vec::new(),
         }

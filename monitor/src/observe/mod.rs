@@ -32,6 +32,12 @@ pub struct ObserverConfig {
     pub imagefs: Option<PathBuf>,
     /// procfs mount point (injectable for tests).
     pub proc_root: PathBuf,
+    /// Read the node's I/O and the pods cgroup's pressure files too, for the PSI contention
+    /// conditions (the kubelet's PSINodeCondition gate).
+    pub contention: bool,
+    /// The cgroup2 mount, where the pods cgroup's pressure files are (on a hybrid host the
+    /// memory controller is on v1, yet cgroup2 still tracks stalls per cgroup).
+    pub pressure_root: Option<PathBuf>,
     /// The kubelet's HugepageAwareEviction gate: memory.available leaves out the memory
     /// held as hugepages (see [`NodeMemory::hugepages_bytes`]).
     pub hugepage_aware: bool,
@@ -45,6 +51,8 @@ impl Default for ObserverConfig {
             nodefs: PathBuf::from("/"),
             imagefs: None,
             proc_root: PathBuf::from("/proc"),
+            contention: false,
+            pressure_root: None,
             hugepage_aware: true,
         }
     }
@@ -110,12 +118,27 @@ pub struct NodeObservation {
     pub dedicated_imagefs: bool,
     /// `None` when pid_max or the task count could not be read.
     pub pids: Option<PidStats>,
-    /// System-wide memory PSI, when the kernel has it.
+    /// Stall information (PSI), where the kernel has it.
     #[serde(skip)]
-    pub psi: Option<Psi>,
+    pub pressure: NodePressure,
     /// The parts left out of this observation and why: their signals are off until they
     /// read again, and every other signal keeps acting.
     pub failed: Vec<String>,
+}
+
+/// The pressure (PSI) files of the node and of the pods cgroup; each `None` when the
+/// kernel has no such file or it did not parse. The I/O and pods files are read only when
+/// the PSI contention conditions are on ([`ObserverConfig::contention`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NodePressure {
+    /// `/proc/pressure/memory`.
+    pub memory: Option<Psi>,
+    /// `/proc/pressure/io`.
+    pub io: Option<Psi>,
+    /// The pods cgroup's `memory.pressure` (cgroup v2).
+    pub pods_memory: Option<Psi>,
+    /// The pods cgroup's `io.pressure` (cgroup v2).
+    pub pods_io: Option<Psi>,
 }
 
 /// A part of the observation that may be left out: its value, or `None` with the reason
@@ -192,8 +215,7 @@ impl Observer {
         };
         let mut failed = Vec::new();
         let pids = self.pids();
-        let psi_path = self.config.proc_root.join("pressure/memory");
-        let psi = self.read(&psi_path).ok().and_then(|t| parse::psi(&t).ok());
+        let pressure = self.pressure();
         let nodefs = kept(&mut failed, "nodefs", nodefs.wait());
         let imagefs = match (imagefs_path, imagefs) {
             (Some(_), Some(pending)) => kept(&mut failed, "imagefs", pending.wait()),
@@ -209,9 +231,30 @@ impl Observer {
             imagefs,
             dedicated_imagefs: self.config.imagefs.is_some(),
             pids,
-            psi,
+            pressure,
             failed,
         })
+    }
+
+    /// The pressure files: the node's memory always, the rest for the contention
+    /// conditions. A file that is missing or does not parse is `None`.
+    pub fn pressure(&self) -> NodePressure {
+        let psi = |path: PathBuf| self.read(&path).ok().and_then(|t| parse::psi(&t).ok());
+        let proc = &self.config.proc_root;
+        let mut pressure = NodePressure {
+            memory: psi(proc.join("pressure/memory")),
+            ..NodePressure::default()
+        };
+        if self.config.contention {
+            pressure.io = psi(proc.join("pressure/io"));
+            if let (Some(pods), Some(root)) = (&self.config.pods_cgroup, &self.config.pressure_root)
+            {
+                let dir = root.join(pods.trim_start_matches('/'));
+                pressure.pods_memory = psi(dir.join("memory.pressure"));
+                pressure.pods_io = psi(dir.join("io.pressure"));
+            }
+        }
+        pressure
     }
 
     pub fn node_memory(&self) -> Result<NodeMemory, ObserveError> {
@@ -517,6 +560,49 @@ mod tests {
         // The 200 kB pool is part of the 600 kB not free.
         assert_eq!(m.hugepages_bytes, 200 * 1024);
         assert_eq!(m.available_bytes, 500 * 1024);
+    }
+
+    #[test]
+    fn contention_reads_the_io_and_pods_pressure_files_only_when_asked() {
+        let cg = tempfile::tempdir().unwrap();
+        let proc = tempfile::tempdir().unwrap();
+        let line = |avg: &str| {
+            format!(
+                "some avg10={avg} avg60=0.00 avg300=0.00 total=1\nfull avg10={avg} avg60=0.00 avg300=0.00 total=1\n"
+            )
+        };
+        write(proc.path(), "pressure/memory", &line("1.00"));
+        write(proc.path(), "pressure/io", &line("2.00"));
+        write(cg.path(), "pods/memory.pressure", &line("3.00"));
+        write(cg.path(), "pods/io.pressure", "not a pressure file\n");
+        let observer = |contention| {
+            v2_node(
+                cg.path(),
+                proc.path(),
+                ObserverConfig {
+                    pods_cgroup: Some("pods".into()),
+                    contention,
+                    pressure_root: Some(cg.path().to_path_buf()),
+                    ..ObserverConfig::default()
+                },
+            )
+        };
+        let full10 = |psi: Option<Psi>| psi.and_then(|p| p.full).map(|f| f.avg10);
+        let p = observer(true).pressure();
+        assert_eq!(
+            [
+                full10(p.memory),
+                full10(p.io),
+                full10(p.pods_memory),
+                full10(p.pods_io)
+            ],
+            [Some(1.0), Some(2.0), Some(3.0), None]
+        );
+        let p = observer(false).pressure();
+        assert_eq!(
+            (full10(p.memory), p.io, p.pods_memory),
+            (Some(1.0), None, None)
+        );
     }
 
     #[test]

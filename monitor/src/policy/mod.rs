@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod container_gc;
+pub mod contention;
 pub mod eviction;
 pub mod explain;
 pub mod image_gc;

@@ -113,6 +113,8 @@ pub struct EvictionSync {
     hot: Option<Arc<HotPath>>,
     /// The parts of the observation that failed at the last pass ("nodefs", "pids", …).
     unavailable: std::collections::BTreeSet<String>,
+    /// The PSI contention conditions, when the PSINodeCondition gate is on.
+    contention: Option<crate::policy::contention::ContentionConditions>,
     finished_tx: mpsc::UnboundedSender<FinishedEviction>,
     finished_rx: mpsc::UnboundedReceiver<FinishedEviction>,
 }
@@ -125,7 +127,9 @@ impl EvictionSync {
         wakes: WakeSender,
     ) -> Self {
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
+        let contention = kubelet.contention().map(|_| Default::default());
         EvictionSync {
+            contention,
             needs: stats_needs(&kubelet),
             config: Arc::new(kubelet.eviction.clone()),
             manager: EvictionManager::new(kubelet.eviction.clone()),
@@ -247,6 +251,11 @@ impl EvictionSync {
             .conditions
             .conditions_changed(&outcome.conditions);
         self.publish(&input.observations, &outcome);
+        if let (Some(conditions), Some(thresholds)) =
+            (&mut self.contention, self.kubelet.contention())
+        {
+            super::contention::track(conditions, thresholds, &node.pressure, &self.state);
+        }
         self.judge_effects(&finished, &input.observations, &outcome, now);
         let (started, deferred): (Vec<_>, Vec<_>) = outcome
             .evictions

@@ -6,6 +6,7 @@
 //! [`signals`] (the observation in the policy's shape). [`hot`] answers a hard memory
 //! threshold's crossing before any synchronize, with a victim the eviction pass armed. The decisions themselves are
 //! [`crate::policy`]'s; the kills are the runtime's ([`crate::runtime::port`]).
+pub mod contention;
 pub mod eviction;
 pub mod hot;
 pub mod run;

@@ -481,7 +481,7 @@ mod tests {
                     max: 4096,
                     current: 10,
                 }),
-                psi: None,
+                pressure: Default::default(),
                 dedicated_imagefs: false,
                 failed: Vec::new(),
             })

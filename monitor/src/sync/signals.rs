@@ -110,7 +110,7 @@ mod tests {
                 max: 4096,
                 current: 96,
             }),
-            psi: None,
+            pressure: Default::default(),
             dedicated_imagefs: false,
             failed: Vec::new(),
         }

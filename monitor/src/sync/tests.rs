@@ -138,7 +138,7 @@ impl Observe for Fake {
                 max: 4096,
                 current: 100,
             }),
-            psi: None,
+            pressure: Default::default(),
             dedicated_imagefs: false,
             failed: if node.nodefs_hung {
                 vec![

@@ -10,6 +10,7 @@ use super::{
     format_go_duration, parse_go_duration, parse_qos_reserved, parse_reservation,
     validate_enforce_node_allocatable,
 };
+use crate::policy::contention::ContentionCondition;
 use crate::policy::quantity::Quantity;
 
 /// KubeletConfiguration keys the agent accepts without using (v1beta1 schema), so a real
@@ -151,6 +152,15 @@ pub(super) fn parse_document(
             });
         };
         let k = key.as_str();
+        if let Some(condition) = ContentionCondition::ALL
+            .into_iter()
+            .find(|c| c.config_key() == k)
+        {
+            config
+                .contention_thresholds
+                .set(condition, field.fraction(k, &value)?);
+            continue;
+        }
         match k {
             "apiVersion" => field.expect_one_of(k, &value, &[API_VERSION])?,
             "kind" => field.expect_one_of(k, &value, &[KIND])?,
@@ -355,6 +365,21 @@ impl Field<'_> {
             key: key.to_string(),
             entries,
         }))
+    }
+
+    /// A number from 0 to 1.
+    fn fraction(&self, key: &str, value: &Value) -> Result<f64, ConfigError> {
+        let n = value
+            .as_f64()
+            .ok_or_else(|| self.wrong_type(key, "a number from 0 to 1", value))?;
+        if !(0.0..=1.0).contains(&n) {
+            return Err(self.invalid(
+                key,
+                n.to_string(),
+                "must be from 0 to 1 (a fraction of the time stalled)",
+            ));
+        }
+        Ok(n)
     }
 
     /// A mapping of gate names to true or false; `null` is none.

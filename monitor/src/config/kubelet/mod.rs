@@ -20,6 +20,7 @@ use std::time::Duration;
 use serde_yaml_ng::Value;
 
 pub use crate::policy::container_gc::ContainerGcPolicy;
+use crate::policy::contention::ContentionThresholds;
 pub use crate::policy::image_gc::ImageGcPolicy;
 use crate::policy::quantity::{Quantity, parse_quantity, parse_quantity_or_percent};
 use crate::policy::signal::Signal;
@@ -91,6 +92,9 @@ pub struct KubeletConfig {
     /// `featureGates` (and `--feature-gates`) as given; see [`KubeletConfig::feature_gate`]
     /// for the ones the agent follows and their defaults.
     pub feature_gates: BTreeMap<String, bool>,
+    /// The thresholds of the PSI contention conditions (`systemMemoryContentionThreshold`
+    /// and its three siblings), used with the PSINodeCondition gate.
+    pub contention_thresholds: ContentionThresholds,
     /// The agent's own settings under the reserved `monitor` key, unparsed.
     pub monitor: Option<Value>,
     /// The eviction settings as written, kept so flags can override them and the
@@ -100,12 +104,16 @@ pub struct KubeletConfig {
 
 /// The kubelet feature gates the agent follows, with the kubelet's default (1.36 and later)
 /// when the configuration does not set them. Other gates are accepted and ignored.
-pub const FEATURE_GATES: [(&str, bool); 1] = [
+pub const FEATURE_GATES: [(&str, bool); 2] = [
     // Beta, on by default since 1.36: memory.available leaves out the hugepages' capacity
     // (kubelet: pkg/kubelet/server/stats summary, adjustForHugePages).
     (HUGEPAGE_AWARE_EVICTION, true),
+    // Alpha in 1.36, off by default: the PSI contention node conditions
+    // ([`crate::policy::contention`]).
+    (PSI_NODE_CONDITION, false),
 ];
 pub const HUGEPAGE_AWARE_EVICTION: &str = "HugepageAwareEviction";
+pub const PSI_NODE_CONDITION: &str = "PSINodeCondition";
 
 impl KubeletConfig {
     /// Whether the feature gate `name` (one of [`FEATURE_GATES`]) is on: as set, or the
@@ -117,6 +125,13 @@ impl KubeletConfig {
                 .find(|(gate, _)| *gate == name)
                 .is_some_and(|(_, on)| *on)
         })
+    }
+
+    /// The thresholds of the PSI contention conditions when the PSINodeCondition gate is
+    /// on; `None` when it is off.
+    pub fn contention(&self) -> Option<&ContentionThresholds> {
+        self.feature_gate(PSI_NODE_CONDITION)
+            .then_some(&self.contention_thresholds)
     }
 
     /// Memory left for pods on a node of `capacity` bytes (MemTotal) of which `hugepages`
@@ -309,6 +324,7 @@ pub fn default_kubelet_config() -> KubeletConfig {
         max_pods: 110,
         pod_pids_limit: None,
         feature_gates: BTreeMap::new(),
+        contention_thresholds: ContentionThresholds::default(),
         monitor: None,
         source: EvictionSource::default(),
     };

@@ -613,3 +613,32 @@ fn allocatable_memory_leaves_out_hugepages(#[case] hugepages: i64, #[case] expec
     // 10Gi − 1948Mi reserved − 100Mi hard threshold = 8Gi.
     assert_eq!(config.allocatable_memory(10 << 30, hugepages), expected);
 }
+
+#[test]
+fn contention_thresholds_load_and_apply_only_with_their_gate() {
+    use crate::policy::contention::ContentionCondition;
+    let text = "systemMemoryContentionThreshold: 0.5\nkubepodsDiskContentionThreshold: 0\n";
+    let (config, warnings) = load(text);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(
+        config.contention().is_none(),
+        "PSINodeCondition is off by default"
+    );
+    let (config, _) = load(&format!("featureGates: {{PSINodeCondition: true}}\n{text}"));
+    let thresholds = config.contention().expect("the gate is on");
+    assert_eq!(thresholds.get(ContentionCondition::SystemMemory), 0.5);
+    assert_eq!(thresholds.get(ContentionCondition::KubepodsDisk), 0.0);
+    assert_eq!(thresholds.get(ContentionCondition::SystemDisk), 0.9);
+}
+
+#[rstest]
+#[case("systemDiskContentionThreshold: 1.5\n")]
+#[case("systemDiskContentionThreshold: -0.1\n")]
+#[case("systemDiskContentionThreshold: high\n")]
+fn a_contention_threshold_outside_zero_to_one_is_refused(#[case] text: &str) {
+    let err = load_kubelet_config(text, "k.yaml").unwrap_err().to_string();
+    assert!(
+        err.contains("k.yaml") && err.contains("systemDiskContentionThreshold"),
+        "{err}"
+    );
+}
