@@ -1,5 +1,6 @@
 //! The subset of the Kubernetes Pod object the node-pressure policy reads: identity,
-//! priority, containers and their resources, volumes, and the status the runtime reports.
+//! priority, containers with their resources and ports, volumes, the OS, and the status
+//! the runtime reports.
 //!
 //! The types deserialize from `kubectl get pods -o json|yaml` output and from pod
 //! manifests. Unknown fields are ignored; fields Kubernetes lets you omit default to empty,
