@@ -178,13 +178,16 @@ pub fn eviction_signal(decision: &EvictionDecision) -> &'static str {
 
 /// The pod status reasons admission gives, each its own `reason` of
 /// `monitor_admission_rejections_total`.
-pub const ADMISSION_REJECTION_REASONS: [&str; 8] = [
+pub const ADMISSION_REJECTION_REASONS: [&str; 11] = [
     "Evicted",
     "NodeName",
+    "NodePorts",
     "OutOfcpu",
     "OutOfephemeral-storage",
     "OutOfmemory",
     "OutOfpods",
+    "PodOSNotSupported",
+    "PodOSSelectorNodeLabelDoesNotMatch",
     "TaintToleration",
     "UnexpectedAdmissionError",
 ];
@@ -608,6 +611,12 @@ mod tests {
     #[case("OutOfpods", "OutOfpods")]
     #[case("Evicted", "Evicted")]
     #[case("TaintToleration", "TaintToleration")]
+    #[case("NodePorts", "NodePorts")]
+    #[case("PodOSNotSupported", "PodOSNotSupported")]
+    #[case(
+        "PodOSSelectorNodeLabelDoesNotMatch",
+        "PodOSSelectorNodeLabelDoesNotMatch"
+    )]
     #[case("UnexpectedAdmissionError", "UnexpectedAdmissionError")]
     #[case("OutOfnvidia.com/gpu", "OutOfExtendedResources")]
     #[case("SomethingNew", "Other")]

@@ -195,7 +195,7 @@ pub fn render_metrics(state: &AgentState) -> String {
     out.family(
         "monitor_admission_rejections_total",
         "counter",
-        "Pods admission turned away, by reason: the pod status reason (Evicted for node pressure, OutOf<resource>, NodeName, TaintToleration, UnexpectedAdmissionError when preemption found no pods to free enough); other OutOf reasons count as OutOfExtendedResources and anything else as Other. The kubelet's kubelet_admission_rejections_total.",
+        "Pods admission turned away, by reason: the pod status reason (Evicted for node pressure, OutOf<resource>, PodOSSelectorNodeLabelDoesNotMatch, PodOSNotSupported, NodeName, NodePorts, TaintToleration, UnexpectedAdmissionError when preemption found no pods to free enough); other OutOf reasons count as OutOfExtendedResources and anything else as Other. The kubelet's kubelet_admission_rejections_total.",
     );
     let reasons = ADMISSION_REJECTION_REASONS
         .into_iter()

@@ -1,15 +1,15 @@
 //! Pod admission on this node: the eviction manager's pressure check followed by the
-//! predicate check (resource fit, node name, NoExecute taints), as the kubelet's admit
-//! handlers run them in that order.
+//! predicate check (the pod's OS, then resource fit, node name, host ports, NoExecute
+//! taints), as the kubelet's admit handlers run them in that order.
 //!
 //! kubelet: pkg/kubelet/eviction/eviction_manager.go (managerImpl.Admit),
 //! pkg/kubelet/lifecycle/predicate.go (predicateAdmitHandler.Admit, generalFilter) and the
-//! scheduler's AdmissionCheck it calls. Every failure is typed ([`AdmissionFailure`]):
-//! [`super::preemption`] may resolve a critical pod's failures only when all of them are
-//! insufficient resources.
+//! scheduler's AdmissionCheck it calls (pkg/scheduler/framework/plugins/nodeports for the
+//! host ports). Every failure is typed ([`AdmissionFailure`]): [`super::preemption`] may
+//! resolve a critical pod's failures only when all of them are insufficient resources.
 use serde::Deserialize;
 
-use super::pod::{Pod, ResourceList};
+use super::pod::{ContainerPort, Pod, ResourceList};
 use super::types::{NodeConditionType, QosClass};
 
 /// Reason given when node pressure rejects a pod (eviction `Reason`).
@@ -26,6 +26,23 @@ const NODE_NAME_MISMATCH: &str = "node(s) didn't match the requested node name";
 /// The predicate that rejects a pod not tolerating a NoExecute taint (TaintToleration).
 pub const TAINT_TOLERATION_PREDICATE: &str = "TaintToleration";
 const UNTOLERATED_TAINT: &str = "node(s) had taints that the pod didn't tolerate";
+/// The predicate that rejects a pod whose host ports are taken (scheduler plugin NodePorts).
+pub const NODE_PORTS_PREDICATE: &str = "NodePorts";
+const HOST_PORTS_TAKEN: &str = "node(s) didn't have free ports for the requested pod ports";
+/// Reason given when the pod's `kubernetes.io/os` label names another OS than the node's
+/// (kubelet lifecycle.PodOSSelectorNodeLabelDoesNotMatch).
+pub const POD_OS_SELECTOR_MISMATCH: &str = "PodOSSelectorNodeLabelDoesNotMatch";
+/// Reason given when the pod's `spec.os.name` is not the node's OS
+/// (kubelet lifecycle.PodOSNotSupported).
+pub const POD_OS_NOT_SUPPORTED: &str = "PodOSNotSupported";
+/// The well-known OS label (v1.LabelOSStable).
+pub const OS_LABEL: &str = "kubernetes.io/os";
+/// The OS this agent runs on, which is the node's: the kubelet compares with its own
+/// runtime.GOOS, and Rust's names agree with Go's for the OSes pods name ("linux",
+/// "windows").
+pub const NODE_OS: &str = std::env::consts::OS;
+/// The scheduler's wildcard host address (DefaultBindAllHostIP).
+const ANY_HOST_IP: &str = "0.0.0.0";
 
 /// The outcome of admitting one pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,9 +54,10 @@ pub struct AdmitResult {
     /// Human-readable detail, as the kubelet writes it to the pod status.
     pub message: String,
     /// Every reason the pod failed, in the kubelet's order (resources first: pods, cpu,
-    /// memory, ephemeral-storage, then the rest by name; then node name; then taints);
-    /// `reason` and `message` are the first one's. Empty when admitted, and for a
-    /// rejection that is no predicate's (UnexpectedAdmissionError).
+    /// memory, ephemeral-storage, then the rest by name; then node name; then host
+    /// ports; then taints); `reason` and `message` are the first one's. An OS mismatch
+    /// is the only failure when there is one (the kubelet stops there). Empty when
+    /// admitted, and for a rejection that is no predicate's (UnexpectedAdmissionError).
     pub failures: Vec<AdmissionFailure>,
 }
 
@@ -88,8 +106,14 @@ pub enum AdmissionFailure {
     /// The node is under pressure (the eviction manager's Admit).
     NodeCondition(Vec<NodeConditionType>),
     /// Another predicate failed (PredicateFailureError): `name` is the predicate
-    /// ("NodeName", "TaintToleration"), `description` why.
+    /// ("NodeName", "NodePorts", "TaintToleration"), `description` why.
     Predicate { name: String, description: String },
+    /// The pod's `kubernetes.io/os` label names another OS than the node's
+    /// (predicate.go rejectPodAdmissionBasedOnOSSelector).
+    OsLabelMismatch,
+    /// The pod's `spec.os.name` is not the node's OS
+    /// (predicate.go rejectPodAdmissionBasedOnOSField).
+    OsFieldMismatch,
 }
 
 impl AdmissionFailure {
@@ -99,6 +123,8 @@ impl AdmissionFailure {
             AdmissionFailure::InsufficientResource(r) => format!("OutOf{}", r.resource),
             AdmissionFailure::NodeCondition(_) => EVICTED_REASON.to_string(),
             AdmissionFailure::Predicate { name, .. } => name.clone(),
+            AdmissionFailure::OsLabelMismatch => POD_OS_SELECTOR_MISMATCH.to_string(),
+            AdmissionFailure::OsFieldMismatch => POD_OS_NOT_SUPPORTED.to_string(),
         }
     }
 
@@ -112,6 +138,12 @@ impl AdmissionFailure {
             }
             AdmissionFailure::Predicate { name, description } => {
                 format!("Predicate {name} failed: {description}")
+            }
+            AdmissionFailure::OsLabelMismatch => {
+                format!("Failed to admit pod as the `{OS_LABEL}` label doesn't match node label")
+            }
+            AdmissionFailure::OsFieldMismatch => {
+                "Failed to admit pod as the OS field doesn't match node OS".to_string()
             }
         }
     }
@@ -142,16 +174,20 @@ pub struct AdmissionNode<'a> {
     /// The node's name; `None` when unknown, which skips the NodeName check.
     pub name: Option<&'a str>,
     pub taints: &'a [Taint],
+    /// The node's OS as `spec.os.name` and the `kubernetes.io/os` label spell it.
+    pub os: &'a str,
 }
 
 impl<'a> AdmissionNode<'a> {
-    /// A node known only by its conditions and allocatable (the agent's view).
+    /// A node known only by its conditions and allocatable (the agent's view), running
+    /// this agent's OS.
     pub fn new(conditions: &'a [NodeConditionType], allocatable: &'a ResourceList) -> Self {
         AdmissionNode {
             conditions,
             allocatable,
             name: None,
             taints: &[],
+            os: NODE_OS,
         }
     }
 }
@@ -263,11 +299,7 @@ pub fn insufficient_resources(
     running_pods: &[Pod],
     node_allocatable: &ResourceList,
 ) -> Vec<InsufficientResource> {
-    let own_key = pod.key();
-    let running: Vec<&Pod> = running_pods
-        .iter()
-        .filter(|p| !p.is_terminal() && p.key() != own_key)
-        .collect();
+    let running = other_active_pods(pod, running_pods);
     let used = |resource: &str| {
         running.iter().fold(0i64, |sum, p| {
             sum.saturating_add(request_units(p, resource))
@@ -320,13 +352,108 @@ pub fn insufficient_resources(
     insufficient
 }
 
-/// The predicate check (predicateAdmitHandler's generalFilter), every failure in the
-/// kubelet's order: insufficient resources, the node name (a pod bound to another node),
-/// then NoExecute taints the pod does not tolerate (static pods skip this one).
+/// The running pods that hold resources and ports beside `pod`: not finished, and not
+/// `pod` itself.
+fn other_active_pods<'a>(pod: &Pod, running_pods: &'a [Pod]) -> Vec<&'a Pod> {
+    let own_key = pod.key();
+    running_pods
+        .iter()
+        .filter(|p| !p.is_terminal() && p.key() != own_key)
+        .collect()
+}
+
+/// The host ports the running pods hold, each as (address, protocol, port) with the
+/// scheduler's reading of an empty address (every address, 0.0.0.0) and an empty
+/// protocol (TCP) (framework HostPortInfo and its sanitize).
+#[derive(Debug, Default)]
+struct UsedHostPorts<'a> {
+    used: Vec<(&'a str, &'a str, i32)>,
+}
+
+fn host_port_key(port: &ContainerPort) -> (&str, &str, i32) {
+    let ip = if port.host_ip.is_empty() {
+        ANY_HOST_IP
+    } else {
+        &port.host_ip
+    };
+    let protocol = if port.protocol.is_empty() {
+        "TCP"
+    } else {
+        &port.protocol
+    };
+    (ip, protocol, port.host_port)
+}
+
+impl<'a> UsedHostPorts<'a> {
+    fn of(pods: &[&'a Pod]) -> Self {
+        UsedHostPorts {
+            used: pods
+                .iter()
+                .flat_map(|p| p.host_ports())
+                .map(host_port_key)
+                .collect(),
+        }
+    }
+
+    /// Whether `port` would clash with a port in use (HostPortInfo.CheckConflict): the
+    /// same protocol and port number, on the same address, or where either side binds
+    /// every address (0.0.0.0). A host port of 0 claims nothing and clashes with nothing.
+    fn conflicts(&self, port: &ContainerPort) -> bool {
+        if port.host_port <= 0 {
+            return false;
+        }
+        let (ip, protocol, number) = host_port_key(port);
+        self.used
+            .iter()
+            .any(|&(used_ip, used_protocol, used_number)| {
+                used_protocol == protocol
+                    && used_number == number
+                    && (ip == ANY_HOST_IP || used_ip == ANY_HOST_IP || used_ip == ip)
+            })
+    }
+}
+
+/// Whether every host port the pod asks for is free on the node (nodeports Fits). The
+/// pod's own ports are checked against the running pods only, not against each other,
+/// as in the scheduler.
+fn host_ports_fit(pod: &Pod, running: &[&Pod]) -> bool {
+    let used = UsedHostPorts::of(running);
+    !pod.host_ports().any(|port| used.conflicts(port))
+}
+
+/// The OS checks the kubelet runs before any predicate, as ones evicting pods cannot
+/// help (predicateAdmitHandler.Admit). The label check (rejectPodAdmissionBasedOnOSSelector)
+/// reads the pod's own `kubernetes.io/os` label, not its nodeSelector, and compares it
+/// with the node's actual OS: the kubelet takes a node label that is missing or wrong as
+/// its own OS, so only the pod's label matters. The field check
+/// (rejectPodAdmissionBasedOnOSField) refuses a `spec.os.name` other than the node's OS.
+fn os_mismatch(pod: &Pod, node_os: &str) -> Option<AdmissionFailure> {
+    if let Some(label) = pod.metadata.labels.get(OS_LABEL)
+        && label != node_os
+    {
+        return Some(AdmissionFailure::OsLabelMismatch);
+    }
+    if let Some(os) = &pod.spec.os
+        && os.name != node_os
+    {
+        return Some(AdmissionFailure::OsFieldMismatch);
+    }
+    None
+}
+
+/// The predicate check (predicateAdmitHandler.Admit and its generalFilter). First the OS
+/// checks ([`os_mismatch`]): a mismatch is the pod's only failure, as the kubelet returns
+/// at once. Then every failure in the kubelet's order: insufficient resources, the node
+/// name (a pod bound to another node), host ports taken by the running pods (NodePorts,
+/// see [`Pod::host_ports`] for which ports count), then NoExecute taints the pod does not
+/// tolerate (static pods skip this one).
 ///
 /// Not evaluated, as the pod model does not read the fields they need: required node
-/// affinity and nodeSelector, host ports, and the OS label and field checks.
+/// affinity and nodeSelector, and the SupplementalGroupsPolicy check.
 pub fn admit_predicates(pod: &Pod, running_pods: &[Pod], node: &AdmissionNode<'_>) -> AdmitResult {
+    if let Some(mismatch) = os_mismatch(pod, node.os) {
+        return AdmitResult::from_failures(vec![mismatch]);
+    }
     let mut failures: Vec<AdmissionFailure> =
         insufficient_resources(pod, running_pods, node.allocatable)
             .into_iter()
@@ -339,6 +466,12 @@ pub fn admit_predicates(pod: &Pod, running_pods: &[Pod], node: &AdmissionNode<'_
         failures.push(AdmissionFailure::predicate(
             NODE_NAME_PREDICATE,
             NODE_NAME_MISMATCH,
+        ));
+    }
+    if !host_ports_fit(pod, &other_active_pods(pod, running_pods)) {
+        failures.push(AdmissionFailure::predicate(
+            NODE_PORTS_PREDICATE,
+            HOST_PORTS_TAKEN,
         ));
     }
     if !pod.is_static() && has_untolerated_no_execute_taint(pod, node.taints) {
@@ -606,9 +739,10 @@ mod tests {
         p
     }
 
-    // The cases of the kubelet's TestGeneralPredicates this model can express (host
-    // ports and node affinity are not read by the pod model), plus the order of mixed
-    // failures: resources first, then node name, then taints.
+    // The cases of the kubelet's TestGeneralPredicates this model can express (node
+    // affinity is not read by the pod model; the "hostport conflict" case is in
+    // `node_ports`), plus the order of mixed failures: resources first, then node name,
+    // then taints.
     #[rstest]
     #[case::no_resources_port_or_host_always_fits(best_effort(), vec![], vec![])]
     #[case::not_enough_cpu_and_memory(needs_cpu_and_memory(), vec![], vec!["OutOfcpu", "OutOfmemory"])]
@@ -677,6 +811,244 @@ mod tests {
         let allocatable = list(MACHINE1);
         let node = AdmissionNode::new(&[], &allocatable);
         assert!(admit_predicates(&bound_to("machine2"), &[], &node).admitted);
+    }
+
+    /// A pod whose one container has these ports, each "PROTOCOL/hostIP/hostPort" as in
+    /// the scheduler's nodeports tests ("" for an unset protocol or address).
+    fn with_host_ports(name: &str, ports: &[&str]) -> Pod {
+        let mut p = pod(name, "", "");
+        p.spec.containers[0].ports = ports
+            .iter()
+            .map(|spec| {
+                let parts: Vec<&str> = spec.split('/').collect();
+                let [protocol, host_ip, host_port] = parts[..] else {
+                    panic!("bad port {spec}");
+                };
+                ContainerPort {
+                    container_port: 80,
+                    host_port: host_port.parse().unwrap_or_else(|e| panic!("{spec}: {e}")),
+                    protocol: protocol.into(),
+                    host_ip: host_ip.into(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        p
+    }
+
+    fn node_ports_verdict(new: &Pod, running: &[Pod]) -> Vec<String> {
+        let allocatable = list(MACHINE1);
+        let node = AdmissionNode::new(&[], &allocatable);
+        let result = admit_predicates(new, running, &node);
+        result.failures.iter().map(|f| f.reason()).collect()
+    }
+
+    // The cases of the scheduler's TestNodePorts (nodeports/node_ports_test.go), plus the
+    // kubelet's "hostport conflict" case of TestGeneralPredicates (port 123, protocol and
+    // address unset on both sides) and the edges of HostPortInfo.CheckConflict.
+    #[rstest]
+    #[case::other_port(&["UDP/127.0.0.1/8080"], &["UDP/127.0.0.1/9090"], false)]
+    #[case::same_udp_port(&["UDP/127.0.0.1/8080"], &["UDP/127.0.0.1/8080"], true)]
+    #[case::same_tcp_port(&["TCP/127.0.0.1/8080"], &["TCP/127.0.0.1/8080"], true)]
+    #[case::different_host_ip(&["TCP/127.0.0.1/8080"], &["TCP/127.0.0.2/8080"], false)]
+    #[case::different_protocol(&["UDP/127.0.0.1/8080"], &["TCP/127.0.0.1/8080"], false)]
+    #[case::second_udp_port_conflict(&["UDP/127.0.0.1/8000", "UDP/127.0.0.1/8080"], &["UDP/127.0.0.1/8080"], true)]
+    #[case::first_tcp_port_conflict(&["TCP/127.0.0.1/8001", "UDP/127.0.0.1/8080"],
+        &["TCP/127.0.0.1/8001", "UDP/127.0.0.1/8081"], true)]
+    #[case::first_tcp_port_conflict_due_to_wildcard_host_ip(&["TCP/0.0.0.0/8001"], &["TCP/127.0.0.1/8001"], true)]
+    #[case::tcp_host_port_conflict_due_to_wildcard_host_ip(&["TCP/10.0.10.10/8001", "TCP/0.0.0.0/8001"],
+        &["TCP/127.0.0.1/8001"], true)]
+    #[case::second_tcp_port_conflict_to_wildcard_host_ip(&["TCP/127.0.0.1/8001"], &["TCP/0.0.0.0/8001"], true)]
+    #[case::second_different_protocol(&["UDP/127.0.0.1/8001"], &["TCP/0.0.0.0/8001"], false)]
+    #[case::udp_host_port_conflict_due_to_wildcard_host_ip(&["UDP/127.0.0.1/8001"],
+        &["TCP/0.0.0.0/8001", "UDP/0.0.0.0/8001"], true)]
+    #[case::kubelet_hostport_conflict(&["//123"], &["//123"], true)]
+    #[case::unset_address_is_the_wildcard(&["TCP/10.0.0.1/8080"], &["TCP//8080"], true)]
+    #[case::unset_protocol_is_tcp(&["/127.0.0.1/8080"], &["TCP/127.0.0.1/8080"], true)]
+    #[case::unset_protocol_is_not_udp(&["/127.0.0.1/8080"], &["UDP/127.0.0.1/8080"], false)]
+    #[case::host_port_zero_claims_nothing(&["TCP//0"], &["TCP//0"], false)]
+    #[case::no_ports_requested(&[], &["TCP//8080"], false)]
+    fn node_ports(#[case] wanted: &[&str], #[case] used: &[&str], #[case] conflict: bool) {
+        let running = vec![with_host_ports("r", used)];
+        let expected: Vec<String> = if conflict {
+            vec!["NodePorts".into()]
+        } else {
+            vec![]
+        };
+        assert_eq!(
+            node_ports_verdict(&with_host_ports("new", wanted), &running),
+            expected
+        );
+    }
+
+    #[test]
+    fn node_ports_message_is_the_schedulers() {
+        let result = admit_predicates(
+            &with_host_ports("new", &["TCP//8080"]),
+            &[with_host_ports("r", &["TCP//8080"])],
+            &AdmissionNode::new(&[], &list(MACHINE1)),
+        );
+        assert_eq!(
+            result.message,
+            "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
+        );
+    }
+
+    #[test]
+    fn ports_of_finished_pods_the_pod_itself_and_plain_init_containers_are_free() {
+        let wanted = with_host_ports("new", &["TCP//8080"]);
+        let mut finished = with_host_ports("done", &["TCP//8080"]);
+        finished.status.phase = Some("Failed".into());
+        // A pod already known under the same key (re-admission) does not clash with
+        // itself.
+        let itself = with_host_ports("new", &["TCP//8080"]);
+        // An init container that is not a sidecar has finished before the pod runs.
+        let mut with_init = pod("init", "", "");
+        with_init.spec.init_containers = with_host_ports("x", &["TCP//8080"]).spec.containers;
+        assert_eq!(
+            node_ports_verdict(&wanted, &[finished, itself, with_init.clone()]),
+            Vec::<String>::new()
+        );
+        // Made a sidecar, it holds the port for the pod's life.
+        with_init.spec.init_containers[0].restart_policy = Some("Always".into());
+        assert_eq!(node_ports_verdict(&wanted, &[with_init]), ["NodePorts"]);
+    }
+
+    #[test]
+    fn a_container_port_alone_claims_nothing_even_beside_a_host_port() {
+        // Our runtimes put every pod on the host network, but as in the kubelet only a
+        // hostPort (set, or defaulted from containerPort for `hostNetwork: true`) counts.
+        let mut bare = pod("bare", "", "");
+        bare.spec.containers[0].ports = vec![ContainerPort {
+            container_port: 8080,
+            protocol: "TCP".into(),
+            ..Default::default()
+        }];
+        assert_eq!(
+            node_ports_verdict(&bare, &[with_host_ports("r", &["TCP//8080"])]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            node_ports_verdict(&with_host_ports("new", &["TCP//8080"]), &[bare]),
+            Vec::<String>::new()
+        );
+    }
+
+    fn labelled_os(os: &str) -> Pod {
+        let mut p = best_effort();
+        p.metadata.labels.insert(OS_LABEL.into(), os.into());
+        p
+    }
+
+    fn spec_os(os: &str) -> Pod {
+        let mut p = best_effort();
+        p.spec.os = Some(crate::policy::pod::PodOs { name: os.into() });
+        p
+    }
+
+    // The kubelet's TestRejectPodAdmissionBasedOnOSSelector and
+    // TestRejectPodAdmissionBasedOnOSField (predicate_test.go), on a linux node. The
+    // node's own label is never read: the kubelet resets it to its runtime's OS, so the
+    // "dummyOS label on the node" cases reduce to the pod's label against linux.
+    #[rstest]
+    #[case::os_label_match(labelled_os("linux"), vec![])]
+    #[case::os_label_mismatch(labelled_os("dummyOS"), vec!["PodOSSelectorNodeLabelDoesNotMatch"])]
+    #[case::windows_label(labelled_os("windows"), vec!["PodOSSelectorNodeLabelDoesNotMatch"])]
+    #[case::no_label_selector(best_effort(), vec![])]
+    #[case::os_field_match(spec_os("linux"), vec![])]
+    #[case::os_field_mismatch(spec_os("windows"), vec!["PodOSNotSupported"])]
+    fn os_checks(#[case] new: Pod, #[case] expected: Vec<&str>) {
+        let allocatable = list(MACHINE1);
+        let node = AdmissionNode {
+            os: "linux",
+            ..AdmissionNode::new(&[], &allocatable)
+        };
+        let result = admit_predicates(&new, &[], &node);
+        let reasons: Vec<String> = result.failures.iter().map(|f| f.reason()).collect();
+        assert_eq!(reasons, expected, "{result:?}");
+        assert_eq!(result.admitted, expected.is_empty());
+    }
+
+    #[test]
+    fn os_rejections_carry_the_kubelets_messages() {
+        let allocatable = list(MACHINE1);
+        let node = AdmissionNode {
+            os: "linux",
+            ..AdmissionNode::new(&[], &allocatable)
+        };
+        let label = admit_predicates(&labelled_os("windows"), &[], &node);
+        assert_eq!(
+            (label.reason.as_str(), label.message.as_str()),
+            (
+                "PodOSSelectorNodeLabelDoesNotMatch",
+                "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
+            )
+        );
+        let field = admit_predicates(&spec_os("windows"), &[], &node);
+        assert_eq!(
+            (field.reason.as_str(), field.message.as_str()),
+            (
+                "PodOSNotSupported",
+                "Failed to admit pod as the OS field doesn't match node OS"
+            )
+        );
+    }
+
+    #[test]
+    fn an_os_mismatch_is_the_only_failure_reported() {
+        // The kubelet returns at the OS checks, before the resource fit and the rest;
+        // the label check comes before the field check.
+        let mut new = needs_cpu_and_memory();
+        new.spec.node_name = Some("machine2".into());
+        new.spec.os = Some(crate::policy::pod::PodOs {
+            name: "windows".into(),
+        });
+        new.metadata
+            .labels
+            .insert(OS_LABEL.into(), "windows".into());
+        let allocatable = list(MACHINE1);
+        let node = AdmissionNode {
+            name: Some("machine1"),
+            os: "linux",
+            ..AdmissionNode::new(&[], &allocatable)
+        };
+        let result = admit_predicates(&new, &[pod("r", "cpu=5m,memory=19", "")], &node);
+        assert_eq!(result.failures, vec![AdmissionFailure::OsLabelMismatch]);
+        new.metadata.labels.clear();
+        let result = admit_predicates(&new, &[pod("r", "cpu=5m,memory=19", "")], &node);
+        assert_eq!(result.failures, vec![AdmissionFailure::OsFieldMismatch]);
+    }
+
+    #[test]
+    fn the_agents_node_runs_its_own_os() {
+        let allocatable = list(MACHINE1);
+        let node = AdmissionNode::new(&[], &allocatable);
+        assert_eq!(node.os, std::env::consts::OS);
+        assert!(admit_predicates(&spec_os(NODE_OS), &[], &node).admitted);
+    }
+
+    #[test]
+    fn host_ports_come_after_the_node_name_and_before_taints() {
+        // AdmissionCheck's order: resources, node affinity, node name, node ports; then
+        // the kubelet's taint check.
+        let mut new = with_host_ports("new", &["TCP//8080"]);
+        new.spec.containers[0].resources.requests = list("cpu=8m");
+        new.spec.node_name = Some("machine2".into());
+        let mut running = with_host_ports("r", &["TCP//8080"]);
+        running.spec.containers[0].resources.requests = list("cpu=5m");
+        let allocatable = list(MACHINE1);
+        let taints = [taint("bar", "NoExecute")];
+        let node = AdmissionNode {
+            name: Some("machine1"),
+            taints: &taints,
+            ..AdmissionNode::new(&[], &allocatable)
+        };
+        let result = admit_predicates(&new, &[running], &node);
+        let reasons: Vec<String> = result.failures.iter().map(|f| f.reason()).collect();
+        assert_eq!(
+            reasons,
+            ["OutOfcpu", "NodeName", "NodePorts", "TaintToleration"]
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Critical-pod preemption at admission: when a critical pod fails admission only for
 //! lack of resources, the kubelet evicts running pods to make room instead of rejecting
-//! it. Any other failure (node pressure, node name, an untolerated taint) is one evicting
-//! pods cannot fix: the pod is rejected for it and nothing is preempted.
+//! it. Any other failure (node pressure, the pod's OS, node name, host ports, an
+//! untolerated taint) is one the kubelet does not let evicting pods fix, even where it
+//! would (a host port held by a preemptable pod): the pod is rejected for it and nothing
+//! is preempted.
 //!
 //! kubelet: pkg/kubelet/preemption/preemption.go (CriticalPodAdmissionHandler,
 //! getPodsToPreempt, getPodsToPreemptByDistance) and pkg/kubelet/types Preemptable.
@@ -535,6 +537,13 @@ mod tests {
         }
     }
 
+    fn ports_taken() -> AdmissionFailure {
+        AdmissionFailure::Predicate {
+            name: "NodePorts".into(),
+            description: "node(s) didn't have free ports for the requested pod ports".into(),
+        }
+    }
+
     // HandleAdmissionFailure: only insufficient resources may be preempted away; with any
     // other reason the critical pod is rejected for the first such reason, and the
     // resource shortages are dropped from what it reports.
@@ -549,6 +558,12 @@ mod tests {
             description: "node(s) had taints that the pod didn't tolerate".into(),
         }],
         "NodeName", "Predicate NodeName failed: node(s) didn't match the requested node name", 2)]
+    #[case::host_ports_after_a_shortage(vec![cpu_short(1000), ports_taken()],
+        "NodePorts", "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports", 1)]
+    #[case::os_label(vec![AdmissionFailure::OsLabelMismatch], "PodOSSelectorNodeLabelDoesNotMatch",
+        "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label", 1)]
+    #[case::os_field(vec![AdmissionFailure::OsFieldMismatch], "PodOSNotSupported",
+        "Failed to admit pod as the OS field doesn't match node OS", 1)]
     fn other_failures_reject_the_critical_pod_without_preempting(
         #[case] failures: Vec<AdmissionFailure>,
         #[case] reason: &str,
@@ -655,6 +670,91 @@ mod tests {
                 "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate"
             ),
             other => panic!("expected a TaintToleration rejection, got {other:?}"),
+        }
+    }
+
+    fn holding_port(mut pod: Pod, host_port: i32) -> Pod {
+        pod.spec.containers[0].ports = vec![crate::policy::pod::ContainerPort {
+            container_port: host_port,
+            host_port,
+            protocol: "TCP".into(),
+            ..Default::default()
+        }];
+        pod
+    }
+
+    #[test]
+    fn end_to_end_a_critical_pod_whose_host_port_is_taken_preempts_nobody() {
+        // bu2 holds port 8080 and is preemptable; the critical pod is short of 400m
+        // cpu, which bu2 and bu1 would free. The kubelet still refuses it for the port
+        // and evicts nothing, since only resource shortages go to preemption.
+        let allocatable = list("cpu=2,memory=4Gi,pods=10");
+        let node = tolerating_nothing_node(&allocatable, &[]);
+        let running: Vec<Pod> = running()
+            .into_iter()
+            .filter(|p| p.metadata.name != "crit")
+            .map(|p| {
+                if p.metadata.name == "bu2" {
+                    holding_port(p, 8080)
+                } else {
+                    p
+                }
+            })
+            .collect();
+        let new = holding_port(critical(pod("new", "cpu=1", "")), 8080);
+        match admit_with_preemption_on(&new, &node, &running) {
+            AdmissionOutcome::Rejected(r) => {
+                assert_eq!(r.reason, "NodePorts");
+                assert_eq!(r.failures, vec![ports_taken()], "the shortage is dropped");
+            }
+            other => panic!("expected a NodePorts rejection, got {other:?}"),
+        }
+        // On a free port the same pod preempts for its cpu.
+        let elsewhere = holding_port(critical(pod("new", "cpu=1", "")), 9090);
+        assert!(matches!(
+            admit_with_preemption_on(&elsewhere, &node, &running),
+            AdmissionOutcome::AdmittedAfterPreempting(_)
+        ));
+    }
+
+    /// A critical pod short of 400m cpu that names windows in its `spec.os`.
+    fn critical_for_windows_by_field() -> Pod {
+        let mut new = critical(pod("new", "cpu=1", ""));
+        new.spec.os = Some(crate::policy::pod::PodOs {
+            name: "windows".into(),
+        });
+        new
+    }
+
+    /// The same, by its `kubernetes.io/os` label.
+    fn critical_for_windows_by_label() -> Pod {
+        let mut new = critical(pod("new", "cpu=1", ""));
+        new.metadata
+            .labels
+            .insert("kubernetes.io/os".into(), "windows".into());
+        new
+    }
+
+    #[rstest]
+    #[case::os_field(critical_for_windows_by_field(), AdmissionFailure::OsFieldMismatch)]
+    #[case::os_label(critical_for_windows_by_label(), AdmissionFailure::OsLabelMismatch)]
+    fn end_to_end_a_critical_pod_for_another_os_preempts_nobody(
+        #[case] new: Pod,
+        #[case] expected: AdmissionFailure,
+    ) {
+        let allocatable = list("cpu=2,memory=4Gi,pods=10");
+        let node = AdmissionNode {
+            os: "linux",
+            ..tolerating_nothing_node(&allocatable, &[])
+        };
+        let without_crit: Vec<Pod> = running()
+            .into_iter()
+            .filter(|p| p.metadata.name != "crit")
+            .collect();
+        // The shortage alone would preempt; the OS check comes first and ends admission.
+        match admit_with_preemption_on(&new, &node, &without_crit) {
+            AdmissionOutcome::Rejected(r) => assert_eq!(r.failures, vec![expected]),
+            other => panic!("expected an OS rejection, got {other:?}"),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Admission of a step's `admit:` pods, after that step's eviction pass: the eviction
-//! manager's pressure check, the predicates (resource fit, node name, NoExecute taints),
+//! manager's pressure check, the predicates (the pod's OS, resource fit, node name, host
+//! ports, NoExecute taints),
 //! and for a critical pod short of resources only, preemption of running pods (kubelet:
 //! pkg/kubelet/preemption, HandleAdmissionFailure).
 use super::node::Node;

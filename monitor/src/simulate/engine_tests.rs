@@ -256,3 +256,53 @@ fn fallback_allocatable_leaves_out_hugepages_once(
         out[0].admission
     );
 }
+
+/// Scenario pods go through the pod parser, so `admit` pods can ask for host ports and
+/// name an OS; admission answers as the kubelet's predicate handler does.
+#[test]
+fn admission_refuses_a_taken_host_port_and_another_os() {
+    let text = "config:
+  evictionHard: {memory.available: 100Mi}
+steps:
+  - at: 0s
+    pods:
+      - metadata: {name: web}
+        spec:
+          containers: [{name: c, image: i, ports: [{containerPort: 80, hostPort: 8080}]}]
+    summary:
+      node: {memory: {availableBytes: 4294967296, workingSetBytes: 1}}
+    admit:
+      - metadata: {name: clash}
+        spec:
+          containers: [{name: c, image: i, ports: [{containerPort: 80, hostPort: 8080, hostIP: 10.0.0.1}]}]
+      - metadata: {name: udp}
+        spec:
+          containers: [{name: c, image: i, ports: [{containerPort: 80, hostPort: 8080, protocol: UDP}]}]
+      - metadata: {name: windows}
+        spec:
+          os: {name: windows}
+          containers: [{name: c, image: i}]
+      - metadata: {name: labelled, labels: {kubernetes.io/os: windows}}
+        spec:
+          containers: [{name: c, image: i}]
+";
+    let out = run(text);
+    let got: Vec<(&str, bool, &str)> = out[0]
+        .admission
+        .iter()
+        .map(|a| (a.pod.as_str(), a.admitted, a.reason.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("default/clash", false, "NodePorts"),
+            ("default/udp", true, ""),
+            ("default/windows", false, "PodOSNotSupported"),
+            (
+                "default/labelled",
+                false,
+                "PodOSSelectorNodeLabelDoesNotMatch"
+            ),
+        ]
+    );
+}

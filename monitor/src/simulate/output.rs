@@ -66,7 +66,8 @@ pub struct EvictedOutput {
     pub signal: Option<String>,
     /// The grace period the pod is killed with: for hard thresholds and local-storage
     /// limits `monitor.hardEvictionGracePeriodSeconds` (0 unless set to 1; docs/simulate.md
-    /// says why), min(pod's, evictionMaxPodGracePeriod) for soft.
+    /// says why), min(pod's, evictionMaxPodGracePeriod) for soft (the pod's when the
+    /// cap is 0; 0 when the cap is negative).
     pub grace_period_seconds: i64,
     pub message: String,
 }

@@ -183,7 +183,10 @@ pub(super) fn parse_document(
                 }
             }
             "evictionMaxPodGracePeriod" => {
-                config.eviction.max_pod_grace_period_seconds = field.non_negative(k, &value)?
+                // Any int32, as the kubelet's config type has it: a negative value is
+                // valid and makes soft evictions as quick as can be (see
+                // EvictionManager::grace_period_seconds).
+                config.eviction.max_pod_grace_period_seconds = field.int32(k, &value)?.into()
             }
             "localStorageCapacityIsolation" => {
                 config.eviction.local_storage_capacity_isolation = field.bool(k, &value)?
@@ -312,6 +315,18 @@ impl Field<'_> {
         value
             .as_i64()
             .ok_or_else(|| self.wrong_type(key, "an integer", value))
+    }
+
+    /// An integer of a field the kubelet types int32.
+    fn int32(&self, key: &str, value: &Value) -> Result<i32, ConfigError> {
+        let n = self.int(key, value)?;
+        i32::try_from(n).map_err(|_| {
+            self.invalid(
+                key,
+                n.to_string(),
+                "out of range (a 32-bit integer, -2147483648 to 2147483647)",
+            )
+        })
     }
 
     fn non_negative(&self, key: &str, value: &Value) -> Result<i64, ConfigError> {

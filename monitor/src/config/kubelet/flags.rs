@@ -236,10 +236,9 @@ fn apply_one(
             config.qos_reserved = parse_qos_reserved(&entries, ORIGIN, &key)?
         }
         ("eviction-max-pod-grace-period", FlagValue::Int(n)) => {
-            if n < 0 {
-                return Err(invalid(flag, text, "must not be negative"));
-            }
-            config.eviction.max_pod_grace_period_seconds = n;
+            // An int32 flag in the kubelet; negative values are valid (see the file key).
+            let n = i32::try_from(n).map_err(|_| invalid(flag, text, "out of range"))?;
+            config.eviction.max_pod_grace_period_seconds = n.into();
         }
         ("eviction-pressure-transition-period", FlagValue::Duration(d)) => {
             if !d.is_zero() {

@@ -384,7 +384,9 @@ monitor:
 #[case("imageMaximumGCAge: 1m\n", &["imageMaximumGCAge", "1m0s", "imageMinimumGCAge", "2m0s"])]
 #[case("evictionPressureTransitionPeriod: 5 minutes\n", &["evictionPressureTransitionPeriod", "5 minutes"])]
 #[case("evictionPressureTransitionPeriod: -5m\n", &["evictionPressureTransitionPeriod", "-5m", "negative"])]
-#[case("evictionMaxPodGracePeriod: -1\n", &["evictionMaxPodGracePeriod", "-1"])]
+#[case("evictionMaxPodGracePeriod: 2147483648\n", &["evictionMaxPodGracePeriod", "2147483648", "out of range"])]
+#[case("evictionMaxPodGracePeriod: -2147483649\n", &["evictionMaxPodGracePeriod", "-2147483649", "out of range"])]
+#[case("evictionMaxPodGracePeriod: soon\n", &["evictionMaxPodGracePeriod", "soon"])]
 #[case("housekeepingInterval: 0s\n", &["housekeepingInterval", "0s", "positive"])]
 #[case("systemReserved:\n  memory: 1.5Gig\n", &["systemReserved", "memory", "1.5Gig"])]
 #[case("kubeReserved:\n  memory: -1Gi\n", &["kubeReserved", "memory", "-1Gi", "negative"])]
@@ -536,7 +538,7 @@ fn apply_flags_on_a_loaded_config() {
 #[case(&["--eviction-hard=mem.available<1Gi"], &["--eviction-hard", "mem.available"])]
 #[case(&["--eviction-soft=memory.available<1Gi"], &["--eviction-soft", "memory.available", "grace period"])]
 #[case(&["--eviction-soft-grace-period=memory.available=soon"], &["--eviction-soft-grace-period", "soon"])]
-#[case(&["--eviction-max-pod-grace-period=-5"], &["--eviction-max-pod-grace-period", "-5"])]
+#[case(&["--eviction-max-pod-grace-period=4294967296"], &["--eviction-max-pod-grace-period", "4294967296", "out of range"])]
 #[case(&["--eviction-max-pod-grace-period=ten"], &["--eviction-max-pod-grace-period", "ten"])]
 #[case(&["--image-gc-low-threshold=90"], &["imageGCLowThresholdPercent", "90", "85"])]
 #[case(&["--system-reserved=memory"], &["--system-reserved", "memory"])]
@@ -549,6 +551,25 @@ fn rejected_flags(#[case] list: &[&str], #[case] words: &[&str]) {
     for word in words {
         assert!(err.contains(word), "{err:?} should contain {word:?}");
     }
+}
+
+// The kubelet types evictionMaxPodGracePeriod int32 and validates nothing more: a
+// negative value loads (its soft evictions then get no grace; see the eviction policy).
+#[rstest]
+#[case::minus_one("evictionMaxPodGracePeriod: -1\n", -1)]
+#[case::int32_min("evictionMaxPodGracePeriod: -2147483648\n", i64::from(i32::MIN))]
+#[case::int32_max("evictionMaxPodGracePeriod: 2147483647\n", i64::from(i32::MAX))]
+fn max_pod_grace_period_takes_any_int32(#[case] text: &str, #[case] expected: i64) {
+    let (config, _) = load(text);
+    assert_eq!(config.eviction.max_pod_grace_period_seconds, expected);
+}
+
+#[test]
+fn a_negative_max_pod_grace_period_flag_loads() {
+    let (config, _) =
+        load_kubelet_config_with_flags("", ORIGIN, &args(&["--eviction-max-pod-grace-period=-5"]))
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.eviction.max_pod_grace_period_seconds, -5);
 }
 
 #[test]

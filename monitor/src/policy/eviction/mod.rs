@@ -29,8 +29,9 @@
 //! (SIGTERM, SIGKILL 1 s later; before 1.31 it passed 0, which its pod workers read as
 //! "the pod's own grace period"). A soft threshold gives the pod its
 //! `terminationGracePeriodSeconds`, capped by `evictionMaxPodGracePeriod` when that is
-//! positive. The kill timeout, after which the runtime stops waiting and kills, is
-//! max(2 s, 1.5 × grace).
+//! not 0; a negative cap makes it 0, SIGKILL at once (see
+//! [`EvictionManager::grace_period_seconds`]). The kill timeout, after which the runtime
+//! stops waiting and kills, is max(2 s, 1.5 × grace).
 use std::time::Duration;
 
 use super::pod::Pod;
@@ -69,7 +70,8 @@ pub struct EvictionConfig {
     pub thresholds: Vec<Threshold>,
     /// How long a node condition stays reported after its last threshold stopped being met.
     pub pressure_transition_period: Duration,
-    /// Cap on a pod's grace period for soft evictions; 0 means no cap.
+    /// Cap on a pod's grace period for soft evictions (evictionMaxPodGracePeriod, an
+    /// int32): 0 means no cap, a negative value evicts with no grace at all.
     pub max_pod_grace_period_seconds: i64,
     /// Evict pods that exceed emptyDir size limits or ephemeral-storage limits
     /// (KubeletConfiguration localStorageCapacityIsolation, default true).
@@ -475,16 +477,25 @@ impl EvictionManager {
     }
 
     /// The grace period for evicting `pod` because of `threshold`: the immediate one for a
-    /// hard threshold; for a soft one the pod's own, capped by evictionMaxPodGracePeriod
-    /// when that is positive.
+    /// hard threshold; for a soft one the grace the kubelet's pod would get.
+    ///
+    /// The eviction manager (eviction_manager.go synchronize) passes
+    /// min(evictionMaxPodGracePeriod, the pod's terminationGracePeriodSeconds) as the
+    /// override. Its pod workers (pod_workers.go calculateEffectiveGracePeriod) read an
+    /// override of 0 as none, so an unset (0) cap leaves the pod its own grace; any
+    /// other override is taken as given, a negative one included, and then raised to
+    /// their floor of 1 s. So a negative cap is the quickest kill the kubelet makes. The
+    /// agent has no such floor (a pod whose own grace is 0 is killed at once), so here a
+    /// negative cap gives 0: SIGKILL at once, where the kubelet sends SIGTERM and
+    /// SIGKILL 1 s later.
     pub fn grace_period_seconds(&self, threshold: &Threshold, pod: &Pod) -> i64 {
         if threshold.is_hard() {
             return self.config.hard_eviction_grace_period_seconds;
         }
         let own = pod.termination_grace_period_seconds().max(0);
         match self.config.max_pod_grace_period_seconds {
-            max if max > 0 => own.min(max),
-            _ => own,
+            0 => own,
+            max => own.min(max).max(0),
         }
     }
 }

@@ -169,6 +169,12 @@ fn critical_pods_are_never_chosen() {
 #[case(5, 60, 5, 7_500)] // the pod's own is shorter
 #[case(1, 0, 1, 2_000)] // kill timeout never below 2 s
 #[case(0, 0, 0, 2_000)]
+// A negative cap (the kubelet takes any int32): min(cap, pod's) is negative, which the
+// kubelet's pod workers take as an override and raise to their 1 s floor; with no floor
+// here it is 0, SIGKILL at once.
+#[case(30, -1, 0, 2_000)]
+#[case(0, -1, 0, 2_000)]
+#[case(30, i64::from(i32::MIN), 0, 2_000)]
 fn soft_eviction_grace(
     #[case] pod_grace: i64,
     #[case] max: i64,
@@ -770,6 +776,36 @@ fn hard_eviction_grace_period_is_the_setting_and_immediate(#[case] seconds: i64)
             eviction.kill_timeout
         ),
         (seconds, true, secs(2))
+    );
+}
+
+// A negative evictionMaxPodGracePeriod shortens soft evictions only: the kubelet's hard
+// evictions pass their own immediate grace whatever the cap (eviction_manager.go).
+#[test]
+fn a_negative_max_pod_grace_period_leaves_hard_evictions_alone() {
+    let mut m = EvictionManager::new(EvictionConfig {
+        thresholds: vec![
+            hard(Signal::MemoryAvailable, "500Mi"),
+            soft(Signal::MemoryAvailable, "2Gi", 120),
+        ],
+        max_pod_grace_period_seconds: -1,
+        hard_eviction_grace_period_seconds: KUBELET_IMMEDIATE_GRACE_PERIOD_SECONDS,
+        ..EvictionConfig::default()
+    });
+    let pods = vec![pod("app").grace(30).working_set(GI).build()];
+    sync(&mut m, &memory_input(GI, 0, pods.clone()), 0);
+    let soft = &sync(&mut m, &memory_input(GI, 180, pods.clone()), 180).evictions[0];
+    assert_eq!(
+        (soft.grace_period_seconds, soft.immediate, soft.kill_timeout),
+        (0, false, secs(2)),
+        "soft: no grace at all"
+    );
+    sync(&mut m, &memory_input(3 * GI, 200, pods.clone()), 200);
+    let hard = &sync(&mut m, &memory_input(100 * MI, 210, pods), 210).evictions[0];
+    assert_eq!(
+        (hard.grace_period_seconds, hard.immediate, hard.kill_timeout),
+        (1, true, secs(2)),
+        "hard: the immediate grace, as without the cap"
     );
 }
 

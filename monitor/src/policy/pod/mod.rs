@@ -1,5 +1,6 @@
 //! The subset of the Kubernetes Pod object the node-pressure policy reads: identity,
-//! priority, containers and their resources, volumes, and the status the runtime reports.
+//! priority, containers with their resources and ports, volumes, the OS, and the status
+//! the runtime reports.
 //!
 //! The types deserialize from `kubectl get pods -o json|yaml` output and from pod
 //! manifests. Unknown fields are ignored; fields Kubernetes lets you omit default to empty,
@@ -123,6 +124,23 @@ pub struct PodSpec {
     /// requests for admission, and to its ranking request when that is not zero.
     #[serde(default, deserialize_with = "nullable")]
     pub overhead: ResourceList,
+    /// The pod asks for the node's network namespace. Read only for the API server's
+    /// defaulting: its container ports then claim their `containerPort` on the host
+    /// where `hostPort` is unset (SetDefaults_PodSpec, defaultHostNetworkPorts).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub host_network: bool,
+    /// The OS the pod is meant for; admission refuses a pod naming another OS than the
+    /// node's (kubelet: predicate.go rejectPodAdmissionBasedOnOSField).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<PodOs>,
+}
+
+/// `spec.os`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodOs {
+    /// "linux" or "windows" (the API server accepts nothing else).
+    #[serde(default, deserialize_with = "nullable")]
+    pub name: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -150,6 +168,42 @@ pub struct Container {
     /// which changes how the pod's requests add up (KEP-753).
     #[serde(default)]
     pub restart_policy: Option<String>,
+    /// The ports the container exposes. Only a port with a `hostPort` claims anything on
+    /// the node (see [`Pod::host_ports`]).
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub ports: Vec<ContainerPort>,
+}
+
+/// One of a container's `ports`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerPort {
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub name: String,
+    #[serde(default)]
+    pub container_port: i32,
+    /// The node port the container binds; 0 (unset) claims none.
+    #[serde(default)]
+    pub host_port: i32,
+    /// "TCP", "UDP" or "SCTP"; "" reads as TCP (the API server defaults it so).
+    #[serde(default, deserialize_with = "nullable")]
+    pub protocol: String,
+    /// The node address the host port is bound on; "" reads as every address (0.0.0.0).
+    #[serde(
+        rename = "hostIP",
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub host_ip: String,
 }
 
 impl Container {
@@ -390,6 +444,24 @@ impl Pod {
             self.status.phase.as_deref(),
             Some("Succeeded") | Some("Failed")
         )
+    }
+
+    /// The ports the pod claims on the node (scheduler util GetHostPorts, which the
+    /// NodePorts predicate and the node's used-port table both read): those with a
+    /// `hostPort` above 0, of the sidecars (init containers with `restartPolicy: Always`,
+    /// the only ones running for the pod's whole life) then of the regular containers.
+    /// A port with a `containerPort` alone claims nothing, whatever network the runtime
+    /// gives the pod.
+    pub fn host_ports(&self) -> impl Iterator<Item = &ContainerPort> {
+        let sidecars = self
+            .spec
+            .init_containers
+            .iter()
+            .filter(|c| c.is_restartable_init());
+        sidecars
+            .chain(&self.spec.containers)
+            .flat_map(|c| &c.ports)
+            .filter(|p| p.host_port > 0)
     }
 
     /// Regular containers then init containers.

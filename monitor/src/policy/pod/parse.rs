@@ -166,11 +166,11 @@ fn parse_documents(text: &str, origin: &str) -> Result<Vec<Document>, PodError> 
         };
         let shape = classify(value, &prefix).map_err(|e| e.at(origin))?;
         match shape {
-            Shape::Pod => check_quantities(value, &prefix),
+            Shape::Pod => check_tree(value, &prefix),
             Shape::List => list_items(value)
                 .iter()
                 .enumerate()
-                .try_for_each(|(i, item)| check_quantities(item, &format!("{prefix}items[{i}]."))),
+                .try_for_each(|(i, item)| check_tree(item, &format!("{prefix}items[{i}]."))),
         }
         .map_err(|e| e.at(origin))?;
         shapes.push(Some((shape, prefix)));
@@ -349,6 +349,149 @@ fn quantity_of(value: &Value) -> Result<Quantity, QuantityValueError> {
     }
 }
 
+/// The checks of one pod tree that need its field paths: quantities, ports and the OS.
+fn check_tree(pod: &Value, prefix: &str) -> Result<(), Problem> {
+    check_quantities(pod, prefix)?;
+    check_ports(pod, prefix)?;
+    check_os(pod, prefix)
+}
+
+/// The protocols a container port may use (the API server's supportedPortProtocols).
+const PORT_PROTOCOLS: [&str; 3] = ["TCP", "UDP", "SCTP"];
+
+/// Checks every container port of one pod tree as the API server validates them
+/// (validateContainerPorts, and validateHostNetwork for a pod on the host network):
+/// `containerPort` given and in 1-65535, `hostPort` 0 (unset) or in 1-65535,
+/// `protocol` TCP, UDP or SCTP, `hostIP` an IP address, and on the host network a
+/// `hostPort` that is either unset or the `containerPort`.
+fn check_ports(pod: &Value, prefix: &str) -> Result<(), Problem> {
+    let spec = pod.get("spec");
+    let host_network = spec
+        .and_then(|s| s.get("hostNetwork"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    for field in ["containers", "initContainers"] {
+        let containers = spec.and_then(|s| s.get(field)).and_then(Value::as_array);
+        for (i, container) in containers.into_iter().flatten().enumerate() {
+            let base = format!("{prefix}spec.{field}[{i}].ports");
+            let ports = match container.get("ports") {
+                None | Some(Value::Null) => continue,
+                Some(Value::Array(ports)) => ports,
+                Some(other) => {
+                    return Err(Problem::new(
+                        base,
+                        format!("expected a list of ports, found {}", type_name(other)),
+                    ));
+                }
+            };
+            for (j, port) in ports.iter().enumerate() {
+                check_port(port, &format!("{base}[{j}]"), host_network)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_port(port: &Value, path: &str, host_network: bool) -> Result<(), Problem> {
+    if !port.is_object() {
+        return Err(Problem::new(
+            path.to_string(),
+            format!("expected a port object, found {}", type_name(port)),
+        ));
+    }
+    let container_port = match port.get("containerPort") {
+        None | Some(Value::Null) => {
+            return Err(Problem::new(
+                format!("{path}.containerPort"),
+                "missing (a port number from 1 to 65535 is required)",
+            ));
+        }
+        Some(raw) => port_number(raw, &format!("{path}.containerPort"), 1)?,
+    };
+    let host_port = match port.get("hostPort") {
+        None | Some(Value::Null) => 0,
+        Some(raw) => port_number(raw, &format!("{path}.hostPort"), 0)?,
+    };
+    if host_network && host_port != 0 && host_port != container_port {
+        return Err(Problem::new(
+            format!("{path}.hostPort"),
+            format!(
+                "{host_port} must match containerPort {container_port} when hostNetwork is true"
+            ),
+        ));
+    }
+    match port.get("protocol") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(protocol)) if PORT_PROTOCOLS.contains(&protocol.as_str()) => {}
+        Some(other) => {
+            return Err(Problem::new(
+                format!("{path}.protocol"),
+                format!("{other} is not one of TCP, UDP, SCTP"),
+            ));
+        }
+    }
+    match port.get("hostIP") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(ip)) if ip.is_empty() || ip.parse::<std::net::IpAddr>().is_ok() => {}
+        Some(other) => {
+            return Err(Problem::new(
+                format!("{path}.hostIP"),
+                format!("{other} is not an IP address"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A port number from `min` to 65535.
+fn port_number(raw: &Value, path: &str, min: i64) -> Result<i64, Problem> {
+    match raw.as_i64() {
+        Some(n) if (min..=65535).contains(&n) => Ok(n),
+        Some(n) => Err(Problem::new(
+            path.to_string(),
+            format!("{n} is not a port number from {min} to 65535"),
+        )),
+        None => Err(Problem::new(
+            path.to_string(),
+            format!("expected a port number, found {}", describe_value(raw)),
+        )),
+    }
+}
+
+/// A value for a message: numbers and strings as written, other values by kind.
+fn describe_value(value: &Value) -> String {
+    match value {
+        Value::Number(_) | Value::String(_) => value.to_string(),
+        other => type_name(other).to_string(),
+    }
+}
+
+/// The operating systems `spec.os.name` may name (the API server's validateOS).
+const POD_OS_NAMES: [&str; 2] = ["linux", "windows"];
+
+/// Checks `spec.os`: when given, its `name` is "linux" or "windows".
+fn check_os(pod: &Value, prefix: &str) -> Result<(), Problem> {
+    let os = match pod.get("spec").and_then(|s| s.get("os")) {
+        None | Some(Value::Null) => return Ok(()),
+        Some(os) if os.is_object() => os,
+        Some(other) => {
+            return Err(Problem::new(
+                format!("{prefix}spec.os"),
+                format!("expected an object with a name, found {}", type_name(other)),
+            ));
+        }
+    };
+    let path = format!("{prefix}spec.os.name");
+    match os.get("name") {
+        None | Some(Value::Null) => Err(Problem::new(path, "missing (linux or windows)")),
+        Some(Value::String(name)) if POD_OS_NAMES.contains(&name.as_str()) => Ok(()),
+        Some(other) => Err(Problem::new(
+            path,
+            format!("{} is not one of linux, windows", describe_value(other)),
+        )),
+    }
+}
+
 /// Checks every quantity of one pod tree: well-formed, not negative, and a request not
 /// above its limit (the API server's ValidateResourceRequirements / ValidateResourceQuantityValue).
 fn check_quantities(pod: &Value, prefix: &str) -> Result<(), Problem> {
@@ -441,7 +584,11 @@ fn checked_quantity(raw: &Value, path: String) -> Result<Quantity, Problem> {
 ///   pod-level limit.
 /// - With pod-level requests but no pod-level limits (defaultPodLimits): a pod-level
 ///   cpu/memory limit is the containers' aggregate limit when every container sets one.
+/// - A container port's protocol is TCP when unset (SetDefaults_ContainerPort); on the
+///   host network (`hostNetwork: true`) an unset `hostPort` is the `containerPort`
+///   (defaultHostNetworkPorts). Without `hostNetwork` an unset `hostPort` stays 0.
 fn apply_defaults(pod: &mut Pod) {
+    let host_network = pod.spec.host_network;
     let containers = pod
         .spec
         .containers
@@ -451,6 +598,14 @@ fn apply_defaults(pod: &mut Pod) {
         let resources = &mut container.resources;
         for (name, limit) in &resources.limits {
             resources.requests.entry(name.clone()).or_insert(*limit);
+        }
+        for port in &mut container.ports {
+            if port.protocol.is_empty() {
+                port.protocol = "TCP".to_string();
+            }
+            if host_network && port.host_port == 0 {
+                port.host_port = port.container_port;
+            }
         }
     }
     default_pod_level_requests(pod);

@@ -333,6 +333,66 @@ fn pod_json(name: &str, containers: &str) -> String {
 #[case::bad_size_limit(
     r#"{"metadata":{"name":"a"},"spec":{"containers":[{"name":"c"}],"volumes":[{"name":"v","emptyDir":{"sizeLimit":"lots"}}]}}"#.to_string(),
     "pods.json: spec.volumes[0].emptyDir.sizeLimit: \"lots\" is not a quantity")]
+#[case::ports_not_a_list(
+    pod_json("a", r#"{"name":"c","ports":{"containerPort":80}}"#),
+    "pods.json: spec.containers[0].ports: expected a list of ports, found an object"
+)]
+#[case::port_not_an_object(
+    pod_json("a", r#"{"name":"c","ports":[80]}"#),
+    "pods.json: spec.containers[0].ports[0]: expected a port object, found a number"
+)]
+#[case::container_port_missing(
+    pod_json("a", r#"{"name":"c","ports":[{"hostPort":80}]}"#),
+    "pods.json: spec.containers[0].ports[0].containerPort: missing"
+)]
+#[case::container_port_zero(
+    pod_json("a", r#"{"name":"c","ports":[{"containerPort":0}]}"#),
+    "pods.json: spec.containers[0].ports[0].containerPort: 0 is not a port number from 1 to 65535"
+)]
+#[case::host_port_too_big(
+    pod_json(
+        "a",
+        r#"{"name":"c","ports":[{"containerPort":80},{"containerPort":81,"hostPort":65536}]}"#
+    ),
+    "pods.json: spec.containers[0].ports[1].hostPort: 65536 is not a port number from 0 to 65535"
+)]
+#[case::host_port_negative(
+    pod_json("a", r#"{"name":"c","ports":[{"containerPort":80,"hostPort":-1}]}"#),
+    "pods.json: spec.containers[0].ports[0].hostPort: -1 is not a port number from 0 to 65535"
+)]
+#[case::host_port_a_string(
+    pod_json(
+        "a",
+        r#"{"name":"c","ports":[{"containerPort":80,"hostPort":"http"}]}"#
+    ),
+    "pods.json: spec.containers[0].ports[0].hostPort: expected a port number, found \"http\""
+)]
+#[case::bad_protocol(
+    pod_json("a", r#"{"name":"c","ports":[{"containerPort":80,"protocol":"tcp"}]}"#),
+    "pods.json: spec.containers[0].ports[0].protocol: \"tcp\" is not one of TCP, UDP, SCTP"
+)]
+#[case::bad_host_ip(
+    pod_json(
+        "a",
+        r#"{"name":"c","ports":[{"containerPort":80,"hostPort":80,"hostIP":"localhost"}]}"#
+    ),
+    "pods.json: spec.containers[0].ports[0].hostIP: \"localhost\" is not an IP address"
+)]
+#[case::init_port_checked_too(
+    r#"{"metadata":{"name":"a"},"spec":{"containers":[{"name":"c"}],"initContainers":[{"name":"i","ports":[{"containerPort":99999}]}]}}"#.to_string(),
+    "pods.json: spec.initContainers[0].ports[0].containerPort: 99999 is not a port number from 1 to 65535")]
+#[case::host_network_port_mismatch(
+    r#"{"metadata":{"name":"a"},"spec":{"hostNetwork":true,"containers":[{"name":"c","ports":[{"containerPort":80,"hostPort":8080}]}]}}"#.to_string(),
+    "pods.json: spec.containers[0].ports[0].hostPort: 8080 must match containerPort 80 when hostNetwork is true")]
+#[case::os_without_name(
+    r#"{"metadata":{"name":"a"},"spec":{"os":{},"containers":[{"name":"c"}]}}"#.to_string(),
+    "pods.json: spec.os.name: missing")]
+#[case::os_unknown(
+    r#"{"metadata":{"name":"a"},"spec":{"os":{"name":"plan9"},"containers":[{"name":"c"}]}}"#.to_string(),
+    "pods.json: spec.os.name: \"plan9\" is not one of linux, windows")]
+#[case::os_a_string(
+    r#"{"metadata":{"name":"a"},"spec":{"os":"linux","containers":[{"name":"c"}]}}"#.to_string(),
+    "pods.json: spec.os: expected an object with a name, found a string")]
 #[case::other_kind(r#"{"kind":"Deployment","metadata":{"name":"a"}}"#.to_string(),
     "pods.json: kind: \"Deployment\" is not Pod, PodList or List")]
 #[case::non_pod_in_list(r#"{"kind":"List","items":[{"kind":"Service","metadata":{"name":"s"}}]}"#.to_string(),
@@ -398,6 +458,96 @@ fn garbage_never_panics() {
         let _ = parse_pod_list(text, "fuzz");
         let _ = parse_pod(text, "fuzz");
     }
+}
+
+#[test]
+fn ports_and_os_are_read_and_defaulted() {
+    let text = "metadata: {name: a}
+spec:
+  os: {name: windows}
+  containers:
+    - name: c
+      ports:
+        - {containerPort: 80}
+        - {containerPort: 53, hostPort: 5353, protocol: UDP, hostIP: 10.0.0.1}
+";
+    let pod = parse_pod(text, "p").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        pod.spec.os,
+        Some(PodOs {
+            name: "windows".into()
+        })
+    );
+    let ports = &pod.spec.containers[0].ports;
+    // The protocol defaults to TCP; off the host network an unset hostPort stays 0.
+    assert_eq!(
+        (
+            ports[0].container_port,
+            ports[0].host_port,
+            ports[0].protocol.as_str()
+        ),
+        (80, 0, "TCP")
+    );
+    assert_eq!(
+        (
+            ports[1].host_port,
+            ports[1].protocol.as_str(),
+            ports[1].host_ip.as_str()
+        ),
+        (5353, "UDP", "10.0.0.1")
+    );
+    let claimed: Vec<i32> = pod.host_ports().map(|p| p.host_port).collect();
+    assert_eq!(claimed, [5353], "a containerPort alone claims no host port");
+}
+
+#[test]
+fn on_the_host_network_an_unset_host_port_is_the_container_port() {
+    // SetDefaults_PodSpec / defaultHostNetworkPorts, for init containers too.
+    let text = "metadata: {name: a}
+spec:
+  hostNetwork: true
+  initContainers:
+    - {name: s, restartPolicy: Always, ports: [{containerPort: 9090}]}
+  containers:
+    - {name: c, ports: [{containerPort: 80}, {containerPort: 443, hostPort: 443}]}
+";
+    let pod = parse_pod(text, "p").unwrap_or_else(|e| panic!("{e}"));
+    let claimed: Vec<i32> = pod.host_ports().map(|p| p.host_port).collect();
+    assert_eq!(claimed, [9090, 80, 443]);
+}
+
+fn with_ports(host_ports: &[i32]) -> Container {
+    Container {
+        ports: host_ports
+            .iter()
+            .map(|&host_port| ContainerPort {
+                container_port: 8000,
+                host_port,
+                ..Default::default()
+            })
+            .collect(),
+        ..container("c", "", "")
+    }
+}
+
+// The scheduler's GetHostPorts (and the kubelet's TestGetContainerPorts in nodeports):
+// ports with a hostPort, of sidecars and then regular containers; ordinary init
+// containers have finished by the time the pod runs and claim nothing.
+#[rstest]
+#[case::regular_containers(vec![with_ports(&[8001, 8002]), with_ports(&[8003, 0])], vec![], vec![8001, 8002, 8003])]
+#[case::no_host_port(vec![with_ports(&[0])], vec![], vec![])]
+#[case::sidecar_first(vec![with_ports(&[8001])],
+    vec![Container { restart_policy: Some("Always".into()), ..with_ports(&[9001]) }], vec![9001, 8001])]
+#[case::plain_init_container_ignored(vec![with_ports(&[8001])],
+    vec![Container { name: "i".into(), ..with_ports(&[9001]) }], vec![8001])]
+fn host_ports_follow_get_host_ports(
+    #[case] containers: Vec<Container>,
+    #[case] init: Vec<Container>,
+    #[case] expected: Vec<i32>,
+) {
+    let pod = pod_with(containers, init);
+    let got: Vec<i32> = pod.host_ports().map(|p| p.host_port).collect();
+    assert_eq!(got, expected);
 }
 
 fn pod_with(containers: Vec<Container>, init: Vec<Container>) -> Pod {
