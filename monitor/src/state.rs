@@ -75,6 +75,13 @@ pub struct PodView {
     pub phase: String,
     pub reason: Option<String>,
     pub message: Option<String>,
+    /// The pod's status conditions, each in the API's PodCondition shape (`type`,
+    /// `status`, `reason`, `message`, `lastTransitionTime`): `DisruptionTarget` on a pod
+    /// evicted or preempted. Like `phase`, `reason` and `message`, a field of the pod's
+    /// `status` shown at the top of its entry; left out when empty, as the API's
+    /// `omitempty` does.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<crate::policy::condition::PodCondition>,
     /// The pod's cgroup (relative to the memory hierarchy's root).
     pub cgroup: Option<String>,
     pub memory_working_set_bytes: Option<u64>,

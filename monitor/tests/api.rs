@@ -13,6 +13,7 @@ use std::process::Command;
 
 use monitor::api::{ApiError, ApiServer, get, serve};
 use monitor::notify::{SourceStatus, WakeSource};
+use monitor::policy::condition::PodCondition;
 use monitor::state::{
     ContainerView, Histogram, LastSync, PodView, SharedState, SignalStatus, ThresholdStatus,
 };
@@ -102,6 +103,10 @@ fn filled_state() -> SharedState {
                 phase: "Failed".into(),
                 reason: Some("Evicted".into()),
                 message: Some("The node was low on resource: memory.".into()),
+                conditions: vec![PodCondition::disruption_target(
+                    "The node was low on resource: memory.",
+                    Some("2025-06-01T11:59:58Z".into()),
+                )],
                 cgroup: Some("kubepods/besteffort/pod8d1f".into()),
                 memory_working_set_bytes: Some(3 << 30),
                 containers: vec![ContainerView {
@@ -120,6 +125,7 @@ fn filled_state() -> SharedState {
                 phase: "Running".into(),
                 reason: None,
                 message: None,
+                conditions: vec![],
                 cgroup: Some("kubepods/pod77aa".into()),
                 memory_working_set_bytes: Some(120 << 20),
                 containers: vec![ContainerView {
@@ -237,6 +243,17 @@ fn pods_lists_every_pod() {
     assert_eq!(pods[0]["reason"], "Evicted");
     assert_eq!(pods[0]["containers"][0]["restartCount"], 2);
     assert_eq!(pods[1]["qosClass"], "Guaranteed");
+    assert_eq!(
+        pods[0]["conditions"],
+        serde_json::json!([{
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "TerminationByKubelet",
+            "message": "The node was low on resource: memory.",
+            "lastTransitionTime": "2025-06-01T11:59:58Z",
+        }])
+    );
+    assert!(pods[1].get("conditions").is_none(), "{}", pods[1]);
 }
 
 #[rstest]

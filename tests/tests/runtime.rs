@@ -815,6 +815,7 @@ fn a_critical_pod_left_pending_by_a_crash_is_admitted_again() {
                 container_id: None,
             }],
             sandbox_id: None,
+            conditions: Vec::new(),
         })
         .expect("save the Pending record");
     let layout = monitor::observe::CgroupLayout::detect().unwrap();

@@ -555,6 +555,7 @@ mod tests {
             phase: phase.into(),
             reason: None,
             message: None,
+            conditions: vec![],
             cgroup: None,
             memory_working_set_bytes: None,
             containers: vec![],

@@ -9,7 +9,7 @@
 //! | route | answer |
 //! |---|---|
 //! | `GET /status` | sources, each signal against its thresholds, conditions, last synchronize, observation |
-//! | `GET /pods` | the pods the agent runs |
+//! | `GET /pods` | the pods the agent runs: phase, reason, message, `conditions` (`DisruptionTarget` once evicted or preempted, in the API's PodCondition shape), containers |
 //! | `GET /events[?since=N][&limit=N]` | events, each with its number since startup |
 //! | `GET /explain?pod=POD` | why the pod would or would not be evicted: per signal its thresholds, the pod's usage and request, its rank and the rule against its neighbours, from the last synchronize's ranking inputs |
 //! | `GET /metrics` | Prometheus text exposition format 0.0.4 |

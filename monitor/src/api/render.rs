@@ -541,6 +541,7 @@ mod tests {
             phase: "Failed".into(),
             reason: reason.map(Into::into),
             message: None,
+            conditions: vec![],
             cgroup: None,
             memory_working_set_bytes: memory,
             containers: restarts

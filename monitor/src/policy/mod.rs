@@ -3,6 +3,7 @@
 //! and cm packages decide, reproduced here so it can be tested and simulated offline.
 
 pub mod admission;
+pub mod condition;
 pub mod container_gc;
 pub mod contention;
 pub mod eviction;

@@ -183,16 +183,22 @@ impl LocalRuntime {
         self.shared.tree.pods_root_relative()
     }
 
-    /// Evicts a pod now: marks it Failed/Evicted (persisted first, so it is never evicted
-    /// twice nor restarted), then kills it (SIGTERM, SIGKILL after the grace period) and
-    /// removes its cgroups.
+    /// Evicts a pod now: marks it Failed/Evicted, a `DisruptionTarget` for a threshold
+    /// eviction (persisted first, so it is never evicted twice nor restarted), then kills
+    /// it (SIGTERM, SIGKILL after the grace period) and removes its cgroups. Every
+    /// node-pressure eviction comes here, the hot path's kills booked after the fact too.
     pub async fn evict(&self, decision: &EvictionDecision) -> EvictionOutcome {
+        let condition = crate::policy::condition::eviction_condition(
+            decision,
+            Some(crate::state::now_rfc3339()),
+        );
         lifecycle::evict(
             &self.shared,
             &decision.pod_key,
             decision.grace_period_seconds,
             "Evicted",
             &decision.message,
+            condition,
             decision.kill_timeout,
         )
         .await

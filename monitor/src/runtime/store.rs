@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::policy::condition::PodCondition;
 use crate::policy::pod::Pod;
 
 /// What is kept of one pod.
@@ -26,6 +27,11 @@ pub struct PodRecord {
     /// The pod's CRI sandbox, when a container runtime runs it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_id: Option<String>,
+    /// The pod's status conditions (`DisruptionTarget` once evicted or preempted). Left
+    /// out when empty, so records written before conditions existed load unchanged and a
+    /// pod never evicted writes the same record as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<PodCondition>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -324,6 +330,10 @@ mod tests {
                 container_id: Some("0123abcd".into()),
             }],
             sandbox_id: Some("fedc3210".into()),
+            conditions: vec![PodCondition::disruption_target(
+                "The node was low on resource: memory.",
+                Some("2026-11-26T10:00:00Z".into()),
+            )],
         };
         store.save(&record).unwrap();
         std::fs::write(dir.path().join("pods/u2.json"), "{not json").unwrap();
@@ -363,6 +373,61 @@ mod tests {
         assert!(store.load_all().0.is_empty());
     }
 
+    /// A record as an agent before pod conditions wrote it: no `conditions` key.
+    const OLD_EVICTED_RECORD: &str = r#"{
+  "uid": "u9",
+  "manifest": "/etc/monitor/pods/hog.yaml",
+  "pod": {"metadata": {"name": "hog", "namespace": "default", "uid": "u9"},
+          "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+  "phase": "Failed",
+  "reason": "Evicted",
+  "message": "The node was low on resource: memory. ",
+  "containers": [{"name": "c", "pid": null, "restartCount": 0, "lastExit": 137, "done": true}]
+}"#;
+
+    #[test]
+    fn a_record_written_before_conditions_existed_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path()).unwrap();
+        std::fs::write(dir.path().join("pods/u9.json"), OLD_EVICTED_RECORD).unwrap();
+        let (records, errors) = store.load_all();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].phase, Phase::Failed);
+        assert_eq!(records[0].reason.as_deref(), Some("Evicted"));
+        assert!(
+            records[0].conditions.is_empty(),
+            "{:?}",
+            records[0].conditions
+        );
+        // Saved again without conditions, the record keeps its old shape.
+        store.save(&records[0]).unwrap();
+        let text = std::fs::read_to_string(dir.path().join("pods/u9.json")).unwrap();
+        assert!(!text.contains("conditions"), "{text}");
+    }
+
+    #[test]
+    fn a_record_with_a_mangled_condition_time_is_set_aside_saying_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path()).unwrap();
+        let mut value: serde_json::Value = serde_json::from_str(OLD_EVICTED_RECORD).unwrap();
+        value["conditions"] = serde_json::json!([{
+            "type": "DisruptionTarget", "status": "True", "lastTransitionTime": "soon"
+        }]);
+        std::fs::write(dir.path().join("pods/u9.json"), value.to_string()).unwrap();
+        let (records, errors) = store.load_all();
+        assert!(records.is_empty());
+        let [error] = errors.as_slice() else {
+            panic!("one error expected: {errors:?}")
+        };
+        assert!(
+            error
+                .to_string()
+                .contains("\"soon\" is not an RFC 3339 timestamp"),
+            "{error}"
+        );
+    }
+
     #[test]
     fn concurrent_saves_of_one_pod_never_tear_or_fail() {
         let dir = tempfile::tempdir().unwrap();
@@ -376,6 +441,7 @@ mod tests {
             message: Some(format!("save {n}")),
             containers: Vec::new(),
             sandbox_id: None,
+            conditions: Vec::new(),
         };
         std::thread::scope(|scope| {
             for t in 0..4 {
@@ -409,6 +475,7 @@ mod tests {
             message: None,
             containers: Vec::new(),
             sandbox_id: None,
+            conditions: Vec::new(),
         };
         // The runtime forgets the pod (its manifest went) while saves of it wait their
         // turn: they find it gone and write nothing.

@@ -17,6 +17,7 @@ use super::scenario::{Scenario, Step};
 use super::stats::pods_with_stats;
 use super::summary::Summary;
 use crate::config::kubelet::{HUGEPAGE_AWARE_EVICTION, KubeletConfig, format_go_duration};
+use crate::policy::condition::eviction_condition;
 use crate::policy::eviction::{EvictionDecision, EvictionManager, SyncInput, SyncOutcome};
 use crate::policy::pod::Pod;
 use crate::policy::quantity::Quantity;
@@ -307,6 +308,8 @@ fn evicted(decision: &EvictionDecision) -> EvictedOutput {
         signal: decision.signal.map(|s| s.as_str().to_string()),
         grace_period_seconds: decision.grace_period_seconds,
         message: decision.message.clone(),
+        // No wall clock in a simulation: the transition time stays unset (null).
+        conditions: eviction_condition(decision, None).into_iter().collect(),
     }
 }
 

@@ -306,3 +306,80 @@ steps:
         ]
     );
 }
+
+/// The kubelet marks a pod it evicts for node pressure with `DisruptionTarget`
+/// (eviction_manager.go synchronize) and a pod it evicts for a local-storage limit with
+/// nothing (localStorageEviction): the output shows each pod's conditions so.
+#[test]
+fn threshold_evictions_carry_disruption_target_and_local_storage_evictions_do_not() {
+    let text = format!(
+        "config:
+  evictionHard: {{memory.available: 500Mi}}
+steps:
+  - at: 0s
+    pods:
+      - metadata: {{name: a}}
+        spec:
+          containers: [{{name: c, image: i}}]
+          volumes: [{{name: cache, emptyDir: {{sizeLimit: 1Mi}}}}]
+      - metadata: {{name: b}}
+        spec: {{containers: [{{name: c, image: i}}]}}
+    summary:
+      node: {{memory: {{availableBytes: {high}, workingSetBytes: {ws}}}}}
+      pods:
+        - podRef: {{name: a}}
+          volume: [{{name: cache, usedBytes: {over}}}]
+        - podRef: {{name: b}}
+          memory: {{workingSetBytes: 1000}}
+  - at: 10s
+    summary:
+      node: {{memory: {{availableBytes: {low}, workingSetBytes: {ws}}}}}
+      pods:
+        - podRef: {{name: b}}
+          memory: {{workingSetBytes: 1000}}
+",
+        high = 4000 * MI,
+        low = 100 * MI,
+        ws = 4000 * MI,
+        over = 2 * MI
+    );
+    let out = run(&text);
+    let storage = out[0]
+        .evicted
+        .as_ref()
+        .expect("a is over its emptyDir limit");
+    assert_eq!(
+        (storage.pod.as_str(), storage.signal.as_deref()),
+        ("default/a", None)
+    );
+    assert_eq!(
+        storage.conditions,
+        [],
+        "no condition for a local-storage limit"
+    );
+
+    let pressure = out[1].evicted.as_ref().expect("memory pressure evicts b");
+    assert_eq!(pressure.pod, "default/b");
+    assert_eq!(
+        pressure.conditions,
+        [crate::policy::condition::PodCondition::disruption_target(
+            &pressure.message,
+            None
+        )]
+    );
+    let line = serde_json::to_value(&out[1]).unwrap_or_else(|e| panic!("serialize: {e}"));
+    assert_eq!(
+        line["evicted"]["conditions"],
+        serde_json::json!([{
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "TerminationByKubelet",
+            "message": "The node was low on resource: memory. Threshold quantity: 500Mi, available: 100Mi. ",
+            "lastTransitionTime": null,
+        }])
+    );
+    assert_eq!(
+        line["evictedAll"][0]["conditions"],
+        line["evicted"]["conditions"]
+    );
+}

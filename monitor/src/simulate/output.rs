@@ -3,6 +3,8 @@
 //! `thresholdsMet` entries included.
 use serde::Serialize;
 
+use crate::policy::condition::PodCondition;
+
 /// The decisions of one step.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -70,6 +72,12 @@ pub struct EvictedOutput {
     /// cap is 0; 0 when the cap is negative).
     pub grace_period_seconds: i64,
     pub message: String,
+    /// The pod's status conditions after the eviction, in the API's PodCondition shape:
+    /// `DisruptionTarget` (`True`, `TerminationByKubelet`, the eviction message) for a
+    /// threshold eviction, none for a local-storage limit eviction, as the kubelet sets
+    /// them. `lastTransitionTime` is `null`: a simulation has no wall clock (the step's
+    /// `at` says when).
+    pub conditions: Vec<PodCondition>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -151,6 +159,46 @@ mod tests {
         assert_eq!(
             value["nodeReclaim"],
             serde_json::json!({"attempted": false, "freedBytes": 0, "sufficient": false})
+        );
+    }
+
+    #[test]
+    fn an_evicted_entry_has_exactly_the_documented_keys_and_its_conditions() {
+        let message = "The node was low on resource: memory. ";
+        let entry = EvictedOutput {
+            pod: "default/hog".into(),
+            signal: Some("memory.available".into()),
+            grace_period_seconds: 0,
+            message: message.into(),
+            conditions: vec![PodCondition::disruption_target(message, None)],
+        };
+        let value = serde_json::to_value(&entry).unwrap_or_else(|e| panic!("serialize: {e}"));
+        let mut keys: Vec<&str> = value
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "conditions",
+                "gracePeriodSeconds",
+                "message",
+                "pod",
+                "signal"
+            ]
+        );
+        assert_eq!(
+            value["conditions"],
+            serde_json::json!([{
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "TerminationByKubelet",
+                "message": message,
+                "lastTransitionTime": null,
+            }])
         );
     }
 }

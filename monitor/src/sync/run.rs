@@ -427,6 +427,7 @@ mod tests {
             phase: "Running".into(),
             reason: None,
             message: None,
+            conditions: vec![],
             cgroup: cgroup.map(str::to_string),
             memory_working_set_bytes: None,
             containers: vec![],

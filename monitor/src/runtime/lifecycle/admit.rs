@@ -8,6 +8,7 @@ use super::launch::start;
 use super::records::{insert, publish, remove_cgroups};
 use super::stop::stop;
 use crate::policy::admission::insufficient_resources;
+use crate::policy::condition::preemption_condition;
 use crate::policy::eviction::kill_timeout;
 use crate::policy::pod::Pod;
 use crate::policy::preemption::{AdmissionOutcome, admit_with_preemption};
@@ -135,12 +136,16 @@ pub(super) fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
                         .map(|p| p.record.pod.termination_grace_period_seconds())
                         .unwrap_or(0);
                     let message = format!("Preempted in order to admit critical pod {key}");
+                    // kubelet: preemption.go sets DisruptionTarget on each pod it preempts,
+                    // with a message of its own.
+                    let condition = preemption_condition(Some(crate::state::now_rfc3339()));
                     let outcome = evict(
                         &shared,
                         victim,
                         grace,
                         "Preempted",
                         &message,
+                        Some(condition),
                         kill_timeout(grace),
                     )
                     .await;

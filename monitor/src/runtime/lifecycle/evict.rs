@@ -7,15 +7,17 @@ use tokio::time::Instant;
 
 use super::records::{persist, publish, remove_cgroups, update_tiers};
 use super::stop::{after, kill_until_empty, stop_pod};
+use crate::policy::condition::{PodCondition, set_condition};
 use crate::policy::eviction::MIN_KILL_TIMEOUT;
 use crate::runtime::cgroups::PodCgroup;
 use crate::runtime::port::EvictionOutcome;
 use crate::runtime::shared::Shared;
-use crate::runtime::store::Phase;
+use crate::runtime::store::{Phase, PodRecord};
 
-/// Evicts (or preempts) the pod with this key. The record says Failed/`reason` before the
+/// Evicts (or preempts) the pod with this key. The record says Failed/`reason`, with
+/// `condition` (`DisruptionTarget`, see [`mark_evicted`]) among its conditions, before the
 /// first signal is sent and is persisted, so a restarted agent neither restarts it nor
-/// evicts it again. A pod whose earlier kill failed (Failed, cgroups still there) is
+/// evicts it again, and still shows why it ended. A pod whose earlier kill failed (Failed, cgroups still there) is
 /// killed again; so is whatever is left in the cgroups of a pod whose earlier eviction is
 /// still under way, or that its record lets go of.
 ///
@@ -29,14 +31,18 @@ pub(in crate::runtime) async fn evict(
     grace_seconds: i64,
     reason: &str,
     message: &str,
+    condition: Option<PodCondition>,
     timeout: Duration,
 ) -> EvictionOutcome {
     let task = tokio::spawn(evict_to_end(
         shared.clone(),
         key.to_string(),
         grace_seconds,
-        reason.to_string(),
-        message.to_string(),
+        Ending {
+            reason: reason.to_string(),
+            message: message.to_string(),
+            condition,
+        },
         timeout,
     ));
     task.await.unwrap_or_else(|err| {
@@ -78,14 +84,42 @@ impl Drop for TerminatingMark<'_> {
     }
 }
 
+/// What an eviction writes in the pod's record: the status reason and message, and the
+/// condition it sets, if any.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Ending {
+    pub reason: String,
+    pub message: String,
+    pub condition: Option<PodCondition>,
+}
+
+/// Writes an eviction into a record: Failed with the eviction's reason and message, every
+/// container done, and the eviction's condition set among the pod's conditions. The
+/// kubelet does the same in one status update when it terminates a pod abnormally
+/// (pkg/kubelet/kubelet_pods.go generateAPIPodStatus carries the DisruptionTarget its
+/// eviction or preemption set over into every later status); a condition already there
+/// keeps its transition time ([`set_condition`]).
+pub(super) fn mark_evicted(record: &mut PodRecord, ending: &Ending) {
+    record.phase = Phase::Failed;
+    record.reason = Some(ending.reason.clone());
+    record.message = Some(ending.message.clone());
+    for c in &mut record.containers {
+        c.done = true;
+    }
+    if let Some(condition) = &ending.condition {
+        set_condition(&mut record.conditions, condition.clone());
+    }
+}
+
 pub(super) async fn evict_to_end(
     shared: Arc<Shared>,
     key: String,
     grace_seconds: i64,
-    reason: String,
-    message: String,
+    ending: Ending,
     timeout: Duration,
 ) -> EvictionOutcome {
+    let reason = ending.reason.clone();
+    let message = ending.message.clone();
     let shared = &shared;
     let key = key.as_str();
     let deadline = after(timeout.max(MIN_KILL_TIMEOUT));
@@ -108,12 +142,7 @@ pub(super) async fn evict_to_end(
             .map(|(uid, live)| {
                 live.terminating = true;
                 live.restart_at.clear();
-                live.record.phase = Phase::Failed;
-                live.record.reason = Some(reason.clone());
-                live.record.message = Some(message.clone());
-                for c in &mut live.record.containers {
-                    c.done = true;
-                }
+                mark_evicted(&mut live.record, &ending);
                 (uid.clone(), live.cgroup.clone(), live.record.clone())
             })
     };
@@ -227,4 +256,133 @@ pub(in crate::runtime) fn processes_left(shared: &Shared, key: &str) -> usize {
         .iter()
         .map(|cgroup| shared.tree.pids(cgroup).len())
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::condition::{ConditionStatus, DISRUPTION_TARGET, preemption_condition};
+    use crate::policy::pod::Pod;
+    use crate::runtime::store::ContainerRecord;
+
+    const T0: &str = "2026-11-26T10:00:00Z";
+    const T1: &str = "2026-11-26T10:00:07Z";
+    const MESSAGE: &str =
+        "The node was low on resource: memory. Threshold quantity: 500Mi, available: 200Mi. ";
+
+    fn running() -> PodRecord {
+        PodRecord {
+            uid: "u1".into(),
+            manifest: "/etc/monitor/pods/hog.yaml".into(),
+            pod: Pod::default().into(),
+            phase: Phase::Running,
+            reason: None,
+            message: None,
+            containers: vec![ContainerRecord {
+                name: "c".into(),
+                pid: Some(42),
+                restart_count: 0,
+                last_exit: None,
+                exit_code_unknown: false,
+                done: false,
+                container_id: None,
+            }],
+            sandbox_id: None,
+            conditions: Vec::new(),
+        }
+    }
+
+    fn eviction(at: &str) -> Ending {
+        Ending {
+            reason: "Evicted".into(),
+            message: MESSAGE.into(),
+            condition: Some(PodCondition::disruption_target(MESSAGE, Some(at.into()))),
+        }
+    }
+
+    #[test]
+    fn an_evicted_record_is_failed_and_a_disruption_target() {
+        let mut record = running();
+        mark_evicted(&mut record, &eviction(T0));
+        assert_eq!(record.phase, Phase::Failed);
+        assert_eq!(record.reason.as_deref(), Some("Evicted"));
+        assert_eq!(record.message.as_deref(), Some(MESSAGE));
+        assert!(record.containers.iter().all(|c| c.done));
+        assert_eq!(
+            record.conditions,
+            [PodCondition::disruption_target(MESSAGE, Some(T0.into()))]
+        );
+    }
+
+    #[test]
+    fn a_hot_path_kill_whose_exit_came_first_is_booked_with_its_condition() {
+        // The hot path killed the pod through cgroup.kill, and its exit (137, never
+        // restarted) was handled before the eviction was booked: Failed, no reason.
+        let mut record = running();
+        record.phase = Phase::Failed;
+        record.containers[0].pid = None;
+        record.containers[0].last_exit = Some(137);
+        record.containers[0].done = true;
+        mark_evicted(&mut record, &eviction(T0));
+        assert_eq!(record.reason.as_deref(), Some("Evicted"));
+        assert_eq!(record.conditions.len(), 1);
+        assert_eq!(record.conditions[0].kind, DISRUPTION_TARGET);
+        assert_eq!(record.conditions[0].status, ConditionStatus::True);
+    }
+
+    #[test]
+    fn evicting_again_keeps_the_first_transition_time() {
+        // A kill that did not finish is retried: the pod was a disruption target since
+        // the first attempt.
+        let mut record = running();
+        mark_evicted(&mut record, &eviction(T0));
+        mark_evicted(&mut record, &eviction(T1));
+        assert_eq!(record.conditions.len(), 1, "{:?}", record.conditions);
+        assert_eq!(
+            record.conditions[0].last_transition_time.as_deref(),
+            Some(T0)
+        );
+    }
+
+    #[test]
+    fn a_preempted_record_carries_the_preemption_condition() {
+        let mut record = running();
+        let ending = Ending {
+            reason: "Preempted".into(),
+            message: "Preempted in order to admit critical pod kube-system/dns".into(),
+            condition: Some(preemption_condition(Some(T0.into()))),
+        };
+        mark_evicted(&mut record, &ending);
+        assert_eq!(record.reason.as_deref(), Some("Preempted"));
+        assert_eq!(
+            record.conditions[0].message,
+            "Pod was preempted by Kubelet to accommodate a critical pod."
+        );
+        assert_eq!(record.conditions[0].reason, "TerminationByKubelet");
+    }
+
+    #[test]
+    fn a_local_storage_eviction_sets_no_condition() {
+        let mut record = running();
+        let ending = Ending {
+            reason: "Evicted".into(),
+            message: "Usage of EmptyDir volume \"cache\" exceeds the limit \"1Gi\". ".into(),
+            condition: None,
+        };
+        mark_evicted(&mut record, &ending);
+        assert_eq!(record.phase, Phase::Failed);
+        assert!(record.conditions.is_empty(), "{:?}", record.conditions);
+    }
+
+    #[test]
+    fn the_condition_survives_a_save_and_a_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::runtime::store::StateStore::open(dir.path()).unwrap();
+        let mut record = running();
+        mark_evicted(&mut record, &eviction(T0));
+        store.save(&record).unwrap();
+        let (records, errors) = store.load_all();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(records, [record]);
+    }
 }

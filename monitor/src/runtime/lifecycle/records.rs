@@ -46,6 +46,7 @@ pub(super) fn insert(
             })
             .collect(),
         sandbox_id: None,
+        conditions: Vec::new(),
     };
     persist_new(shared, &record);
     shared.lock().pods.insert(
@@ -114,51 +115,7 @@ pub(super) fn write_record(
 pub(in crate::runtime) fn publish(shared: &Shared) {
     let views: Vec<PodView> = {
         let inner = shared.lock();
-        inner
-            .pods
-            .values()
-            .map(|p| {
-                let r = &p.record;
-                PodView {
-                    key: r.pod.key(),
-                    uid: r.uid.clone(),
-                    qos_class: r.pod.qos_class().as_str().to_string(),
-                    priority: r.pod.priority(),
-                    phase: if p.terminating && !r.phase.is_terminal() {
-                        "Terminating".into()
-                    } else {
-                        r.phase.as_str().into()
-                    },
-                    reason: r.reason.clone(),
-                    message: r.message.clone(),
-                    cgroup: p.cgroup.as_ref().map(|c| c.relative.clone()),
-                    // Filled in below from the last synchronize, which reads every pod's
-                    // working set anyway: reading a thousand cgroups here, at every pod
-                    // start and under the runtime's lock, would cost more than the pass.
-                    memory_working_set_bytes: None,
-                    containers: r
-                        .containers
-                        .iter()
-                        .map(|c| ContainerView {
-                            name: c.name.clone(),
-                            pid: c.pid,
-                            restart_count: c.restart_count,
-                            state: match (c.pid, c.last_exit) {
-                                (Some(_), _) => "running".into(),
-                                (None, Some(code)) if code > 128 => {
-                                    format!("signaled({})", code - 128)
-                                }
-                                (None, Some(code)) => format!("exited({code})"),
-                                (None, None) if c.exit_code_unknown => "exited(unknown)".into(),
-                                (None, None) => "waiting".into(),
-                            },
-                            reason: (c.pid.is_none() && c.exit_code_unknown)
-                                .then(|| EXIT_CODE_UNKNOWN.to_string()),
-                        })
-                        .collect(),
-                }
-            })
-            .collect()
+        inner.pods.values().map(pod_view).collect()
     };
     let mut views = views;
     let mut state = shared.state.lock();
@@ -176,6 +133,51 @@ pub(in crate::runtime) fn publish(shared: &Shared) {
     // ranked among them) looks again.
     if let Some(changed) = shared.on_change.get() {
         changed();
+    }
+}
+
+/// A pod as the API shows it, from what the runtime holds of it: its record's status
+/// (phase, reason, message, conditions), containers and cgroup.
+fn pod_view(p: &LivePod) -> PodView {
+    let r = &p.record;
+    PodView {
+        key: r.pod.key(),
+        uid: r.uid.clone(),
+        qos_class: r.pod.qos_class().as_str().to_string(),
+        priority: r.pod.priority(),
+        phase: if p.terminating && !r.phase.is_terminal() {
+            "Terminating".into()
+        } else {
+            r.phase.as_str().into()
+        },
+        reason: r.reason.clone(),
+        message: r.message.clone(),
+        conditions: r.conditions.clone(),
+        cgroup: p.cgroup.as_ref().map(|c| c.relative.clone()),
+        // Filled in by `publish` from the last synchronize, which reads every pod's
+        // working set anyway: reading a thousand cgroups here, at every pod start and
+        // under the runtime's lock, would cost more than the pass.
+        memory_working_set_bytes: None,
+        containers: r
+            .containers
+            .iter()
+            .map(|c| ContainerView {
+                name: c.name.clone(),
+                pid: c.pid,
+                restart_count: c.restart_count,
+                state: match (c.pid, c.last_exit) {
+                    (Some(_), _) => "running".into(),
+                    (None, Some(code)) if code > 128 => {
+                        format!("signaled({})", code - 128)
+                    }
+                    (None, Some(code)) => format!("exited({code})"),
+                    (None, None) if c.exit_code_unknown => "exited(unknown)".into(),
+                    (None, None) => "waiting".into(),
+                },
+                reason: (c.pid.is_none() && c.exit_code_unknown)
+                    .then(|| EXIT_CODE_UNKNOWN.to_string()),
+            })
+            .collect(),
     }
 }
 
@@ -206,5 +208,92 @@ pub(in crate::runtime) fn remove_cgroups(shared: &Shared, key: &str, cgroup: &Po
         shared
             .state
             .event("Warning", "CgroupCleanup", key, err.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::condition::PodCondition;
+
+    const MESSAGE: &str =
+        "The node was low on resource: memory. Threshold quantity: 500Mi, available: 200Mi. ";
+
+    fn live(record: PodRecord) -> LivePod {
+        LivePod {
+            record,
+            cgroup: None,
+            terminating: false,
+            hot_killed: Default::default(),
+            restart_at: BTreeMap::new(),
+            backoff: BTreeMap::new(),
+        }
+    }
+
+    fn record(phase: Phase, conditions: Vec<PodCondition>) -> PodRecord {
+        let mut pod: Pod = crate::policy::pod::parse_pod(
+            "metadata: {name: hog, namespace: default}\nspec: {containers: [{name: c, image: i}]}\n",
+            "hog.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        pod.metadata.uid = "u1".into();
+        PodRecord {
+            uid: "u1".into(),
+            manifest: "/etc/monitor/pods/hog.yaml".into(),
+            pod: Arc::new(pod),
+            phase,
+            reason: (phase == Phase::Failed).then(|| "Evicted".into()),
+            message: (phase == Phase::Failed).then(|| MESSAGE.into()),
+            containers: vec![ContainerRecord {
+                name: "c".into(),
+                pid: None,
+                restart_count: 0,
+                last_exit: Some(137),
+                exit_code_unknown: false,
+                done: true,
+                container_id: None,
+            }],
+            sandbox_id: None,
+            conditions,
+        }
+    }
+
+    /// The `/pods` answer for these records, as the API serves it.
+    fn pods_json(records: Vec<PodRecord>) -> serde_json::Value {
+        let state = crate::state::AgentState {
+            pods: records.into_iter().map(|r| pod_view(&live(r))).collect(),
+            ..Default::default()
+        };
+        let reply = crate::api::respond(&state, crate::api::Scope::Full, "GET", "/pods");
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {}", reply.body))
+    }
+
+    #[test]
+    fn the_api_shows_an_evicted_pods_disruption_target() {
+        let condition =
+            PodCondition::disruption_target(MESSAGE, Some("2026-11-26T10:00:00Z".into()));
+        let v = pods_json(vec![record(Phase::Failed, vec![condition])]);
+        let pod = &v["pods"][0];
+        assert_eq!(pod["phase"], "Failed");
+        assert_eq!(pod["reason"], "Evicted");
+        assert_eq!(
+            pod["conditions"],
+            serde_json::json!([{
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "TerminationByKubelet",
+                "message": MESSAGE,
+                "lastTransitionTime": "2026-11-26T10:00:00Z",
+            }])
+        );
+    }
+
+    #[test]
+    fn a_pod_without_conditions_shows_none() {
+        let v = pods_json(vec![record(Phase::Running, Vec::new())]);
+        let pod = &v["pods"][0];
+        assert_eq!(pod["phase"], "Running");
+        assert!(pod.get("conditions").is_none(), "{pod}");
     }
 }
