@@ -7,6 +7,7 @@ pub mod container_gc;
 pub mod eviction;
 pub mod explain;
 pub mod image_gc;
+pub mod memory_qos;
 pub mod pod;
 pub mod preemption;
 pub mod qos;

@@ -27,6 +27,7 @@ use crate::policy::signal::Signal;
 mod document;
 mod duration;
 mod flags;
+mod memory_qos;
 #[cfg(test)]
 mod tests;
 mod thresholds;
@@ -34,6 +35,7 @@ mod thresholds;
 pub use crate::policy::eviction::EvictionConfig;
 pub use duration::{DurationError, format_go_duration, parse_go_duration};
 pub use flags::apply_flags;
+pub use memory_qos::{MemoryQos, MemoryReservationPolicy};
 
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 pub const KIND: &str = "KubeletConfiguration";
@@ -91,6 +93,9 @@ pub struct KubeletConfig {
     /// `featureGates` (and `--feature-gates`) as given; see [`KubeletConfig::feature_gate`]
     /// for the ones the agent follows and their defaults.
     pub feature_gates: BTreeMap<String, bool>,
+    /// `memoryThrottlingFactor` and `memoryReservationPolicy`, acting only with the
+    /// [`MEMORY_QOS`] gate on, on cgroup v2 (see [`memory_qos`]).
+    pub memory_qos: MemoryQos,
     /// The agent's own settings under the reserved `monitor` key, unparsed.
     pub monitor: Option<Value>,
     /// The eviction settings as written, kept so flags can override them and the
@@ -100,12 +105,16 @@ pub struct KubeletConfig {
 
 /// The kubelet feature gates the agent follows, with the kubelet's default (1.36 and later)
 /// when the configuration does not set them. Other gates are accepted and ignored.
-pub const FEATURE_GATES: [(&str, bool); 1] = [
+pub const FEATURE_GATES: [(&str, bool); 2] = [
     // Beta, on by default since 1.36: memory.available leaves out the hugepages' capacity
     // (kubelet: pkg/kubelet/server/stats summary, adjustForHugePages).
     (HUGEPAGE_AWARE_EVICTION, true),
+    // Alpha, off by default through 1.36 (KEP-2570): memory.high / memory.min /
+    // memory.low on cgroup v2 (pkg/features/kube_features.go MemoryQoS).
+    (MEMORY_QOS, false),
 ];
 pub const HUGEPAGE_AWARE_EVICTION: &str = "HugepageAwareEviction";
+pub const MEMORY_QOS: &str = "MemoryQoS";
 
 impl KubeletConfig {
     /// Whether the feature gate `name` (one of [`FEATURE_GATES`]) is on: as set, or the
@@ -309,6 +318,7 @@ pub fn default_kubelet_config() -> KubeletConfig {
         max_pods: 110,
         pod_pids_limit: None,
         feature_gates: BTreeMap::new(),
+        memory_qos: MemoryQos::default(),
         monitor: None,
         source: EvictionSource::default(),
     };
