@@ -8,6 +8,7 @@ use crate::agent::Agent;
 use crate::config::LoadedConfig;
 use crate::config::agent::RuntimeKind;
 use crate::observe::{CgroupLayout, NodeMemory};
+use crate::policy::memory_qos::NodeMemoryQos;
 use crate::policy::pod::ResourceList;
 use crate::policy::qos::{AGENT_OOM_SCORE_ADJ, CgroupOptions};
 use crate::policy::quantity::Quantity;
@@ -57,6 +58,33 @@ fn node_allocatable(loaded: &LoadedConfig, memory: &NodeMemory) -> ResourceList 
         ("cpu".to_string(), Quantity::from_milli(cpu_milli)),
         ("pods".to_string(), Quantity::from_units(kubelet.max_pods)),
     ])
+}
+
+/// Memory QoS for the pods' cgroups: only with the `MemoryQoS` feature gate on and on
+/// cgroup v2, as the kubelet (kuberuntime generateContainerResources and the qos
+/// container manager check both); `memory.high` of a container without a memory limit
+/// follows the node's allocatable memory (kubelet: getNodeAllocatable).
+fn memory_qos_on_node(
+    loaded: &LoadedConfig,
+    version: crate::observe::CgroupVersion,
+    allocatable: &ResourceList,
+) -> Option<NodeMemoryQos> {
+    if !loaded
+        .kubelet
+        .feature_gate(crate::config::kubelet::MEMORY_QOS)
+    {
+        return None;
+    }
+    if version != crate::observe::CgroupVersion::V2 {
+        tracing::info!(
+            "the MemoryQoS feature gate is on, but cgroup v1 has no memory.high / memory.min / memory.low: not applied"
+        );
+        return None;
+    }
+    Some(NodeMemoryQos {
+        settings: loaded.kubelet.memory_qos,
+        allocatable_memory: allocatable.get("memory").map_or(0, |q| q.value()),
+    })
 }
 
 /// Linux's MCL_ONFAULT (since 4.4): lock pages as they are touched, not all at once.
@@ -121,6 +149,7 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
         .node_memory()
         .context("reading the node's memory capacity")?;
         let memory_capacity = node_memory.capacity_bytes as i64;
+        let allocatable = node_allocatable(&loaded, &node_memory);
         let config = RuntimeConfig {
             manifest_dir: PathBuf::from(
                 loaded
@@ -133,10 +162,11 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
             state_dir: settings.state_dir.clone(),
             cgroup_root: settings.cgroup_root.clone(),
             pods_memory_limit: settings.pods_memory_limit.map(|q| q.value()),
-            node_allocatable: node_allocatable(&loaded, &node_memory),
+            node_allocatable: allocatable.clone(),
             memory_capacity,
             cgroup_options: CgroupOptions {
                 pod_pids_limit: loaded.kubelet.pod_pids_limit,
+                memory_qos: memory_qos_on_node(&loaded, layout.version, &allocatable),
                 ..CgroupOptions::default()
             },
             qos_reserved_memory_percent: loaded

@@ -169,6 +169,114 @@ fn pods_start_in_their_qos_cgroups_with_the_right_values() {
     }
 }
 
+/// `memory.high` per KEP-2570, computed here from the pod's numbers: request plus
+/// `factor` of the room up to the limit (or node allocatable without one), rounded down to
+/// a 4 KiB page (the kubelet's page size on x86_64).
+fn kep_memory_high(request: u64, ceiling: u64, factor: f64) -> String {
+    let high = request as f64 + (ceiling - request) as f64 * factor;
+    ((high / 4096.0).floor() as u64 * 4096).to_string()
+}
+
+#[test]
+fn memory_qos_sets_memory_high_min_and_low_on_cgroup_v2() {
+    // cgroup v1 has no memory.high / memory.min / memory.low: the kubelet applies Memory
+    // QoS on cgroup v2 only, and so does the agent.
+    if !require(
+        "memory_qos_sets_memory_high_min_and_low",
+        &[Feature::Root, Feature::CgroupV2Memory],
+    ) {
+        return;
+    }
+    // A 512 MiB bounded node: node allocatable memory is the pods root's 512 MiB.
+    let allocatable = 512 * MIB;
+    let factor = 0.8;
+    let mut node = Node::new(
+        "evictionHard: {allocatableMemory.available: 50Mi}
+         featureGates: {MemoryQoS: true}
+         memoryThrottlingFactor: 0.8
+         memoryReservationPolicy: TieredReservation",
+    );
+    // GUARANTEED: 64Mi request = limit; BURSTABLE: 32Mi request, 128Mi limit.
+    let (guaranteed_request, burstable_request, burstable_limit) = (64 * MIB, 32 * MIB, 128 * MIB);
+    node.manifest("guaranteed.yaml", &sleeper("guaranteed", GUARANTEED));
+    node.manifest("burstable.yaml", &sleeper("burstable", BURSTABLE));
+    node.manifest("besteffort.yaml", &sleeper("besteffort", ""));
+    node.start();
+    let g = node.wait_running("guaranteed");
+    let b = node.wait_running("burstable");
+    let e = node.wait_running("besteffort");
+    let kubepods = node.memory_root().join("kubepods");
+    assert_eq!(
+        read_trim(&kubepods.join("memory.max")),
+        allocatable.to_string(),
+        "the bounded node's allocatable"
+    );
+    let read = |dir: &Path| {
+        (
+            read_trim(&dir.join("memory.high")),
+            read_trim(&dir.join("memory.min")),
+            read_trim(&dir.join("memory.low")),
+        )
+    };
+    let max = || "max".to_string();
+    let bytes = |n: u64| n.to_string();
+
+    // Guaranteed: memory.min = request at pod and container level, never throttled.
+    let g_pod = kubepods.join(format!("pod{}", g.uid));
+    assert_eq!(
+        read(&g_pod.join("main")),
+        (max(), bytes(guaranteed_request), bytes(0)),
+        "guaranteed container"
+    );
+    assert_eq!(
+        read(&g_pod),
+        (max(), bytes(guaranteed_request), bytes(0)),
+        "guaranteed pod"
+    );
+    // Burstable: memory.low = request; the container is throttled between request and
+    // limit, the pod is not.
+    let b_pod = kubepods.join(format!("burstable/pod{}", b.uid));
+    assert_eq!(
+        read(&b_pod.join("main")),
+        (
+            kep_memory_high(burstable_request, burstable_limit, factor),
+            bytes(0),
+            bytes(burstable_request)
+        ),
+        "burstable container"
+    );
+    assert_eq!(
+        read(&b_pod),
+        (max(), bytes(0), bytes(burstable_request)),
+        "burstable pod"
+    );
+    // BestEffort: no protection; memory.high from node allocatable (no request, no limit).
+    let e_pod = kubepods.join(format!("besteffort/pod{}", e.uid));
+    assert_eq!(
+        read(&e_pod.join("main")),
+        (kep_memory_high(0, allocatable, factor), bytes(0), bytes(0)),
+        "best-effort container"
+    );
+    assert_eq!(read(&e_pod), (max(), bytes(0), bytes(0)), "best-effort pod");
+    // The QoS level covers its children: the pods root protects Guaranteed and Burstable
+    // requests, the Burstable tier its own (updated as each pod starts).
+    let tiers = || {
+        (
+            read_trim(&kubepods.join("memory.min")),
+            read_trim(&kubepods.join("burstable/memory.low")),
+        )
+    };
+    let expected = (
+        bytes(guaranteed_request + burstable_request),
+        bytes(burstable_request),
+    );
+    wait_until(
+        "the QoS tiers' memory.min / memory.low",
+        Duration::from_secs(10),
+        || tiers() == expected,
+    );
+}
+
 #[test]
 fn a_fast_best_effort_hog_is_evicted_before_the_oom_killer() {
     if !require("a_fast_best_effort_hog_is_evicted", &[Feature::Root]) {

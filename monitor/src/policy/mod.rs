@@ -9,6 +9,7 @@ pub mod contention;
 pub mod eviction;
 pub mod explain;
 pub mod image_gc;
+pub mod memory_qos;
 pub mod pod;
 pub mod preemption;
 pub mod qos;

@@ -6,6 +6,7 @@
 //! ResourceConfigForPod), pkg/kubelet/cm/qos_container_manager_linux.go (setCPUCgroupConfig,
 //! setMemoryReserve), pkg/kubelet/kuberuntime/kuberuntime_container_linux.go
 //! (calculateLinuxResources) and pkg/kubelet/qos/policy.go (GetContainerOOMScoreAdjust).
+use super::memory_qos::{self, NodeMemoryQos};
 use super::pod::{Container, Pod, ResourceList};
 use super::types::QosClass;
 
@@ -75,6 +76,12 @@ pub struct ResourceConfig {
     /// Memory limit in bytes.
     pub memory_limit: Option<i64>,
     pub pids_limit: Option<i64>,
+    /// cgroup v2 `memory.high` in bytes (Memory QoS); never written on v1.
+    pub memory_high: Option<i64>,
+    /// cgroup v2 `memory.min` in bytes (Memory QoS); 0 is written, as a reset.
+    pub memory_min: Option<i64>,
+    /// cgroup v2 `memory.low` in bytes (Memory QoS); 0 is written, as a reset.
+    pub memory_low: Option<i64>,
 }
 
 impl ResourceConfig {
@@ -85,7 +92,7 @@ impl ResourceConfig {
 }
 
 /// Node-level settings that shape the cgroups (the matching KubeletConfiguration keys).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CgroupOptions {
     /// `cpuCFSQuota`: enforce CPU limits with CFS quota (default true).
     pub enforce_cpu_limits: bool,
@@ -93,6 +100,11 @@ pub struct CgroupOptions {
     pub cpu_cfs_quota_period_us: u64,
     /// `podPidsLimit`: written to every pod cgroup when positive.
     pub pod_pids_limit: Option<i64>,
+    /// Memory QoS (memory.high / memory.min / memory.low): `Some` only when the
+    /// `MemoryQoS` feature gate is on and the hierarchy is cgroup v2, as the kubelet
+    /// checks both (kuberuntime generateContainerResources, qos container manager
+    /// UpdateCgroups).
+    pub memory_qos: Option<NodeMemoryQos>,
 }
 
 impl Default for CgroupOptions {
@@ -101,6 +113,7 @@ impl Default for CgroupOptions {
             enforce_cpu_limits: true,
             cpu_cfs_quota_period_us: QUOTA_PERIOD_US,
             pod_pids_limit: None,
+            memory_qos: None,
         }
     }
 }
@@ -109,7 +122,22 @@ impl Default for CgroupOptions {
 /// pids limit). Guaranteed pods get shares, quota and memory limit; Burstable pods get
 /// shares, and quota / memory limit only when every container (init containers
 /// included) sets that limit; BestEffort pods get the minimum shares and nothing else.
+///
+/// With Memory QoS on, the pod's `memory.min` / `memory.low` follow its requests under the
+/// reservation policy ([`memory_qos::pod_protection`]); the pod gets no `memory.high`
+/// (KEP-2570: only containers are throttled, so one container's spike cannot throttle
+/// its siblings).
 pub fn pod_resource_config(pod: &Pod, options: &CgroupOptions) -> ResourceConfig {
+    let mut config = pod_resource_config_without_memory_qos(pod, options);
+    if let Some(node) = &options.memory_qos {
+        let protection = memory_qos::pod_protection(pod, node.settings.reservation_policy);
+        config.memory_min = Some(protection.min);
+        config.memory_low = Some(protection.low);
+    }
+    config
+}
+
+fn pod_resource_config_without_memory_qos(pod: &Pod, options: &CgroupOptions) -> ResourceConfig {
     let period = options.cpu_cfs_quota_period_us;
     let cpu_shares = milli_cpu_to_shares(pod.requests("cpu").milli_value());
     let cpu_limit = pod.limits("cpu");
@@ -127,6 +155,7 @@ pub fn pod_resource_config(pod: &Pod, options: &CgroupOptions) -> ResourceConfig
             cpu_period: Some(period),
             memory_limit: Some(memory_limit.map_or(0, |q| q.value())),
             pids_limit,
+            ..ResourceConfig::default()
         },
         QosClass::Burstable => ResourceConfig {
             cpu_shares: Some(cpu_shares),
@@ -134,6 +163,7 @@ pub fn pod_resource_config(pod: &Pod, options: &CgroupOptions) -> ResourceConfig
             cpu_period: cpu_limit.map(|_| period),
             memory_limit: memory_limit.map(|q| q.value()),
             pids_limit,
+            ..ResourceConfig::default()
         },
         QosClass::BestEffort => ResourceConfig {
             cpu_shares: Some(MIN_SHARES),
@@ -170,7 +200,27 @@ pub fn container_resource_config(container: &Container, options: &CgroupOptions)
         cpu_period: cpu_quota.map(|_| period),
         memory_limit,
         pids_limit: None,
+        ..ResourceConfig::default()
     }
+}
+
+/// [`container_resource_config`] for a container of `pod`, with Memory QoS when
+/// `options` has it: `memory.high` from the container's request and limit, and the
+/// protection of the pod's class (kubelet: generateLinuxContainerResources, which puts
+/// them in the CRI `unified` map).
+pub fn pod_container_resource_config(
+    pod: &Pod,
+    container: &Container,
+    options: &CgroupOptions,
+) -> ResourceConfig {
+    let mut config = container_resource_config(container, options);
+    if let Some(node) = &options.memory_qos {
+        let values = memory_qos::container_values(pod, container, node);
+        config.memory_high = values.high;
+        config.memory_min = Some(values.protection.min);
+        config.memory_low = Some(values.protection.low);
+    }
+    config
 }
 
 /// The Burstable and BestEffort tier cgroups (the Guaranteed pods sit directly under the
@@ -359,10 +409,10 @@ mod tests {
     #[rstest]
     #[case::guaranteed(
         vec![container("a", "cpu=500m,memory=1Gi", "cpu=500m,memory=1Gi"), container("b", "cpu=250m,memory=1Gi", "cpu=250m,memory=1Gi")],
-        ResourceConfig { cpu_shares: Some(768), cpu_quota: Some(75_000), cpu_period: Some(100_000), memory_limit: Some(2 * GI), pids_limit: None })]
+        ResourceConfig { cpu_shares: Some(768), cpu_quota: Some(75_000), cpu_period: Some(100_000), memory_limit: Some(2 * GI), pids_limit: None, ..ResourceConfig::default() })]
     #[case::burstable_all_limits(
         vec![container("a", "cpu=100m,memory=512Mi", "cpu=1,memory=1Gi")],
-        ResourceConfig { cpu_shares: Some(102), cpu_quota: Some(100_000), cpu_period: Some(100_000), memory_limit: Some(GI), pids_limit: None })]
+        ResourceConfig { cpu_shares: Some(102), cpu_quota: Some(100_000), cpu_period: Some(100_000), memory_limit: Some(GI), pids_limit: None, ..ResourceConfig::default() })]
     #[case::burstable_one_container_without_limits(
         vec![container("a", "cpu=100m,memory=512Mi", "cpu=1,memory=1Gi"), container("b", "cpu=100m", "")],
         ResourceConfig { cpu_shares: Some(204), ..ResourceConfig::default() })]
@@ -410,6 +460,7 @@ mod tests {
             enforce_cpu_limits: false,
             cpu_cfs_quota_period_us: 10_000,
             pod_pids_limit: Some(1024),
+            memory_qos: None,
         };
         let config = pod_resource_config(&guaranteed, &options);
         assert_eq!(config.cpu_quota, Some(-1), "quota disabled means unlimited");
@@ -433,7 +484,7 @@ mod tests {
 
     #[rstest]
     #[case::request_and_limit("cpu=250m,memory=100Mi", "cpu=500m,memory=200Mi",
-        ResourceConfig { cpu_shares: Some(256), cpu_quota: Some(50_000), cpu_period: Some(100_000), memory_limit: Some(200 << 20), pids_limit: None })]
+        ResourceConfig { cpu_shares: Some(256), cpu_quota: Some(50_000), cpu_period: Some(100_000), memory_limit: Some(200 << 20), pids_limit: None, ..ResourceConfig::default() })]
     #[case::limit_only_defaults_shares("", "cpu=1",
         ResourceConfig { cpu_shares: Some(1024), cpu_quota: Some(100_000), cpu_period: Some(100_000), ..ResourceConfig::default() })]
     #[case::nothing("", "", ResourceConfig { cpu_shares: Some(2), ..ResourceConfig::default() })]
@@ -599,5 +650,81 @@ mod tests {
     fn oom_score_unknown_capacity() {
         let p = pod("p", vec![container("a", "memory=1Gi", "")]);
         assert_eq!(oom_score_adj(&p, &p.spec.containers[0], 0), 999);
+    }
+
+    fn with_memory_qos(policy: memory_qos::MemoryReservationPolicy) -> CgroupOptions {
+        CgroupOptions {
+            memory_qos: Some(NodeMemoryQos {
+                settings: memory_qos::MemoryQos {
+                    throttling_factor: 0.8,
+                    reservation_policy: policy,
+                },
+                allocatable_memory: 4 * GI,
+            }),
+            ..CgroupOptions::default()
+        }
+    }
+
+    #[test]
+    fn memory_qos_off_leaves_the_v2_memory_files_alone() {
+        let p = pod("p", vec![container("a", "memory=1Gi", "memory=2Gi")]);
+        let options = CgroupOptions::default();
+        let pod_config = pod_resource_config(&p, &options);
+        let container_config = pod_container_resource_config(&p, &p.spec.containers[0], &options);
+        for config in [pod_config, container_config] {
+            assert_eq!(
+                (config.memory_high, config.memory_min, config.memory_low),
+                (None, None, None)
+            );
+        }
+        assert_eq!(
+            container_config,
+            container_resource_config(&p.spec.containers[0], &options)
+        );
+    }
+
+    #[test]
+    fn memory_qos_on_sets_the_pod_protection_and_the_container_values() {
+        use memory_qos::MemoryReservationPolicy::{None as NoReservation, TieredReservation};
+        let burstable = pod(
+            "b",
+            vec![
+                container("a", "memory=1Gi", "memory=2Gi"),
+                container("b", "memory=1Gi", ""),
+            ],
+        );
+        let options = with_memory_qos(TieredReservation);
+        let config = pod_resource_config(&burstable, &options);
+        assert_eq!(
+            (config.memory_high, config.memory_min, config.memory_low),
+            (None, Some(0), Some(2 * GI)),
+            "pods are protected, never throttled"
+        );
+        let a = pod_container_resource_config(&burstable, &burstable.spec.containers[0], &options);
+        // 1Gi + 0.8 × (2Gi − 1Gi), a whole number of pages already.
+        let high_a = GI + (GI as f64 * 0.8) as i64 / 4096 * 4096;
+        assert_eq!(
+            (a.memory_limit, a.memory_high, a.memory_min, a.memory_low),
+            (Some(2 * GI), Some(high_a), Some(0), Some(GI))
+        );
+        let b = pod_container_resource_config(&burstable, &burstable.spec.containers[1], &options);
+        // No limit: node allocatable (4Gi) stands in.
+        let high_b = GI + ((3 * GI) as f64 * 0.8) as i64 / 4096 * 4096;
+        assert_eq!(b.memory_high, Some(high_b));
+        let guaranteed = pod(
+            "g",
+            vec![container("a", "cpu=1,memory=1Gi", "cpu=1,memory=1Gi")],
+        );
+        let g =
+            pod_container_resource_config(&guaranteed, &guaranteed.spec.containers[0], &options);
+        assert_eq!(
+            (g.memory_high, g.memory_min, g.memory_low),
+            (None, Some(GI), Some(0))
+        );
+        let none = with_memory_qos(NoReservation);
+        let g = pod_container_resource_config(&guaranteed, &guaranteed.spec.containers[0], &none);
+        assert_eq!((g.memory_min, g.memory_low), (Some(0), Some(0)));
+        let config = pod_resource_config(&guaranteed, &none);
+        assert_eq!((config.memory_min, config.memory_low), (Some(0), Some(0)));
     }
 }

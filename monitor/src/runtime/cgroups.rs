@@ -23,6 +23,8 @@
 //! cgroup v2: one tree; `+memory +cpu +pids` are enabled in `cgroup.subtree_control` of
 //! each ancestor (never removed), values go to memory.max, cpu.weight, cpu.max, pids.max
 //! (the runc conversions the kubelet relies on), and SIGKILL uses `cgroup.kill` (5.14+).
+//! With the `MemoryQoS` gate on, memory.high / memory.min / memory.low too
+//! ([`crate::policy::memory_qos`]).
 //!
 //! A value whose controller or file is absent on this kernel is not an error: it is
 //! recorded once in [`CgroupTree::warnings`] and logged.
@@ -37,6 +39,7 @@ use nix::sys::signal::Signal;
 use crate::observe::{
     CgroupLayout, CgroupReader, CgroupVersion, MemoryStats, ObserveError, OpenFiles,
 };
+use crate::policy::memory_qos::TierProtection;
 use crate::policy::qos::{MIN_SHARES, QosTierConfigs, ResourceConfig, milli_cpu_to_shares};
 use crate::policy::types::QosClass;
 
@@ -285,6 +288,33 @@ impl CgroupTree {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Writes the Memory QoS protections of the QoS level (kubelet: qos container manager
+    /// setMemoryQoS): `memory.min` of the pods root (the Guaranteed tier) and `memory.low`
+    /// of the Burstable tier. cgroup v2 only; on v1 nothing is written.
+    pub fn update_memory_qos_tiers(&self, protection: &TierProtection) -> Result<(), CgroupError> {
+        if self.version != CgroupVersion::V2 {
+            return Ok(());
+        }
+        let pods = self.pods_root_relative();
+        self.ensure_dirs(&pods)?;
+        self.apply(
+            &pods,
+            &ResourceConfig {
+                memory_min: Some(protection.pods_root_min),
+                ..ResourceConfig::default()
+            },
+        )?;
+        let burstable = self.tier_relative(QosClass::Burstable);
+        self.ensure_dirs(&burstable)?;
+        self.apply(
+            &burstable,
+            &ResourceConfig {
+                memory_low: Some(protection.burstable_low),
+                ..ResourceConfig::default()
+            },
+        )
     }
 
     fn set_tier_memory_limit(&self, relative: &str, limit: i64) -> Result<(), CgroupError> {

@@ -7,7 +7,7 @@ use serde_yaml_ng::Value;
 
 use super::{
     API_VERSION, ConfigError, ConfigWarning, KIND, KubeletConfig, RawMap, Scalars,
-    format_go_duration, parse_go_duration, parse_qos_reserved, parse_reservation,
+    format_go_duration, memory_qos, parse_go_duration, parse_qos_reserved, parse_reservation,
     validate_enforce_node_allocatable,
 };
 use crate::policy::contention::ContentionCondition;
@@ -110,7 +110,6 @@ const IGNORED_KUBELET_KEYS: &[&str] = &[
     "enableProfilingHandler",
     "enableDebugFlagsHandler",
     "seccompDefault",
-    "memoryThrottlingFactor",
     "registerWithTaints",
     "registerNode",
     "tracing",
@@ -225,6 +224,15 @@ pub(super) fn parse_document(
                 // kubelet defaulting: 0 means the default 110.
                 let max = field.non_negative(k, &value)?;
                 config.max_pods = if max == 0 { 110 } else { max };
+            }
+            "memoryThrottlingFactor" => {
+                if let Some(factor) = memory_qos::parse_throttling_factor(origin, &value)? {
+                    config.memory_qos.throttling_factor = factor;
+                }
+            }
+            "memoryReservationPolicy" => {
+                config.memory_qos.reservation_policy =
+                    memory_qos::parse_reservation_policy(origin, &value)?
             }
             "podPidsLimit" => {
                 config.pod_pids_limit = Some(field.int(k, &value)?).filter(|limit| *limit >= 0)

@@ -28,6 +28,7 @@ use crate::policy::signal::Signal;
 mod document;
 mod duration;
 mod flags;
+mod memory_qos;
 #[cfg(test)]
 mod tests;
 mod thresholds;
@@ -35,6 +36,7 @@ mod thresholds;
 pub use crate::policy::eviction::EvictionConfig;
 pub use duration::{DurationError, format_go_duration, parse_go_duration};
 pub use flags::apply_flags;
+pub use memory_qos::{MemoryQos, MemoryReservationPolicy};
 
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 pub const KIND: &str = "KubeletConfiguration";
@@ -95,6 +97,9 @@ pub struct KubeletConfig {
     /// The thresholds of the PSI contention conditions (`systemMemoryContentionThreshold`
     /// and its three siblings), used with the PSINodeCondition gate.
     pub contention_thresholds: ContentionThresholds,
+    /// `memoryThrottlingFactor` and `memoryReservationPolicy`, acting only with the
+    /// [`MEMORY_QOS`] gate on, on cgroup v2 (see [`memory_qos`]).
+    pub memory_qos: MemoryQos,
     /// The agent's own settings under the reserved `monitor` key, unparsed.
     pub monitor: Option<Value>,
     /// The eviction settings as written, kept so flags can override them and the
@@ -104,16 +109,20 @@ pub struct KubeletConfig {
 
 /// The kubelet feature gates the agent follows, with the kubelet's default (1.36 and later)
 /// when the configuration does not set them. Other gates are accepted and ignored.
-pub const FEATURE_GATES: [(&str, bool); 2] = [
+pub const FEATURE_GATES: [(&str, bool); 3] = [
     // Beta, on by default since 1.36: memory.available leaves out the hugepages' capacity
     // (kubelet: pkg/kubelet/server/stats summary, adjustForHugePages).
     (HUGEPAGE_AWARE_EVICTION, true),
     // Alpha in 1.36, off by default: the PSI contention node conditions
     // ([`crate::policy::contention`]).
     (PSI_NODE_CONDITION, false),
+    // Off by default (KEP-2570): memory.high / memory.min / memory.low on cgroup v2
+    // (pkg/features/kube_features.go MemoryQoS).
+    (MEMORY_QOS, false),
 ];
 pub const HUGEPAGE_AWARE_EVICTION: &str = "HugepageAwareEviction";
 pub const PSI_NODE_CONDITION: &str = "PSINodeCondition";
+pub const MEMORY_QOS: &str = "MemoryQoS";
 
 impl KubeletConfig {
     /// Whether the feature gate `name` (one of [`FEATURE_GATES`]) is on: as set, or the
@@ -325,6 +334,7 @@ pub fn default_kubelet_config() -> KubeletConfig {
         pod_pids_limit: None,
         feature_gates: BTreeMap::new(),
         contention_thresholds: ContentionThresholds::default(),
+        memory_qos: MemoryQos::default(),
         monitor: None,
         source: EvictionSource::default(),
     };

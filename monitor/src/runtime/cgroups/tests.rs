@@ -73,6 +73,9 @@ const GUARANTEED: ResourceConfig = ResourceConfig {
     cpu_period: Some(100_000),
     memory_limit: Some(GI),
     pids_limit: Some(100),
+    memory_high: None,
+    memory_min: None,
+    memory_low: None,
 };
 
 const UNLIMITED: ResourceConfig = ResourceConfig {
@@ -81,6 +84,9 @@ const UNLIMITED: ResourceConfig = ResourceConfig {
     cpu_period: Some(100_000),
     memory_limit: Some(-1),
     pids_limit: Some(-1),
+    memory_high: None,
+    memory_min: None,
+    memory_low: None,
 };
 
 #[rstest]
@@ -115,7 +121,24 @@ const UNLIMITED: ResourceConfig = ResourceConfig {
     vec![w(Controller::Cpu, "cpu.max", "20000")])]
 #[case::none_writes_nothing(CgroupVersion::V2, ResourceConfig::default(), vec![])]
 #[case::zeros_are_unset_like_runc(CgroupVersion::V1,
-    ResourceConfig { cpu_shares: Some(0), cpu_quota: Some(0), cpu_period: Some(0), memory_limit: Some(0), pids_limit: Some(0) },
+    ResourceConfig { cpu_shares: Some(0), cpu_quota: Some(0), cpu_period: Some(0), memory_limit: Some(0), pids_limit: Some(0), ..ResourceConfig::default() },
+    vec![])]
+// Memory QoS goes to the v2 files the kubelet puts in the CRI unified map; 0 protection
+// is written (a reset), a negative memory.high is "max".
+#[case::v2_memory_qos(CgroupVersion::V2,
+    ResourceConfig { memory_limit: Some(GI), memory_high: Some(900 << 20), memory_min: Some(0), memory_low: Some(256 << 20), ..ResourceConfig::default() },
+    vec![
+        w(Controller::Memory, "memory.max", "1073741824"),
+        w(Controller::Memory, "memory.min", "0"),
+        w(Controller::Memory, "memory.low", "268435456"),
+        w(Controller::Memory, "memory.high", "943718400"),
+    ])]
+#[case::v2_memory_high_unbounded(CgroupVersion::V2,
+    ResourceConfig { memory_high: Some(-1), ..ResourceConfig::default() },
+    vec![w(Controller::Memory, "memory.high", "max")])]
+// cgroup v1 has no such files: Memory QoS is never written there.
+#[case::v1_ignores_memory_qos(CgroupVersion::V1,
+    ResourceConfig { memory_high: Some(900 << 20), memory_min: Some(GI), memory_low: Some(GI), ..ResourceConfig::default() },
     vec![])]
 fn values_per_version(
     #[case] version: CgroupVersion,

@@ -156,7 +156,9 @@ impl CgroupTree {
 
 /// The files and values for `config` (runc's conversions, which the kubelet relies on).
 /// `None` and 0 leave a file alone (runc treats 0 as unset); a negative memory, quota or
-/// pids value means unlimited.
+/// pids value means unlimited. The Memory QoS files (v2 only; v1 has none) are written as
+/// given, 0 included, the way runc writes the CRI `unified` map the kubelet sends them in:
+/// protection first, then `memory.high`.
 pub(super) fn resource_writes(version: CgroupVersion, config: &ResourceConfig) -> Vec<ValueWrite> {
     let mut writes = Vec::new();
     let mut push = |controller, file, value: String| {
@@ -198,6 +200,15 @@ pub(super) fn resource_writes(version: CgroupVersion, config: &ResourceConfig) -
         CgroupVersion::V2 => {
             if let Some(v) = memory {
                 push(Controller::Memory, "memory.max", limit(v, "max"));
+            }
+            if let Some(v) = config.memory_min {
+                push(Controller::Memory, "memory.min", v.max(0).to_string());
+            }
+            if let Some(v) = config.memory_low {
+                push(Controller::Memory, "memory.low", v.max(0).to_string());
+            }
+            if let Some(v) = config.memory_high {
+                push(Controller::Memory, "memory.high", limit(v, "max"));
             }
             if let Some(weight) = config.cpu_weight().filter(|w| *w != 0) {
                 push(Controller::Cpu, "cpu.weight", weight.to_string());

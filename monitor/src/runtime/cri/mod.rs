@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::policy::image_gc::{ImageGcPolicy, ImageGcState, ImageRecord};
 use crate::policy::pod::{Container, Pod};
-use crate::policy::qos::{self, CgroupOptions};
+use crate::policy::qos::ResourceConfig;
 use crate::policy::types::Time;
 
 use super::cgroups::PodCgroup;
@@ -240,16 +240,20 @@ fn sandbox_config(
 }
 
 /// A container as the kubelet asks the runtime for it: image, command, args, env, working
-/// directory, the resources of its QoS class, and its log under the pod's log directory
+/// directory, its `resources` (see [`crate::policy::qos::pod_container_resource_config`]),
+/// and its log under the pod's log directory
 /// (`<container>/<restart>.log`, as the process runtime writes it).
+///
+/// With Memory QoS on (the `MemoryQoS` gate on a cgroup v2 node), `memory.min`,
+/// `memory.low` and `memory.high` go in the `unified` map, as the kubelet sends them
+/// (generateLinuxContainerResources); the runtime writes them to the container's cgroup.
 fn container_config(
     ownership: &Ownership,
-    cgroup_options: &CgroupOptions,
+    resources: &ResourceConfig,
     uid: &str,
     spec: &Container,
     restart: u32,
 ) -> api::ContainerConfig {
-    let resources = qos::container_resource_config(spec, cgroup_options);
     let mut labels: BTreeMap<String, String> = ownership.labels().into_iter().collect();
     labels.insert(POD_UID_LABEL.to_string(), uid.to_string());
     labels.insert(CONTAINER_NAME_LABEL.to_string(), spec.name.clone());
@@ -281,12 +285,26 @@ fn container_config(
                 cpu_quota: resources.cpu_quota.filter(|q| *q > 0).unwrap_or(0),
                 cpu_shares: resources.cpu_shares.map_or(0, |s| s as i64),
                 memory_limit_in_bytes: resources.memory_limit.unwrap_or(0),
+                unified: memory_qos_unified(resources),
                 ..api::LinuxContainerResources::default()
             }),
             ..api::LinuxContainerConfig::default()
         }),
         ..api::ContainerConfig::default()
     }
+}
+
+/// The Memory QoS values of a container's resources as CRI `unified` entries (cgroup v2
+/// file name to value; kubelet: cm.Cgroup2MemoryMin / MemoryLow / MemoryHigh).
+fn memory_qos_unified(resources: &ResourceConfig) -> std::collections::HashMap<String, String> {
+    [
+        ("memory.min", resources.memory_min),
+        ("memory.low", resources.memory_low),
+        ("memory.high", resources.memory_high),
+    ]
+    .into_iter()
+    .filter_map(|(file, value)| Some((file.to_string(), value?.max(0).to_string())))
+    .collect()
 }
 
 /// Makes sure the image is there as the container's pull policy asks.
@@ -360,7 +378,7 @@ pub(super) async fn start_container(
     cri: &CriRuntime,
     sandbox_id: &str,
     sandbox: api::PodSandboxConfig,
-    cgroup_options: &CgroupOptions,
+    resources: &ResourceConfig,
     uid: &str,
     spec: &Container,
     restart: u32,
@@ -369,7 +387,7 @@ pub(super) async fn start_container(
     let log_dir = PathBuf::from(&sandbox.log_directory).join(&spec.name);
     std::fs::create_dir_all(&log_dir)
         .map_err(|err| format!("creating {}: {err}", log_dir.display()))?;
-    let config = container_config(&cri.ownership, cgroup_options, uid, spec, restart);
+    let config = container_config(&cri.ownership, resources, uid, spec, restart);
     let id = cri
         .client
         .create_container(sandbox_id, config, sandbox)

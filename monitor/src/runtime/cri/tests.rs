@@ -127,3 +127,42 @@ fn the_writable_layer_is_the_upperdir_of_the_root_overlay() {
     assert_eq!(root_upperdir("1 0 8:1 / / rw - ext4 /dev/vda1 rw\n"), None);
     assert_eq!(root_upperdir(""), None);
 }
+
+#[test]
+fn memory_qos_values_go_in_the_unified_map_only_when_on() {
+    use crate::policy::memory_qos::{MemoryQos, MemoryReservationPolicy, NodeMemoryQos};
+    use crate::policy::qos::CgroupOptions;
+    use crate::policy::testing::pod;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let ownership = owner(dir.path());
+    let burstable = pod("b", "memory=64Mi", "memory=128Mi");
+    let spec = &burstable.spec.containers[0];
+    let unified = |options: &CgroupOptions| {
+        let resources =
+            crate::policy::qos::pod_container_resource_config(&burstable, spec, options);
+        container_config(&ownership, &resources, "uid", spec, 0)
+            .linux
+            .and_then(|l| l.resources)
+            .map(|r| r.unified)
+            .unwrap_or_default()
+    };
+    assert!(unified(&CgroupOptions::default()).is_empty());
+    let on = CgroupOptions {
+        memory_qos: Some(NodeMemoryQos {
+            settings: MemoryQos {
+                throttling_factor: 0.5,
+                reservation_policy: MemoryReservationPolicy::TieredReservation,
+            },
+            allocatable_memory: 1 << 30,
+        }),
+        ..CgroupOptions::default()
+    };
+    let map = unified(&on);
+    // 64Mi + 0.5 × 64Mi = 96Mi; Burstable: memory.low = the request.
+    assert_eq!(
+        map.get("memory.high").map(String::as_str),
+        Some("100663296")
+    );
+    assert_eq!(map.get("memory.low").map(String::as_str), Some("67108864"));
+    assert_eq!(map.get("memory.min").map(String::as_str), Some("0"));
+}

@@ -93,7 +93,7 @@ pub(super) fn launch(shared: &Arc<Shared>, uid: &str, name: &str) {
         .create_container(
             &cgroup,
             name,
-            &qos::container_resource_config(spec, &shared.config.cgroup_options),
+            &qos::pod_container_resource_config(&pod, spec, &shared.config.cgroup_options),
         )
         .map_err(|e| e.to_string())
         .and_then(|cc| {
@@ -166,7 +166,7 @@ pub(super) async fn launch_on_runtime(
         &cri,
         &sandbox_id,
         sandbox,
-        &shared.config.cgroup_options,
+        &qos::pod_container_resource_config(&pod, &spec, &shared.config.cgroup_options),
         &uid,
         &spec,
         restart,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::exit::EXIT_CODE_UNKNOWN;
 use crate::policy::pod::Pod;
-use crate::policy::qos;
+use crate::policy::{memory_qos, qos};
 use crate::runtime::cgroups::PodCgroup;
 use crate::runtime::manifests::Manifest;
 use crate::runtime::shared::{LivePod, Shared};
@@ -200,6 +200,13 @@ pub(in crate::runtime) fn update_tiers(shared: &Shared) {
             }
         }
         Err(err) => tracing::warn!("QoS tiers: {err}"),
+    }
+    if let Some(memory_qos) = &shared.config.cgroup_options.memory_qos {
+        let protection =
+            memory_qos::tier_protection(&active, memory_qos.settings.reservation_policy);
+        if let Err(err) = shared.tree.update_memory_qos_tiers(&protection) {
+            tracing::warn!("Memory QoS of the QoS tiers: {err}");
+        }
     }
 }
 
