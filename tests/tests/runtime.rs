@@ -191,9 +191,9 @@ fn memory_qos_sets_memory_high_min_and_low_on_cgroup_v2() {
     let allocatable = 512 * MIB;
     let factor = 0.8;
     let mut node = Node::new(
-        "evictionHard: {allocatableMemory.available: 50Mi}
-         featureGates: {MemoryQoS: true}
-         memoryThrottlingFactor: 0.8
+        "evictionHard: {allocatableMemory.available: 50Mi}\n\
+         featureGates: {MemoryQoS: true}\n\
+         memoryThrottlingFactor: 0.8\n\
          memoryReservationPolicy: TieredReservation",
     );
     // GUARANTEED: 64Mi request = limit; BURSTABLE: 32Mi request, 128Mi limit.

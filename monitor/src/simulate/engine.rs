@@ -18,6 +18,7 @@ use super::stats::pods_with_stats;
 use super::summary::Summary;
 use crate::config::kubelet::{HUGEPAGE_AWARE_EVICTION, KubeletConfig, format_go_duration};
 use crate::policy::condition::eviction_condition;
+use crate::policy::contention::ContentionConditions;
 use crate::policy::eviction::{EvictionDecision, EvictionManager, SyncInput, SyncOutcome};
 use crate::policy::pod::Pod;
 use crate::policy::quantity::Quantity;
@@ -32,12 +33,16 @@ pub struct Simulation {
     pods: Vec<Pod>,
     summary: Summary,
     images: Option<ImageModel>,
+    /// The PSI contention conditions, with the PSINodeCondition gate on.
+    contention: Option<ContentionConditions>,
 }
 
 impl Simulation {
     pub fn new(config: KubeletConfig, dedicated_image_fs: Option<bool>) -> Self {
         let manager = EvictionManager::new(config.eviction.clone());
+        let contention = config.contention().map(|_| ContentionConditions::default());
         Simulation {
+            contention,
             config,
             manager,
             dedicated_image_fs,
@@ -137,7 +142,16 @@ impl Simulation {
         images_removed.sort();
         images_removed.dedup();
 
-        output(now, &outcome, &admission, images_removed)
+        // 4. The PSI contention conditions, from the summary's stall averages.
+        let mut out = output(now, &outcome, &admission, images_removed);
+        if let (Some(conditions), Some(thresholds)) =
+            (&mut self.contention, self.config.contention())
+        {
+            let node = &self.summary.node;
+            conditions.update(thresholds, |c| node.stall_averages(c));
+            out.contention_conditions = conditions.reported();
+        }
+        out
     }
 
     /// The pods cgroup's memory limit: node capacity, less system- and kube-reserved when
@@ -291,6 +305,7 @@ fn output(
             .collect(),
         preempted: admission.preempted.clone(),
         images_removed,
+        contention_conditions: Vec::new(),
     }
 }
 

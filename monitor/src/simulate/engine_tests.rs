@@ -383,3 +383,61 @@ steps:
         line["evicted"]["conditions"]
     );
 }
+
+/// With the PSINodeCondition gate, the summary's PSI (node memory and I/O, the "pods"
+/// system container's) drives the contention conditions step by step, with the KEP's
+/// hysteresis; without it the output has no such key.
+#[test]
+fn psi_in_the_summary_drives_the_contention_conditions() {
+    let step = |at: &str, avg10: f64, avg60: f64| {
+        format!(
+            "  - at: {at}
+    summary:
+      node:
+        memory: {{availableBytes: 4294967296, workingSetBytes: 1073741824,
+                  psi: {{full: {{avg10: {avg10}, avg60: {avg60}, avg300: 0}}}}}}
+        io: {{psi: {{full: {{avg10: 0, avg60: 0, avg300: 0}}}}}}
+        systemContainers:
+          - name: pods
+            memory: {{psi: {{full: {{avg10: {avg10}, avg60: {avg60}, avg300: 0}}}}}}
+"
+        )
+    };
+    let steps = [
+        step("0s", 95.0, 91.0),
+        step("10s", 50.0, 92.0),
+        step("20s", 50.0, 50.0),
+    ]
+    .concat();
+    let gated = format!(
+        "config:\n  featureGates: {{PSINodeCondition: true}}\n  kubepodsDiskContentionThreshold: 0\nsteps:\n{steps}"
+    );
+    let out = run(&gated);
+    let status = |i: usize| -> Vec<(String, bool)> {
+        out[i]
+            .contention_conditions
+            .iter()
+            .map(|c| (c.condition.as_str().to_string(), c.status))
+            .collect()
+    };
+    let both = |memory: bool| {
+        vec![
+            ("SystemMemoryContentionPressure".to_string(), memory),
+            ("SystemDiskContentionPressure".to_string(), false),
+            ("KubepodsMemoryContentionPressure".to_string(), memory),
+        ]
+    };
+    assert_eq!(status(0), both(true), "both averages over 90 %");
+    assert_eq!(status(1), both(true), "avg10 eased, avg60 still over: held");
+    assert_eq!(status(2), both(false), "avg60 under: cleared");
+    let line = serde_json::to_value(&out[0]).expect("serialize");
+    assert_eq!(
+        line["contentionConditions"][0]["type"],
+        "SystemMemoryContentionPressure"
+    );
+    assert_eq!(line["contentionConditions"][0]["averages"]["avg60"], 91.0);
+
+    let ungated = run(&format!("config: {{}}\nsteps:\n{steps}"));
+    let line = serde_json::to_value(&ungated[0]).expect("serialize");
+    assert!(line.get("contentionConditions").is_none(), "{line}");
+}

@@ -29,6 +29,10 @@ pub struct StepOutput {
     pub preempted: Vec<String>,
     /// Image ids removed by node-level reclaim and image GC at this step.
     pub images_removed: Vec<String>,
+    /// The PSI contention conditions after this step (only with the PSINodeCondition
+    /// gate on; the key is left out otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub contention_conditions: Vec<crate::policy::contention::ContentionStatus>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -115,6 +119,8 @@ mod tests {
             admission: vec![],
             preempted: vec![],
             images_removed: vec![],
+            // Left out when empty (the PSINodeCondition gate off).
+            contention_conditions: vec![],
         };
         let value = serde_json::to_value(&out).unwrap_or_else(|e| panic!("serialize: {e}"));
         let keys: Vec<&str> = value

@@ -26,6 +26,8 @@ pub struct NodeStats {
     /// cgroup that holds every pod; the kubelet derives allocatableMemory.available from it).
     pub system_containers: Vec<ContainerStats>,
     pub memory: Option<MemoryStats>,
+    /// I/O statistics: only their PSI is read (the disk contention conditions).
+    pub io: Option<IoStats>,
     pub fs: Option<FsStats>,
     pub runtime: Option<RuntimeStats>,
     pub rlimit: Option<RlimitStats>,
@@ -42,6 +44,32 @@ pub struct MemoryStats {
     pub rss_bytes: Option<u64>,
     pub page_faults: Option<u64>,
     pub major_page_faults: Option<u64>,
+    /// Stall information (kubelet 1.33+, KubeletPSI): read for the contention conditions.
+    pub psi: Option<PsiStats>,
+}
+
+/// I/O statistics (node, system container); only `psi` is read.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IoStats {
+    pub psi: Option<PsiStats>,
+}
+
+/// Pressure stall information of one resource (`some` and `full`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PsiStats {
+    pub full: Option<PsiData>,
+    pub some: Option<PsiData>,
+}
+
+/// One PSI line: the share of wall time stalled, in percent, over 10 s, 60 s and 300 s.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PsiData {
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
 }
 
 /// Filesystem statistics (node fs, image fs, container rootfs and logs, volumes).
@@ -105,6 +133,8 @@ pub struct PodReference {
 pub struct ContainerStats {
     pub name: String,
     pub memory: Option<MemoryStats>,
+    /// Read for the "pods" system container's disk contention condition.
+    pub io: Option<IoStats>,
     pub rootfs: Option<FsStats>,
     pub logs: Option<FsStats>,
 }
@@ -126,6 +156,27 @@ pub struct ProcessStats {
 }
 
 impl NodeStats {
+    /// The `full` stall averages a contention condition follows, from the summary's node
+    /// memory and I/O and the "pods" system container's, as the kubelet reads them.
+    pub fn stall_averages(
+        &self,
+        condition: crate::policy::contention::ContentionCondition,
+    ) -> Option<crate::policy::contention::StallAverages> {
+        use crate::policy::contention::{ContentionCondition, StallAverages};
+        let pods = self.system_container("pods");
+        let psi = match condition {
+            ContentionCondition::SystemMemory => self.memory.as_ref()?.psi.as_ref(),
+            ContentionCondition::SystemDisk => self.io.as_ref()?.psi.as_ref(),
+            ContentionCondition::KubepodsMemory => pods?.memory.as_ref()?.psi.as_ref(),
+            ContentionCondition::KubepodsDisk => pods?.io.as_ref()?.psi.as_ref(),
+        };
+        let full = psi?.full?;
+        Some(StallAverages {
+            avg10: full.avg10,
+            avg60: full.avg60,
+        })
+    }
+
     /// A system container by name ("pods", "kubelet", "runtime", "misc").
     pub fn system_container(&self, name: &str) -> Option<&ContainerStats> {
         self.system_containers.iter().find(|c| c.name == name)
