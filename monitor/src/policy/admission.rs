@@ -37,10 +37,9 @@ pub const POD_OS_SELECTOR_MISMATCH: &str = "PodOSSelectorNodeLabelDoesNotMatch";
 pub const POD_OS_NOT_SUPPORTED: &str = "PodOSNotSupported";
 /// The well-known OS label (v1.LabelOSStable).
 pub const OS_LABEL: &str = "kubernetes.io/os";
-/// The OS this agent runs on, which is the node's: the kubelet compares with its own
-/// runtime.GOOS, and Rust's names agree with Go's for the OSes pods name ("linux",
-/// "windows").
-pub const NODE_OS: &str = std::env::consts::OS;
+/// The node's OS, as the kubelet names it (its own runtime.GOOS): the agent runs on Linux
+/// only (cgroups, PSI, eBPF), so its node is always "linux".
+pub const NODE_OS: &str = "linux";
 /// The scheduler's wildcard host address (DefaultBindAllHostIP).
 const ANY_HOST_IP: &str = "0.0.0.0";
 

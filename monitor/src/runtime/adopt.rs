@@ -91,14 +91,7 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
         }
         shared.lock().pods.insert(
             record.uid.clone(),
-            LivePod {
-                cgroup: if terminal { None } else { cgroup.clone() },
-                record: record.clone(),
-                terminating: false,
-                hot_killed: Default::default(),
-                restart_at: BTreeMap::new(),
-                backoff: BTreeMap::new(),
-            },
+            LivePod::new(record.clone(), if terminal { None } else { cgroup.clone() }),
         );
         if terminal {
             // Its record says what ran when it was written; the processes it names that

@@ -68,6 +68,18 @@ pub(super) struct LivePod {
 }
 
 impl LivePod {
+    /// A pod the runtime starts to follow: not terminating, no restart pending.
+    pub(super) fn new(record: PodRecord, cgroup: Option<PodCgroup>) -> LivePod {
+        LivePod {
+            record,
+            cgroup,
+            terminating: false,
+            hot_killed: Default::default(),
+            restart_at: BTreeMap::new(),
+            backoff: BTreeMap::new(),
+        }
+    }
+
     /// Being stopped, evicted, or killed by the hot path: never restarted.
     pub(super) fn stopping(&self) -> bool {
         self.terminating || self.hot_killed.load(std::sync::atomic::Ordering::SeqCst)

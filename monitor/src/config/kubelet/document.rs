@@ -249,7 +249,7 @@ pub(super) fn parse_document(
 }
 
 /// Short description of a YAML value for error messages.
-fn describe(value: &Value) -> String {
+pub(super) fn describe(value: &Value) -> String {
     match value {
         Value::Null => "null".to_string(),
         Value::Bool(b) => format!("boolean {b}"),

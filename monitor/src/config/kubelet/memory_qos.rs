@@ -9,6 +9,7 @@
 use serde_yaml_ng::Value;
 
 use super::ConfigError;
+use super::document::describe;
 pub use crate::policy::memory_qos::{MemoryQos, MemoryReservationPolicy};
 
 pub const MEMORY_THROTTLING_FACTOR_KEY: &str = "memoryThrottlingFactor";
@@ -74,18 +75,6 @@ pub(super) fn parse_reservation_policy(
         value: text.clone(),
         expected: MemoryReservationPolicy::NAMES.join(", "),
     })
-}
-
-fn describe(value: &Value) -> String {
-    match value {
-        Value::Null => "null".to_string(),
-        Value::Bool(b) => format!("boolean {b}"),
-        Value::Number(n) => format!("number {n}"),
-        Value::String(s) => format!("string {s:?}"),
-        Value::Sequence(_) => "a list".to_string(),
-        Value::Mapping(_) => "a mapping".to_string(),
-        Value::Tagged(t) => format!("tagged value {}", t.tag),
-    }
 }
 
 #[cfg(test)]

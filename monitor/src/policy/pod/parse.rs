@@ -432,7 +432,7 @@ fn check_port(port: &Value, path: &str, host_network: bool) -> Result<(), Proble
     }
     match port.get("hostIP") {
         None | Some(Value::Null) => {}
-        Some(Value::String(ip)) if ip.is_empty() || ip.parse::<std::net::IpAddr>().is_ok() => {}
+        Some(Value::String(ip)) if ip.is_empty() || ip.parse::<core::net::IpAddr>().is_ok() => {}
         Some(other) => {
             return Err(Problem::new(
                 format!("{path}.hostIP"),

@@ -1,6 +1,5 @@
 //! Records: what the runtime holds of each pod, saved to the state directory and
 //! published to the API; the QoS tiers and cgroups that follow from it.
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::exit::EXIT_CODE_UNKNOWN;
@@ -49,17 +48,10 @@ pub(super) fn insert(
         conditions: Vec::new(),
     };
     persist_new(shared, &record);
-    shared.lock().pods.insert(
-        manifest.uid.clone(),
-        LivePod {
-            record,
-            cgroup: None,
-            terminating: false,
-            hot_killed: Default::default(),
-            restart_at: BTreeMap::new(),
-            backoff: BTreeMap::new(),
-        },
-    );
+    shared
+        .lock()
+        .pods
+        .insert(manifest.uid.clone(), LivePod::new(record, None));
 }
 
 /// Changes the record of pod `uid` in place and saves it. `None`, and nothing saved, when
@@ -227,14 +219,7 @@ mod tests {
         "The node was low on resource: memory. Threshold quantity: 500Mi, available: 200Mi. ";
 
     fn live(record: PodRecord) -> LivePod {
-        LivePod {
-            record,
-            cgroup: None,
-            terminating: false,
-            hot_killed: Default::default(),
-            restart_at: BTreeMap::new(),
-            backoff: BTreeMap::new(),
-        }
+        LivePod::new(record, None)
     }
 
     fn record(phase: Phase, conditions: Vec<PodCondition>) -> PodRecord {
