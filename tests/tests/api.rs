@@ -404,3 +404,110 @@ fn oversized_manifests_are_refused_by_name_and_event_messages_are_bounded() {
         "the oversized pod was started"
     );
 }
+
+/// The machine's hugepage pool, put back as it was when dropped.
+struct HugepagePool {
+    before: String,
+}
+
+const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+impl HugepagePool {
+    fn reserve(pages: u64) -> HugepagePool {
+        let before = std::fs::read_to_string(NR_HUGEPAGES).expect("nr_hugepages");
+        std::fs::write(NR_HUGEPAGES, pages.to_string()).expect("reserve hugepages");
+        HugepagePool { before }
+    }
+}
+
+impl Drop for HugepagePool {
+    fn drop(&mut self) {
+        let _ = std::fs::write(NR_HUGEPAGES, self.before.trim());
+    }
+}
+
+/// A meminfo value in bytes.
+fn meminfo(key: &str) -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
+    text.lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+            let mut words = rest.split_whitespace();
+            let value: u64 = words.next()?.parse().ok()?;
+            Some(if words.next() == Some("kB") {
+                value * 1024
+            } else {
+                value
+            })
+        })
+        .unwrap_or_else(|| panic!("no {key} in /proc/meminfo"))
+}
+
+/// With a real hugepage pool, the agent reads it and admits against an allocatable without
+/// it (the kubelet's node status): a pod that fits in memory capacity less the hard
+/// threshold, but not once the pool is left out, is refused.
+#[test]
+fn a_hugepage_pool_is_left_out_of_allocatable_memory() {
+    if !require(
+        "a_hugepage_pool_is_left_out_of_allocatable_memory",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    if std::env::var_os("MONITOR_TEST_VM").is_none() {
+        println!(
+            "SKIP: a_hugepage_pool: reserving hugepages changes the whole machine's memory; it runs in the test VM only"
+        );
+        return;
+    }
+    let _pool = HugepagePool::reserve(32);
+    let hugepages = meminfo("Hugetlb");
+    assert!(
+        hugepages >= 32 * 2 * 1024 * 1024,
+        "the pool holds {hugepages} bytes"
+    );
+    // evictionHard memory.available<100Mi (the test agent's): allocatable = MemTotal −
+    // 100Mi − the pool. The pod asks for half a pool more than that.
+    let allocatable = meminfo("MemTotal") - (100 << 20) - hugepages;
+    let request = allocatable + hugepages / 2;
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: big}}\nspec:\n  containers:\n  - {{name: main, image: none, command: [/bin/sleep, '1000'], resources: {{requests: {{memory: '{request}'}}}}}}\n"
+    );
+    let agent = Agent::start("api-hugepages", &[("big.yaml", pod.into_bytes())]);
+    let (ok, json, _) = agent.cli(&["status", "--json"]);
+    assert!(ok, "{}", agent.log());
+    let status: serde_json::Value = serde_json::from_str(&json).expect("status --json");
+    let memory = &status["observation"]["memory"];
+    assert_eq!(
+        memory["hugepages_bytes"].as_u64(),
+        Some(hugepages),
+        "{memory}"
+    );
+    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        // cgroup v2: the meminfo-based working set already holds the pool.
+        assert_eq!(
+            memory["hugepages_left_out_bytes"].as_u64(),
+            Some(0),
+            "{memory}"
+        );
+    }
+    let refused = poll_every(Duration::from_secs(20), Duration::from_millis(100), || {
+        let (_, pods, _) = agent.cli(&["pods", "--json"]);
+        serde_json::from_str::<serde_json::Value>(&pods)
+            .ok()
+            .and_then(|v| {
+                v["pods"]
+                    .as_array()?
+                    .iter()
+                    .find(|p| p["key"] == "default/big")
+                    .map(|p| p["reason"] == "OutOfmemory")
+            })
+            .unwrap_or(false)
+    });
+    assert!(
+        refused,
+        "a pod asking {request} bytes of an allocatable of {allocatable} was not refused: {}\n{}",
+        agent.cli(&["pods", "--json"]).1,
+        agent.log()
+    );
+}
