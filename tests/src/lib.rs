@@ -82,6 +82,14 @@ fn layout() -> Option<CgroupLayout> {
     CgroupLayout::detect().ok()
 }
 
+/// Says that `test` is skipped and why: `SKIP: <test>: <reason>`, straight to the process's
+/// stdout (the test harness captures `println!` of passing tests, and `cargo xtask test`
+/// counts these lines).
+pub fn skip(test: &str, reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "SKIP: {test}: {reason}");
+}
+
 /// Returns `true` when every feature is present. Otherwise prints `SKIP: <test>: <reason>`
 /// and returns `false` — or panics when the feature is required on this machine.
 pub fn require(test: &str, features: &[Feature]) -> bool {
@@ -107,10 +115,7 @@ pub fn require(test: &str, features: &[Feature]) -> bool {
                     feature.name()
                 );
             }
-            // Straight to the process's stdout: the test harness captures `println!` of
-            // passing tests, and `cargo xtask test` counts these lines.
-            use std::io::Write;
-            let _ = writeln!(std::io::stdout(), "SKIP: {test}: {reason}");
+            skip(test, &reason);
             return false;
         }
     }

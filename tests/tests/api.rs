@@ -276,8 +276,9 @@ fn psi_contention_conditions_follow_the_real_pressure_files_with_their_gate() {
         ),
     ];
     if !files.iter().all(|(_, f)| f.exists()) {
-        println!(
-            "SKIP: psi_contention_conditions: this kernel has no /proc/pressure files (CONFIG_PSI off or psi=0)"
+        monitor_tests::skip(
+            "psi_contention_conditions",
+            "this kernel has no /proc/pressure files (CONFIG_PSI off or psi=0)",
         );
         return;
     }
@@ -455,8 +456,9 @@ fn a_hugepage_pool_is_left_out_of_allocatable_memory() {
         return;
     }
     if std::env::var_os("MONITOR_TEST_VM").is_none() {
-        println!(
-            "SKIP: a_hugepage_pool: reserving hugepages changes the whole machine's memory; it runs in the test VM only"
+        monitor_tests::skip(
+            "a_hugepage_pool",
+            "reserving hugepages changes the whole machine's memory; it runs in the test VM only",
         );
         return;
     }

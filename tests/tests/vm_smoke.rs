@@ -21,7 +21,10 @@ fn cgroup_v2_memory_controller_is_available_to_children() {
             in_vm.is_none(),
             "kernel {in_vm:?}: no {ROOT}/cgroup.controllers: cgroup2 is not mounted"
         );
-        println!("SKIP: {ROOT} is not a cgroup v2 mount on this host");
+        monitor_tests::skip(
+            "cgroup_v2_memory_controller",
+            &format!("{ROOT} is not a cgroup v2 mount on this host"),
+        );
         return;
     };
     assert!(
@@ -44,7 +47,10 @@ fn cgroup_v2_memory_controller_is_available_to_children() {
 #[test]
 fn guest_helper_binaries_run() {
     if std::env::var_os("MONITOR_TEST_VM").is_none() {
-        println!("SKIP: not inside the cargo xtask vm guest, which puts the agent on PATH");
+        monitor_tests::skip(
+            "guest_helper_binaries",
+            "not inside the cargo xtask vm guest, which puts the agent on PATH",
+        );
         return;
     }
     let out = std::process::Command::new("monitor")
