@@ -262,6 +262,18 @@ pub fn unfreeable() -> TrustTally {
     }
     tally.findings.push(format!("evicted at {seen:?}"));
     let log = node.log(node.runs);
+    if tally.extra_evictions > 0 {
+        // What the agent saw and did about these pods, to tell a pacing gap from a
+        // second signal or a hot kill.
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("shm-") || l.contains("paced") || l.contains("hot"))
+            .collect();
+        tally.findings.push(format!(
+            "the agent's lines about them:\n{}",
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        ));
+    }
     if !seen.is_empty() && !log.contains("EvictionIneffective") {
         tally.missing += 1;
         tally

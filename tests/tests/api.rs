@@ -3,6 +3,7 @@
 //! clients hold every connection the listener serves, and oversized manifests and event
 //! messages are bounded.
 use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -125,6 +126,16 @@ fn never_reads(socket: &Path) -> UnixStream {
     stream
 }
 
+/// The bytes the kernel holds for `stream` to read.
+fn waiting_bytes(stream: &UnixStream) -> usize {
+    let mut bytes: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, which points at `bytes`; the
+    // descriptor is open for as long as `stream` is borrowed.
+    let rc = unsafe { libc::ioctl(stream.as_raw_fd(), libc::FIONREAD, &mut bytes) };
+    assert_eq!(rc, 0, "FIONREAD: {}", std::io::Error::last_os_error());
+    usize::try_from(bytes).unwrap_or(0)
+}
+
 #[test]
 fn status_and_metrics_answer_while_slow_clients_hold_every_connection() {
     if !require(
@@ -184,9 +195,28 @@ fn status_and_metrics_answer_while_slow_clients_hold_every_connection() {
 
     // A client that never reads is dropped after the write timeout: reading once it has
     // passed finds the responses the kernel had buffered, then the end of the connection,
-    // far short of the 400 it asked for.
-    std::thread::sleep(
-        (WRITE_TIMEOUT + Duration::from_secs(2)).saturating_sub(readers_started.elapsed()),
+    // far short of the 400 it asked for. The timeout runs from when the agent's writes to
+    // that client stopped, which under emulation can be many seconds after it connected
+    // (the agent renders every client's responses until its socket is full): each client
+    // is read only once the bytes waiting for it have not grown for the timeout and more.
+    let stalled_for = WRITE_TIMEOUT + Duration::from_secs(2);
+    let mut last_growth: Vec<(usize, Instant)> =
+        silent.iter().map(|_| (0, readers_started)).collect();
+    let settled = poll_every(Duration::from_secs(90), Duration::from_millis(200), || {
+        for (stream, (bytes, since)) in silent.iter().zip(&mut last_growth) {
+            let now = waiting_bytes(stream);
+            if now != *bytes {
+                *bytes = now;
+                *since = Instant::now();
+            }
+        }
+        last_growth
+            .iter()
+            .all(|(bytes, since)| *bytes > 0 && since.elapsed() >= stalled_for)
+    });
+    assert!(
+        settled,
+        "the agent kept writing to non-reading clients for 90 s: {last_growth:?}"
     );
     for stream in &mut silent {
         stream

@@ -257,17 +257,20 @@ impl EvictionSync {
             super::contention::track(conditions, thresholds, &node.pressure, &self.state);
         }
         self.judge_effects(&finished, &input.observations, &outcome, now);
-        let (started, deferred): (Vec<_>, Vec<_>) = outcome
-            .evictions
-            .iter()
-            .cloned()
-            .partition(|d| self.may_start(d, now));
-        for decision in &started {
-            self.note_effect(decision, &input);
+        // One at a time: each eviction started here counts as under way for the next.
+        let mut started = Vec::new();
+        let mut deferred = Vec::new();
+        for decision in outcome.evictions.iter().cloned() {
+            if !self.may_start(&decision, now) {
+                deferred.push(decision);
+                continue;
+            }
+            self.note_effect(&decision, &input);
             if let Some(at) = decision.signal.and_then(|s| self.paced.get_mut(&s)) {
                 *at = now + self.kubelet.housekeeping_interval;
             }
             self.start(decision.clone());
+            started.push(decision);
         }
         if started.iter().any(|d| d.signal.is_some()) {
             self.state
@@ -471,7 +474,14 @@ impl EvictionSync {
                 continue;
             };
             let effect = self.effects.swap_remove(index);
-            if done.outcome != EvictionOutcome::Evicted || effect.victim_bytes < JUDGED_FROM_BYTES {
+            // A pod found gone at the first attempt is gone all the same (the hot path's
+            // kill, or its exit, came before the booking): what the signal got back is
+            // judged on the node as it is now, whoever ended the pod.
+            let gone = matches!(
+                done.outcome,
+                EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone
+            );
+            if !gone || effect.victim_bytes < JUDGED_FROM_BYTES {
                 continue;
             }
             let Some(after) = observations.get(&effect.signal) else {

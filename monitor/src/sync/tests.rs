@@ -74,6 +74,9 @@ struct Node {
     /// An evicted pod's memory stays charged (page cache, tmpfs): its working set moves
     /// to the rest of the node instead of being freed.
     unfreeable: bool,
+    /// Each kill answers `AlreadyGone`: the pod's exit was handled before the eviction
+    /// was booked (as after a hot kill), though the kill did end it.
+    gone_before_booking: bool,
 }
 
 #[derive(Clone)]
@@ -100,6 +103,7 @@ impl Fake {
             needs_seen: Vec::new(),
             nodefs_hung: false,
             unfreeable: false,
+            gone_before_booking: false,
         })))
     }
 
@@ -231,7 +235,11 @@ impl PodKiller for Fake {
                         node.base_usage += held;
                     }
                     node.pods.retain(|(k, _, _)| *k != decision.pod_key);
-                    EvictionOutcome::Evicted
+                    if node.gone_before_booking {
+                        EvictionOutcome::AlreadyGone
+                    } else {
+                        EvictionOutcome::Evicted
+                    }
                 }
             }
         })
@@ -838,8 +846,18 @@ async fn the_hot_path_kills_the_pre_ranked_victim_and_the_next_pass_records_it_o
 
 #[tokio::test(start_paused = true)]
 async fn evictions_that_free_nothing_are_reported_and_paced_to_one_per_housekeeping_interval() {
-    // 8Gi − 7.5Gi = 0.5Gi available: under the hard 1Gi. No pod's eviction gives its
-    // memory back (it stays charged), so the threshold stays met whoever goes.
+    evictions_that_free_nothing_are_paced(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_found_gone_at_its_booking_is_judged_and_paced_all_the_same() {
+    evictions_that_free_nothing_are_paced(true).await;
+}
+
+/// 8Gi − 7.5Gi = 0.5Gi available: under the hard 1Gi. No pod's eviction gives its memory
+/// back (it stays charged), so the threshold stays met whoever goes. With
+/// `gone_before_booking`, every eviction finds its pod gone already (`AlreadyGone`).
+async fn evictions_that_free_nothing_are_paced(gone_before_booking: bool) {
     let fake = Fake::new(
         3 * GI + GI / 2,
         &[
@@ -850,6 +868,7 @@ async fn evictions_that_free_nothing_are_reported_and_paced_to_one_per_housekeep
         ],
     );
     fake.node().unfreeable = true;
+    fake.node().gone_before_booking = gone_before_booking;
     let mut h = Harness::start(fake, 1);
     let first = h.next(secs(1)).await;
     assert_eq!(
