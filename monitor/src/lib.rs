@@ -27,3 +27,6 @@ pub mod simulate;
 pub mod state;
 pub mod sync;
 pub mod tasks;
+
+#[cfg(test)]
+mod doc_tables;

@@ -882,6 +882,32 @@ mod tests {
         }
     }
 
+    /// docs/operation.md's metrics table names every family `/metrics` renders, and
+    /// nothing else.
+    #[test]
+    fn the_operation_page_names_every_metric() {
+        let text = render_metrics(&state());
+        let mut rendered: BTreeSet<String> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|line| line.split(' ').next())
+            .map(String::from)
+            .collect();
+        // Rendered only where /proc/vmstat has oom_kill (Linux 4.13+).
+        if node_oom_kills().is_none() {
+            rendered.insert("monitor_node_oom_kills_total".into());
+        }
+        let page = crate::doc_tables::page("operation.md");
+        let documented = crate::doc_tables::first_column(&page, "metric");
+        assert!(rendered.len() > 20, "{rendered:?}");
+        let undocumented: Vec<_> = rendered.difference(&documented).collect();
+        let unknown: Vec<_> = documented.difference(&rendered).collect();
+        assert!(
+            undocumented.is_empty() && unknown.is_empty(),
+            "docs/operation.md: metrics without a row {undocumented:?}, rows /metrics does not render {unknown:?}"
+        );
+    }
+
     #[test]
     fn a_family_without_samples_is_left_out() {
         let text = render_metrics(&AgentState::default());

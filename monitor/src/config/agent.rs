@@ -398,6 +398,44 @@ mod tests {
         }
     }
 
+    /// The keys a block accepts, as its parser lists them when it refuses an unknown one.
+    fn accepted_keys(yaml: &str) -> Vec<String> {
+        let err = parse(yaml).expect_err("an unknown key is refused");
+        let (_, expected) = err
+            .split_once("expected")
+            .unwrap_or_else(|| panic!("the refusal lists no keys: {err}"));
+        expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(String::from)
+            .collect()
+    }
+
+    /// docs/configuration.md's `monitor:` table names every key the parser accepts, and
+    /// nothing else (`sources` is a block: its keys are named `sources.<key>`).
+    #[test]
+    fn the_configuration_page_names_every_key() {
+        let mut accepted = std::collections::BTreeSet::new();
+        for key in accepted_keys("notAKey: 1\n") {
+            if key == "sources" {
+                let nested = accepted_keys("sources: {notAKey: 1}\n");
+                accepted.extend(nested.into_iter().map(|k| format!("sources.{k}")));
+            } else {
+                accepted.insert(key);
+            }
+        }
+        let page = crate::doc_tables::page("configuration.md");
+        let documented = crate::doc_tables::first_column(&page, "key");
+        assert!(accepted.len() > 20, "{accepted:?}");
+        let undocumented: Vec<_> = accepted.difference(&documented).collect();
+        let unknown: Vec<_> = documented.difference(&accepted).collect();
+        assert!(
+            undocumented.is_empty() && unknown.is_empty(),
+            "docs/configuration.md: keys without a row {undocumented:?}, rows the parser does not accept {unknown:?}"
+        );
+    }
+
     #[test]
     fn errors_name_the_file_and_key() {
         let err = parse("sources: {ebfp: false}\n").unwrap_err();

@@ -4,8 +4,8 @@
 //! at full allocation speed and at a slower rate; then the agent's costs (idle CPU and
 //! RSS, eBPF per-event cost, synchronize duration against pod count). Prints a table, and
 //! writes the JSON of every trial and the plots (see [`plot`]) under `<target>/bench/`;
-//! `--replot` redraws them from that JSON, `--readme` puts the table and the plots in
-//! README.md and docs/bench/.
+//! `--replot` redraws them from that JSON, `--docs` writes docs/benchmark.md whole (the
+//! run's date and build, the table, the plots) and copies the plots to docs/bench/.
 
 use std::time::Duration;
 
@@ -83,11 +83,11 @@ pub struct BenchArgs {
     /// Keep each run's directory (config, manifests, agent log).
     #[arg(long)]
     pub keep: bool,
-    /// Also rewrite README.md's benchmark section and the plots in docs/bench/ (only from
-    /// a run on a quiet machine: they are the published figures).
-    #[arg(long)]
-    pub readme: bool,
-    /// Redraw the plots (and with `--readme` the README section) from the JSON of the last
+    /// Also write docs/benchmark.md whole and its plots in docs/bench/ (only from a run on
+    /// a quiet machine: they are the published figures).
+    #[arg(long, alias = "readme")]
+    pub docs: bool,
+    /// Redraw the plots (and with `--docs` docs/benchmark.md) from the JSON of the last
     /// run, `<target>/bench/bench.json`, without running anything.
     #[arg(long)]
     pub replot: bool,
@@ -166,6 +166,12 @@ fn pick<T: Copy>(
 /// `--replot`.
 #[derive(Debug, Serialize, Deserialize)]
 struct Results {
+    /// When the run ended (RFC 3339, UTC), and `git describe --always --dirty` of the
+    /// workspace built for it; absent from the JSON of older runs.
+    #[serde(default)]
+    date: Option<String>,
+    #[serde(default)]
+    build: Option<String>,
     kernel: String,
     cgroup: String,
     /// The VM's kernel and how qemu ran it (KVM, or TCG emulation: slower, so compare
@@ -192,7 +198,7 @@ struct Results {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     if args.replot {
-        return replot(args.readme);
+        return replot(args.docs);
     }
     let modes = pick(MODES, &args.modes, |m| m.name, "mode")?;
     let rates = pick(RATES, &args.rates, |r| r.name, "rate")?;
@@ -208,6 +214,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     crate::setup::ensure()?;
     let root = workspace_root();
+    // Taken before the build: the tree may change during a run of hours.
+    let build = build_id(&root);
     let bin = crate::cmd::build_release_bins(&root)?;
     let target = target_dir(&root)?;
     let out = target.join("bench");
@@ -372,6 +380,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .flat_map(|t| t.bpf.iter().cloned())
         .collect();
     let results = Results {
+        date: Some(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()),
+        build,
         kernel: kernel_release(),
         cgroup: if v1 { "v1" } else { "v2" }.to_string(),
         vm_kernel: vm_run.as_ref().map(|r| r.kernel.clone()),
@@ -401,7 +411,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     std::fs::write(&json_path, json).with_context(|| format!("writing {}", json_path.display()))?;
     println!("\n{}", full_table(&results));
     println!("bench: JSON {}", json_path.display());
-    publish(&root, &out, &results, args.readme)
+    publish(&root, &out, &results, args.docs)
 }
 
 /// The report's table, with the races beside many pods when they ran.
@@ -423,31 +433,32 @@ fn full_table(results: &Results) -> String {
     table
 }
 
-/// Draws the plots into `out`; with `readme`, also rewrites README.md's section and
+/// Draws the plots into `out`; with `docs`, also writes docs/benchmark.md and
 /// docs/bench/.
 fn publish(
     root: &std::path::Path,
     out: &std::path::Path,
     results: &Results,
-    readme: bool,
+    docs: bool,
 ) -> Result<()> {
     let plots = plot::write_all(out, &results.trials, &results.races_at_scale)?;
     println!("bench: plots {}", out.join("*.svg").display());
-    if readme {
-        report::update_readme(
-            root,
-            &full_table(results),
-            &plots,
-            &results.kernel,
-            &results.cgroup,
-        )?;
-        println!("bench: README.md and docs/bench/ rewritten");
+    if docs {
+        let run = report::RunInfo {
+            date: results.date.as_deref(),
+            build: results.build.as_deref(),
+            kernel: &results.kernel,
+            cgroup: &results.cgroup,
+            vm: results.vm_kernel.is_some(),
+        };
+        report::write_docs(root, &run, &full_table(results), &plots)?;
+        println!("bench: {} and docs/bench/ written", report::PAGE);
     }
     Ok(())
 }
 
 /// `--replot`: the plots again from the last run's JSON.
-fn replot(readme: bool) -> Result<()> {
+fn replot(docs: bool) -> Result<()> {
     let root = workspace_root();
     let out = target_dir(&root)?.join("bench");
     let path = out.join("bench.json");
@@ -455,7 +466,19 @@ fn replot(readme: bool) -> Result<()> {
         .with_context(|| format!("reading {} (run cargo xtask bench first)", path.display()))?;
     let results: Results =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    publish(&root, &out, &results, readme)
+    publish(&root, &out, &results, docs)
+}
+
+/// `git describe --always --dirty` of the workspace: the build a run measured.
+fn build_id(root: &std::path::Path) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()?;
+    let id = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (out.status.success() && !id.is_empty()).then_some(id)
 }
 
 fn kernel_release() -> String {

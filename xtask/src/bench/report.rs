@@ -1,4 +1,5 @@
-//! Summaries of the trials, the table printed on stdout and put in README.md.
+//! Summaries of the trials, the table printed on stdout, and docs/benchmark.md, the page
+//! written whole from them.
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -158,7 +159,7 @@ fn times(r: Option<f64>) -> String {
     }
 }
 
-/// The whole table, Markdown, as printed and as put in README.md.
+/// The whole table, Markdown, as printed and as put in docs/benchmark.md.
 pub(crate) fn table(results: &super::Results) -> String {
     let summaries = &results.summaries;
     let ratios = &results.ratios;
@@ -330,33 +331,69 @@ pub(crate) fn table(results: &super::Results) -> String {
     s
 }
 
-const START: &str = "<!-- bench:start -->";
-const END: &str = "<!-- bench:end -->";
+/// The generated page, relative to the workspace root, and the directory of its plots.
+pub(crate) const PAGE: &str = "docs/benchmark.md";
+const PLOTS: &str = "docs/bench";
 
-/// Rewrites README.md's section between the bench markers (appending them when missing)
-/// and copies the plots to docs/bench/ so that the README can show them.
-pub(crate) fn update_readme(
-    root: &Path,
-    table: &str,
-    plots: &[PathBuf],
-    kernel: &str,
-    cgroup: &str,
-) -> Result<()> {
-    let docs = root.join("docs/bench");
-    std::fs::create_dir_all(&docs).with_context(|| format!("creating {}", docs.display()))?;
+/// When and on what a run was made: the page's "Run" line.
+pub(crate) struct RunInfo<'a> {
+    /// When the run ended (RFC 3339, UTC); `None` for JSON written before it was kept.
+    pub(crate) date: Option<&'a str>,
+    /// `git describe --always --dirty` of the workspace that was built and measured.
+    pub(crate) build: Option<&'a str>,
+    pub(crate) kernel: &'a str,
+    pub(crate) cgroup: &'a str,
+    /// Whether the VM rows ran.
+    pub(crate) vm: bool,
+}
+
+/// Writes docs/benchmark.md whole and copies the plots to docs/bench/, removing the
+/// plots of an earlier run that this one did not draw (dated runs kept in subdirectories
+/// of docs/bench/ are left alone).
+pub(crate) fn write_docs(root: &Path, run: &RunInfo, table: &str, plots: &[PathBuf]) -> Result<()> {
+    let dir = root.join(PLOTS);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut names = Vec::new();
     for plot in plots {
         let Some(name) = plot.file_name() else {
             continue;
         };
-        let to = docs.join(name);
+        let to = dir.join(name);
         std::fs::copy(plot, &to)
             .with_context(|| format!("copying {} to {}", plot.display(), to.display()))?;
         names.push(name.to_string_lossy().to_string());
     }
-    let mut section = format!(
-        "{START}\n## Benchmark\n\nProduced by `cargo xtask bench`, as root (kernel {kernel}, cgroup {cgroup}; node = pods cgroup limited to 1 GiB, hard threshold allocatableMemory.available<200Mi, a guaranteed 600 MiB ballast and a best-effort hog; crossing from a 1 ms sampler of the pods cgroup's working set). Rows `vm-v2` run the same race in a 2 GiB VM on cgroup v2 under qemu emulation (TCG: compare them with each other, not with the host); rows `vm-v2-node` race on the whole VM instead (memory.available<200Mi, no pods limit, crossing from a 1 ms sampler of /proc/meminfo), the race earlyoom (Debian package, `-M` at the same 200 MiB) runs beside them. JSON and plots: `target/bench/`.\n\n{table}\n"
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().to_string());
+        if path.is_file()
+            && path.extension().is_some_and(|e| e == "svg")
+            && !name.is_some_and(|n| names.contains(&n))
+        {
+            std::fs::remove_file(&path)
+                .with_context(|| format!("removing the stale plot {}", path.display()))?;
+        }
+    }
+    let path = root.join(PAGE);
+    std::fs::write(&path, page(run, table, &names))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// The whole of docs/benchmark.md: title, what the run measured, the table, the plots.
+/// Paths are relative to docs/.
+pub(crate) fn page(run: &RunInfo, table: &str, plots: &[String]) -> String {
+    let date = run.date.unwrap_or("not recorded");
+    let build = run
+        .build
+        .map_or_else(|| "not recorded".to_string(), |b| format!("`{b}`"));
+    let mut s = format!(
+        "# Benchmark\n\nThis page is written whole by `cargo xtask bench --docs` from one run of the benchmark (`cargo xtask bench --replot --docs` writes it again from that run's JSON, `target/bench/bench.json`); edit `xtask/src/bench/report.rs`, not the page. Hand-written, dated notes on other runs and on single changes: [benchmark-history.md](benchmark-history.md).\n\nRun: {}, build {}, kernel {}, cgroup {}.\n\nThe pressure race, as root: node = pods cgroup limited to 1 GiB, hard threshold allocatableMemory.available<200Mi, a guaranteed 600 MiB ballast and a best-effort hog; crossing from a 1 ms sampler of the pods cgroup's working set.",
+        date, build, run.kernel, run.cgroup
     );
+    if run.vm {
+        s.push_str(" Rows `vm-v2` run the same race in a 2 GiB VM on cgroup v2 under qemu emulation (TCG: compare them with each other, not with the host); rows `vm-v2-node` race on the whole VM instead (memory.available<200Mi, no pods limit, crossing from a 1 ms sampler of /proc/meminfo), the race earlyoom (Debian package, `-M` at the same 200 MiB) runs beside them.");
+    }
+    let _ = write!(s, "\n\n{}\n", table.trim_end());
     // The CDF of every mode tells the story; the stages and one mode's trials explain it.
     for preferred in [
         "cdf-kill-full.svg",
@@ -364,35 +401,23 @@ pub(crate) fn update_readme(
         "full-all.svg",
         "full-poll-10s.svg",
     ] {
-        if names.iter().any(|n| n == preferred) {
-            let _ = writeln!(section, "![{preferred}](docs/bench/{preferred})\n");
+        if plots.iter().any(|n| n == preferred) {
+            let _ = write!(s, "\n![{preferred}]({}/{preferred})\n", plots_link());
         }
     }
-    let others: Vec<String> = names
-        .iter()
-        .map(|n| format!("[{n}](docs/bench/{n})"))
-        .collect();
-    let _ = writeln!(
-        section,
-        "All plots (every trial of each mode, the CDFs of each rate): {}\n{END}",
-        others.join(" · ")
-    );
-    let path = root.join("README.md");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    std::fs::write(&path, splice(&text, &section))
-        .with_context(|| format!("writing {}", path.display()))
+    if !plots.is_empty() {
+        let all: Vec<String> = plots
+            .iter()
+            .map(|n| format!("[{n}]({}/{n})", plots_link()))
+            .collect();
+        let _ = write!(s, "\nAll plots of this run: {}\n", all.join(" · "));
+    }
+    s
 }
 
-/// The text with the section between the markers replaced, or the section appended.
-fn splice(text: &str, section: &str) -> String {
-    if let (Some(a), Some(b)) = (text.find(START), text.find(END))
-        && a < b
-    {
-        return format!("{}{section}{}", &text[..a], &text[b + END.len()..]);
-    }
-    let sep = if text.ends_with('\n') { "\n" } else { "\n\n" };
-    format!("{text}{sep}{section}\n")
+/// docs/bench/ as the page links it.
+fn plots_link() -> &'static str {
+    PLOTS.trim_start_matches("docs/")
 }
 
 /// Per rate and mode: the crossing probe's record to the kernel's SIGKILL, both
@@ -510,23 +535,63 @@ pub(crate) fn detector_share(trials: &[Trial]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rstest::rstest;
 
-    #[rstest]
-    #[case::appended("# T\n", "# T\n\n<!-- bench:start -->new<!-- bench:end -->\n")]
-    #[case::replaced(
-        "# T\n<!-- bench:start -->old<!-- bench:end -->\ntail\n",
-        "# T\n<!-- bench:start -->new<!-- bench:end -->\ntail\n"
-    )]
-    #[case::markers_reversed_appends(
-        "<!-- bench:end --><!-- bench:start -->",
-        "<!-- bench:end --><!-- bench:start -->\n\n<!-- bench:start -->new<!-- bench:end -->\n"
-    )]
-    fn readme_section(#[case] text: &str, #[case] expected: &str) {
-        assert_eq!(
-            splice(text, "<!-- bench:start -->new<!-- bench:end -->"),
-            expected
+    #[test]
+    fn the_page_is_whole_and_links_relative_to_docs() {
+        let run = RunInfo {
+            date: Some("2026-11-22T03:00:00Z"),
+            build: None,
+            kernel: "6.18.1",
+            cgroup: "v1",
+            vm: false,
+        };
+        let plots = vec!["full-all.svg".to_string(), "full-memcg.svg".to_string()];
+        let page = page(&run, "| a |\n|---|\n| 1 |\n\n", &plots);
+        assert!(page.starts_with("# Benchmark\n\n"), "{page}");
+        assert!(
+            page.contains(
+                "Run: 2026-11-22T03:00:00Z, build not recorded, kernel 6.18.1, cgroup v1."
+            ),
+            "{page}"
         );
+        assert!(page.contains("\n\n| a |\n|---|\n| 1 |\n\n![full-all.svg](bench/full-all.svg)\n"));
+        assert!(page.ends_with(
+            "\nAll plots of this run: [full-all.svg](bench/full-all.svg) · [full-memcg.svg](bench/full-memcg.svg)\n"
+        ));
+        assert!(!page.contains("vm-v2") && !page.contains("<!--"), "{page}");
+    }
+
+    #[test]
+    fn writing_the_page_replaces_the_plots_of_the_last_run() {
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("target-bench");
+        let docs = root.path().join("docs/bench");
+        std::fs::create_dir_all(docs.join("2026-11-24")).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        for stale in [
+            "docs/bench/slow-all.svg",
+            "docs/bench/2026-11-24/stages.svg",
+        ] {
+            std::fs::write(root.path().join(stale), "old").unwrap();
+        }
+        std::fs::write(out.join("full-all.svg"), "new").unwrap();
+        let run = RunInfo {
+            date: None,
+            build: Some("a5bd7ba"),
+            kernel: "k",
+            cgroup: "v2",
+            vm: true,
+        };
+        write_docs(root.path(), &run, "table", &[out.join("full-all.svg")]).unwrap();
+        assert!(!docs.join("slow-all.svg").exists());
+        assert!(docs.join("2026-11-24/stages.svg").exists());
+        assert_eq!(
+            std::fs::read_to_string(docs.join("full-all.svg")).unwrap(),
+            "new"
+        );
+        let page = std::fs::read_to_string(root.path().join(PAGE)).unwrap();
+        assert!(page.contains("Run: not recorded, build `a5bd7ba`, kernel k, cgroup v2."));
+        assert!(page.contains("Rows `vm-v2` run the same race"));
     }
 
     fn trial(mode: &str, extra: &str) -> Trial {
