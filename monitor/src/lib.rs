@@ -5,7 +5,8 @@
 //! - [`notify`]: event sources; each only wakes the loop through one channel;
 //! - [`sync`]: the synchronize loop: a FRESH [`observe`] snapshot per wake, the eviction
 //!   pass, evictions started and followed to their end;
-//! - [`policy`]: the decisions, pure functions of plain data and an explicit `now`;
+//! - [`policy`]: the decisions, pure functions of plain data and an explicit `now`, in a
+//!   crate of their own (`monitor-policy`) that cannot do I/O;
 //! - [`runtime`]: where pods run and where a kill happens, behind the small traits of
 //!   [`runtime::port`].
 //!
@@ -21,7 +22,7 @@ pub mod config;
 pub mod node;
 pub mod notify;
 pub mod observe;
-pub mod policy;
+pub use monitor_policy as policy;
 pub mod runtime;
 pub mod simulate;
 pub mod state;

@@ -1,8 +1,8 @@
 use rstest::rstest;
 
 use super::*;
-use crate::policy::quantity::parse_quantity;
-use crate::policy::testing::container;
+use crate::quantity::parse_quantity;
+use crate::testing::container;
 
 /// Trimmed from real `kubectl get pods -A -o json` output: a Deployment's pod with
 /// status, a pod with an init container and a sidecar, and a static pod's mirror.

@@ -4,8 +4,8 @@ use rstest::rstest;
 
 use super::fixtures::{GI, MI, pod};
 use super::*;
-use crate::policy::quantity::parse_quantity_or_percent;
-use crate::policy::signal::SignalObservation;
+use crate::quantity::parse_quantity_or_percent;
+use crate::signal::SignalObservation;
 
 /// Records what node-level reclaim was asked for and frees a fixed amount.
 #[derive(Default)]
@@ -144,7 +144,7 @@ fn critical_pods_are_never_chosen() {
     let pods = vec![
         pod("static-hog").static_pod().working_set(8 * GI).build(),
         pod("critical")
-            .priority(crate::policy::types::SYSTEM_CRITICAL_PRIORITY)
+            .priority(crate::types::SYSTEM_CRITICAL_PRIORITY)
             .working_set(6 * GI)
             .build(),
         pod("app").working_set(GI).build(),
@@ -854,10 +854,8 @@ fn split_imagefs_mirrors_nodefs_thresholds_as_containerfs_and_credits_nodefs() {
         hard(Signal::NodeFsAvailable, "10%"),
         hard(Signal::ImageFsAvailable, "15%"),
     ];
-    let configured = crate::policy::threshold::update_container_fs_thresholds(
-        &thresholds,
-        FsLayout::SplitImageFs,
-    );
+    let configured =
+        crate::threshold::update_container_fs_thresholds(&thresholds, FsLayout::SplitImageFs);
     let container_fs: Vec<&Threshold> = configured
         .iter()
         .filter(|t| t.signal == Signal::ContainerFsAvailable)

@@ -287,8 +287,8 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::policy::admission::{InsufficientResource, Taint};
-    use crate::policy::testing::{list, pod};
+    use crate::admission::{InsufficientResource, Taint};
+    use crate::testing::{list, pod};
 
     fn critical(mut pod: Pod) -> Pod {
         pod.spec.priority = Some(2_000_000_000);
@@ -674,7 +674,7 @@ mod tests {
     }
 
     fn holding_port(mut pod: Pod, host_port: i32) -> Pod {
-        pod.spec.containers[0].ports = vec![crate::policy::pod::ContainerPort {
+        pod.spec.containers[0].ports = vec![crate::pod::ContainerPort {
             container_port: host_port,
             host_port,
             protocol: "TCP".into(),
@@ -720,7 +720,7 @@ mod tests {
     /// A critical pod short of 400m cpu that names windows in its `spec.os`.
     fn critical_for_windows_by_field() -> Pod {
         let mut new = critical(pod("new", "cpu=1", ""));
-        new.spec.os = Some(crate::policy::pod::PodOs {
+        new.spec.os = Some(crate::pod::PodOs {
             name: "windows".into(),
         });
         new

@@ -21,5 +21,5 @@ pub mod summary;
 pub mod threshold;
 pub mod types;
 
-#[cfg(test)]
-pub(crate) mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

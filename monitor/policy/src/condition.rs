@@ -133,8 +133,8 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::policy::signal::Signal;
-    use crate::policy::types::Resource;
+    use crate::signal::Signal;
+    use crate::types::Resource;
 
     const T0: &str = "2026-11-26T10:00:00Z";
     const T1: &str = "2026-11-26T10:05:00Z";

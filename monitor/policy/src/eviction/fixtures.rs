@@ -1,7 +1,7 @@
 //! Test builders for pods with stats, shared by the eviction and ranking tests.
-use crate::policy::pod::{Container, EmptyDirVolumeSource, Pod, Volume};
-use crate::policy::quantity::{Quantity, parse_quantity};
-use crate::policy::stats::{ContainerStats, PodStats, PodWithStats, VolumeStats};
+use crate::pod::{Container, EmptyDirVolumeSource, Pod, Volume};
+use crate::quantity::{Quantity, parse_quantity};
+use crate::stats::{ContainerStats, PodStats, PodWithStats, VolumeStats};
 
 pub const MI: u64 = 1 << 20;
 pub const GI: u64 = 1 << 30;

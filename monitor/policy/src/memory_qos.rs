@@ -228,8 +228,8 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::policy::pod::PodSpec;
-    use crate::policy::testing::{container, pod};
+    use crate::pod::PodSpec;
+    use crate::testing::{container, pod};
 
     const MI: i64 = 1 << 20;
 

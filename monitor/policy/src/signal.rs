@@ -254,7 +254,7 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::policy::quantity::parse_quantity_or_percent;
+    use crate::quantity::parse_quantity_or_percent;
 
     #[rstest]
     #[case(

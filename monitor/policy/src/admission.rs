@@ -523,8 +523,8 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::policy::pod::Toleration;
-    use crate::policy::testing::{list, pod};
+    use crate::pod::Toleration;
+    use crate::testing::{list, pod};
 
     use NodeConditionType::{DiskPressure, MemoryPressure, PIDPressure};
 
@@ -941,7 +941,7 @@ mod tests {
 
     fn spec_os(os: &str) -> Pod {
         let mut p = best_effort();
-        p.spec.os = Some(crate::policy::pod::PodOs { name: os.into() });
+        p.spec.os = Some(crate::pod::PodOs { name: os.into() });
         p
     }
 
@@ -999,7 +999,7 @@ mod tests {
         // the label check comes before the field check.
         let mut new = needs_cpu_and_memory();
         new.spec.node_name = Some("machine2".into());
-        new.spec.os = Some(crate::policy::pod::PodOs {
+        new.spec.os = Some(crate::pod::PodOs {
             name: "windows".into(),
         });
         new.metadata

@@ -250,8 +250,8 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::policy::quantity::parse_quantity_or_percent;
-    use crate::policy::signal::SignalObservation;
+    use crate::quantity::parse_quantity_or_percent;
+    use crate::signal::SignalObservation;
 
     const MI: i64 = 1 << 20;
     const GI: i64 = 1 << 30;
@@ -260,7 +260,7 @@ mod tests {
         Duration::from_secs(s)
     }
 
-    fn value(text: &str) -> crate::policy::quantity::QuantityOrPercent {
+    fn value(text: &str) -> crate::quantity::QuantityOrPercent {
         parse_quantity_or_percent(text).unwrap()
     }
 

@@ -26,10 +26,10 @@
 //! availability as decimal ones ("200k"), requests and configured thresholds in the
 //! format they were written in ("128M", "1Gi"), a percentage threshold as the binary
 //! amount it resolves to, whatever the signal.
-use crate::policy::quantity::{Quantity, QuantityOrPercent};
-use crate::policy::signal::{Observations, Threshold, format_amount};
-use crate::policy::stats::{ContainerStats, PodWithStats};
-use crate::policy::types::Resource;
+use crate::quantity::{Quantity, QuantityOrPercent};
+use crate::signal::{Observations, Threshold, format_amount};
+use crate::stats::{ContainerStats, PodWithStats};
+use crate::types::Resource;
 
 /// The kubelet's message for evicting `victim` to reclaim `resource`; `thresholds` are
 /// the ones acting at this pass.
@@ -148,11 +148,11 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::policy::eviction::fixtures::{GI, MI};
-    use crate::policy::pod::{Pod, parse_pod_list};
-    use crate::policy::quantity::parse_quantity_or_percent;
-    use crate::policy::signal::{Signal, SignalObservation};
-    use crate::policy::stats::PodStats;
+    use crate::eviction::fixtures::{GI, MI};
+    use crate::pod::{Pod, parse_pod_list};
+    use crate::quantity::parse_quantity_or_percent;
+    use crate::signal::{Signal, SignalObservation};
+    use crate::stats::PodStats;
 
     const NODE_LOW_MEMORY: &str = "The node was low on resource: memory. ";
 

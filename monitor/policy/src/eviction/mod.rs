@@ -40,8 +40,8 @@ use super::stats::PodWithStats;
 use super::threshold::{self, NodeConditionsObservedAt, ThresholdsObservedAt};
 use super::types::{FsLayout, NodeConditionType, Resource, Time};
 
-#[cfg(test)]
-pub(crate) mod fixtures;
+#[cfg(any(test, feature = "testing"))]
+pub mod fixtures;
 pub mod local_storage;
 mod message;
 mod reclaim;

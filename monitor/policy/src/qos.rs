@@ -352,8 +352,8 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::policy::pod::PodSpec;
-    use crate::policy::testing::{container, list};
+    use crate::pod::PodSpec;
+    use crate::testing::{container, list};
 
     fn pod(name: &str, containers: Vec<Container>) -> Pod {
         let mut pod = Pod {

@@ -3,7 +3,7 @@ use std::cmp::Ordering;
 use rstest::rstest;
 
 use super::*;
-use crate::policy::eviction::fixtures::{GI, MI, pod};
+use crate::eviction::fixtures::{GI, MI, pod};
 
 fn keys(ranked: &[&PodWithStats]) -> Vec<String> {
     ranked.iter().map(|p| p.pod.metadata.name.clone()).collect()
@@ -342,9 +342,9 @@ fn memory_ranking_reads_pod_level_requests() {
         .working_set(900 * MI)
         .build();
     std::sync::Arc::make_mut(&mut covered.pod).spec.resources =
-        Some(crate::policy::pod::ResourceRequirements {
-            requests: crate::policy::testing::list("memory=1Gi"),
-            limits: crate::policy::testing::list("memory=1Gi"),
+        Some(crate::pod::ResourceRequirements {
+            requests: crate::testing::list("memory=1Gi"),
+            limits: crate::testing::list("memory=1Gi"),
         });
     let over = pod("over")
         .request("memory", "100Mi")

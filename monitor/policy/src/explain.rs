@@ -285,10 +285,10 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::policy::eviction::fixtures::{MI, pod};
-    use crate::policy::quantity::QuantityOrPercent;
-    use crate::policy::signal::{Observations, SignalObservation};
-    use crate::policy::types::FsLayout;
+    use crate::eviction::fixtures::{MI, pod};
+    use crate::quantity::QuantityOrPercent;
+    use crate::signal::{Observations, SignalObservation};
+    use crate::types::FsLayout;
 
     fn observations(memory_available: i64) -> Observations {
         let mut o = Observations::new();
@@ -315,7 +315,7 @@ mod tests {
         vec![
             Threshold::hard(
                 Signal::MemoryAvailable,
-                QuantityOrPercent::Quantity(crate::policy::eviction::fixtures::qty("200Mi")),
+                QuantityOrPercent::Quantity(crate::eviction::fixtures::qty("200Mi")),
             ),
             Threshold::hard(Signal::PidAvailable, QuantityOrPercent::Percent(0.1)),
         ]

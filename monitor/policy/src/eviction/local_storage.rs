@@ -2,10 +2,10 @@
 //! eviction_manager.go localStorageEviction, emptyDirLimitEviction,
 //! podEphemeralStorageLimitEviction, containerEphemeralStorageLimitEviction).
 use super::{EvictionDecision, EvictionReason, kill_timeout};
-use crate::policy::pod::Pod;
-use crate::policy::quantity::Quantity;
-use crate::policy::stats::PodWithStats;
-use crate::policy::types::Resource;
+use crate::pod::Pod;
+use crate::quantity::Quantity;
+use crate::stats::PodWithStats;
+use crate::types::Resource;
 
 const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 
@@ -81,8 +81,7 @@ pub fn has_local_storage_limit(pod: &Pod) -> bool {
 /// is larger; `None` when no container sets one. Unlike the cgroup limit, containers
 /// without a limit do not make the pod unlimited.
 pub fn pod_ephemeral_storage_limit(pod: &Pod) -> Option<Quantity> {
-    let limit =
-        |c: &crate::policy::pod::Container| c.resources.limits.get(EPHEMERAL_STORAGE).copied();
+    let limit = |c: &crate::pod::Container| c.resources.limits.get(EPHEMERAL_STORAGE).copied();
     let containers: Vec<Quantity> = pod.spec.containers.iter().filter_map(limit).collect();
     let init: Vec<Quantity> = pod.spec.init_containers.iter().filter_map(limit).collect();
     if containers.is_empty() && init.is_empty() {

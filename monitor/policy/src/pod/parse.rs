@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Pod, PodList};
-use crate::policy::quantity::{Quantity, QuantityError, parse_quantity};
+use crate::quantity::{Quantity, QuantityError, parse_quantity};
 
 /// Why pods could not be read. Every variant names the file (`origin`) it came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -719,7 +719,7 @@ mod tests {
 
     #[test]
     fn images_in_use_matches_ids_and_tags() {
-        let pods = crate::policy::pod::parse_pod_list(
+        let pods = crate::pod::parse_pod_list(
             r#"{"items":[{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"b:latest"}]},
                "status":{"containerStatuses":[{"name":"c","imageID":"a"}]}}]}"#,
             "pods.json",

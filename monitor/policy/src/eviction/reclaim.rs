@@ -1,8 +1,8 @@
 //! Node-level reclaim: which garbage collection runs for which signal, and crediting what it
 //! freed to the observations (kubelet: buildSignalToNodeReclaimFuncs, reclaimNodeLevelResources).
 use super::ReclaimResult;
-use crate::policy::signal::{Observations, Signal};
-use crate::policy::types::FsLayout;
+use crate::signal::{Observations, Signal};
+use crate::types::FsLayout;
 
 /// One node-level reclaim step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
