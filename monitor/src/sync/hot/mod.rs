@@ -1,0 +1,509 @@
+//! The hot kill path: a hard memory threshold's crossing answered before any synchronize.
+//!
+//! After every synchronize the eviction pass arms the hot path with its candidates: the
+//! first [`CANDIDATES`] pods the kubelet's memory ranking would evict on the stats just
+//! read, each with its `cgroup.kill` already open ([`KillSwitch`]). When a kernel notifier
+//! of a hard threshold fires (memcg v1 eventfd, cgroup v2 memory.events, the eBPF
+//! detector), its source calls [`HotPath::hard_crossing`] before it even queues its wake.
+//! The crossing is confirmed against the kernel's own numbers (the level's cgroup usage
+//! and page cache: a v1 notifier also fires on the way down, memory.events for other
+//! counters). Then the victim is picked afresh: each candidate's usage is read again (one
+//! `pread` of a file kept open), its working set taken as that usage less the inactive
+//! page cache it had at the synchronize, and the policy's own ranking
+//! ([`crate::policy::eviction::hard_eviction`]) runs on those working sets. A pod that freed
+//! its memory since the synchronize is not killed while another holds more. The reads go
+//! in the last ranking's order and stop early: a candidate's parent cgroup (its QoS
+//! class's) less its siblings read bounds what a candidate not read can hold, and once
+//! even that could not rank one of them first, the pick is made (most often after the
+//! first candidate and its parents: the pod that drove the crossing holds most of it).
+//! The victim is
+//! killed by one write; its eviction message names the threshold that was crossed and the
+//! signal as seen at the crossing.
+//!
+//! What the kill trusts from the last synchronize: which pods are candidates (a pod ranked
+//! below the first [`CANDIDATES`] then, and grown past them since, is not seen until the
+//! next synchronize), their requests and priorities, and their inactive page cache.
+//!
+//! Every kill is queued for the next synchronize, which books it as an eviction under way
+//! (record, events, cgroup removal) and never evicts twice for that crossing. After a
+//! kill the hot path is disarmed until a synchronize re-arms it, which it does only once
+//! the eviction has ended (the kubelet waits for the pod's cleanup before it evicts again).
+//!
+//! Only immediate evictions take this path (a hard threshold with a grace period of 0);
+//! soft thresholds, disk and pid signals, and a 1 s hard grace period keep the normal one.
+//!
+//! CPU: a watch (after an early notifier, or a crossing short of its working set) reads
+//! in a loop. All watches draw on one budget of the notifier thread's CPU time
+//! ([`WATCH_BUDGET`], refilled at [`WATCH_REFILL_PER_SEC`]), whatever ends them; an early
+//! notifier that fired [`EARLY_FIRES_PER_ARMING`] times without a kill is not watched again
+//! until the next synchronize re-arms the levels; and where only one CPU is usable the
+//! watch never spins.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::clock::monotonic_ns;
+use crate::notify::memcg::{ArmedThreshold, ThresholdSpec};
+use crate::notify::{CrossingHook, WakeSource};
+use crate::observe::{CgroupReader, CgroupVersion, OpenFiles};
+use crate::policy::eviction::{
+    EvictionConfig, EvictionDecision, SyncInput, hard_eviction_of, hard_eviction_victim,
+};
+use crate::policy::rank::{MemoryRankKey, memory_rank_key_at, memory_request_milli};
+use crate::policy::signal::{Observations, Signal, SignalObservation};
+use crate::policy::stats::PodWithStats;
+use crate::policy::types::FsLayout;
+use crate::runtime::port::KillSwitch;
+use crate::state::SharedState;
+
+/// Files the levels keep open (two per cgroup with a level).
+const LEVEL_FILES_KEPT: usize = 8;
+
+/// How many of the ranking's first pods the hot path holds ready and reads again at a
+/// crossing. One usage read costs about 2 µs on the hosts measured; the kubelet's own
+/// pick rests on stats up to a housekeeping interval old.
+pub const CANDIDATES: usize = 16;
+
+/// One level whose crossing calls for a kill, on the cgroup's working set (usage
+/// minus inactive_file, as the signals count it): a notifier armed on usage also fires
+/// when page cache alone grows, and that must cost a read, never a kill.
+#[derive(Clone, Debug)]
+struct Level {
+    /// Reads the cgroup whose level this is (the reader's root is the cgroup itself).
+    cgroup: CgroupReader,
+    /// The working set at which the threshold is met.
+    working_set: u64,
+    /// The usage the notifiers are armed at (the working set level plus the inactive
+    /// page cache when armed): below it, the working set cannot be at its level unless
+    /// page cache shrank, which the exact notifier then reports.
+    usage: u64,
+    /// The eviction threshold the level stands for.
+    threshold: Option<ArmedThreshold>,
+}
+
+impl Level {
+    /// The cgroup's working set now, by the kernel's own counters.
+    fn working_set_now(&self) -> Option<u64> {
+        self.cgroup.working_set_bytes("").ok()
+    }
+
+    /// The cgroup's usage now: one read.
+    fn usage_now(&self) -> Option<u64> {
+        self.cgroup.usage_bytes("").ok()
+    }
+}
+
+/// A level found reached, with the working set that reached it.
+#[derive(Clone, Copy, Debug)]
+struct Crossing {
+    threshold: Option<ArmedThreshold>,
+    level_working_set: u64,
+    working_set: u64,
+}
+
+impl Crossing {
+    /// The signal as it stood when the crossing was read: the level is where the
+    /// signal's available equals the threshold's quantity, so every byte of working set
+    /// past it is a byte less available.
+    fn observations(&self) -> Observations {
+        let Some(t) = self.threshold else {
+            return Observations::new();
+        };
+        let past = self.working_set.saturating_sub(self.level_working_set);
+        let available = i64::try_from(t.quantity_bytes).unwrap_or(i64::MAX)
+            - i64::try_from(past).unwrap_or(i64::MAX);
+        Observations::from([(
+            t.signal,
+            SignalObservation {
+                available,
+                capacity: i64::try_from(t.capacity_bytes).unwrap_or(i64::MAX),
+                time: Duration::ZERO,
+            },
+        )])
+    }
+}
+
+/// How long the hot path watches a level after an early notifier fired below it
+/// ([`HotPath::hard_approach`]), and how often it reads the usage meanwhile.
+pub const APPROACH_WINDOW: Duration = Duration::from_millis(50);
+pub const APPROACH_POLL: Duration = Duration::from_micros(25);
+/// For the first part of a watch the thread reads without sleeping: a fast allocator
+/// covers the early margin in well under a millisecond, and a thread woken from a sleep
+/// may wait for the CPU's current task to leave the kernel (on a kernel built without
+/// preemption, 250–700 µs was seen). Never where only one CPU is usable: the spin would
+/// keep the allocating task itself from running.
+pub const APPROACH_SPIN: Duration = Duration::from_millis(10);
+/// After a watch that ran out its window, an early notifier starts no new one for this
+/// long; the notifiers at the levels themselves still tell.
+pub const APPROACH_REST: Duration = Duration::from_millis(100);
+/// The most CPU time the watches may use at once, and how fast that allowance comes
+/// back: 10 ms in a burst, 2 % of one CPU over time.
+pub const WATCH_BUDGET: Duration = Duration::from_millis(10);
+pub const WATCH_REFILL_PER_SEC: Duration = Duration::from_millis(20);
+/// Watches one early notifier may start within [`FLAP_WINDOW`] between two armings: a
+/// workload whose usage moves across the early level and back fires it again and again,
+/// and is then rested until the next synchronize. Fires further apart (a node whose usage
+/// wanders near a level now and then) never add up to a rest.
+pub const EARLY_FIRES_PER_ARMING: u32 = 3;
+pub const FLAP_WINDOW: Duration = Duration::from_secs(1);
+
+/// A kill the hot path carried out, for the next synchronize to account for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotKill {
+    /// Worded at the kill, on the working sets read then.
+    pub decision: EvictionDecision,
+    /// The source whose notifier fired the kill.
+    pub source: WakeSource,
+    /// CLOCK_MONOTONIC ns when the source told the hot path, and when the kill was written.
+    pub detected_ns: u64,
+    pub killed_ns: u64,
+    /// The crossing: the level's working set, and the working set read at the kill.
+    pub level_bytes: u64,
+    pub working_set_bytes: u64,
+    /// The victim's working set as read at the kill (usage less its page cache at the
+    /// last synchronize).
+    pub victim_working_set_bytes: u64,
+    /// The crossed signal's available at the kill (`None` for a level without its
+    /// threshold).
+    pub signal_available: Option<i64>,
+    /// How many candidates' usage was read to pick the victim.
+    pub candidates_read: usize,
+}
+
+/// What the eviction pass hands the hot path after a synchronize.
+#[derive(Clone, Debug)]
+pub struct Candidates {
+    /// The ranking's first pods, with the stats just read, most evictable first.
+    pub pods: Vec<PodWithStats>,
+    pub fs_layout: FsLayout,
+    pub config: Arc<EvictionConfig>,
+}
+
+/// A pod the hot path may kill.
+#[derive(Debug)]
+struct Candidate {
+    pod: PodWithStats,
+    /// Its memory request (milli-bytes) and priority, as the ranking compares them.
+    request_milli: i128,
+    priority: i32,
+    /// Its inactive page cache when armed (usage then less the synchronize's working set).
+    inactive_file: u64,
+    /// Its parent among [`Armed::holders`], if that can be read.
+    holder: Option<usize>,
+    switch: KillSwitch,
+}
+
+impl Candidate {
+    fn new(pod: PodWithStats, switch: KillSwitch) -> Candidate {
+        Candidate {
+            request_milli: memory_request_milli(&pod.pod),
+            priority: pod.pod.priority(),
+            pod,
+            inactive_file: 0,
+            holder: None,
+            switch,
+        }
+    }
+
+    /// Its usage and working set now: usage read now, and that less the page cache it had
+    /// when armed. `None` when its cgroup cannot be read (the pod is gone).
+    fn usage_now(&self) -> Option<(u64, u64)> {
+        let usage = self.switch.memory.as_ref()?.usage_bytes("").ok()?;
+        Some((usage, usage.saturating_sub(self.inactive_file)))
+    }
+
+    /// Its ranking key were its working set `bytes`.
+    fn key_at(&self, bytes: u64) -> MemoryRankKey {
+        memory_rank_key_at(self.request_milli, self.priority, bytes)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Armed {
+    levels: Vec<Level>,
+    candidates: Vec<Candidate>,
+    /// The candidates' parent cgroups (their QoS classes'): what a parent's usage leaves
+    /// beyond its candidates read bounds the working set of those not read.
+    holders: Vec<CgroupReader>,
+    fs_layout: FsLayout,
+    config: Option<Arc<EvictionConfig>>,
+    /// Kills not yet taken by a synchronize, oldest first.
+    fired: Vec<HotKill>,
+    /// Per early notifier (its key): when it started its last watches without a kill,
+    /// since the levels were last set.
+    early_fires: HashMap<u64, Vec<u64>>,
+}
+
+/// Shared between the eviction pass (which arms it) and the sources (which fire it).
+#[derive(Debug)]
+pub struct HotPath {
+    armed: Mutex<Armed>,
+    state: SharedState,
+    /// The levels' usage and memory.stat files, kept open: a confirmation is two preads.
+    /// The levels sit on the root and the pods cgroup, so the set stays a few files.
+    open: Arc<OpenFiles>,
+    /// The candidates' usage files, kept open; swept at every arming.
+    candidate_files: Arc<OpenFiles>,
+    /// CLOCK_MONOTONIC ns when the last watch ran out its window (0: never).
+    last_watch_end_ns: std::sync::atomic::AtomicU64,
+    budget: Mutex<WatchBudget>,
+    /// Whether a watch may spin (more than one CPU usable).
+    spin: bool,
+    /// The watches' CPU time so far (ns), for the agent's metrics and the bench.
+    watch_cpu_ns: std::sync::atomic::AtomicU64,
+    /// Where the ring reader hands its watches (see [`HotPath::start_watcher`]); `None`:
+    /// every source watches on its own thread.
+    watcher: Mutex<Option<std::sync::mpsc::Sender<WatchRequest>>>,
+}
+
+/// A watch the ring reader hands over instead of running it itself.
+#[derive(Clone, Copy, Debug)]
+struct WatchRequest {
+    source: WakeSource,
+    margin: u64,
+    told_ns: u64,
+}
+
+/// Name of the thread that runs the ring reader's watches.
+pub const WATCHER_THREAD: &str = "monitor-watch";
+
+impl HotPath {
+    pub fn new(state: SharedState) -> HotPath {
+        HotPath {
+            armed: Mutex::new(Armed::default()),
+            state,
+            open: Arc::new(OpenFiles::with_budget(LEVEL_FILES_KEPT)),
+            candidate_files: Arc::new(OpenFiles::with_budget(2 * CANDIDATES)),
+            last_watch_end_ns: std::sync::atomic::AtomicU64::new(0),
+            budget: Mutex::new(WatchBudget::full()),
+            spin: more_than_one_cpu(),
+            watch_cpu_ns: std::sync::atomic::AtomicU64::new(0),
+            watcher: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Armed> {
+        self.armed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The watches' CPU time since start.
+    pub fn watch_cpu(&self) -> Duration {
+        Duration::from_nanos(self.watch_cpu_ns.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// The hard levels armed with the kernel notifiers (from the same specs), read to
+    /// confirm a crossing. A spec's usage level includes the cgroup's inactive page cache
+    /// when it was armed (`inactive_file_at(cgroup)`); the working set level is without.
+    /// Setting them also ends an early notifier's rest (see [`EARLY_FIRES_PER_ARMING`]).
+    pub fn set_levels(
+        &self,
+        version: CgroupVersion,
+        specs: &[ThresholdSpec],
+        inactive_file_at: impl Fn(&std::path::Path) -> u64,
+    ) {
+        // Built before the lock is taken: a source's thread waits on it, at real-time
+        // priority, and this one may be preempted while holding it.
+        let levels: Vec<Level> = specs
+            .iter()
+            .filter(|s| s.hard)
+            .map(|s| Level {
+                cgroup: CgroupReader::new(version, s.cgroup.clone())
+                    .keeping_open(self.open.clone()),
+                working_set: s.usage_bytes.saturating_sub(inactive_file_at(&s.cgroup)),
+                usage: s.usage_bytes,
+                threshold: s.threshold,
+            })
+            .collect();
+        let old = {
+            let mut armed = self.lock();
+            armed.early_fires.clear();
+            std::mem::replace(&mut armed.levels, levels)
+        };
+        drop(old);
+    }
+
+    /// The pods to pick the next victim from; `None` disarms. Candidates armed now keep
+    /// their open switches; others get theirs from `open` (no switch: not a candidate).
+    /// While a kill is queued and not yet taken by a synchronize, nothing is armed: that
+    /// kill is an eviction under way.
+    pub fn arm(&self, candidates: Option<Candidates>, open: impl Fn(&str) -> Option<KillSwitch>) {
+        let Some(candidates) = candidates else {
+            let old = std::mem::take(&mut self.lock().candidates);
+            drop(old);
+            return;
+        };
+        let kept: Vec<String> = self
+            .lock()
+            .candidates
+            .iter()
+            .map(|c| c.pod.pod.key())
+            .collect();
+        // Switches of new candidates are opened before the lock is taken (see set_levels).
+        let mut opened: HashMap<String, KillSwitch> = candidates
+            .pods
+            .iter()
+            .map(|p| p.pod.key())
+            .filter(|key| !kept.contains(key))
+            .filter_map(|key| {
+                let switch = open(&key)?;
+                let memory = switch.memory.clone()?;
+                let memory = memory.keeping_open(self.candidate_files.clone());
+                Some((key, switch.with_memory(memory)))
+            })
+            .collect();
+        let old = {
+            let mut armed = self.lock();
+            if !armed.fired.is_empty() {
+                return;
+            }
+            let mut previous: HashMap<String, Candidate> = std::mem::take(&mut armed.candidates)
+                .into_iter()
+                .map(|c| (c.pod.pod.key(), c))
+                .collect();
+            for pod in candidates.pods {
+                let key = pod.pod.key();
+                let switch = match previous.remove(&key) {
+                    Some(candidate) => {
+                        // Its processes as of its first arming: a container started or
+                        // restarted since would not be reaped after the kill. One signal-0
+                        // per process when nothing changed.
+                        let mut switch = candidate.switch;
+                        if switch.processes_stale() {
+                            switch.refresh_processes();
+                        }
+                        switch
+                    }
+                    None => match opened.remove(&key) {
+                        Some(switch) => switch,
+                        None => continue,
+                    },
+                };
+                armed.candidates.push(Candidate::new(pod, switch));
+            }
+            armed.fs_layout = candidates.fs_layout;
+            armed.config = Some(candidates.config);
+            previous
+        };
+        drop(old);
+        self.note_page_cache();
+    }
+
+    /// Reads each candidate's usage once after arming: less the working set its stats
+    /// say, the page cache it holds (a working set read at the kill is usage less this).
+    fn note_page_cache(&self) {
+        // One per candidate, in their order.
+        let readers: Vec<(String, Option<u64>, Option<CgroupReader>)> = self
+            .lock()
+            .candidates
+            .iter()
+            .map(|c| {
+                (
+                    c.pod.pod.key(),
+                    c.pod.stats.memory_working_set_bytes,
+                    c.switch.memory.clone(),
+                )
+            })
+            .collect();
+        let roots: Vec<Option<&CgroupReader>> = readers
+            .iter()
+            .map(|(_, _, reader)| reader.as_ref())
+            .collect();
+        let (holders, holder_of) = self.holders_of(&roots);
+        let inactive: HashMap<String, u64> = readers
+            .into_iter()
+            .filter_map(|(key, working_set, reader)| {
+                let usage = reader?.usage_bytes("").ok()?;
+                Some((key, usage.saturating_sub(working_set.unwrap_or(usage))))
+            })
+            .collect();
+        self.candidate_files.sweep();
+        let mut armed = self.lock();
+        // The candidates did not change since `readers` was taken: a synchronize arms
+        // them, and only the synchronize loop arms.
+        for (candidate, holder) in armed.candidates.iter_mut().zip(holder_of) {
+            if let Some(bytes) = inactive.get(&candidate.pod.pod.key()) {
+                candidate.inactive_file = *bytes;
+            }
+            candidate.holder = holder;
+        }
+        armed.holders = holders;
+    }
+
+    /// Readers of the parents of the candidates' cgroups (`pods`: each candidate's reader),
+    /// their usage files opened by a first read, and each candidate's parent among them. A
+    /// parent that cannot be read is left out: its candidates are always read.
+    fn holders_of(
+        &self,
+        pods: &[Option<&CgroupReader>],
+    ) -> (Vec<CgroupReader>, Vec<Option<usize>>) {
+        let mut holders: Vec<CgroupReader> = Vec::new();
+        let holder_of = pods
+            .iter()
+            .map(|pod| {
+                let pod = (*pod)?;
+                let parent = pod.root().parent()?;
+                if let Some(known) = holders.iter().position(|h| h.root() == parent) {
+                    return Some(known);
+                }
+                let reader = CgroupReader::new(pod.version(), parent)
+                    .keeping_open(self.candidate_files.clone());
+                reader.usage_bytes("").ok()?;
+                holders.push(reader);
+                Some(holders.len() - 1)
+            })
+            .collect();
+        (holders, holder_of)
+    }
+
+    /// The candidates armed now, most evictable first at the last synchronize.
+    pub fn armed_pods(&self) -> Vec<String> {
+        self.lock()
+            .candidates
+            .iter()
+            .map(|c| c.pod.pod.key())
+            .collect()
+    }
+
+    /// The first candidate armed now.
+    pub fn armed_pod(&self) -> Option<String> {
+        self.armed_pods().into_iter().next()
+    }
+
+    /// The kills the hot path carried out since the last call, oldest first.
+    pub fn take_fired(&self) -> Vec<HotKill> {
+        std::mem::take(&mut self.lock().fired)
+    }
+
+    /// A hard level reached now, by the kernel's own counters; if none, the working set
+    /// and level nearest to it (for the log).
+    fn crossed(levels: &[Level]) -> Result<Crossing, Option<(u64, u64)>> {
+        let mut nearest: Option<(u64, u64)> = None;
+        for level in levels {
+            let Some(ws) = level.working_set_now() else {
+                continue;
+            };
+            if ws >= level.working_set {
+                return Ok(Crossing {
+                    threshold: level.threshold,
+                    level_working_set: level.working_set,
+                    working_set: ws,
+                });
+            }
+            if nearest.is_none_or(|(w, l)| l - w > level.working_set - ws) {
+                nearest = Some((ws, level.working_set));
+            }
+        }
+        Err(nearest)
+    }
+}
+
+mod kill;
+mod watch;
+
+pub use kill::{REAP_AFTER, REAPER_THREAD};
+use watch::{WatchBudget, more_than_one_cpu};
+
+#[cfg(test)]
+mod tests;

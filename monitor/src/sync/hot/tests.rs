@@ -1,0 +1,511 @@
+use std::time::Duration;
+
+use super::*;
+use crate::policy::stats::PodStats;
+
+/// hard memory.available<100 bytes in the fixture's scale; the levels below carry it.
+const KUBELET: &str = "evictionHard: {memory.available: 1Gi}\n";
+
+fn config() -> Arc<EvictionConfig> {
+    let (kubelet, _) =
+        crate::config::kubelet::load_kubelet_config(KUBELET, "kubelet.yaml").expect("test config");
+    Arc::new(kubelet.eviction)
+}
+
+/// A fake memory cgroup for the level (its usage and memory.stat), and fake pod
+/// cgroups (a usage file and a `cgroup.kill` each), in a temp dir.
+struct Fixture {
+    dir: tempfile::TempDir,
+    hot: HotPath,
+}
+
+impl Fixture {
+    fn new(level: u64) -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("memory.usage_in_bytes"), "100\n").expect("usage");
+        std::fs::write(dir.path().join("memory.stat"), "total_inactive_file 0\n").expect("stat");
+        let hot = HotPath::new(SharedState::default());
+        hot.set_levels(
+            CgroupVersion::V1,
+            &[
+                ThresholdSpec {
+                    cgroup: dir.path().to_path_buf(),
+                    usage_bytes: level,
+                    hard: true,
+                    passed_when_armed: false,
+                    threshold: Some(ArmedThreshold {
+                        signal: Signal::MemoryAvailable,
+                        quantity_bytes: 1 << 30,
+                        capacity_bytes: 8 << 30,
+                    }),
+                },
+                // Soft levels never arm the hot path.
+                ThresholdSpec {
+                    cgroup: dir.path().to_path_buf(),
+                    usage_bytes: 50,
+                    hard: false,
+                    passed_when_armed: false,
+                    threshold: None,
+                },
+            ],
+            |_| 0,
+        );
+        Fixture { dir, hot }
+    }
+
+    /// A usage level of 1000 armed when 300 of it was inactive page cache (the
+    /// threshold is met at a working set of 700), with default/a armed.
+    fn with_page_cache_at_arming() -> Fixture {
+        let f = Fixture::new(0);
+        f.set_level(1000, 300);
+        f.arm("default/a");
+        f
+    }
+
+    /// Sets one hard usage level, armed with `inactive` of page cache, as a
+    /// synchronize does.
+    fn set_level(&self, usage_bytes: u64, inactive: u64) {
+        self.hot.set_levels(
+            CgroupVersion::V1,
+            &[ThresholdSpec {
+                cgroup: self.dir.path().to_path_buf(),
+                usage_bytes,
+                hard: true,
+                passed_when_armed: false,
+                threshold: None,
+            }],
+            |_| inactive,
+        );
+    }
+
+    /// Writes `text` over the start of `file` 5 ms from now, in place: a watch
+    /// reading meanwhile never sees the file truncated.
+    fn rewrite_later(&self, file: &str, text: &'static str) -> std::thread::JoinHandle<()> {
+        let path = self.dir.path().join(file);
+        std::thread::spawn(move || {
+            use std::io::Write;
+            std::thread::sleep(Duration::from_millis(5));
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(text.as_bytes()))
+                .expect("rewrite");
+        })
+    }
+
+    fn pod_dir(&self, key: &str) -> std::path::PathBuf {
+        let dir = self.dir.path().join("pods").join(key.replace('/', "_"));
+        std::fs::create_dir_all(&dir).expect("pod dir");
+        dir
+    }
+
+    /// Sets the usage of the fake pods' parent cgroup.
+    fn set_parent_usage(&self, bytes: u64) {
+        let dir = self.dir.path().join("pods");
+        std::fs::create_dir_all(&dir).expect("pods dir");
+        std::fs::write(dir.join("memory.usage_in_bytes"), format!("{bytes}\n"))
+            .expect("parent usage");
+    }
+
+    /// Sets a pod's usage (its fake cgroup's memory.usage_in_bytes).
+    fn set_pod_usage(&self, key: &str, bytes: u64) {
+        std::fs::write(
+            self.pod_dir(key).join("memory.usage_in_bytes"),
+            format!("{bytes}\n"),
+        )
+        .expect("pod usage");
+    }
+
+    /// Arms `pods` (key, working set at the synchronize; usage the same: no page
+    /// cache), ranked as given by the caller.
+    fn arm_pods(&self, pods: &[(&str, u64)]) {
+        let stats = pods
+            .iter()
+            .map(|(key, ws)| {
+                self.set_pod_usage(key, *ws);
+                let name = key.split('/').nth(1).expect("ns/name");
+                PodWithStats {
+                    pod: Arc::new(crate::policy::testing::pod(name, "", "")),
+                    stats: PodStats {
+                        memory_working_set_bytes: Some(*ws),
+                        ..PodStats::default()
+                    },
+                }
+            })
+            .collect();
+        self.hot.arm(
+            Some(Candidates {
+                pods: stats,
+                fs_layout: FsLayout::Shared,
+                config: config(),
+            }),
+            |key| {
+                let dir = self.pod_dir(key);
+                let kill = dir.join("cgroup.kill");
+                if !kill.exists() {
+                    std::fs::write(&kill, "").expect("kill file");
+                }
+                Some(
+                    KillSwitch::open(key, &kill)
+                        .ok()?
+                        .with_memory(CgroupReader::new(CgroupVersion::V1, dir)),
+                )
+            },
+        );
+    }
+
+    fn arm(&self, pod: &str) {
+        self.arm_pods(&[(pod, 500)]);
+        assert_eq!(self.hot.armed_pod().as_deref(), Some(pod));
+    }
+
+    fn set_usage(&self, bytes: u64) {
+        std::fs::write(
+            self.dir.path().join("memory.usage_in_bytes"),
+            format!("{bytes}\n"),
+        )
+        .expect("usage");
+    }
+
+    fn set_inactive(&self, bytes: u64) {
+        std::fs::write(
+            self.dir.path().join("memory.stat"),
+            format!("cache 1\ntotal_inactive_file {bytes}\n"),
+        )
+        .expect("stat");
+    }
+
+    fn killed(&self, pod: &str) -> String {
+        std::fs::read_to_string(self.pod_dir(pod).join("cgroup.kill")).unwrap_or_default()
+    }
+
+    fn fired(&self) -> Vec<String> {
+        self.hot
+            .take_fired()
+            .into_iter()
+            .map(|k| k.decision.pod_key)
+            .collect()
+    }
+}
+
+#[test]
+fn a_confirmed_crossing_kills_the_armed_pod_once() {
+    let f = Fixture::new(1000);
+    f.arm("default/big");
+    // The notifier fires on the way down too: below the level nothing happens.
+    f.hot.hard_crossing(WakeSource::MemcgThreshold);
+    assert_eq!(
+        f.killed("default/big"),
+        "",
+        "usage 100 is under the level 1000"
+    );
+    assert!(f.hot.take_fired().is_empty());
+    f.set_usage(1000);
+    f.hot.hard_crossing(WakeSource::MemcgThreshold);
+    assert_eq!(f.killed("default/big"), "1", "one write to cgroup.kill");
+    let fired = f.hot.take_fired();
+    assert_eq!(fired.len(), 1);
+    assert_eq!(fired[0].decision.pod_key, "default/big");
+    assert!(fired[0].killed_ns >= fired[0].detected_ns);
+    // Disarmed by the kill: another crossing kills nobody until the next synchronize.
+    f.hot.hard_crossing(WakeSource::MemcgThreshold);
+    assert_eq!(f.killed("default/big"), "1");
+    assert!(f.hot.take_fired().is_empty());
+    assert!(f.hot.armed_pod().is_none());
+    let events = f.hot.state.read().events;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason == "HotKill" && e.object == "default/big"),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn the_victim_is_picked_on_the_working_sets_read_at_the_crossing() {
+    let f = Fixture::new(1000);
+    // Ranked at the synchronize: a (900) before b (100).
+    f.arm_pods(&[("default/a", 900), ("default/b", 100)]);
+    assert_eq!(f.hot.armed_pods(), vec!["default/a", "default/b"]);
+    // Since then a freed its memory and b grew: b is the pick now.
+    f.set_pod_usage("default/a", 10);
+    f.set_pod_usage("default/b", 800);
+    f.set_usage(1000);
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    assert_eq!(f.killed("default/a"), "", "a holds nothing any more");
+    assert_eq!(f.killed("default/b"), "1");
+    let fired = f.hot.take_fired();
+    assert_eq!(fired.len(), 1);
+    let kill = &fired[0];
+    assert_eq!(kill.decision.pod_key, "default/b");
+    assert_eq!(kill.victim_working_set_bytes, 800);
+    // The message names the threshold crossed and the signal at the crossing: the
+    // level reached exactly, so available is the threshold's quantity.
+    assert!(
+        kill.decision
+            .message
+            .contains("Threshold quantity: 1Gi, available: 1Gi."),
+        "{}",
+        kill.decision.message
+    );
+    assert_eq!(kill.signal_available, Some(1 << 30));
+}
+
+#[test]
+fn candidates_are_read_only_while_the_memory_left_could_change_the_pick() {
+    let f = Fixture::new(1000);
+    // The candidates' parent cgroup says 600 in all.
+    f.set_parent_usage(600);
+    f.arm_pods(&[("default/a", 500), ("default/b", 60), ("default/c", 40)]);
+    // c's file says 900, more than the holder leaves after a (100): trusting the
+    // holder, neither b nor c could outrank a, so c is not even read.
+    f.set_pod_usage("default/c", 900);
+    f.set_usage(1000);
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    assert_eq!(
+        f.killed("default/a"),
+        "1",
+        "a ranks first on what could be read"
+    );
+    assert_eq!(f.killed("default/c"), "");
+    let fired = f.hot.take_fired();
+    assert_eq!(fired[0].decision.pod_key, "default/a");
+    assert_eq!(fired[0].candidates_read, 1, "only a was read");
+
+    // With room for c to have grown (the holder says 1500), c is read and killed.
+    let f = Fixture::new(1000);
+    f.set_parent_usage(600);
+    f.arm_pods(&[("default/a", 500), ("default/b", 60), ("default/c", 40)]);
+    f.set_parent_usage(1500);
+    f.set_pod_usage("default/c", 900);
+    f.set_usage(1000);
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    assert_eq!(f.killed("default/a"), "");
+    assert_eq!(f.killed("default/c"), "1", "c grew past a");
+}
+
+#[test]
+fn a_kill_not_yet_taken_keeps_the_hot_path_disarmed() {
+    let f = Fixture::new(1000);
+    f.arm("default/a");
+    f.set_usage(1000);
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    // A synchronize that started before the kill arms again before it took the kill:
+    // the kill is an eviction under way, so nothing is armed.
+    f.arm_pods(&[("default/b", 500)]);
+    assert!(f.hot.armed_pods().is_empty());
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    assert_eq!(f.fired(), vec!["default/a"], "one kill, booked once");
+    f.arm("default/b");
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    assert_eq!(f.fired(), vec!["default/b"]);
+}
+
+#[test]
+fn nothing_is_killed_when_disarmed_or_without_a_hard_level() {
+    let f = Fixture::new(1000);
+    f.set_usage(5000);
+    f.hot.hard_crossing(WakeSource::MemcgThreshold);
+    assert!(f.fired().is_empty(), "no victim armed");
+    f.arm("default/a");
+    f.hot.arm(None, |_| None);
+    f.hot.hard_crossing(WakeSource::MemcgThreshold);
+    assert_eq!(f.killed("default/a"), "", "disarmed");
+    // Only soft levels: the soft spec's 50 is exceeded, but it does not count.
+    let f = Fixture::new(u64::MAX);
+    f.set_usage(5000);
+    f.arm("default/a");
+    f.hot.hard_crossing(WakeSource::MemcgThreshold);
+    assert_eq!(f.killed("default/a"), "");
+    assert_eq!(f.hot.armed_pod().as_deref(), Some("default/a"));
+}
+
+#[test]
+fn page_cache_alone_past_the_usage_level_kills_nobody() {
+    let f = Fixture::with_page_cache_at_arming();
+    // Usage past the level, but 500 of it reclaimable cache: working set 600 < 700.
+    f.set_usage(1100);
+    f.set_inactive(500);
+    f.hot.hard_crossing(WakeSource::MemcgThreshold);
+    assert_eq!(
+        f.killed("default/a"),
+        "",
+        "a false alarm costs a read, never a kill"
+    );
+    // The working set itself reaches 700.
+    f.set_inactive(400);
+    f.hot.hard_crossing(WakeSource::MemcgThreshold);
+    assert_eq!(f.killed("default/a"), "1");
+}
+
+#[test]
+fn an_early_notifier_is_followed_by_a_close_watch_that_kills_at_the_level() {
+    let f = Fixture::new(1000);
+    f.arm("default/a");
+    // Under the early level (1000 − 100): it fired on the way down; no watch.
+    f.set_usage(850);
+    let started = std::time::Instant::now();
+    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    assert!(
+        started.elapsed() < APPROACH_WINDOW,
+        "no watch below the early level"
+    );
+    // Between the early level and the level: watched until the level is reached.
+    f.set_usage(950);
+    let raise = f.rewrite_later("memory.usage_in_bytes", "1000\n");
+    assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    raise.join().expect("raise");
+    assert_eq!(f.fired(), vec!["default/a"]);
+}
+
+#[test]
+fn a_watch_that_sees_no_crossing_ends_by_its_window_or_its_budget() {
+    let f = Fixture::new(1000);
+    f.arm("default/a");
+    f.set_usage(950);
+    let started = std::time::Instant::now();
+    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    assert!(started.elapsed() >= APPROACH_SPIN.min(WATCH_BUDGET));
+    assert_eq!(f.killed("default/a"), "", "never reached: nobody killed");
+    let used = f.hot.watch_cpu();
+    assert!(
+        used <= WATCH_BUDGET + Duration::from_millis(5),
+        "the watch kept to its budget: {used:?}"
+    );
+    assert_eq!(
+        f.hot.armed_pod().as_deref(),
+        Some("default/a"),
+        "still armed"
+    );
+    // Right after, an early notifier starts no new watch, even at the level: the
+    // notifier at the level tells instead.
+    f.set_usage(1000);
+    let started = std::time::Instant::now();
+    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    assert!(started.elapsed() < APPROACH_SPIN, "resting");
+    f.hot.hard_crossing(WakeSource::MemcgThreshold);
+    assert_eq!(f.killed("default/a"), "1");
+    f.hot.take_fired();
+    f.arm("default/b");
+    // Disarmed: no watch at all.
+    f.hot.arm(None, |_| None);
+    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+}
+
+#[test]
+fn an_early_notifier_that_keeps_firing_rests_until_the_levels_are_set_again() {
+    let f = Fixture::new(1000);
+    f.arm("default/a");
+    // Usage above the early level then back below it, again and again: each watch
+    // ends at once (under every early level), and each counts.
+    f.set_usage(850);
+    for _ in 0..EARLY_FIRES_PER_ARMING {
+        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    }
+    assert_eq!(
+        f.hot.lock().early_fires[&1].len(),
+        EARLY_FIRES_PER_ARMING as usize
+    );
+    // Another early notifier is not rested by this one's flapping.
+    f.set_usage(850);
+    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 2));
+    assert_eq!(f.hot.lock().early_fires[&2].len(), 1);
+    // Rested: even at the level, no watch (the exact notifier still tells).
+    f.set_usage(1000);
+    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    assert_eq!(f.killed("default/a"), "");
+    // Still rested once its fires are older than the window: the rest lasts until
+    // the next synchronize, not a window.
+    for at in f.hot.lock().early_fires.get_mut(&1).expect("fires") {
+        *at = 0;
+    }
+    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    assert_eq!(f.killed("default/a"), "");
+    // The next synchronize sets the levels again: watched once more.
+    f.set_level(1000, 0);
+    assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    assert_eq!(f.fired(), vec!["default/a"]);
+}
+
+#[test]
+fn the_watch_budget_refills_at_its_rate_and_caps_at_its_size() {
+    let mut budget = WatchBudget {
+        left_ns: 0,
+        refilled_at_ns: 0,
+    };
+    // 100 ms at 20 ms/s: 2 ms back.
+    assert_eq!(budget.refill(100_000_000), 2_000_000);
+    // Never past the burst.
+    assert_eq!(
+        budget.refill(100_000_000_000),
+        WATCH_BUDGET.as_nanos() as u64
+    );
+}
+
+#[test]
+fn a_crossing_short_of_the_working_set_is_watched_until_it_gets_there() {
+    let f = Fixture::with_page_cache_at_arming();
+    // The usage level is reached, the working set not yet (400 of page cache).
+    f.set_usage(1000);
+    f.set_inactive(400);
+    // Same length as before: the file is rewritten in place.
+    let shrink = f.rewrite_later("memory.stat", "cache 1\ntotal_inactive_file 200\n");
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    shrink.join().expect("shrink");
+    assert_eq!(
+        f.killed("default/a"),
+        "1",
+        "killed once the working set reached 700"
+    );
+    let fired = f.hot.take_fired();
+    assert!(fired[0].detected_ns > 0);
+}
+
+#[test]
+fn re_arming_another_pod_replaces_the_victim() {
+    let f = Fixture::new(10);
+    f.arm("default/a");
+    f.arm("default/b");
+    f.set_usage(10);
+    f.hot.hard_crossing(WakeSource::MemoryEvents);
+    assert_eq!(f.fired(), vec!["default/b"]);
+}
+
+#[test]
+fn the_ring_readers_watch_runs_on_the_watcher_thread_and_the_reader_returns_at_once() {
+    let mut f = Fixture::with_page_cache_at_arming();
+    // The watcher runs at real-time priority when the tests run as root: spinning, it
+    // could keep this thread (which rewrites the statistics) off both CPUs of a small
+    // machine until its budget is spent. Sleeping between looks, it cannot.
+    f.hot.spin = false;
+    let hot = Arc::new(f.hot);
+    hot.start_watcher().expect("watcher thread");
+    // The usage level is reached, the working set not yet: a watch is needed.
+    std::fs::write(f.dir.path().join("memory.usage_in_bytes"), "1000\n").expect("usage");
+    std::fs::write(
+        f.dir.path().join("memory.stat"),
+        "cache 1\ntotal_inactive_file 400\n",
+    )
+    .expect("stat");
+    // Handed over: an inline watch would have run out its window before returning,
+    // with the working set short throughout, and killed nobody.
+    hot.hard_crossing(WakeSource::Ebpf);
+    assert!(hot.take_fired().is_empty(), "not reached yet");
+    // The watcher kills once the working set gets there (rewritten in place).
+    {
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(f.dir.path().join("memory.stat"))
+            .and_then(|mut file| file.write_all(b"cache 1\ntotal_inactive_file 200\n"))
+            .expect("rewrite");
+    }
+    let deadline = std::time::Instant::now() + APPROACH_WINDOW * 2;
+    let mut fired = Vec::new();
+    while fired.is_empty() && std::time::Instant::now() < deadline {
+        fired = hot.take_fired();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(fired.len(), 1, "killed by the watcher thread");
+    assert_eq!(fired[0].decision.pod_key, "default/a");
+}

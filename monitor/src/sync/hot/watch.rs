@@ -1,0 +1,235 @@
+//! The close watch after an early notifier or a crossing short of its working set, within
+//! its CPU budget, and the notifier hooks that start it.
+use super::kill::Look;
+use super::*;
+
+/// The watches' CPU allowance (a token bucket of thread CPU time).
+#[derive(Debug)]
+pub(super) struct WatchBudget {
+    pub(super) left_ns: u64,
+    pub(super) refilled_at_ns: u64,
+}
+
+impl WatchBudget {
+    pub(super) fn full() -> WatchBudget {
+        WatchBudget {
+            left_ns: WATCH_BUDGET.as_nanos() as u64,
+            refilled_at_ns: monotonic_ns(),
+        }
+    }
+
+    /// What is left now.
+    pub(super) fn refill(&mut self, now_ns: u64) -> u64 {
+        let elapsed = now_ns.saturating_sub(self.refilled_at_ns);
+        let gained = u128::from(elapsed) * WATCH_REFILL_PER_SEC.as_nanos() / 1_000_000_000;
+        self.left_ns = (self.left_ns + u64::try_from(gained).unwrap_or(u64::MAX))
+            .min(WATCH_BUDGET.as_nanos() as u64);
+        self.refilled_at_ns = now_ns;
+        self.left_ns
+    }
+}
+
+/// The calling thread's CPU time, ns.
+pub(super) fn thread_cpu_ns() -> u64 {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID) {
+        Ok(ts) => {
+            u64::try_from(ts.tv_sec()).unwrap_or(0) * 1_000_000_000
+                + u64::try_from(ts.tv_nsec()).unwrap_or(0)
+        }
+        Err(_) => 0,
+    }
+}
+
+/// Whether this process may run on more than one CPU now.
+pub(super) fn more_than_one_cpu() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+}
+
+impl HotPath {
+    /// Starts the thread that runs the watches the eBPF ring reader would otherwise run
+    /// itself (a watch lasts up to [`APPROACH_WINDOW`], and meanwhile crossing and OOM
+    /// records would wait in the ring). It runs at the memcg notifier's real-time
+    /// priority where the kernel permits it; returns what it got. The thread ends when
+    /// the hot path is dropped.
+    pub fn start_watcher(self: &Arc<Self>) -> std::io::Result<String> {
+        let (tx, rx) = std::sync::mpsc::channel::<WatchRequest>();
+        let (got_tx, got_rx) = std::sync::mpsc::channel();
+        let hot = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name(WATCHER_THREAD.into())
+            .spawn(move || {
+                let _ = got_tx.send(crate::notify::realtime::realtime_priority(
+                    crate::notify::realtime::PRIORITY,
+                ));
+                while let Ok(request) = rx.recv() {
+                    let Some(hot) = hot.upgrade() else { return };
+                    hot.watch(request.source, request.margin, request.told_ns);
+                }
+            })?;
+        *self.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        Ok(got_rx.recv().unwrap_or_default())
+    }
+
+    /// Runs a watch here, or hands it to the watcher thread when `source` is the ring
+    /// reader and the thread runs.
+    pub(super) fn watch_from(&self, source: WakeSource, margin: u64, told_ns: u64) -> bool {
+        if source == WakeSource::Ebpf
+            && let Some(tx) = self
+                .watcher
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+            && tx
+                .send(WatchRequest {
+                    source,
+                    margin,
+                    told_ns,
+                })
+                .is_ok()
+        {
+            return false;
+        }
+        self.watch(source, margin, told_ns)
+    }
+}
+
+impl CrossingHook for HotPath {
+    /// A notifier at a hard level fired. If its usage is there but the working set is not
+    /// quite (page cache grew since the level was armed, or the kernel's statistics lag
+    /// its usage counter), the level is watched as after an early notifier: the
+    /// notifier will not fire again for it.
+    fn hard_crossing(&self, source: WakeSource) {
+        let told_ns = monotonic_ns();
+        if self.kill_if_crossed(source, told_ns, None) == Look::NotReached {
+            self.watch_from(source, 0, told_ns);
+        }
+    }
+
+    /// An early notifier fired a little below a hard level (its kernel check is coarser
+    /// than the headroom wants): watch the usage closely, for a bounded time and CPU,
+    /// and kill the moment a level is reached. The notifier at the level itself stays
+    /// armed, so a crossing after the window (or after usage fell back) is still heard.
+    fn hard_approach(&self, source: WakeSource, margin: u64, level: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        let now_ns = monotonic_ns();
+        let rest_ns = APPROACH_REST.as_nanos() as u64;
+        let last = self.last_watch_end_ns.load(Ordering::Relaxed);
+        if last != 0 && now_ns < last.saturating_add(rest_ns) {
+            return false;
+        }
+        {
+            let mut armed = self.lock();
+            let window_ns = FLAP_WINDOW.as_nanos() as u64;
+            let fires = armed.early_fires.entry(level).or_default();
+            if fires.len() >= EARLY_FIRES_PER_ARMING as usize {
+                // Rested until the levels are set again, however long ago it flapped.
+                return false;
+            }
+            fires.retain(|at| now_ns.saturating_sub(*at) < window_ns);
+            fires.push(now_ns);
+            if fires.len() == EARLY_FIRES_PER_ARMING as usize {
+                tracing::debug!(source = %source, level, "hot path: an early notifier keeps firing; resting it until the next synchronize");
+            }
+        }
+        self.watch_from(source, margin, now_ns)
+    }
+}
+
+impl HotPath {
+    /// Reads every level's usage, back to back for [`APPROACH_SPIN`] (where more than
+    /// one CPU is usable) and then every [`APPROACH_POLL`], for up to
+    /// [`APPROACH_WINDOW`] and while the CPU budget lasts: at a level's usage, the working
+    /// set is checked and the victim killed once it is there too. Stops when usage is
+    /// `margin` or more below every level. Whether it killed.
+    pub(super) fn watch(&self, source: WakeSource, margin: u64, told_ns: u64) -> bool {
+        let levels = {
+            let armed = self.lock();
+            if armed.candidates.is_empty() {
+                return false;
+            }
+            armed.levels.clone()
+        };
+        let allowance = {
+            let mut budget = self.budget.lock().unwrap_or_else(|p| p.into_inner());
+            budget.refill(monotonic_ns())
+        };
+        if allowance == 0 {
+            tracing::debug!(source = %source, "hot path: watch skipped, its CPU budget is spent");
+            return false;
+        }
+        let cpu_start = thread_cpu_ns();
+        let killed = self.watch_levels(source, margin, told_ns, &levels, cpu_start, allowance);
+        let used = thread_cpu_ns().saturating_sub(cpu_start);
+        self.watch_cpu_ns
+            .fetch_add(used, std::sync::atomic::Ordering::Relaxed);
+        let mut budget = self.budget.lock().unwrap_or_else(|p| p.into_inner());
+        budget.refill(monotonic_ns());
+        budget.left_ns = budget.left_ns.saturating_sub(used);
+        killed
+    }
+
+    fn watch_levels(
+        &self,
+        source: WakeSource,
+        margin: u64,
+        told_ns: u64,
+        levels: &[Level],
+        cpu_start: u64,
+        allowance: u64,
+    ) -> bool {
+        let started = std::time::Instant::now();
+        let spin_until = started
+            + if self.spin {
+                APPROACH_SPIN
+            } else {
+                Duration::ZERO
+            };
+        let until = started + APPROACH_WINDOW;
+        let mut looks = 0u32;
+        loop {
+            let (mut reached, mut all_below) = (false, true);
+            for level in levels {
+                let Some(usage) = level.usage_now() else {
+                    continue;
+                };
+                reached |= usage >= level.usage;
+                all_below &= usage < level.usage.saturating_sub(margin);
+            }
+            // After the reads: the moment the crossing was seen.
+            let now_ns = monotonic_ns();
+            if reached {
+                match self.kill_if_crossed(source, now_ns, Some(told_ns)) {
+                    Look::Killed => return true,
+                    Look::Disarmed => return false,
+                    Look::NotReached => {}
+                }
+            } else if all_below {
+                // Under every early level: it fired on the way down, or usage fell back.
+                return false;
+            }
+            looks += 1;
+            // The thread's CPU clock costs a system call (less than a read of a level):
+            // looked at every 8 reads while spinning and after every read once the watch
+            // sleeps between them, so a watch overruns its allowance by a few reads at most.
+            let now = std::time::Instant::now();
+            let check = looks.is_multiple_of(8) || now >= spin_until;
+            if check && thread_cpu_ns().saturating_sub(cpu_start) >= allowance {
+                tracing::debug!(source = %source, told_ns, "hot path: watch ended, its CPU budget is spent");
+                self.last_watch_end_ns
+                    .store(monotonic_ns(), std::sync::atomic::Ordering::Relaxed);
+                return false;
+            }
+            if now >= until {
+                tracing::debug!(source = %source, told_ns, "hot path: watched a level, not reached within the window");
+                self.last_watch_end_ns
+                    .store(monotonic_ns(), std::sync::atomic::Ordering::Relaxed);
+                return false;
+            }
+            if now < spin_until {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(APPROACH_POLL);
+            }
+        }
+    }
+}
