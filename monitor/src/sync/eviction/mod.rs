@@ -25,14 +25,6 @@ use crate::policy::types::{FsLayout, Time};
 use crate::runtime::port::{EvictionOutcome, PodKiller, Ports, StatsNeeds};
 use crate::state::{EVICTIONS_KEPT, EvictionView, SharedState, SignalStatus, ThresholdStatus};
 
-/// Kill attempts per eviction: the first with the decision's grace period, the retries at
-/// once (the pod already had its grace period).
-pub const MAX_KILL_ATTEMPTS: u32 = 3;
-
-/// How long past its kill timeout the loop waits for a runtime's answer before it counts
-/// the attempt as timed out (the runtime bounds its own kill by the kill timeout).
-const KILL_ANSWER_SLACK: Duration = Duration::from_secs(1);
-
 /// What one synchronize decided and did about evictions.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EvictionPass {
@@ -61,30 +53,6 @@ pub struct FinishedEviction {
     /// CLOCK_MONOTONIC ns when it ended.
     pub ended_ns: u64,
 }
-
-/// A memory eviction whose effect on its signal is still to be judged: the signal's
-/// available when it was decided, and what the victim held then.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Effect {
-    pod_key: String,
-    signal: Signal,
-    available_before: i64,
-    victim_bytes: u64,
-}
-
-impl Effect {
-    /// Whether the signal, observed afresh after the eviction ended, came back by at
-    /// least half of what the victim held. (Other pods' growth meanwhile counts against
-    /// it; a fresh eviction is judged by what the node got back, as the pressure is.)
-    fn was_effective(&self, available_after: i64) -> bool {
-        let freed = available_after.saturating_sub(self.available_before);
-        freed.saturating_mul(2) >= i64::try_from(self.victim_bytes).unwrap_or(i64::MAX)
-    }
-}
-
-/// A victim holding less than this is not judged: its eviction could not have freed
-/// a measurable share of the signal anyway.
-const JUDGED_FROM_BYTES: u64 = 4 << 20;
 
 /// Runs the eviction policy at every synchronize and carries out its decisions.
 pub struct EvictionSync {
@@ -431,98 +399,6 @@ impl EvictionSync {
         victim_key
     }
 
-    /// Remembers what a memory eviction should free, to judge it once it ended.
-    fn note_effect(&mut self, decision: &EvictionDecision, input: &SyncInput) {
-        let Some(signal) = decision.signal.filter(|s| s.is_memory()) else {
-            return;
-        };
-        let Some(observed) = input.observations.get(&signal) else {
-            return;
-        };
-        let victim_bytes = input
-            .pods
-            .iter()
-            .find(|p| p.pod.key() == decision.pod_key)
-            .and_then(|p| p.stats.memory_working_set_bytes)
-            .unwrap_or(0);
-        self.effects.push(Effect {
-            pod_key: decision.pod_key.clone(),
-            signal,
-            available_before: observed.available,
-            victim_bytes,
-        });
-    }
-
-    /// Judges the memory evictions that ended before this pass's observation: one that
-    /// freed far less than its victim held is reported (a Warning `EvictionIneffective`
-    /// and a metric) and paces its signal to one eviction per housekeeping interval, as
-    /// the kubelet's loop does by itself. An effective one, or a signal whose thresholds
-    /// are no longer met, ends the pacing.
-    fn judge_effects(
-        &mut self,
-        finished: &[FinishedEviction],
-        observations: &Observations,
-        outcome: &SyncOutcome,
-        now: Time,
-    ) {
-        for done in finished {
-            let Some(index) = self
-                .effects
-                .iter()
-                .position(|e| e.pod_key == done.decision.pod_key)
-            else {
-                continue;
-            };
-            let effect = self.effects.swap_remove(index);
-            // A pod found gone at the first attempt is gone all the same (the hot path's
-            // kill, or its exit, came before the booking): what the signal got back is
-            // judged on the node as it is now, whoever ended the pod.
-            let gone = matches!(
-                done.outcome,
-                EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone
-            );
-            if !gone || effect.victim_bytes < JUDGED_FROM_BYTES {
-                continue;
-            }
-            let Some(after) = observations.get(&effect.signal) else {
-                continue;
-            };
-            if effect.was_effective(after.available) {
-                self.paced.remove(&effect.signal);
-                continue;
-            }
-            let freed = after.available.saturating_sub(effect.available_before);
-            self.state.event(
-                "Warning",
-                "EvictionIneffective",
-                &effect.pod_key,
-                format!(
-                    "evicting it for {} gave back {} of the {} it held (its memory stays charged: page cache, tmpfs or shared pages); further evictions for this signal wait {} each until it moves",
-                    effect.signal.as_str(),
-                    format_value_bytes(freed),
-                    format_value_bytes(i64::try_from(effect.victim_bytes).unwrap_or(i64::MAX)),
-                    format_go_duration(self.kubelet.housekeeping_interval),
-                ),
-            );
-            *self
-                .state
-                .lock()
-                .metrics
-                .ineffective_evictions
-                .entry(effect.signal.as_str().to_string())
-                .or_default() += 1;
-            self.paced
-                .entry(effect.signal)
-                .or_insert(now + self.kubelet.housekeeping_interval);
-        }
-        let met: Vec<Signal> = outcome
-            .thresholds_met
-            .iter()
-            .map(|m| m.threshold.signal)
-            .collect();
-        self.paced.retain(|signal, _| met.contains(signal));
-    }
-
     /// Keeps this pass's inputs for `monitor explain`, which ranks on them with the
     /// policy's own functions: the API reads no stats of its own.
     fn publish_ranking(&self, input: SyncInput, hot_victim: Option<String>) {
@@ -577,93 +453,6 @@ impl EvictionSync {
         }
         self.in_flight.is_empty()
             || (decision.immediate && self.in_flight.iter().all(|e| !e.immediate))
-    }
-
-    fn start(&mut self, decision: EvictionDecision) {
-        self.in_flight.push(decision.clone());
-        let killer = self.ports.killer.clone();
-        let finished = self.finished_tx.clone();
-        let wakes = self.wakes.clone();
-        tokio::spawn(async move {
-            let (outcome, attempts) = carry_out(killer.as_ref(), &decision).await;
-            // The record first, then the wake: the pass the wake causes sees it.
-            let _ = finished.send(FinishedEviction {
-                decision,
-                outcome,
-                attempts,
-                ended_ns: crate::clock::monotonic_ns(),
-            });
-            wakes.wake(WakeSource::Eviction, WakeDetail::None);
-        });
-    }
-
-    /// Takes the evictions that ended before `observed_ns` (when this pass's observation
-    /// was taken; 0: unknown, take all) and records them in metrics, events and the API.
-    /// One that ended later stays under way until the next pass (its wake is queued):
-    /// the pass must see the node after the victim is gone before it evicts again.
-    fn collect_finished(&mut self, observed_ns: u64) -> Vec<FinishedEviction> {
-        let mut finished = Vec::new();
-        let mut arrived = std::mem::take(&mut self.later);
-        while let Ok(done) = self.finished_rx.try_recv() {
-            arrived.push(done);
-        }
-        for done in arrived {
-            if observed_ns != 0 && done.ended_ns > observed_ns {
-                self.later.push(done);
-                continue;
-            }
-            self.in_flight
-                .retain(|e| e.pod_key != done.decision.pod_key);
-            self.record(&done);
-            finished.push(done);
-        }
-        finished
-    }
-
-    fn record(&self, done: &FinishedEviction) {
-        let decision = &done.decision;
-        let signal = decision
-            .signal
-            .map(|s| s.as_str())
-            .unwrap_or(decision.resource.as_str())
-            .to_string();
-        if !done.outcome.is_final() {
-            self.state.event(
-                "Warning",
-                "EvictionFailed",
-                &decision.pod_key,
-                format!(
-                    "gave up after {} kill attempt(s): {}",
-                    done.attempts, done.outcome
-                ),
-            );
-        }
-        let mut state = self.state.lock();
-        if done.outcome == EvictionOutcome::Evicted {
-            state.metrics.count_eviction(decision);
-        }
-        *state
-            .metrics
-            .eviction_outcomes
-            .entry(done.outcome.name().to_string())
-            .or_default() += 1;
-        if state.evictions.len() >= EVICTIONS_KEPT {
-            state.evictions.pop_front();
-        }
-        state.evictions.push_back(EvictionView {
-            pod: decision.pod_key.clone(),
-            signal,
-            grace_period_seconds: decision.grace_period_seconds,
-            outcome: done.outcome.name().to_string(),
-            detail: match &done.outcome {
-                EvictionOutcome::TimedOut { .. } | EvictionOutcome::KillFailed(_) => {
-                    Some(done.outcome.to_string())
-                }
-                EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone => None,
-            },
-            attempts: done.attempts,
-            finished_at: crate::state::now_rfc3339(),
-        });
     }
 
     /// Publishes each signal against its thresholds, and the conditions.
@@ -745,62 +534,6 @@ pub fn stats_needs(kubelet: &KubeletConfig) -> StatsNeeds {
     }
 }
 
-/// One eviction to its end: the kill with the decision's grace period, then, while the
-/// pod is still there (processes alive after the kill timeout, or the kill failed), up to
-/// [`MAX_KILL_ATTEMPTS`] − 1 immediate retries. An attempt whose answer does not come
-/// within its kill timeout (and [`KILL_ANSWER_SLACK`]) is no longer waited for; the
-/// runtime runs it to its end by itself.
-async fn carry_out(killer: &dyn PodKiller, decision: &EvictionDecision) -> (EvictionOutcome, u32) {
-    let mut attempt = decision.clone();
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        let wait = attempt.kill_timeout.saturating_add(KILL_ANSWER_SLACK);
-        let outcome = match tokio::time::timeout(wait, killer.evict(&attempt)).await {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                EvictionOutcome::KillFailed(format!("the runtime did not answer within {wait:?}"))
-            }
-        };
-        let outcome = settle(outcome, attempts, || {
-            killer.processes_left(&decision.pod_key)
-        });
-        if outcome.is_final() || attempts >= MAX_KILL_ATTEMPTS {
-            return (outcome, attempts);
-        }
-        tracing::warn!(
-            pod = %decision.pod_key,
-            attempt = attempts,
-            "eviction not finished ({outcome}); killing again"
-        );
-        attempt.grace_period_seconds = 0;
-        attempt.kill_timeout = MIN_KILL_TIMEOUT;
-    }
-}
-
-/// What attempt number `attempts` of an eviction counts as, from the runtime's `outcome`.
-/// A retry that finds nothing left to kill means the last attempt's processes went away
-/// after all: evicted. But an eviction is done only once the pod's cgroups are empty:
-/// with processes `left` (as the runtime counts them now; `None`: it cannot tell), an
-/// "evicted" is a kill not finished, and is retried.
-fn settle(
-    outcome: EvictionOutcome,
-    attempts: u32,
-    left: impl FnOnce() -> Option<usize>,
-) -> EvictionOutcome {
-    let outcome = match outcome {
-        EvictionOutcome::AlreadyGone if attempts > 1 => EvictionOutcome::Evicted,
-        other => other,
-    };
-    if outcome != EvictionOutcome::Evicted {
-        return outcome;
-    }
-    match left() {
-        Some(alive) if alive > 0 => EvictionOutcome::TimedOut { alive },
-        _ => outcome,
-    }
-}
-
 /// One line for logs and the API's last synchronize.
 pub fn summarize(pass: &EvictionPass) -> String {
     let observations = &pass.observations;
@@ -860,108 +593,11 @@ pub fn summarize(pass: &EvictionPass) -> String {
     }
 }
 
+mod carry;
+mod pacing;
+
+pub use carry::MAX_KILL_ATTEMPTS;
+use pacing::Effect;
+
 #[cfg(test)]
-mod tests {
-    use std::sync::Mutex;
-
-    use rstest::rstest;
-
-    use super::*;
-    use crate::policy::eviction::EvictionReason;
-    use crate::policy::types::Resource;
-    use crate::runtime::port::BoxFuture;
-
-    fn decision() -> EvictionDecision {
-        EvictionDecision {
-            pod_key: "default/hog".into(),
-            signal: Some(Signal::AllocatableMemoryAvailable),
-            resource: Resource::Memory,
-            reason: EvictionReason::Threshold,
-            grace_period_seconds: 0,
-            immediate: true,
-            kill_timeout: MIN_KILL_TIMEOUT,
-            message: String::new(),
-        }
-    }
-
-    #[rstest]
-    #[case::evicted_and_empty(EvictionOutcome::Evicted, 1, Some(0), EvictionOutcome::Evicted)]
-    #[case::evicted_untold(EvictionOutcome::Evicted, 1, None, EvictionOutcome::Evicted)]
-    #[case::evicted_but_alive(
-        EvictionOutcome::Evicted,
-        1,
-        Some(3),
-        EvictionOutcome::TimedOut { alive: 3 }
-    )]
-    #[case::gone_on_a_retry(EvictionOutcome::AlreadyGone, 2, Some(0), EvictionOutcome::Evicted)]
-    #[case::gone_on_a_retry_but_alive(
-        EvictionOutcome::AlreadyGone,
-        2,
-        Some(1),
-        EvictionOutcome::TimedOut { alive: 1 }
-    )]
-    // The first attempt's "already gone" is no eviction of ours: never booked evicted.
-    #[case::gone_at_first(EvictionOutcome::AlreadyGone, 1, Some(2), EvictionOutcome::AlreadyGone)]
-    #[case::timed_out(
-        EvictionOutcome::TimedOut { alive: 2 },
-        1,
-        Some(2),
-        EvictionOutcome::TimedOut { alive: 2 }
-    )]
-    fn an_eviction_is_done_only_once_its_cgroups_are_empty(
-        #[case] outcome: EvictionOutcome,
-        #[case] attempts: u32,
-        #[case] left: Option<usize>,
-        #[case] settled: EvictionOutcome,
-    ) {
-        assert_eq!(settle(outcome, attempts, || left), settled);
-    }
-
-    /// A runtime whose first kill never answers (a wedged container runtime) and whose
-    /// retries find nothing to stop, with `left` processes in the pod's cgroups.
-    struct Wedged {
-        calls: Mutex<Vec<i64>>,
-        left: Mutex<usize>,
-    }
-
-    impl PodKiller for Wedged {
-        fn evict(&self, decision: &EvictionDecision) -> BoxFuture<EvictionOutcome> {
-            let mut calls = self.calls.lock().unwrap();
-            calls.push(decision.grace_period_seconds);
-            if calls.len() == 1 {
-                Box::pin(std::future::pending())
-            } else {
-                Box::pin(async { EvictionOutcome::AlreadyGone })
-            }
-        }
-
-        fn processes_left(&self, _pod_key: &str) -> Option<usize> {
-            Some(*self.left.lock().unwrap())
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_retry_never_books_evicted_while_processes_are_left() {
-        let wedged = Wedged {
-            calls: Mutex::new(Vec::new()),
-            left: Mutex::new(2),
-        };
-        let started = tokio::time::Instant::now();
-        let (outcome, attempts) = carry_out(&wedged, &decision()).await;
-        assert_eq!(outcome, EvictionOutcome::TimedOut { alive: 2 });
-        assert_eq!(attempts, MAX_KILL_ATTEMPTS);
-        // The silent attempt was waited for its kill timeout and the slack, no longer.
-        assert_eq!(started.elapsed(), MIN_KILL_TIMEOUT + KILL_ANSWER_SLACK);
-        assert_eq!(*wedged.calls.lock().unwrap(), vec![0, 0, 0]);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_retry_that_finds_the_cgroups_empty_books_the_eviction() {
-        let wedged = Wedged {
-            calls: Mutex::new(Vec::new()),
-            left: Mutex::new(0),
-        };
-        let (outcome, attempts) = carry_out(&wedged, &decision()).await;
-        assert_eq!((outcome, attempts), (EvictionOutcome::Evicted, 2));
-    }
-}
+mod tests;

@@ -1,0 +1,122 @@
+//! Pacing: a memory eviction that gave back far less than its victim held (page cache,
+//! tmpfs, shared pages stay charged) slows its signal to one eviction per housekeeping
+//! interval, as the kubelet's loop is paced by itself.
+use super::*;
+
+/// A memory eviction whose effect on its signal is still to be judged: the signal's
+/// available when it was decided, and what the victim held then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Effect {
+    pub(super) pod_key: String,
+    pub(super) signal: Signal,
+    pub(super) available_before: i64,
+    pub(super) victim_bytes: u64,
+}
+
+impl Effect {
+    /// Whether the signal, observed afresh after the eviction ended, came back by at
+    /// least half of what the victim held. (Other pods' growth meanwhile counts against
+    /// it; a fresh eviction is judged by what the node got back, as the pressure is.)
+    fn was_effective(&self, available_after: i64) -> bool {
+        let freed = available_after.saturating_sub(self.available_before);
+        freed.saturating_mul(2) >= i64::try_from(self.victim_bytes).unwrap_or(i64::MAX)
+    }
+}
+
+/// A victim holding less than this is not judged: its eviction could not have freed
+/// a measurable share of the signal anyway.
+pub(super) const JUDGED_FROM_BYTES: u64 = 4 << 20;
+
+impl EvictionSync {
+    /// Remembers what a memory eviction should free, to judge it once it ended.
+    pub(super) fn note_effect(&mut self, decision: &EvictionDecision, input: &SyncInput) {
+        let Some(signal) = decision.signal.filter(|s| s.is_memory()) else {
+            return;
+        };
+        let Some(observed) = input.observations.get(&signal) else {
+            return;
+        };
+        let victim_bytes = input
+            .pods
+            .iter()
+            .find(|p| p.pod.key() == decision.pod_key)
+            .and_then(|p| p.stats.memory_working_set_bytes)
+            .unwrap_or(0);
+        self.effects.push(Effect {
+            pod_key: decision.pod_key.clone(),
+            signal,
+            available_before: observed.available,
+            victim_bytes,
+        });
+    }
+
+    /// Judges the memory evictions that ended before this pass's observation: one that
+    /// freed far less than its victim held is reported (a Warning `EvictionIneffective`
+    /// and a metric) and paces its signal to one eviction per housekeeping interval, as
+    /// the kubelet's loop does by itself. An effective one, or a signal whose thresholds
+    /// are no longer met, ends the pacing.
+    pub(super) fn judge_effects(
+        &mut self,
+        finished: &[FinishedEviction],
+        observations: &Observations,
+        outcome: &SyncOutcome,
+        now: Time,
+    ) {
+        for done in finished {
+            let Some(index) = self
+                .effects
+                .iter()
+                .position(|e| e.pod_key == done.decision.pod_key)
+            else {
+                continue;
+            };
+            let effect = self.effects.swap_remove(index);
+            // A pod found gone at the first attempt is gone all the same (the hot path's
+            // kill, or its exit, came before the booking): what the signal got back is
+            // judged on the node as it is now, whoever ended the pod.
+            let gone = matches!(
+                done.outcome,
+                EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone
+            );
+            if !gone || effect.victim_bytes < JUDGED_FROM_BYTES {
+                continue;
+            }
+            let Some(after) = observations.get(&effect.signal) else {
+                continue;
+            };
+            if effect.was_effective(after.available) {
+                self.paced.remove(&effect.signal);
+                continue;
+            }
+            let freed = after.available.saturating_sub(effect.available_before);
+            self.state.event(
+                "Warning",
+                "EvictionIneffective",
+                &effect.pod_key,
+                format!(
+                    "evicting it for {} gave back {} of the {} it held (its memory stays charged: page cache, tmpfs or shared pages); further evictions for this signal wait {} each until it moves",
+                    effect.signal.as_str(),
+                    format_value_bytes(freed),
+                    format_value_bytes(i64::try_from(effect.victim_bytes).unwrap_or(i64::MAX)),
+                    format_go_duration(self.kubelet.housekeeping_interval),
+                ),
+            );
+            *self
+                .state
+                .lock()
+                .metrics
+                .ineffective_evictions
+                .entry(effect.signal.as_str().to_string())
+                .or_default() += 1;
+            self.paced
+                .entry(effect.signal)
+                .or_insert(now + self.kubelet.housekeeping_interval);
+        }
+        let met: Vec<Signal> = outcome
+            .thresholds_met
+            .iter()
+            .map(|m| m.threshold.signal)
+            .collect();
+        self.paced.retain(|signal, _| met.contains(signal));
+    }
+}
