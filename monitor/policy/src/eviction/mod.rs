@@ -44,6 +44,7 @@ use super::types::{FsLayout, NodeConditionType, Resource, Time};
 pub mod fixtures;
 pub mod local_storage;
 mod message;
+pub mod reads;
 mod reclaim;
 #[cfg(test)]
 mod tests;

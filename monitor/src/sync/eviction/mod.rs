@@ -16,7 +16,7 @@ use crate::notify::{WakeDetail, WakeSender, WakeSource};
 use crate::observe::NodeObservation;
 use crate::policy::eviction::{
     EvictionConfig, EvictionDecision, EvictionManager, MIN_KILL_TIMEOUT, ReclaimResult, Step,
-    SyncInput, SyncOutcome, memory_candidates,
+    SyncInput, SyncOutcome, memory_candidates, reads,
 };
 use crate::policy::signal::{Observations, Signal, format_value};
 use crate::policy::stats::PodWithStats;
@@ -263,26 +263,12 @@ impl EvictionSync {
         }
     }
 
-    /// Whether a disk threshold is met now or still short of its minimum reclaim, on the
-    /// node's filesystem stats alone (they need no pod stats): only then does the pass
-    /// rank pods by disk usage, so only then is every pod's usage read. A signal without
-    /// an observation counts as near.
+    /// Whether the policy asks for pods' disk usage this pass, on the node's filesystem
+    /// stats alone (see [`reads::disk_threshold_near`]).
     fn disk_threshold_near(&self, node: &NodeObservation, fs_layout: FsLayout, now: Time) -> bool {
-        let observations =
+        let node_only =
             make_signal_observations(&node_stats(node, &self.kubelet, &[], now), fs_layout);
-        self.kubelet
-            .eviction
-            .thresholds
-            .iter()
-            .filter(|t| is_disk(t.signal))
-            .any(|t| {
-                observations.get(&t.signal).is_none_or(|o| {
-                    let level = t
-                        .quantity(o.capacity)
-                        .saturating_add(t.min_reclaim_quantity(o.capacity));
-                    o.available < level
-                })
-            })
+        reads::disk_threshold_near(&self.kubelet.eviction.thresholds, &node_only)
     }
 
     /// Says once when a part of the observation starts failing (its signals are off) and
@@ -336,38 +322,20 @@ impl EvictionSync {
         }
     }
 
-    /// Reads the containers' memory of the pod each memory signal's ranking puts first
-    /// (never a critical one): the pod a memory eviction at this pass, or the hot path's
-    /// next kill, would pick, whose eviction message names its containers. The ranking
-    /// reads only pod-level stats, so filling these in changes no choice; reading them
-    /// for one pod instead of every pod keeps a pass's cost from growing with containers.
+    /// Reads the containers' memory of the pod the policy names (see
+    /// [`reads::container_memory_read`]): reading them for one pod instead of every pod
+    /// keeps a pass's cost from growing with containers.
     fn add_victims_container_memory(&self, pods: &mut [PodWithStats], fs_layout: FsLayout) {
-        let signals = [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable];
-        let victims: Vec<usize> = signals
-            .into_iter()
-            .filter(|s| {
-                self.kubelet
-                    .eviction
-                    .thresholds
-                    .iter()
-                    .any(|t| t.signal == *s)
-            })
-            .filter_map(|signal| {
-                let ranked = crate::policy::rank::rank_pods(signal, fs_layout, pods);
-                let victim = ranked.into_iter().find(|p| !p.pod.is_critical())?;
-                pods.iter().position(|p| std::ptr::eq(p, victim))
-            })
-            .collect();
-        for index in victims {
-            if let Some(pod) = pods.get_mut(index)
-                && pod
-                    .stats
-                    .containers
-                    .iter()
-                    .all(|c| c.memory_working_set_bytes.is_none())
-            {
-                self.ports.pods.add_container_memory(pod);
-            }
+        let victim =
+            reads::container_memory_read(&self.kubelet.eviction.thresholds, pods, fs_layout);
+        if let Some(pod) = victim.and_then(|index| pods.get_mut(index))
+            && pod
+                .stats
+                .containers
+                .iter()
+                .all(|c| c.memory_working_set_bytes.is_none())
+        {
+            self.ports.pods.add_container_memory(pod);
         }
     }
 
@@ -515,10 +483,6 @@ fn format_value_bytes(bytes: i64) -> String {
     }
 }
 
-fn is_disk(signal: Signal) -> bool {
-    !signal.is_memory() && signal != Signal::PidAvailable
-}
-
 /// The pod stats the policy reads under `kubelet`'s thresholds: process counts only for a
 /// pid.available threshold, disk usage for disk thresholds (every pod's, while one is met
 /// or near) and local storage limits (the limited pods'), containers' memory for memory
@@ -528,7 +492,7 @@ pub fn stats_needs(kubelet: &KubeletConfig) -> StatsNeeds {
     let any = |wanted: fn(Signal) -> bool| eviction.thresholds.iter().any(|t| wanted(t.signal));
     StatsNeeds {
         processes: any(|s| s == Signal::PidAvailable),
-        disk: any(is_disk),
+        disk: any(reads::is_disk),
         local_storage_limits: eviction.local_storage_capacity_isolation,
         container_memory: any(Signal::is_memory),
     }
