@@ -185,7 +185,7 @@ pub fn spawn(
                 // A head start: the hot path watches for the crossing itself. Only its
                 // kill calls for a synchronize (the exact threshold wakes for the rest).
                 if let Some(hook) = &hook
-                    && hook.hard_approach(WakeSource::MemcgThreshold, margin, key)
+                    && hook.early_crossing(WakeSource::MemcgThreshold, margin, key)
                 {
                     wakes.wake(WakeSource::MemcgThreshold, WakeDetail::None);
                 }

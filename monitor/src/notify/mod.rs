@@ -121,7 +121,7 @@ pub trait CrossingHook: Send + Sync {
     /// An early notifier, armed `margin` bytes below a hard level, fired: the hook may
     /// watch for the crossing itself for a short while. Whether it killed.
     /// `level` names the early notifier (rests are kept per notifier).
-    fn hard_approach(&self, _source: WakeSource, _margin: u64, _level: u64) -> bool {
+    fn early_crossing(&self, _source: WakeSource, _margin: u64, _level: u64) -> bool {
         false
     }
 }

@@ -124,18 +124,18 @@ impl Crossing {
 }
 
 /// How long the hot path watches a level after an early notifier fired below it
-/// ([`HotPath::hard_approach`]), and how often it reads the usage meanwhile.
-pub const APPROACH_WINDOW: Duration = Duration::from_millis(50);
-pub const APPROACH_POLL: Duration = Duration::from_micros(25);
+/// ([`HotPath::early_crossing`]), and how often it reads the usage meanwhile.
+pub const WATCH_WINDOW: Duration = Duration::from_millis(50);
+pub const WATCH_POLL: Duration = Duration::from_micros(25);
 /// For the first part of a watch the thread reads without sleeping: a fast allocator
 /// covers the early margin in well under a millisecond, and a thread woken from a sleep
 /// may wait for the CPU's current task to leave the kernel (on a kernel built without
 /// preemption, 250–700 µs was seen). Never where only one CPU is usable: the spin would
 /// keep the allocating task itself from running.
-pub const APPROACH_SPIN: Duration = Duration::from_millis(10);
+pub const WATCH_SPIN: Duration = Duration::from_millis(10);
 /// After a watch that ran out its window, an early notifier starts no new one for this
 /// long; the notifiers at the levels themselves still tell.
-pub const APPROACH_REST: Duration = Duration::from_millis(100);
+pub const WATCH_REST: Duration = Duration::from_millis(100);
 /// The most CPU time the watches may use at once, and how fast that allowance comes
 /// back: 10 ms in a burst, 2 % of one CPU over time.
 pub const WATCH_BUDGET: Duration = Duration::from_millis(10);

@@ -345,15 +345,15 @@ fn an_early_notifier_is_followed_by_a_close_watch_that_kills_at_the_level() {
     // Under the early level (1000 − 100): it fired on the way down; no watch.
     f.set_usage(850);
     let started = std::time::Instant::now();
-    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
     assert!(
-        started.elapsed() < APPROACH_WINDOW,
+        started.elapsed() < WATCH_WINDOW,
         "no watch below the early level"
     );
     // Between the early level and the level: watched until the level is reached.
     f.set_usage(950);
     let raise = f.rewrite_later("memory.usage_in_bytes", "1000\n");
-    assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    assert!(f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
     raise.join().expect("raise");
     assert_eq!(f.fired(), vec!["default/a"]);
 }
@@ -364,8 +364,8 @@ fn a_watch_that_sees_no_crossing_ends_by_its_window_or_its_budget() {
     f.arm("default/a");
     f.set_usage(950);
     let started = std::time::Instant::now();
-    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
-    assert!(started.elapsed() >= APPROACH_SPIN.min(WATCH_BUDGET));
+    assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
+    assert!(started.elapsed() >= WATCH_SPIN.min(WATCH_BUDGET));
     assert_eq!(f.killed("default/a"), "", "never reached: nobody killed");
     let used = f.hot.watch_cpu();
     assert!(
@@ -381,15 +381,15 @@ fn a_watch_that_sees_no_crossing_ends_by_its_window_or_its_budget() {
     // notifier at the level tells instead.
     f.set_usage(1000);
     let started = std::time::Instant::now();
-    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
-    assert!(started.elapsed() < APPROACH_SPIN, "resting");
+    assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
+    assert!(started.elapsed() < WATCH_SPIN, "resting");
     f.hot.hard_crossing(WakeSource::MemcgThreshold);
     assert_eq!(f.killed("default/a"), "1");
     f.hot.take_fired();
     f.arm("default/b");
     // Disarmed: no watch at all.
     f.hot.arm(None, |_| None);
-    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
 }
 
 #[test]
@@ -400,7 +400,7 @@ fn an_early_notifier_that_keeps_firing_rests_until_the_levels_are_set_again() {
     // ends at once (under every early level), and each counts.
     f.set_usage(850);
     for _ in 0..EARLY_FIRES_PER_ARMING {
-        assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+        assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
     }
     assert_eq!(
         f.hot.lock().early_fires[&1].len(),
@@ -408,22 +408,22 @@ fn an_early_notifier_that_keeps_firing_rests_until_the_levels_are_set_again() {
     );
     // Another early notifier is not rested by this one's flapping.
     f.set_usage(850);
-    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 2));
+    assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 2));
     assert_eq!(f.hot.lock().early_fires[&2].len(), 1);
     // Rested: even at the level, no watch (the exact notifier still tells).
     f.set_usage(1000);
-    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
     assert_eq!(f.killed("default/a"), "");
     // Still rested once its fires are older than the window: the rest lasts until
     // the next synchronize, not a window.
     for at in f.hot.lock().early_fires.get_mut(&1).expect("fires") {
         *at = 0;
     }
-    assert!(!f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
     assert_eq!(f.killed("default/a"), "");
     // The next synchronize sets the levels again: watched once more.
     f.set_level(1000, 0);
-    assert!(f.hot.hard_approach(WakeSource::MemcgThreshold, 100, 1));
+    assert!(f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
     assert_eq!(f.fired(), vec!["default/a"]);
 }
 
@@ -500,7 +500,7 @@ fn the_ring_readers_watch_runs_on_the_watcher_thread_and_the_reader_returns_at_o
             .and_then(|mut file| file.write_all(b"cache 1\ntotal_inactive_file 200\n"))
             .expect("rewrite");
     }
-    let deadline = std::time::Instant::now() + APPROACH_WINDOW * 2;
+    let deadline = std::time::Instant::now() + WATCH_WINDOW * 2;
     let mut fired = Vec::new();
     while fired.is_empty() && std::time::Instant::now() < deadline {
         fired = hot.take_fired();

@@ -47,7 +47,7 @@ pub(super) fn more_than_one_cpu() -> bool {
 
 impl HotPath {
     /// Starts the thread that runs the watches the eBPF ring reader would otherwise run
-    /// itself (a watch lasts up to [`APPROACH_WINDOW`], and meanwhile crossing and OOM
+    /// itself (a watch lasts up to [`WATCH_WINDOW`], and meanwhile crossing and OOM
     /// records would wait in the ring). It runs at the memcg notifier's real-time
     /// priority where the kernel permits it; returns what it got. The thread ends when
     /// the hot path is dropped.
@@ -109,10 +109,10 @@ impl CrossingHook for HotPath {
     /// than the headroom wants): watch the usage closely, for a bounded time and CPU,
     /// and kill the moment a level is reached. The notifier at the level itself stays
     /// armed, so a crossing after the window (or after usage fell back) is still heard.
-    fn hard_approach(&self, source: WakeSource, margin: u64, level: u64) -> bool {
+    fn early_crossing(&self, source: WakeSource, margin: u64, level: u64) -> bool {
         use std::sync::atomic::Ordering;
         let now_ns = monotonic_ns();
-        let rest_ns = APPROACH_REST.as_nanos() as u64;
+        let rest_ns = WATCH_REST.as_nanos() as u64;
         let last = self.last_watch_end_ns.load(Ordering::Relaxed);
         if last != 0 && now_ns < last.saturating_add(rest_ns) {
             return false;
@@ -136,9 +136,9 @@ impl CrossingHook for HotPath {
 }
 
 impl HotPath {
-    /// Reads every level's usage, back to back for [`APPROACH_SPIN`] (where more than
-    /// one CPU is usable) and then every [`APPROACH_POLL`], for up to
-    /// [`APPROACH_WINDOW`] and while the CPU budget lasts: at a level's usage, the working
+    /// Reads every level's usage, back to back for [`WATCH_SPIN`] (where more than
+    /// one CPU is usable) and then every [`WATCH_POLL`], for up to
+    /// [`WATCH_WINDOW`] and while the CPU budget lasts: at a level's usage, the working
     /// set is checked and the victim killed once it is there too. Stops when usage is
     /// `margin` or more below every level. Whether it killed.
     pub(super) fn watch(&self, source: WakeSource, margin: u64, told_ns: u64) -> bool {
@@ -180,11 +180,11 @@ impl HotPath {
         let started = std::time::Instant::now();
         let spin_until = started
             + if self.spin {
-                APPROACH_SPIN
+                WATCH_SPIN
             } else {
                 Duration::ZERO
             };
-        let until = started + APPROACH_WINDOW;
+        let until = started + WATCH_WINDOW;
         let mut looks = 0u32;
         loop {
             let (mut reached, mut all_below) = (false, true);
@@ -228,7 +228,7 @@ impl HotPath {
             if now < spin_until {
                 std::hint::spin_loop();
             } else {
-                std::thread::sleep(APPROACH_POLL);
+                std::thread::sleep(WATCH_POLL);
             }
         }
     }
