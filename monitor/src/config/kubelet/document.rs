@@ -119,6 +119,49 @@ const IGNORED_KUBELET_KEYS: &[&str] = &[
     "podHousekeepingPeriod",
 ];
 
+/// The kubelet's `/configz` answer (`kubectl get --raw /api/v1/nodes/<node>/proxy/configz`)
+/// wraps its KubeletConfiguration as `{"kubeletconfig": {...}}`: such a document is read
+/// as the configuration inside. Any other document is left as it is.
+fn unwrap_configz(document: Value) -> Value {
+    match document {
+        Value::Mapping(mut mapping)
+            if mapping.len() == 1
+                && matches!(mapping.get("kubeletconfig"), Some(Value::Mapping(_))) =>
+        {
+            mapping.remove("kubeletconfig").unwrap_or(Value::Null)
+        }
+        other => other,
+    }
+}
+
+/// Why a KubeletConfiguration key, set to `value`, does not do here what it does in the
+/// kubelet; `None` when the agent follows it or it changes nothing the agent does. Said
+/// once per key, as a warning, so that a real node's configuration is not misread quietly.
+fn meaning_here(key: &str, value: &Value) -> Option<String> {
+    let text = value.as_str();
+    let flag = value.as_bool();
+    let message = match key {
+        "cgroupDriver" if text != Some("cgroupfs") => {
+            "not followed: the agent names its pods' cgroups as the cgroupfs driver does (<cgroupRoot>/kubepods/<qos>/pod<uid>) whatever the driver"
+        }
+        "cgroupsPerQOS" if flag == Some(false) => {
+            "not followed: the agent always puts pods under their QoS class's cgroup (kubepods/burstable, kubepods/besteffort)"
+        }
+        "singleProcessOOMKill" if flag == Some(false) => {
+            "not followed: the agent sets no memory.oom.group on cgroup v2, so the kernel's OOM killer ends one process of a container, not all of them"
+        }
+        "memorySwap" => "not followed: the agent writes no swap limit for its pods",
+        "logging" => {
+            "not followed: the agent's logs follow its --log-format and --log flags (or RUST_LOG)"
+        }
+        "kernelMemcgNotification" if flag == Some(false) => {
+            "not followed: the agent is always woken by the kernel's memory notifications (turn single sources off under monitor.sources)"
+        }
+        _ => return None,
+    };
+    Some(message.to_string())
+}
+
 pub(super) fn parse_document(
     text: &str,
     origin: &str,
@@ -130,7 +173,7 @@ pub(super) fn parse_document(
         origin: origin.to_string(),
         reason: e.to_string(),
     })?;
-    let mapping = match document {
+    let mapping = match unwrap_configz(document) {
         Value::Null => return Ok(()),
         Value::Mapping(mapping) => mapping,
         other => {
@@ -158,6 +201,14 @@ pub(super) fn parse_document(
             config
                 .contention_thresholds
                 .set(condition, field.fraction(k, &value)?);
+            continue;
+        }
+        if let Some(message) = meaning_here(k, &value) {
+            warnings.push(ConfigWarning {
+                origin: origin.to_string(),
+                key: key.clone(),
+                message,
+            });
             continue;
         }
         match k {

@@ -315,7 +315,7 @@ fn zero_durations_mean_the_default() {
 }
 
 #[test]
-fn real_kubelet_config_loads_with_warnings_only_for_unknown_keys() {
+fn real_kubelet_config_loads_with_warnings_for_unknown_keys_and_keys_not_followed() {
     let (config, warnings) = load(
         r#"
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -335,9 +335,13 @@ monitor:
   sources: [memcg, psi]
 "#,
     );
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert_eq!(warnings[0].key, "evictionHrad");
-    assert!(warnings[0].to_string().contains(ORIGIN), "{}", warnings[0]);
+    // The typo, and the two keys the agent does not follow as the kubelet does.
+    assert_eq!(
+        warnings.iter().map(|w| w.key.as_str()).collect::<Vec<_>>(),
+        ["cgroupDriver", "logging", "evictionHrad"],
+        "{warnings:?}"
+    );
+    assert!(warnings[2].to_string().contains(ORIGIN), "{}", warnings[2]);
     let monitor = config.monitor.expect("the monitor key is kept");
     assert!(monitor.get("sources").is_some(), "{monitor:?}");
 }
@@ -662,4 +666,49 @@ fn a_contention_threshold_outside_zero_to_one_is_refused(#[case] text: &str) {
         err.contains("k.yaml") && err.contains("systemDiskContentionThreshold"),
         "{err}"
     );
+}
+
+#[test]
+fn the_kubelets_configz_answer_is_read_as_the_configuration_inside() {
+    // As `kubectl get --raw /api/v1/nodes/<node>/proxy/configz` prints it (JSON is YAML).
+    let configz = r#"{"kubeletconfig":{"enableServer":true,"evictionHard":{"memory.available":"300Mi","nodefs.available":"5%"},"housekeepingInterval":"5s","kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1"}}"#;
+    let (config, warnings) = load(configz);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(
+        thresholds_of(&config, Signal::MemoryAvailable),
+        [Threshold::hard(Signal::MemoryAvailable, q("300Mi"))]
+    );
+    assert_eq!(config.housekeeping_interval, secs(5));
+    // A document with other keys beside it is not a configz answer: the key is unknown.
+    let (_, warnings) = load("kubeletconfig: {}\nmaxPods: 10\n");
+    assert_eq!(
+        warnings.iter().map(|w| w.key.as_str()).collect::<Vec<_>>(),
+        ["kubeletconfig"]
+    );
+}
+
+#[rstest]
+#[case::systemd_driver("cgroupDriver: systemd", Some("cgroupfs driver"))]
+#[case::cgroupfs_driver("cgroupDriver: cgroupfs", None)]
+#[case::no_qos_cgroups("cgroupsPerQOS: false", Some("QoS class"))]
+#[case::group_oom_kill("singleProcessOOMKill: false", Some("memory.oom.group"))]
+#[case::single_oom_kill("singleProcessOOMKill: true", None)]
+#[case::swap("memorySwap: {swapBehavior: LimitedSwap}", Some("swap limit"))]
+#[case::logging("logging: {format: json}", Some("--log-format"))]
+#[case::notifications_off("kernelMemcgNotification: false", Some("monitor.sources"))]
+#[case::notifications_on("kernelMemcgNotification: true", None)]
+fn keys_that_do_something_else_here_are_named_in_a_warning(
+    #[case] line: &str,
+    #[case] says: Option<&str>,
+) {
+    let (_, warnings) = load(line);
+    let key = line.split(':').next().unwrap_or_default();
+    match says {
+        Some(says) => {
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            assert_eq!(warnings[0].key, key);
+            assert!(warnings[0].message.contains(says), "{}", warnings[0]);
+        }
+        None => assert!(warnings.is_empty(), "{warnings:?}"),
+    }
 }
