@@ -1,6 +1,6 @@
 //! The `monitor` binary: the agent (`monitor run`) and its offline and client commands.
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -36,7 +36,7 @@ enum Command {
     Simulate(monitor::simulate::SimulateArgs),
     /// Show the running agent's event sources, signals against thresholds, node conditions
     /// and last synchronize.
-    Status(monitor::api::ClientArgs),
+    Status(monitor::api::StatusArgs),
     /// List the pods the running agent manages.
     Pods(monitor::api::ClientArgs),
     /// List the running agent's recent events.
@@ -63,7 +63,7 @@ struct CompletionsArgs {
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     /// Configuration file (a KubeletConfiguration with an optional `monitor:` block).
-    /// Without it the embedded default is used.
+    /// Without it, /etc/monitor/config.yaml when it exists, else the embedded default.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Log filter (tracing EnvFilter syntax), overridden by RUST_LOG.
@@ -84,9 +84,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Simulate(args) => monitor::simulate::run(&args),
-        Command::Status(args) => {
-            monitor::api::run_client(monitor::api::ClientCommand::Status, &args)
-        }
+        Command::Status(args) => monitor::api::run_status(&args),
         Command::Pods(args) => monitor::api::run_client(monitor::api::ClientCommand::Pods, &args),
         Command::Events(args) => {
             monitor::api::run_client(monitor::api::ClientCommand::Events, &args)
@@ -282,7 +280,15 @@ fn colour_stderr() -> bool {
 fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
     one_malloc_arena();
     init_logging(&args.log, log_format)?;
-    let config = monitor::config::load_agent_config(args.config.as_deref(), &args.kubelet_flags)?;
+    let path = args.config.or_else(|| {
+        let packaged = Path::new(monitor::config::PACKAGED_CONFIG);
+        packaged.exists().then(|| packaged.to_path_buf())
+    });
+    match &path {
+        Some(path) => tracing::info!("configuration: {}", path.display()),
+        None => tracing::info!("configuration: the embedded default"),
+    }
+    let config = monitor::config::load_agent_config(path.as_deref(), &args.kubelet_flags)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -300,10 +306,19 @@ fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
             agent.layout.version,
             agent.layout.memory_root.display()
         );
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        // A hangup stops the agent as SIGTERM does (its pods keep running and are adopted
+        // at the next start): there is nothing to reload in place, and dying of it
+        // without the shutdown would leave the socket and the kernel watches behind.
+        let mut hangup = signal(SignalKind::hangup())?;
         let failure = tokio::select! {
             _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted, stopping"); None }
             _ = term.recv() => { tracing::info!("terminated, stopping"); None }
+            _ = hangup.recv() => {
+                tracing::info!("hangup, stopping (the pods keep running; a restart adopts them)");
+                None
+            }
             Some(why) = fatal.recv() => Some(why),
         };
         node.shutdown().await;

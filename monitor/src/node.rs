@@ -129,6 +129,7 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
     };
     loaded.agent.layout = Some(layout.clone());
     let settings = loaded.agent.settings.clone();
+    state.lock().housekeeping = loaded.kubelet.housekeeping_interval;
     // The API first: when another agent already serves this socket, stop here, before
     // touching its pods or cgroups.
     let metrics_addr =

@@ -352,6 +352,10 @@ pub struct AgentState {
     /// state clones it).
     #[serde(skip)]
     pub ranking: Option<Arc<RankingSnapshot>>,
+    /// The housekeeping interval: the longest the loop goes without a synchronize
+    /// (`/healthz` calls it stalled past a few of them). Zero until the agent starts.
+    #[serde(skip)]
+    pub housekeeping: std::time::Duration,
 }
 
 /// The inputs of the last eviction pass: the pods and stats it read, the observations and

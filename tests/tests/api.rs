@@ -543,3 +543,50 @@ fn a_hugepage_pool_is_left_out_of_allocatable_memory() {
         agent.log()
     );
 }
+
+/// `monitor status --check` against `socket`: the exit code and stdout.
+fn status_check(socket: &Path) -> (Option<i32>, String) {
+    let out = Command::new(helper_binary("monitor"))
+        .args(["status", "--check", "--socket"])
+        .arg(socket)
+        .output()
+        .expect("run monitor status --check");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn status_check_reports_health_and_a_hangup_stops_the_agent_cleanly() {
+    if !require(
+        "status_check_reports_health_and_a_hangup_stops_the_agent_cleanly",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    let mut agent = Agent::start("api-health", &[]);
+    // Started and synchronized: healthy, exit 0.
+    let (code, out) = status_check(&agent.socket);
+    assert_eq!(code, Some(0), "{out}\n{}", agent.log());
+    assert_eq!(out.trim(), "healthy");
+
+    // SIGHUP is a clean stop: exit 0, the shutdown logged, the socket gone.
+    let mut child = agent.child.take().expect("agent process");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+    let exited = poll_every(Duration::from_secs(15), Duration::from_millis(20), || {
+        child.try_wait().ok().flatten().is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{status}\n{}", agent.log());
+    assert!(agent.log().contains("hangup, stopping"), "{}", agent.log());
+    assert!(!agent.socket.exists(), "the socket outlived the agent");
+
+    // Nobody to ask: exit 2, not a false "unhealthy".
+    let (code, _) = status_check(&agent.socket);
+    assert_eq!(code, Some(2));
+}

@@ -32,6 +32,57 @@ pub struct ClientArgs {
     pub json: bool,
 }
 
+/// `monitor status`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Only check the agent's health (`/healthz`): print what is wrong, if anything, and
+    /// exit 0 when healthy, 1 when the agent answers unhealthy (the synchronize loop is
+    /// stalled, or an event source failed), 2 when it cannot be asked.
+    #[arg(long)]
+    pub check: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `monitor status`: the agent's view, or with `--check` its health as the exit code.
+pub fn run_status(args: &StatusArgs) -> ExitCode {
+    if !args.check {
+        return run_client(ClientCommand::Status, &args.client);
+    }
+    let answer = get(&args.client.socket, "/healthz?pretty=true");
+    let (code, body) = match answer {
+        Ok((status @ (200 | 503), body)) => (if status == 200 { 0 } else { 1 }, body),
+        Ok((status, body)) => {
+            eprintln!("monitor status --check: the agent answered {status}: {body}");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("monitor status --check: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.client.json {
+        println!("{}", body.trim_end());
+    } else {
+        match serde_json::from_str::<serde_json::Value>(&body) {
+            Ok(health) => {
+                let problems = health["problems"].as_array().cloned().unwrap_or_default();
+                if problems.is_empty() {
+                    println!("healthy");
+                }
+                for problem in problems {
+                    println!("unhealthy: {}", problem.as_str().unwrap_or_default());
+                }
+            }
+            Err(e) => {
+                eprintln!("monitor status --check: the agent's answer is not JSON: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    ExitCode::from(code)
+}
+
 /// What to ask the agent for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClientCommand {

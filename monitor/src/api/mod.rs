@@ -30,15 +30,18 @@ mod error;
 #[cfg(test)]
 #[path = "../../tests/support/exposition.rs"]
 mod exposition;
+mod health;
 mod metrics;
 mod render;
 mod routes;
 mod server;
 
 pub use client::{
-    ClientArgs, ClientCommand, DEFAULT_SOCKET, ExplainArgs, get, run_client, run_explain,
+    ClientArgs, ClientCommand, DEFAULT_SOCKET, ExplainArgs, StatusArgs, get, run_client,
+    run_explain, run_status,
 };
 pub use error::ApiError;
+pub use health::{Health, health};
 pub use metrics::{METRICS_CONTENT_TYPE, render_metrics};
 pub use render::{render_events, render_pods, render_status};
 pub use routes::{Reply, Scope, respond};

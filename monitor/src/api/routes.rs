@@ -36,7 +36,8 @@ pub const ALLOWED_METHODS: &str = "GET, HEAD";
 pub fn respond(state: &AgentState, scope: Scope, method: &str, target: &str) -> Reply {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let route = match (scope, path) {
-        (Scope::Full, "/status" | "/pods" | "/events" | "/explain") | (_, "/metrics") => path,
+        (Scope::Full, "/status" | "/pods" | "/events" | "/explain")
+        | (_, "/metrics" | "/healthz") => path,
         _ => return error(404, &format!("no route {path}"), path),
     };
     if !matches!(method, "GET" | "HEAD") {
@@ -64,6 +65,14 @@ pub fn respond(state: &AgentState, scope: Scope, method: &str, target: &str) -> 
             _ => to_json(&json!({ "pods": state.pods }), query.pretty, route),
         },
         "/explain" => explain_reply(state, &query),
+        "/healthz" => {
+            let health = super::health::health(state, crate::clock::monotonic_ns());
+            let mut reply = to_json(&health, query.pretty, route);
+            if !health.healthy {
+                reply.status = 503;
+            }
+            reply
+        }
         "/events" => {
             let page = events_page(state, query.since, query.limit);
             match query.format {
@@ -424,6 +433,30 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn healthz_answers_503_with_the_problems_until_a_synchronize_finished() {
+        for scope in [Scope::Full, Scope::MetricsOnly] {
+            let reply = respond(&state(1, 0), scope, "GET", "/healthz");
+            assert_eq!(reply.status, 503, "{}", reply.body);
+            let v = body(&reply);
+            assert_eq!(v["healthy"], false, "{v}");
+            assert_eq!(v["problems"][0], "no synchronize has finished yet", "{v}");
+        }
+        let mut s = state(1, 0);
+        s.last_sync = Some(LastSync {
+            sequence: 1,
+            at: String::new(),
+            wake_sources: vec![],
+            wake_latency_us: 0,
+            duration_us: 0,
+            summary: String::new(),
+            finished_ns: crate::clock::monotonic_ns(),
+        });
+        let reply = respond(&s, Scope::Full, "GET", "/healthz");
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(body(&reply)["healthy"], true);
     }
 
     #[test]

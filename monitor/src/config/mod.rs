@@ -32,6 +32,10 @@ pub enum AgentConfigError {
     Settings(#[from] agent::SettingsError),
 }
 
+/// Where the package installs the node's configuration: `monitor run` reads it when no
+/// `--config` is given.
+pub const PACKAGED_CONFIG: &str = "/etc/monitor/config.yaml";
+
 /// Loads a configuration file (or the embedded default), then applies kubelet-style
 /// flags (`--eviction-hard=...`) on top. Warnings are logged.
 pub fn load_agent_config(path: Option<&Path>, flags: &[String]) -> anyhow::Result<LoadedConfig> {
