@@ -24,6 +24,7 @@ pub mod notify;
 pub mod observe;
 pub use monitor_policy as policy;
 pub mod runtime;
+pub mod service;
 pub mod simulate;
 pub mod state;
 pub mod sync;

@@ -300,6 +300,8 @@ fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
             .agent
             .take_fatal()
             .context("the agent's task watch was taken twice")?;
+        // Ready once the first synchronize is done; then the watchdog, if the unit has one.
+        let service = monitor::service::spawn(node.state.clone());
         let agent = &node.agent;
         tracing::info!(
             "agent running: memory controller on cgroup {:?} at {}",
@@ -321,6 +323,8 @@ fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
             }
             Some(why) = fatal.recv() => Some(why),
         };
+        service.abort();
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         node.shutdown().await;
         match failure {
             // Non-zero: the service manager restarts the agent, which adopts the pods.

@@ -34,6 +34,16 @@ impl Agent {
 
     /// [`Agent::start`] with `settings` (top-level KubeletConfiguration lines) added.
     fn start_with(name: &str, manifests: &[(&str, Vec<u8>)], settings: &str) -> Agent {
+        Agent::start_with_env(name, manifests, settings, &[])
+    }
+
+    /// [`Agent::start_with`] with `env` added to the agent's environment.
+    fn start_with_env(
+        name: &str,
+        manifests: &[(&str, Vec<u8>)],
+        settings: &str,
+        env: &[(&str, &str)],
+    ) -> Agent {
         let trees = TestTrees;
         let cgroup_root = TestTrees::root(name);
         let dir = tempfile::tempdir().expect("tempdir");
@@ -59,6 +69,7 @@ impl Agent {
         // A permissive umask: the socket must not inherit it.
         let previous = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
         let child = monitor_run(&dir.path().join("config.yaml"), &file)
+            .envs(env.iter().copied())
             .spawn()
             .expect("start monitor run");
         nix::sys::stat::umask(previous);
@@ -589,4 +600,57 @@ fn status_check_reports_health_and_a_hangup_stops_the_agent_cleanly() {
     // Nobody to ask: exit 2, not a false "unhealthy".
     let (code, _) = status_check(&agent.socket);
     assert_eq!(code, Some(2));
+}
+
+#[test]
+fn the_service_manager_hears_ready_after_the_first_synchronize_then_the_watchdog() {
+    if !require(
+        "the_service_manager_hears_ready_after_the_first_synchronize_then_the_watchdog",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    // The service manager's end of the notify protocol: a datagram socket.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("notify.sock");
+    let manager = std::os::unix::net::UnixDatagram::bind(&path).expect("bind");
+    manager
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let path = path.display().to_string();
+    // A 200 ms watchdog: fed every 100 ms while synchronizes keep finishing.
+    let agent = Agent::start_with_env(
+        "api-notify",
+        &[],
+        "",
+        &[("NOTIFY_SOCKET", &path), ("WATCHDOG_USEC", "200000")],
+    );
+    let mut heard: Vec<String> = Vec::new();
+    let mut buf = [0u8; 4096];
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10)
+        && heard.iter().filter(|m| m.contains("WATCHDOG=1")).count() < 3
+    {
+        let n = manager.recv(&mut buf).expect("a message from the agent");
+        heard.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert!(
+        heard.first().is_some_and(|m| m.contains("READY=1")),
+        "{heard:?}\n{}",
+        agent.log()
+    );
+    assert!(
+        heard.iter().filter(|m| m.contains("WATCHDOG=1")).count() >= 3,
+        "{heard:?}"
+    );
+    // A clean stop says so.
+    drop(agent);
+    let mut stopping = false;
+    while let Ok(n) = manager.recv(&mut buf) {
+        if String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1") {
+            stopping = true;
+            break;
+        }
+    }
+    assert!(stopping, "no STOPPING=1 after {heard:?}");
 }

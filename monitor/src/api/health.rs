@@ -26,10 +26,24 @@ pub struct Health {
     pub last_sync_age_seconds: Option<f64>,
 }
 
+/// How long without a synchronize counts as a stalled loop.
+fn stalled_after(state: &AgentState) -> std::time::Duration {
+    (state.housekeeping * STALLED_AFTER_INTERVALS).max(STALLED_AFTER_AT_LEAST)
+}
+
+/// Whether the synchronize loop stopped finishing synchronizes (at monotonic `now_ns`).
+/// Before the first one it is starting, not stalled.
+pub fn loop_stalled(state: &AgentState, now_ns: u64) -> bool {
+    state
+        .last_sync
+        .as_ref()
+        .is_some_and(|s| s.age(now_ns) > stalled_after(state))
+}
+
 /// The agent's health at monotonic time `now_ns`.
 pub fn health(state: &AgentState, now_ns: u64) -> Health {
     let mut problems = Vec::new();
-    let stalled_after = (state.housekeeping * STALLED_AFTER_INTERVALS).max(STALLED_AFTER_AT_LEAST);
+    let stalled_after = stalled_after(state);
     let age = state.last_sync.as_ref().map(|s| s.age(now_ns));
     match age {
         None => problems.push("no synchronize has finished yet".to_string()),

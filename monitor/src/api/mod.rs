@@ -30,7 +30,7 @@ mod error;
 #[cfg(test)]
 #[path = "../../tests/support/exposition.rs"]
 mod exposition;
-mod health;
+pub mod health;
 mod metrics;
 mod render;
 mod routes;
