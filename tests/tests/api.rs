@@ -654,3 +654,32 @@ fn the_service_manager_hears_ready_after_the_first_synchronize_then_the_watchdog
     }
     assert!(stopping, "no STOPPING=1 after {heard:?}");
 }
+
+#[test]
+fn an_idle_agent_logs_no_line_per_housekeeping_tick() {
+    if !require(
+        "an_idle_agent_logs_no_line_per_housekeeping_tick",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    let agent = Agent::start_with("api-quiet", &[], "housekeepingInterval: 500ms\n");
+    let first = agent.cli(&["status", "--json"]).1;
+    let sequence = |json: &str| {
+        serde_json::from_str::<serde_json::Value>(json).expect("status --json")["lastSync"]
+            ["sequence"]
+            .as_u64()
+            .expect("sequence")
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    let later = agent.cli(&["status", "--json"]).1;
+    // The timer kept synchronizing...
+    assert!(sequence(&later) >= sequence(&first) + 3, "{first}\n{later}");
+    // ...without a log line for each tick.
+    let log = agent.log();
+    let ticks = log
+        .lines()
+        .filter(|l| l.contains(" wake") && l.contains("source=timer"))
+        .count();
+    assert_eq!(ticks, 0, "{log}");
+}

@@ -395,6 +395,11 @@ fn log_wakes(sequence: u64, wakes: &[Wake], started_ns: u64) {
             WakeDetail::MemoryEvents { file } | WakeDetail::Psi { file } => {
                 tracing::info!(sequence, source = %wake.source, at_ns, latency_us, file = %file.display(), "wake")
             }
+            // The housekeeping tick is routine: at info it would be a line every interval
+            // (8,640 a day at the default 10 s) saying nothing happened.
+            WakeDetail::None if wake.source == WakeSource::Timer => {
+                tracing::debug!(sequence, source = %wake.source, at_ns, latency_us, "wake")
+            }
             WakeDetail::None => {
                 tracing::info!(sequence, source = %wake.source, at_ns, latency_us, "wake")
             }
