@@ -1,6 +1,6 @@
 //! The `monitor` binary: the agent (`monitor run`) and its offline and client commands.
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -47,10 +47,38 @@ enum Command {
     /// whether it is met, the pod's usage and request, its rank (1 = evicted first) and
     /// the rule that orders it against its neighbours, on the last synchronize's stats.
     Explain(monitor::api::ExplainArgs),
+    /// Load the configuration exactly as `run` does (the same file, defaults and flags) and
+    /// print the effective configuration as a KubeletConfiguration, every default filled
+    /// in; warnings go to stderr. Exits 1 when the configuration would not start the agent.
+    CheckConfig(CheckConfigArgs),
     /// Print a shell completion script to stdout.
     Completions(CompletionsArgs),
     /// Print the man page (roff) to stdout, e.g. into /usr/share/man/man8/monitor.8.
     Man,
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckConfigArgs {
+    /// Configuration file; without it /etc/monitor/config.yaml when it exists, else the
+    /// embedded default (as `run`).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print the effective configuration as YAML or JSON.
+    #[arg(long, value_enum, default_value_t = ConfigFormat::Yaml)]
+    output: ConfigFormat,
+    /// Kubelet flags applied over the file, as `run` takes them.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "KUBELET_FLAGS"
+    )]
+    kubelet_flags: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ConfigFormat {
+    Yaml,
+    Json,
 }
 
 #[derive(Debug, clap::Args)]
@@ -93,6 +121,7 @@ fn main() -> ExitCode {
             monitor::api::run_client(monitor::api::ClientCommand::Metrics, &args)
         }
         Command::Explain(args) => monitor::api::run_explain(&args),
+        Command::CheckConfig(args) => check_config(&args),
         Command::Completions(args) => completions(args.shell),
         Command::Man => man(),
         Command::Run(args) => match run(args, cli.log_format) {
@@ -121,6 +150,49 @@ fn one_malloc_arena() {
     // SAFETY: mallopt takes two integers; called before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+/// `monitor check-config`: loads as `run` does, says every warning, prints the effective
+/// configuration.
+fn check_config(args: &CheckConfigArgs) -> ExitCode {
+    let path = monitor::config::config_path(args.config.as_deref());
+    let (text, origin) = match &path {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => (text, path.display().to_string()),
+            Err(err) => {
+                eprintln!("monitor check-config: reading {}: {err}", path.display());
+                return ExitCode::FAILURE;
+            }
+        },
+        None => (
+            monitor::config::DEFAULT_CONFIG.to_string(),
+            "<embedded default config>".to_string(),
+        ),
+    };
+    let loaded = match monitor::config::parse_agent_config(&text, &origin, &args.kubelet_flags) {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            eprintln!("monitor check-config: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for warning in &loaded.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let effective = monitor::config::effective_config(&loaded);
+    let printed = match args.output {
+        ConfigFormat::Yaml => serde_yaml_ng::to_string(&effective).map_err(|e| e.to_string()),
+        ConfigFormat::Json => serde_json::to_string_pretty(&effective)
+            .map(|json| json + "\n")
+            .map_err(|e| e.to_string()),
+    };
+    match printed {
+        Ok(text) => print_stdout(text.as_bytes(), "check-config"),
+        Err(err) => {
+            eprintln!("monitor check-config: rendering the configuration: {err}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -280,10 +352,7 @@ fn colour_stderr() -> bool {
 fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
     one_malloc_arena();
     init_logging(&args.log, log_format)?;
-    let path = args.config.or_else(|| {
-        let packaged = Path::new(monitor::config::PACKAGED_CONFIG);
-        packaged.exists().then(|| packaged.to_path_buf())
-    });
+    let path = monitor::config::config_path(args.config.as_deref());
     match &path {
         Some(path) => tracing::info!("configuration: {}", path.display()),
         None => tracing::info!("configuration: the embedded default"),

@@ -491,3 +491,88 @@ fn text_log_lines_in_a_file_have_no_colour() {
         "escape codes in a file: {stderr:?}"
     );
 }
+
+#[test]
+fn check_config_prints_the_effective_configuration_of_a_configz_capture() {
+    // Needs no root: it only reads the file.
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The shape `kubectl get --raw /api/v1/nodes/NODE/proxy/configz` prints, with a key
+    // the agent does not follow as the kubelet does.
+    let capture = dir.path().join("configz.json");
+    std::fs::write(
+        &capture,
+        r#"{"kubeletconfig":{"enableServer":true,"cgroupDriver":"systemd","evictionHard":{"memory.available":"300Mi","nodefs.available":"7%"},"evictionPressureTransitionPeriod":"30s","kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1"}}"#,
+    )
+    .expect("write");
+    let capture = capture.to_str().expect("utf-8");
+    let flags = [
+        "--eviction-soft=memory.available<1Gi",
+        "--eviction-soft-grace-period=memory.available=1m",
+    ];
+    let json = monitor(
+        &[
+            &["check-config", "--config", capture, "--output", "json"][..],
+            &flags[..],
+        ]
+        .concat(),
+    );
+    let stderr = String::from_utf8_lossy(&json.stderr);
+    assert!(json.status.success(), "{stderr}");
+    let effective: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    // The capture's thresholds, not the defaults, and the flags over them.
+    assert_eq!(
+        effective["evictionHard"]["memory.available"], "300Mi",
+        "{effective}"
+    );
+    assert_eq!(
+        effective["evictionHard"]["nodefs.available"], "7%",
+        "{effective}"
+    );
+    assert!(
+        effective["evictionHard"].get("imagefs.available").is_none(),
+        "{effective}"
+    );
+    assert_eq!(
+        effective["evictionSoft"]["memory.available"], "1Gi",
+        "{effective}"
+    );
+    assert_eq!(effective["evictionPressureTransitionPeriod"], "30s");
+    assert_eq!(
+        effective["monitor"]["hotKill"], true,
+        "defaults filled in: {effective}"
+    );
+    // The key that does something else here is named on stderr.
+    assert!(
+        stderr.contains("cgroupDriver") && stderr.contains("not followed"),
+        "{stderr}"
+    );
+    // The printed YAML is a configuration `monitor run --config` takes, quietly, and
+    // the same one.
+    let yaml = monitor(&[&["check-config", "--config", capture][..], &flags[..]].concat());
+    assert!(yaml.status.success());
+    let effective_file = dir.path().join("effective.yaml");
+    std::fs::write(&effective_file, &yaml.stdout).expect("write");
+    let again = monitor(&[
+        "check-config",
+        "--config",
+        effective_file.to_str().expect("utf-8"),
+    ]);
+    assert!(again.status.success());
+    assert!(
+        again.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(again.stdout, yaml.stdout);
+
+    // A configuration the agent would refuse: exit 1, the file and key named.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "evictionHard: {memory.available: lots}\n").expect("write");
+    let refused = monitor(&["check-config", "--config", bad.to_str().expect("utf-8")]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("bad.yaml") && stderr.contains("memory.available"),
+        "{stderr}"
+    );
+}

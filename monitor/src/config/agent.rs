@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::notify::arming::MemoryThresholds;
 use crate::notify::detector::AttachPoint;
@@ -15,10 +15,19 @@ use crate::policy::eviction::{
 };
 use crate::policy::quantity::Quantity;
 
-/// `#[serde(deserialize_with = "go_duration")]`: a Go duration string ("200ms", "2s").
+/// `#[serde(deserialize_with = "go_duration", serialize_with = "go_duration_text")]`: a Go duration string ("200ms", "2s").
 fn go_duration<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     super::kubelet::parse_go_duration(&text).map_err(serde::de::Error::custom)
+}
+
+/// `#[serde(serialize_with = "go_duration_text")]`: as a Go duration string, the way it
+/// is read back.
+fn go_duration_text<S: serde::Serializer>(
+    value: &Duration,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&super::kubelet::format_go_duration(*value))
 }
 
 /// `#[serde(deserialize_with = "hard_eviction_grace")]`: 0 or 1, with an error naming the
@@ -92,7 +101,7 @@ pub struct AgentConfig {
 }
 
 /// Which event sources run, and how.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct SourcesSettings {
     pub ebpf: bool,
@@ -100,12 +109,12 @@ pub struct SourcesSettings {
     pub memory_events: bool,
     pub psi: bool,
     /// PSI trigger: stall time within the window that fires it.
-    #[serde(deserialize_with = "go_duration")]
+    #[serde(deserialize_with = "go_duration", serialize_with = "go_duration_text")]
     pub psi_stall: Duration,
-    #[serde(deserialize_with = "go_duration")]
+    #[serde(deserialize_with = "go_duration", serialize_with = "go_duration_text")]
     pub psi_window: Duration,
     /// In-kernel rate limit of the eBPF programs, per cgroup and event kind.
-    #[serde(deserialize_with = "go_duration")]
+    #[serde(deserialize_with = "go_duration", serialize_with = "go_duration_text")]
     pub ebpf_min_interval: Duration,
     /// Attach points the eBPF crossing detector may use, in order of preference
     /// (`fexit/try_charge_memcg`, `tp_btf/mod_memcg_lruvec_state`); empty: no detector.
@@ -142,7 +151,7 @@ impl SourcesSettings {
 }
 
 /// The `monitor:` block.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentSettings {
     pub sources: SourcesSettings,
@@ -168,7 +177,7 @@ pub struct AgentSettings {
     /// Root of the agent's cgroups in every hierarchy (pods live in `<root>/kubepods`).
     pub cgroup_root: String,
     /// First restart delay of a crashed container (doubles up to 5 minutes).
-    #[serde(deserialize_with = "go_duration")]
+    #[serde(deserialize_with = "go_duration", serialize_with = "go_duration_text")]
     pub restart_backoff: Duration,
     /// Where `/metrics` is also served over TCP (e.g. "127.0.0.1:9102"); none by default.
     pub metrics_address: Option<String>,
@@ -184,12 +193,12 @@ pub struct AgentSettings {
     /// `containerRuntimeEndpoint`, e.g. containerd).
     pub runtime: RuntimeKind,
     /// How often the image garbage collector runs on a CRI runtime (the kubelet: 5m).
-    #[serde(deserialize_with = "go_duration")]
+    #[serde(deserialize_with = "go_duration", serialize_with = "go_duration_text")]
     pub image_gc_period: Duration,
 }
 
 /// What runs the pods (`monitor.runtime`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeKind {
     /// The agent's own process runtime.

@@ -36,6 +36,28 @@ pub enum AgentConfigError {
 /// `--config` is given.
 pub const PACKAGED_CONFIG: &str = "/etc/monitor/config.yaml";
 
+/// The configuration file `monitor run` reads: the one given, else [`PACKAGED_CONFIG`]
+/// when it exists; `None` means the embedded default.
+pub fn config_path(given: Option<&Path>) -> Option<std::path::PathBuf> {
+    match given {
+        Some(path) => Some(path.to_path_buf()),
+        None => {
+            let packaged = Path::new(PACKAGED_CONFIG);
+            packaged.exists().then(|| packaged.to_path_buf())
+        }
+    }
+}
+
+/// The effective configuration as one KubeletConfiguration document, the agent's settings
+/// under `monitor:` with every default filled in: what `monitor check-config` prints.
+/// Loading it again gives the same configuration.
+pub fn effective_config(loaded: &LoadedConfig) -> serde_yaml_ng::Value {
+    let mut doc = kubelet::effective_document(&loaded.kubelet);
+    let settings = serde_yaml_ng::to_value(&loaded.agent.settings).unwrap_or_default();
+    doc.insert("monitor".into(), settings);
+    serde_yaml_ng::Value::Mapping(doc)
+}
+
 /// Loads a configuration file (or the embedded default), then applies kubelet-style
 /// flags (`--eviction-hard=...`) on top. Warnings are logged.
 pub fn load_agent_config(path: Option<&Path>, flags: &[String]) -> anyhow::Result<LoadedConfig> {
@@ -103,6 +125,75 @@ pub fn memory_thresholds(kubelet: &kubelet::KubeletConfig) -> MemoryThresholds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Loads `text` with `flags`, prints the effective configuration, loads that again.
+    fn round_trip(text: &str, flags: &[&str]) -> (LoadedConfig, LoadedConfig, String) {
+        let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        let first = parse_agent_config(text, "first.yaml", &flags)
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let printed = serde_yaml_ng::to_string(&effective_config(&first)).expect("yaml");
+        let second = parse_agent_config(&printed, "effective.yaml", &[]).unwrap_or_else(|e| {
+            panic!("the effective configuration does not load: {e}\n{printed}")
+        });
+        (first, second, printed)
+    }
+
+    #[rstest::rstest]
+    #[case::embedded_default(DEFAULT_CONFIG, &[])]
+    #[case::everything_given(
+        "evictionHard: {memory.available: 300Mi, nodefs.available: 7%}\n\
+         evictionSoft: {memory.available: 1Gi, imagefs.available: 20%}\n\
+         evictionSoftGracePeriod: {memory.available: 1m30s, imagefs.available: 2m}\n\
+         evictionMinimumReclaim: {memory.available: 100Mi, nodefs.available: 500Mi}\n\
+         evictionPressureTransitionPeriod: 30s\nevictionMaxPodGracePeriod: -1\n\
+         systemReserved: {memory: 512Mi, cpu: 500m}\nkubeReserved: {memory: 256Mi}\n\
+         qosReserved: {memory: 50%}\nimageMaximumGCAge: 72h\nmaxPods: 40\npodPidsLimit: 1000\n\
+         featureGates: {PSINodeCondition: true, SomethingElse: false}\n\
+         memoryThrottlingFactor: 0.7\nhousekeepingInterval: 5s\n\
+         monitor: {runtime: process, restartBackoff: 3s, sources: {psi: false}}\n",
+        &[]
+    )]
+    #[case::flags_over_the_file("evictionHard: {memory.available: 300Mi}\n", &["--eviction-hard=memory.available<1Gi", "--eviction-soft=nodefs.available<15%", "--eviction-soft-grace-period=nodefs.available=1m"])]
+    #[case::configz(r#"{"kubeletconfig":{"evictionHard":{"memory.available":"200Mi"},"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1"}}"#, &[])]
+    fn the_effective_configuration_loads_back_to_itself(
+        #[case] text: &str,
+        #[case] flags: &[&str],
+    ) {
+        let (first, second, printed) = round_trip(text, flags);
+        assert!(
+            second.warnings.is_empty(),
+            "{:?}\n{printed}",
+            second.warnings
+        );
+        let thresholds = |c: &LoadedConfig| {
+            let mut t = c.kubelet.eviction.thresholds.clone();
+            t.sort_by_key(|t| (t.signal, t.grace_period));
+            t
+        };
+        assert_eq!(thresholds(&first), thresholds(&second), "{printed}");
+        assert_eq!(first.kubelet.eviction, second.kubelet.eviction, "{printed}");
+        assert_eq!(first.kubelet.image_gc, second.kubelet.image_gc, "{printed}");
+        assert_eq!(
+            first.kubelet.system_reserved,
+            second.kubelet.system_reserved
+        );
+        assert_eq!(first.kubelet.qos_reserved, second.kubelet.qos_reserved);
+        assert_eq!(first.kubelet.memory_qos, second.kubelet.memory_qos);
+        assert_eq!(
+            first.kubelet.housekeeping_interval,
+            second.kubelet.housekeeping_interval
+        );
+        assert_eq!(first.agent.settings, second.agent.settings, "{printed}");
+        for (gate, _) in kubelet::FEATURE_GATES {
+            assert_eq!(
+                first.kubelet.feature_gate(gate),
+                second.kubelet.feature_gate(gate)
+            );
+        }
+        // Printing again gives the same text.
+        let again = serde_yaml_ng::to_string(&effective_config(&second)).expect("yaml");
+        assert_eq!(printed, again);
+    }
 
     #[test]
     fn the_embedded_default_loads_without_warnings() {

@@ -27,6 +27,7 @@ use crate::policy::signal::Signal;
 
 mod document;
 mod duration;
+mod effective;
 mod flags;
 mod memory_qos;
 #[cfg(test)]
@@ -35,6 +36,7 @@ mod thresholds;
 
 pub use crate::policy::eviction::EvictionConfig;
 pub use duration::{DurationError, format_go_duration, parse_go_duration};
+pub use effective::effective_document;
 pub use flags::apply_flags;
 pub use memory_qos::{MemoryQos, MemoryReservationPolicy};
 
