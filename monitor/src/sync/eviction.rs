@@ -329,8 +329,7 @@ impl EvictionSync {
             let part = failure.split(':').next().unwrap_or(failure);
             if !self.unavailable.contains(part) {
                 self.state.event(
-                    "Warning",
-                    "SignalUnavailable",
+                    crate::events::EventReason::SignalUnavailable,
                     "node",
                     format!(
                         "{failure}: its signals are off until it reads again; the other signals keep acting"
@@ -340,8 +339,7 @@ impl EvictionSync {
         }
         for part in self.unavailable.difference(&now) {
             self.state.event(
-                "Normal",
-                "SignalRestored",
+                crate::events::EventReason::SignalRestored,
                 "node",
                 format!("{part} reads again; its signals are back"),
             );
@@ -493,8 +491,7 @@ impl EvictionSync {
             }
             let freed = after.available.saturating_sub(effect.available_before);
             self.state.event(
-                "Warning",
-                "EvictionIneffective",
+                crate::events::EventReason::EvictionIneffective,
                 &effect.pod_key,
                 format!(
                     "evicting it for {} gave back {} of the {} it held (its memory stays charged: page cache, tmpfs or shared pages); further evictions for this signal wait {} each until it moves",
@@ -629,8 +626,7 @@ impl EvictionSync {
             .to_string();
         if !done.outcome.is_final() {
             self.state.event(
-                "Warning",
-                "EvictionFailed",
+                crate::events::EventReason::EvictionFailed,
                 &decision.pod_key,
                 format!(
                     "gave up after {} kill attempt(s): {}",
