@@ -9,6 +9,7 @@ use tokio::sync::{broadcast, watch};
 use crate::config::agent::AgentConfig;
 use crate::config::kubelet::KubeletConfig;
 use crate::notify::ebpf::{EbpfSettings, EbpfSource, KernelCounters};
+use crate::notify::memcg::ThresholdSpec;
 use crate::notify::{self, CrossingHook, Hook, SourceStatus, WakeDetail, WakeSender, WakeSource};
 use crate::observe::{CgroupLayout, CgroupReader, CgroupVersion, Observer, ObserverConfig};
 use crate::runtime::port::Ports;
@@ -77,112 +78,7 @@ impl Agent {
             }
         }
         let hook: Hook = hot.clone().map(|h| h as Arc<dyn CrossingHook>);
-        let mut statuses = Vec::new();
         let tasks = Tasks::start(state.clone());
-
-        // eBPF ring buffer.
-        let mut ebpf = None;
-        if !settings.sources.ebpf {
-            statuses.push(SourceStatus::disabled(WakeSource::Ebpf));
-        } else {
-            // Memcg reclaim records of cgroups outside the pods (and off their path) are
-            // dropped in the kernel.
-            let pods_path = layout
-                .unified_root
-                .as_ref()
-                .zip(settings.pods_cgroup.as_ref())
-                .and_then(|(mount, pods)| {
-                    let dir = mount.join(pods.trim_start_matches('/'));
-                    notify::ebpf::pods_path(mount, &dir)
-                        .map_err(|err| {
-                            tracing::warn!(
-                                "memcg reclaim records are not filtered in the kernel: {err}"
-                            )
-                        })
-                        .ok()
-                });
-            let ebpf_settings = EbpfSettings {
-                min_interval_ns: settings.sources.ebpf_min_interval.as_nanos() as u64,
-                object_override: config.ebpf_object_override.clone(),
-                detector: settings.sources.crossing_attach_points(),
-                pods_path,
-                ..EbpfSettings::default()
-            };
-            match notify::ebpf::start(&ebpf_settings, wakes.clone(), hook.clone()) {
-                Ok(source) => {
-                    statuses.push(source.status.clone());
-                    ebpf = Some(source);
-                }
-                Err(err) => statuses.push(SourceStatus::failed(WakeSource::Ebpf, err)),
-            }
-        }
-
-        // The eBPF crossing detector, when it attached, carries every memory threshold.
-        let detector = ebpf
-            .as_ref()
-            .and_then(|e| e.detector.as_ref().ok())
-            .cloned();
-
-        // Memory thresholds: eventfd notifiers on cgroup v1; on cgroup v2, memory.high
-        // (whose crossings the memory.events source then reports) only without the
-        // detector, since it throttles every pod at the threshold.
-        let mut levels_tx = None;
-        if layout.version == CgroupVersion::V2 {
-            // A memory.high that a previous run set and could not lift (killed with -9).
-            if let Some(cgroup) = &settings.pods_cgroup {
-                notify::memcg::lift_stale_high(&reader.dir(cgroup));
-            }
-        }
-        if !settings.sources.memcg_thresholds {
-            statuses.push(SourceStatus::disabled(WakeSource::MemcgThreshold));
-        } else if layout.version == CgroupVersion::V1 {
-            let (tx, rx) = watch::channel(Vec::new());
-            match notify::memcg::spawn(rx, wakes.clone(), hook.clone()) {
-                Ok((task, scheduling)) => {
-                    tasks.add(
-                        "memcg threshold notifier",
-                        Role::Source(WakeSource::MemcgThreshold),
-                        task,
-                    );
-                    levels_tx = Some(tx);
-                    statuses.push(SourceStatus::running(
-                        WakeSource::MemcgThreshold,
-                        format!(
-                            "eventfd thresholds on memory.usage_in_bytes under {} ({} node and {} pods thresholds, re-armed after every synchronize); heard by thread {} ({scheduling})",
-                            layout.memory_root.display(),
-                            config.memory_thresholds.node.len(),
-                            config.memory_thresholds.pods.len(),
-                            notify::memcg::WAITER_THREAD,
-                        ),
-                    ));
-                }
-                Err(err) => statuses.push(SourceStatus::failed(WakeSource::MemcgThreshold, err)),
-            }
-        } else if detector.is_some() {
-            statuses.push(SourceStatus::disabled_because(
-                WakeSource::MemcgThreshold,
-                "cgroup v2: the eBPF crossing detector carries the memory thresholds; memory.high is left alone",
-            ));
-        } else if settings.sources.memory_events && settings.pods_cgroup.is_some() {
-            let (tx, rx) = watch::channel(Vec::new());
-            tasks.add(
-                "memory.high stand-in",
-                Role::Source(WakeSource::MemcgThreshold),
-                notify::memcg::spawn_v2_high(rx, layout.memory_root.clone()),
-            );
-            levels_tx = Some(tx);
-            statuses.push(SourceStatus::running(
-                WakeSource::MemcgThreshold,
-                "cgroup v2 without the eBPF crossing detector: memory.high of the pods cgroup stands in for the nearest hard memory threshold (allocatable, or the node's while the rest of the node holds still) and THROTTLES the pods there; re-armed after every synchronize, lifted at stop and at the next start after a crash; crossings wake through memory.events",
-            ));
-        } else {
-            statuses.push(SourceStatus::unsupported(
-                WakeSource::MemcgThreshold,
-                "cgroup v2 has no usage thresholds; memory.high stands in only with a pods cgroup and the memory.events source",
-            ));
-        }
-
-        // cgroup v2 memory.events.
         let watched_cgroups: Vec<String> = settings
             .pods_cgroup
             .iter()
@@ -190,93 +86,29 @@ impl Agent {
             .cloned()
             .collect();
         let (watched, watched_rx) = watch::channel(Vec::new());
-        if !settings.sources.memory_events {
-            statuses.push(SourceStatus::disabled(WakeSource::MemoryEvents));
-        } else if layout.version != CgroupVersion::V2 {
-            statuses.push(SourceStatus::unsupported(
-                WakeSource::MemoryEvents,
-                "memory.events needs the memory controller on cgroup v2 (this host has it on v1)",
-            ));
-        } else {
-            match notify::memory_events::spawn(watched_rx, wakes.clone(), hook.clone()) {
-                Ok((task, scheduling)) => {
-                    let dirs: Vec<PathBuf> =
-                        watched_cgroups.iter().map(|c| reader.dir(c)).collect();
-                    statuses.push(SourceStatus::running(
-                        WakeSource::MemoryEvents,
-                        format!(
-                            "inotify IN_MODIFY on memory.events of {} cgroup(s), read by thread {} ({scheduling})",
-                            dirs.len(),
-                            notify::memory_events::WAITER_THREAD,
-                        ),
-                    ));
-                    watched.send_replace(dirs);
-                    tasks.add(
-                        "memory.events watcher",
-                        Role::Source(WakeSource::MemoryEvents),
-                        task,
-                    );
-                }
-                Err(err) => statuses.push(SourceStatus::failed(WakeSource::MemoryEvents, err)),
-            }
-        }
-
-        // PSI triggers: system-wide, plus per-cgroup files in the cgroup2 hierarchy (which
-        // tracks stalls per cgroup even on hybrid hosts whose memory controller is on v1).
-        if !settings.sources.psi {
-            statuses.push(SourceStatus::disabled(WakeSource::Psi));
-        } else {
-            let mut files = vec![PathBuf::from("/proc/pressure/memory")];
-            if let Some(unified) = &layout.unified_root {
-                for cgroup in &watched_cgroups {
-                    let file = unified
-                        .join(cgroup.trim_start_matches('/'))
-                        .join("memory.pressure");
-                    if file.exists() {
-                        files.push(file);
-                    }
-                }
-            }
-            let (task, report) =
-                notify::psi::spawn(&files, config.settings.psi_trigger(), wakes.clone());
-            let armed: Vec<String> = report
-                .iter()
-                .filter_map(|(f, r)| {
-                    r.as_ref()
-                        .ok()
-                        .map(|t| format!("{} (some {:?} per {:?})", f.display(), t.stall, t.window))
-                })
-                .collect();
-            let failed: Vec<String> = report
-                .iter()
-                .filter_map(|(f, r)| r.as_ref().err().map(|e| format!("{} ({e})", f.display())))
-                .collect();
-            match task {
-                Some(task) => {
-                    tasks.add("PSI triggers", Role::Source(WakeSource::Psi), task);
-                    let mut detail = format!("triggers on {}", armed.join(", "));
-                    if !failed.is_empty() {
-                        detail.push_str(&format!("; not armed: {}", failed.join(", ")));
-                    }
-                    statuses.push(SourceStatus::running(WakeSource::Psi, detail));
-                }
-                None => statuses.push(SourceStatus::unsupported(
-                    WakeSource::Psi,
-                    failed.join(", "),
-                )),
-            }
-        }
-
-        // The fallback timer always runs.
-        tasks.add(
-            "housekeeping timer",
-            Role::Source(WakeSource::Timer),
-            notify::timer::spawn(config.housekeeping, wakes.clone()),
-        );
-        statuses.push(SourceStatus::running(
-            WakeSource::Timer,
-            format!("housekeeping every {:?}", config.housekeeping),
-        ));
+        let sources = Sources {
+            config: &config,
+            layout: &layout,
+            reader: &reader,
+            wakes: &wakes,
+            hook: &hook,
+            tasks: &tasks,
+            watched_cgroups: &watched_cgroups,
+        };
+        let (ebpf_status, ebpf) = sources.ebpf();
+        // The eBPF crossing detector, when it attached, carries every memory threshold.
+        let detector = ebpf
+            .as_ref()
+            .and_then(|e| e.detector.as_ref().ok())
+            .cloned();
+        let (memcg_status, levels_tx) = sources.memcg_thresholds(detector.is_some());
+        let statuses = vec![
+            ebpf_status,
+            memcg_status,
+            sources.memory_events(watched_rx, &watched),
+            sources.psi(),
+            sources.timer(),
+        ];
 
         for status in &statuses {
             status.log();
@@ -371,5 +203,231 @@ impl Agent {
         self.tasks.stop().await;
         // Stops the eBPF consumer thread and detaches the programs.
         drop(self.ebpf.take());
+    }
+}
+
+// What `monitor status` says of a source that does not run as it does by default.
+
+/// The memory threshold source on cgroup v2 when the eBPF crossing detector carries the
+/// thresholds.
+const MEMCG_LEFT_TO_DETECTOR: &str = "cgroup v2: the eBPF crossing detector carries the memory thresholds; memory.high is left alone";
+/// The memory threshold source on cgroup v2 with memory.high standing in.
+const MEMCG_HIGH_STANDS_IN: &str = "cgroup v2 without the eBPF crossing detector: memory.high of the pods cgroup stands in for the nearest hard memory threshold (allocatable, or the node's while the rest of the node holds still) and THROTTLES the pods there; re-armed after every synchronize, lifted at stop and at the next start after a crash; crossings wake through memory.events";
+/// The memory threshold source on cgroup v2 where memory.high cannot stand in.
+const MEMCG_UNSUPPORTED_V2: &str = "cgroup v2 has no usage thresholds; memory.high stands in only with a pods cgroup and the memory.events source";
+/// memory.events on a host whose memory controller is on cgroup v1.
+const MEMORY_EVENTS_UNSUPPORTED_V1: &str =
+    "memory.events needs the memory controller on cgroup v2 (this host has it on v1)";
+
+/// What every event source is started with; each source has a method of its own that
+/// starts it (its tasks go under `tasks`) and says how it went.
+struct Sources<'a> {
+    config: &'a AgentConfig,
+    layout: &'a CgroupLayout,
+    reader: &'a CgroupReader,
+    wakes: &'a WakeSender,
+    hook: &'a Hook,
+    tasks: &'a Tasks,
+    /// The pods cgroup and the other cgroups watched (memory.events, PSI).
+    watched_cgroups: &'a [String],
+}
+
+impl Sources<'_> {
+    /// The eBPF ring buffer (and the crossing detector, when it attaches).
+    fn ebpf(&self) -> (SourceStatus, Option<EbpfSource>) {
+        let settings = &self.config.settings;
+        if !settings.sources.ebpf {
+            return (SourceStatus::disabled(WakeSource::Ebpf), None);
+        }
+        // Memcg reclaim records of cgroups outside the pods (and off their path) are
+        // dropped in the kernel.
+        let pods_path = self
+            .layout
+            .unified_root
+            .as_ref()
+            .zip(settings.pods_cgroup.as_ref())
+            .and_then(|(mount, pods)| {
+                let dir = mount.join(pods.trim_start_matches('/'));
+                notify::ebpf::pods_path(mount, &dir)
+                    .map_err(|err| {
+                        tracing::warn!(
+                            "memcg reclaim records are not filtered in the kernel: {err}"
+                        )
+                    })
+                    .ok()
+            });
+        let ebpf_settings = EbpfSettings {
+            min_interval_ns: settings.sources.ebpf_min_interval.as_nanos() as u64,
+            object_override: self.config.ebpf_object_override.clone(),
+            detector: settings.sources.crossing_attach_points(),
+            pods_path,
+            ..EbpfSettings::default()
+        };
+        match notify::ebpf::start(&ebpf_settings, self.wakes.clone(), self.hook.clone()) {
+            Ok(source) => (source.status.clone(), Some(source)),
+            Err(err) => (SourceStatus::failed(WakeSource::Ebpf, err), None),
+        }
+    }
+
+    /// Memory thresholds: eventfd notifiers on cgroup v1; on cgroup v2, memory.high (whose
+    /// crossings the memory.events source then reports) only without the `detector`, since
+    /// it throttles every pod at the threshold. With the sender of the levels to arm, when
+    /// the source runs.
+    fn memcg_thresholds(
+        &self,
+        detector: bool,
+    ) -> (SourceStatus, Option<watch::Sender<Vec<ThresholdSpec>>>) {
+        let settings = &self.config.settings;
+        let layout = self.layout;
+        if layout.version == CgroupVersion::V2 {
+            // A memory.high that a previous run set and could not lift (killed with -9).
+            if let Some(cgroup) = &settings.pods_cgroup {
+                notify::memcg::lift_stale_high(&self.reader.dir(cgroup));
+            }
+        }
+        let source = WakeSource::MemcgThreshold;
+        if !settings.sources.memcg_thresholds {
+            return (SourceStatus::disabled(source), None);
+        }
+        if layout.version == CgroupVersion::V1 {
+            let (tx, rx) = watch::channel(Vec::new());
+            return match notify::memcg::spawn(rx, self.wakes.clone(), self.hook.clone()) {
+                Ok((task, scheduling)) => {
+                    self.tasks
+                        .add("memcg threshold notifier", Role::Source(source), task);
+                    let status = SourceStatus::running(
+                        source,
+                        format!(
+                            "eventfd thresholds on memory.usage_in_bytes under {} ({} node and {} pods thresholds, re-armed after every synchronize); heard by thread {} ({scheduling})",
+                            layout.memory_root.display(),
+                            self.config.memory_thresholds.node.len(),
+                            self.config.memory_thresholds.pods.len(),
+                            notify::memcg::WAITER_THREAD,
+                        ),
+                    );
+                    (status, Some(tx))
+                }
+                Err(err) => (SourceStatus::failed(source, err), None),
+            };
+        }
+        if detector {
+            return (
+                SourceStatus::disabled_because(source, MEMCG_LEFT_TO_DETECTOR),
+                None,
+            );
+        }
+        if settings.sources.memory_events && settings.pods_cgroup.is_some() {
+            let (tx, rx) = watch::channel(Vec::new());
+            self.tasks.add(
+                "memory.high stand-in",
+                Role::Source(source),
+                notify::memcg::spawn_v2_high(rx, layout.memory_root.clone()),
+            );
+            return (
+                SourceStatus::running(source, MEMCG_HIGH_STANDS_IN),
+                Some(tx),
+            );
+        }
+        (
+            SourceStatus::unsupported(source, MEMCG_UNSUPPORTED_V2),
+            None,
+        )
+    }
+
+    /// cgroup v2 memory.events of the watched cgroups; `watched` is the set of their
+    /// directories, handed to the watcher through `watched_rx`.
+    fn memory_events(
+        &self,
+        watched_rx: watch::Receiver<Vec<PathBuf>>,
+        watched: &watch::Sender<Vec<PathBuf>>,
+    ) -> SourceStatus {
+        let source = WakeSource::MemoryEvents;
+        if !self.config.settings.sources.memory_events {
+            return SourceStatus::disabled(source);
+        }
+        if self.layout.version != CgroupVersion::V2 {
+            return SourceStatus::unsupported(source, MEMORY_EVENTS_UNSUPPORTED_V1);
+        }
+        match notify::memory_events::spawn(watched_rx, self.wakes.clone(), self.hook.clone()) {
+            Ok((task, scheduling)) => {
+                let dirs: Vec<PathBuf> = self
+                    .watched_cgroups
+                    .iter()
+                    .map(|c| self.reader.dir(c))
+                    .collect();
+                let status = SourceStatus::running(
+                    source,
+                    format!(
+                        "inotify IN_MODIFY on memory.events of {} cgroup(s), read by thread {} ({scheduling})",
+                        dirs.len(),
+                        notify::memory_events::WAITER_THREAD,
+                    ),
+                );
+                watched.send_replace(dirs);
+                self.tasks
+                    .add("memory.events watcher", Role::Source(source), task);
+                status
+            }
+            Err(err) => SourceStatus::failed(source, err),
+        }
+    }
+
+    /// PSI triggers: system-wide, plus per-cgroup files in the cgroup2 hierarchy (which
+    /// tracks stalls per cgroup even on hybrid hosts whose memory controller is on v1).
+    fn psi(&self) -> SourceStatus {
+        let source = WakeSource::Psi;
+        if !self.config.settings.sources.psi {
+            return SourceStatus::disabled(source);
+        }
+        let mut files = vec![PathBuf::from("/proc/pressure/memory")];
+        if let Some(unified) = &self.layout.unified_root {
+            for cgroup in self.watched_cgroups {
+                let file = unified
+                    .join(cgroup.trim_start_matches('/'))
+                    .join("memory.pressure");
+                if file.exists() {
+                    files.push(file);
+                }
+            }
+        }
+        let (task, report) = notify::psi::spawn(
+            &files,
+            self.config.settings.psi_trigger(),
+            self.wakes.clone(),
+        );
+        let armed: Vec<String> = report
+            .iter()
+            .filter_map(|(f, r)| {
+                r.as_ref()
+                    .ok()
+                    .map(|t| format!("{} (some {:?} per {:?})", f.display(), t.stall, t.window))
+            })
+            .collect();
+        let failed: Vec<String> = report
+            .iter()
+            .filter_map(|(f, r)| r.as_ref().err().map(|e| format!("{} ({e})", f.display())))
+            .collect();
+        match task {
+            Some(task) => {
+                self.tasks.add("PSI triggers", Role::Source(source), task);
+                let mut detail = format!("triggers on {}", armed.join(", "));
+                if !failed.is_empty() {
+                    detail.push_str(&format!("; not armed: {}", failed.join(", ")));
+                }
+                SourceStatus::running(source, detail)
+            }
+            None => SourceStatus::unsupported(source, failed.join(", ")),
+        }
+    }
+
+    /// The fallback timer: it always runs.
+    fn timer(&self) -> SourceStatus {
+        let every = self.config.housekeeping;
+        self.tasks.add(
+            "housekeeping timer",
+            Role::Source(WakeSource::Timer),
+            notify::timer::spawn(every, self.wakes.clone()),
+        );
+        SourceStatus::running(WakeSource::Timer, format!("housekeeping every {every:?}"))
     }
 }

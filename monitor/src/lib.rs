@@ -19,6 +19,7 @@ pub mod agent;
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod events;
 pub mod node;
 pub mod notify;
 pub mod observe;

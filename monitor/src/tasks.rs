@@ -8,6 +8,7 @@
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::events::EventReason;
 use crate::notify::{SourceState, WakeSource};
 use crate::state::SharedState;
 
@@ -161,22 +162,20 @@ fn ended(state: &SharedState, fatal: &mpsc::UnboundedSender<String>, task: &Task
                 }
             }
             state.event(
-                "Warning",
-                "SourceFailed",
+                EventReason::SourceFailed,
                 "node",
                 format!("{message}; the agent runs on the other sources"),
             );
         }
         Role::Critical => {
             state.event(
-                "Warning",
-                "TaskFailed",
+                EventReason::TaskFailed,
                 "node",
                 format!("{message}; the agent stops so that it is restarted"),
             );
             let _ = fatal.send(message);
         }
-        Role::Helper => state.event("Warning", "TaskFailed", "node", message),
+        Role::Helper => state.event(EventReason::TaskFailed, "node", message),
     }
 }
 

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use monitor::api::{ApiError, ApiServer, get, serve};
+use monitor::events::EventReason;
 use monitor::notify::{SourceStatus, WakeSource};
 use monitor::policy::condition::PodCondition;
 use monitor::state::{
@@ -25,10 +26,9 @@ use tokio::runtime::Runtime;
 /// A state as the manager and pod runtime leave it mid-pressure.
 fn filled_state() -> SharedState {
     let shared = SharedState::default();
-    shared.event("Normal", "Started", "default/web", "Started container app");
+    shared.event(EventReason::Started, "default/web", "Started container app");
     shared.event(
-        "Warning",
-        "Evicted",
+        EventReason::Evicted,
         "default/hog",
         "The node was low on resource: memory. Threshold quantity: 500Mi, available: 412Mi.",
     );

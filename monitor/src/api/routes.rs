@@ -377,13 +377,14 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+    use crate::events::EventReason;
     use crate::notify::WakeSource;
     use crate::state::SharedState;
 
     fn state(events: usize, dropped_first: usize) -> AgentState {
         let shared = SharedState::default();
         for i in 0..events {
-            shared.event("Normal", "Test", "node", format!("event {i}"));
+            shared.event(EventReason::Started, "node", format!("event {i}"));
         }
         let mut s = shared.read();
         for _ in 0..dropped_first {
@@ -550,7 +551,7 @@ mod tests {
         assert_eq!(v["first"], 2, "{v}");
         if let Some(first) = v["events"].get(0) {
             assert_eq!(first["message"], format!("event {}", indexes[0]), "{v}");
-            assert_eq!(first["reason"], "Test", "{v}");
+            assert_eq!(first["reason"], "Started", "{v}");
         }
     }
 

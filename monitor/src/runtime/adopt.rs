@@ -13,6 +13,7 @@ use super::exit_status::{self, Adopted};
 use super::lifecycle::{kill, persist, publish, remove_cgroups, update_tiers};
 use super::port::EvictionOutcome;
 use super::shared::{Exit, LivePod, Shared};
+use crate::events::EventReason;
 
 /// Re-takes the pods of an earlier run: running containers are watched again (through a
 /// pidfd: they are not our children any more), containers that died meanwhile go through
@@ -24,12 +25,10 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
     let files = shared.store.uids_with_files();
     for err in errors {
         let reason = match err {
-            super::store::StoreError::Quarantined { .. } => "StateQuarantined",
-            _ => "StateUnreadable",
+            super::store::StoreError::Quarantined { .. } => EventReason::StateQuarantined,
+            _ => EventReason::StateUnreadable,
         };
-        shared
-            .state
-            .event("Warning", reason, "node", err.to_string());
+        shared.state.event(reason, "node", err.to_string());
     }
     let cgroups: BTreeMap<String, PodCgroup> = shared
         .tree
@@ -69,8 +68,7 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
             }
             shared.store.remove(&record.uid);
             shared.state.event(
-                "Normal",
-                "PendingReadmitted",
+                EventReason::PendingReadmitted,
                 &key,
                 "admitted but not started when the agent stopped (a preemption cut short?): admitted again from its manifest",
             );
@@ -82,8 +80,7 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
             // afresh from its manifest, as the kubelet starts static pods after a reboot.
             shared.store.remove(&record.uid);
             shared.state.event(
-                "Normal",
-                "PodCgroupGone",
+                EventReason::PodCgroupGone,
                 &key,
                 "its cgroup is gone (the node restarted?): it starts afresh from its manifest",
             );
@@ -157,8 +154,7 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
             Unclaimed::Orphan => orphans.push(cgroup),
             Unclaimed::Unproven => {
                 shared.state.event(
-                    "Warning",
-                    "UnmanagedPod",
+                    EventReason::UnmanagedPod,
                     &format!("pod{uid}"),
                     format!(
                         "{} has processes and a record in {} that cannot be read (set aside as corrupt, or unreadable): left running and unmanaged (never killed, never evicted); a manifest with this uid waits until it is empty",
@@ -173,8 +169,7 @@ pub(super) fn adopt(shared: &Arc<Shared>) {
     kill_orphans(shared, orphans, ORPHAN_KILL_TIMEOUT);
     if !adopted.is_empty() {
         shared.state.event(
-            "Normal",
-            "Adopted",
+            EventReason::Adopted,
             "node",
             format!("re-took running pods: {}", adopted.join(", ")),
         );
@@ -245,8 +240,7 @@ fn kill_orphans(shared: &Shared, orphans: Vec<PodCgroup>, timeout: Duration) {
             let key = format!("pod{}", cgroup.uid);
             remove_cgroups(shared, &key, cgroup);
             shared.state.event(
-                "Warning",
-                "OrphanPodKilled",
+                EventReason::OrphanPodKilled,
                 &key,
                 format!(
                     "{} had {found} process(es) and no record in {}: killed and removed",
@@ -269,8 +263,7 @@ fn kill_orphans(shared: &Shared, orphans: Vec<PodCgroup>, timeout: Duration) {
     for (cgroup, _) in pending {
         let left = shared.tree.pids(&cgroup).len();
         shared.state.event(
-            "Warning",
-            "OrphanPodNotKilled",
+            EventReason::OrphanPodNotKilled,
             &format!("pod{}", cgroup.uid),
             format!(
                 "{} has no record in {} and still {left} process(es) {timeout:?} after SIGKILL: left unmanaged; a manifest with this uid waits until it is empty",

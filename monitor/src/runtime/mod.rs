@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
+use crate::events::EventReason;
 use crate::observe::CgroupLayout;
 use crate::policy::eviction::{EvictionDecision, ReclaimResult};
 use crate::policy::signal::Signal;
@@ -88,7 +89,7 @@ impl LocalRuntime {
                 let (cri, warning) =
                     cri::CriRuntime::new(socket, &config.state_dir, config.image_gc, ownership)?;
                 if let Some(warning) = warning {
-                    state.event("Warning", "ImageRecordsUnreadable", "node", warning);
+                    state.event(EventReason::ImageRecordsUnreadable, "node", warning);
                 }
                 Some(Arc::new(cri))
             }
@@ -196,7 +197,7 @@ impl LocalRuntime {
             &self.shared,
             &decision.pod_key,
             decision.grace_period_seconds,
-            "Evicted",
+            EventReason::Evicted,
             &decision.message,
             condition,
             decision.kill_timeout,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::shared::Shared;
 use super::{cri, logs};
+use crate::events::EventReason;
 use crate::policy::eviction::ReclaimResult;
 use crate::policy::signal::Signal;
 use crate::policy::types::Resource;
@@ -51,8 +52,7 @@ pub(super) fn reclaim(shared: &Arc<Shared>, resource: Resource, signal: Signal) 
         .state
         .record_gc("eviction", &[("log", removed, freed.freed_bytes)]);
     shared.state.event(
-        "Normal",
-        "ContainerGC",
+        EventReason::ContainerGC,
         "node",
         format!(
             "node-level reclaim for {} ({}): removed dead containers' logs, freed {} bytes and {} inodes",
@@ -131,7 +131,7 @@ fn reclaim_on_runtime(
     for err in containers.errors.iter().chain(&images.errors) {
         shared
             .state
-            .event("Warning", "FailedGC", "node", err.clone());
+            .event(EventReason::FailedGC, "node", err.clone());
     }
     let freed = ReclaimResult {
         freed_bytes: u64::try_from(images.image_bytes).unwrap_or(0),
@@ -139,8 +139,7 @@ fn reclaim_on_runtime(
     };
     record_gc(shared, "eviction", &containers, &images);
     shared.state.event(
-        "Normal",
-        "ContainerGC",
+        EventReason::ContainerGC,
         "node",
         format!(
             "node-level reclaim for {} ({}): removed {} dead container(s), {} sandbox(es) and {} unused image(s), freed {} bytes",
@@ -166,12 +165,11 @@ async fn image_gc_pass(shared: &Shared, cri: &cri::CriRuntime) {
     for err in containers.errors.iter().chain(&images.errors) {
         shared
             .state
-            .event("Warning", "FailedGC", "node", err.clone());
+            .event(EventReason::FailedGC, "node", err.clone());
     }
     if !containers.containers.is_empty() || !containers.sandboxes.is_empty() {
         shared.state.event(
-            "Normal",
-            "ContainerGC",
+            EventReason::ContainerGC,
             "node",
             format!(
                 "removed {} dead container(s) and {} sandbox(es)",
@@ -182,8 +180,7 @@ async fn image_gc_pass(shared: &Shared, cri: &cri::CriRuntime) {
     }
     if !images.images.is_empty() {
         shared.state.event(
-            "Normal",
-            "ImageGC",
+            EventReason::ImageGC,
             "node",
             format!(
                 "removed {} unused image(s), {} bytes: {}",
@@ -225,7 +222,7 @@ pub(super) async fn collect_images_periodically(shared: Arc<Shared>) {
     tick.tick().await;
     let view = gc_view(&shared);
     if let Err(err) = cri::detect_images(&cri, &view.specs, cri::wall_now()).await {
-        shared.state.event("Warning", "FailedGC", "node", err);
+        shared.state.event(EventReason::FailedGC, "node", err);
     }
     loop {
         tick.tick().await;

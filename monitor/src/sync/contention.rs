@@ -1,6 +1,7 @@
 //! The PSI contention conditions at each synchronize: the pressure files of the fresh
 //! observation moved through [`crate::policy::contention`], the result published in the
 //! agent's status and metrics, and each change said in an event.
+use crate::events::EventReason;
 use crate::observe::{NodePressure, Psi};
 use crate::policy::contention::{
     ContentionCondition, ContentionConditions, ContentionThresholds, StallAverages,
@@ -32,14 +33,16 @@ pub fn track(
     let changed = conditions.update(thresholds, |c| averages(pressure, c));
     state.lock().contention = conditions.reported();
     for status in changed {
-        let (kind, verb) = if status.status {
-            ("Warning", "has")
+        let verb = if status.status {
+            "has"
         } else {
-            ("Normal", "no longer has")
+            "no longer has"
         };
         state.event(
-            kind,
-            status.condition.as_str(),
+            EventReason::Contention {
+                condition: status.condition,
+                present: status.status,
+            },
             "node",
             format!(
                 "the node {verb} {}: full stall avg10 {:.2} %, avg60 {:.2} % against a threshold of {:.0} %",

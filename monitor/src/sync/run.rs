@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use super::eviction::{EvictionPass, EvictionSync, summarize};
 use super::hot::HotPath;
 use crate::clock::monotonic_ns;
+use crate::events::EventReason;
 use crate::notify::arming::{MemoryThresholds, detector_specs, notifier_specs, threshold_specs};
 use crate::notify::detector::Detector;
 use crate::notify::memcg::ThresholdSpec;
@@ -240,8 +241,7 @@ impl<O: Observe> SyncLoop<O> {
             .unwrap_or_else(|| "unknown panic".to_string());
         tracing::error!("synchronize {sequence} panicked: {what}; the loop goes on");
         self.state.event(
-            "Warning",
-            "SynchronizeFailed",
+            EventReason::SynchronizeFailed,
             "node",
             format!("synchronize {sequence} panicked: {what}; the next wake runs a new one"),
         );

@@ -7,6 +7,7 @@ use super::evict::evict;
 use super::launch::start;
 use super::records::{insert, publish, remove_cgroups};
 use super::stop::stop;
+use crate::events::EventReason;
 use crate::policy::admission::insufficient_resources;
 use crate::policy::condition::preemption_condition;
 use crate::policy::eviction::kill_timeout;
@@ -80,8 +81,7 @@ pub(super) fn report_manifest_errors(shared: &Shared, errors: &[manifests::Manif
     drop(inner);
     for (path, message) in fresh {
         shared.state.event(
-            "Warning",
-            "BadManifest",
+            EventReason::BadManifest,
             &path.display().to_string(),
             format!("skipped: {message}"),
         );
@@ -115,8 +115,7 @@ pub(super) fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
                     .map(|r| r.resource.clone())
                     .unwrap_or_default();
             shared.state.event(
-                "Normal",
-                "Preempting",
+                EventReason::Preempting,
                 &key,
                 format!(
                     "critical pod admitted after preempting {}",
@@ -143,7 +142,7 @@ pub(super) fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
                         &shared,
                         victim,
                         grace,
-                        "Preempted",
+                        EventReason::Preempted,
                         &message,
                         Some(condition),
                         kill_timeout(grace),
@@ -161,8 +160,7 @@ pub(super) fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
         AdmissionOutcome::Rejected(result) => {
             shared.state.record_admission_rejection(&result.reason);
             shared.state.event(
-                "Warning",
-                "FailedAdmission",
+                EventReason::FailedAdmission,
                 &key,
                 format!("{}: {}", result.reason, result.message),
             );

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::records::{persist, publish, remove_cgroups, update_tiers};
 use super::stop::{after, kill_until_empty, stop_pod};
+use crate::events::EventReason;
 use crate::policy::condition::{PodCondition, set_condition};
 use crate::policy::eviction::MIN_KILL_TIMEOUT;
 use crate::runtime::cgroups::PodCgroup;
@@ -29,7 +30,7 @@ pub(in crate::runtime) async fn evict(
     shared: &Arc<Shared>,
     key: &str,
     grace_seconds: i64,
-    reason: &str,
+    reason: EventReason,
     message: &str,
     condition: Option<PodCondition>,
     timeout: Duration,
@@ -39,7 +40,7 @@ pub(in crate::runtime) async fn evict(
         key.to_string(),
         grace_seconds,
         Ending {
-            reason: reason.to_string(),
+            reason,
             message: message.to_string(),
             condition,
         },
@@ -88,7 +89,9 @@ impl Drop for TerminatingMark<'_> {
 /// condition it sets, if any.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Ending {
-    pub reason: String,
+    /// Evicted or Preempted: the pod's status reason and the reason of the event that
+    /// says the pod ended.
+    pub reason: EventReason,
     pub message: String,
     pub condition: Option<PodCondition>,
 }
@@ -101,7 +104,7 @@ pub(super) struct Ending {
 /// keeps its transition time ([`set_condition`]).
 pub(super) fn mark_evicted(record: &mut PodRecord, ending: &Ending) {
     record.phase = Phase::Failed;
-    record.reason = Some(ending.reason.clone());
+    record.reason = Some(ending.reason.as_str().to_string());
     record.message = Some(ending.message.clone());
     for c in &mut record.containers {
         c.done = true;
@@ -118,7 +121,7 @@ pub(super) async fn evict_to_end(
     ending: Ending,
     timeout: Duration,
 ) -> EvictionOutcome {
-    let reason = ending.reason.clone();
+    let reason = ending.reason;
     let message = ending.message.clone();
     let shared = &shared;
     let key = key.as_str();
@@ -159,10 +162,12 @@ pub(super) async fn evict_to_end(
     // leaves a half-written record); the API view is refreshed after the kill.
     persist(shared, &record);
     shared.state.event(
-        "Normal",
-        "Killing",
+        EventReason::Killing,
         key,
-        format!("{reason}: stopping with a grace period of {grace_seconds} s"),
+        format!(
+            "{}: stopping with a grace period of {grace_seconds} s",
+            reason.as_str()
+        ),
     );
     // A record that let go of its cgroups (its containers' exits were handled first)
     // may still have processes there.
@@ -185,8 +190,7 @@ pub(super) async fn evict_to_end(
     // reconcile it raised (the pod was terminating): look at the directory again.
     let _ = shared.reconcile.send(());
     shared.state.event(
-        "Warning",
-        &reason,
+        reason,
         key,
         if gone {
             message.clone()
@@ -294,7 +298,7 @@ mod tests {
 
     fn eviction(at: &str) -> Ending {
         Ending {
-            reason: "Evicted".into(),
+            reason: EventReason::Evicted,
             message: MESSAGE.into(),
             condition: Some(PodCondition::disruption_target(MESSAGE, Some(at.into()))),
         }
@@ -348,7 +352,7 @@ mod tests {
     fn a_preempted_record_carries_the_preemption_condition() {
         let mut record = running();
         let ending = Ending {
-            reason: "Preempted".into(),
+            reason: EventReason::Preempted,
             message: "Preempted in order to admit critical pod kube-system/dns".into(),
             condition: Some(preemption_condition(Some(T0.into()))),
         };
@@ -365,7 +369,7 @@ mod tests {
     fn a_local_storage_eviction_sets_no_condition() {
         let mut record = running();
         let ending = Ending {
-            reason: "Evicted".into(),
+            reason: EventReason::Evicted,
             message: "Usage of EmptyDir volume \"cache\" exceeds the limit \"1Gi\". ".into(),
             condition: None,
         };

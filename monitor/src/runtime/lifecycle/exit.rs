@@ -6,6 +6,7 @@ use tokio::time::Instant;
 
 use super::records::{persist, publish, remove_cgroups, update_tiers};
 use super::stop::report_answers;
+use crate::events::EventReason;
 use crate::runtime::cri;
 use crate::runtime::shared::{Exit, MAX_BACKOFF, Shared};
 use crate::runtime::store::{ContainerRecord, Phase};
@@ -187,8 +188,11 @@ pub(super) fn on_exit(shared: &Arc<Shared>, exit: Exit) {
     }
     persist(shared, &record);
     shared.state.event(
-        if failed { "Warning" } else { "Normal" },
-        if restart { "BackOff" } else { "Exited" },
+        if restart {
+            EventReason::BackOff { failed }
+        } else {
+            EventReason::Exited { failed }
+        },
         &key,
         format!(
             "container {} exited ({}){}",

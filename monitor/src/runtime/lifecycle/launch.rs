@@ -5,6 +5,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::records::{insert, persist, publish, update_record, update_tiers};
+use crate::events::EventReason;
 use crate::policy::pod::Pod;
 use crate::policy::qos;
 use crate::runtime::cgroups::PodCgroup;
@@ -25,7 +26,7 @@ pub(super) fn start(shared: &Arc<Shared>, manifest: Manifest) {
         Err(err) => {
             shared
                 .state
-                .event("Warning", "FailedCreatePodSandBox", &key, err.to_string());
+                .event(EventReason::FailedCreatePodSandBox, &key, err.to_string());
             insert(
                 shared,
                 &manifest,
@@ -48,8 +49,7 @@ pub(super) fn start(shared: &Arc<Shared>, manifest: Manifest) {
     }
     update_tiers(shared);
     shared.state.event(
-        "Normal",
-        "Started",
+        EventReason::Started,
         &key,
         format!("pod started ({} QoS)", qos_class.as_str()),
     );
@@ -285,8 +285,7 @@ pub(super) fn container_oom_score_adj(
     static WARNED: std::sync::Once = std::sync::Once::new();
     WARNED.call_once(|| {
         shared.state.event(
-            "Warning",
-            "OomScoreAdj",
+            EventReason::OomScoreAdj,
             "node",
             "the agent lacks CAP_SYS_RESOURCE: containers that should get a negative oom_score_adj get 0",
         );
@@ -311,8 +310,7 @@ pub fn has_cap_sys_resource() -> bool {
 /// process, for the restart policy to decide on as for a run that failed at once.
 fn failed_start(shared: &Shared, pod_key: &str, uid: &str, name: &str, message: &str, code: i32) {
     shared.state.event(
-        "Warning",
-        "Failed",
+        EventReason::Failed,
         pod_key,
         format!("container {name}: {message}"),
     );

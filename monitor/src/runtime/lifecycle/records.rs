@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::exit::EXIT_CODE_UNKNOWN;
+use crate::events::EventReason;
 use crate::policy::pod::Pod;
 use crate::policy::{memory_qos, qos};
 use crate::runtime::cgroups::PodCgroup;
@@ -99,7 +100,7 @@ pub(super) fn write_record(
     if let Err(err) = shared.store.save_latest(latest) {
         shared
             .state
-            .event("Warning", "StateWrite", &record.pod.key(), err.to_string());
+            .event(EventReason::StateWrite, &record.pod.key(), err.to_string());
     }
 }
 
@@ -206,7 +207,7 @@ pub(in crate::runtime) fn remove_cgroups(shared: &Shared, key: &str, cgroup: &Po
     if let Err(err) = shared.tree.remove_pod(cgroup) {
         shared
             .state
-            .event("Warning", "CgroupCleanup", key, err.to_string());
+            .event(EventReason::CgroupCleanup, key, err.to_string());
     }
 }
 

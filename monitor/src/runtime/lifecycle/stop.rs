@@ -7,6 +7,7 @@ use nix::sys::signal::Signal as UnixSignal;
 use tokio::time::Instant;
 
 use super::records::{publish, remove_cgroups, update_record, update_tiers};
+use crate::events::EventReason;
 use crate::policy::eviction::{MIN_KILL_TIMEOUT, kill_timeout};
 use crate::runtime::cgroups::PodCgroup;
 use crate::runtime::cri;
@@ -238,7 +239,7 @@ pub(super) fn report_answers(
     for err in &answers.errors {
         shared
             .state
-            .event("Warning", "FailedKillPod", key, err.clone());
+            .event(EventReason::FailedKillPod, key, err.clone());
     }
     if answers.unanswered.is_empty() {
         return;
@@ -260,8 +261,7 @@ pub(super) fn report_answers(
         ));
     }
     shared.state.event(
-        "Warning",
-        "RuntimeUnresponsive",
+        EventReason::RuntimeUnresponsive,
         key,
         cri::stop::silence_message(&answers.unanswered, waited),
     );
@@ -285,8 +285,7 @@ pub(super) async fn stop(shared: &Arc<Shared>, uid: &str) {
     };
     if let Some(cgroup) = &cgroup {
         shared.state.event(
-            "Normal",
-            "Killing",
+            EventReason::Killing,
             &key,
             "manifest removed or changed: stopping",
         );
@@ -294,8 +293,7 @@ pub(super) async fn stop(shared: &Arc<Shared>, uid: &str) {
         match stop_pod(shared, &record, Some(cgroup), grace, deadline).await {
             EvictionOutcome::Evicted => remove_cgroups(shared, &key, cgroup),
             outcome => shared.state.event(
-                "Warning",
-                "FailedKill",
+                EventReason::FailedKill,
                 &key,
                 format!("stopping: {outcome}; its cgroups are left for the next start to clean"),
             ),

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::admit::reconcile;
 use super::exit::on_exit;
 use super::launch::run_due_restarts;
+use crate::events::EventReason;
 use crate::runtime::shared::{Exit, Shared};
 
 /// How often the supervisor looks again without a change event: a watch that was lost
@@ -51,8 +52,7 @@ pub(super) fn watch_manifests(shared: &Shared) -> Option<ManifestEvents> {
         Ok(stream) => Some(stream),
         Err(err) => {
             shared.state.event(
-                "Warning",
-                "ManifestDir",
+                EventReason::ManifestDir { watched: false },
                 &dir.display().to_string(),
                 format!(
                     "not watched ({err}); read every {}s until it can be",
@@ -74,8 +74,7 @@ pub(in crate::runtime) async fn supervise(
     let dir = shared.config.manifest_dir.clone();
     if let Err(err) = std::fs::create_dir_all(&dir) {
         shared.state.event(
-            "Warning",
-            "ManifestDir",
+            EventReason::ManifestDir { watched: false },
             &dir.display().to_string(),
             format!("cannot create: {err}"),
         );
@@ -107,8 +106,7 @@ pub(in crate::runtime) async fn supervise(
                 if gone {
                     watch_lost = true;
                     shared.state.event(
-                        "Warning",
-                        "ManifestDir",
+                        EventReason::ManifestDir { watched: false },
                         &dir.display().to_string(),
                         format!("the directory went away; looked for every {}s and watched once it is back", MANIFEST_RESYNC.as_secs()),
                     );
@@ -127,8 +125,7 @@ pub(in crate::runtime) async fn supervise(
                     if added {
                         watch_lost = false;
                         shared.state.event(
-                            "Normal",
-                            "ManifestDir",
+                            EventReason::ManifestDir { watched: true },
                             &dir.display().to_string(),
                             "watched again".to_string(),
                         );

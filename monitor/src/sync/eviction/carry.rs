@@ -121,8 +121,7 @@ impl EvictionSync {
             .to_string();
         if !done.outcome.is_final() {
             self.state.event(
-                "Warning",
-                "EvictionFailed",
+                crate::events::EventReason::EvictionFailed,
                 &decision.pod_key,
                 format!(
                     "gave up after {} kill attempt(s): {}",

@@ -283,8 +283,7 @@ impl EvictionSync {
             let part = failure.split(':').next().unwrap_or(failure);
             if !self.unavailable.contains(part) {
                 self.state.event(
-                    "Warning",
-                    "SignalUnavailable",
+                    crate::events::EventReason::SignalUnavailable,
                     "node",
                     format!(
                         "{failure}: its signals are off until it reads again; the other signals keep acting"
@@ -294,8 +293,7 @@ impl EvictionSync {
         }
         for part in self.unavailable.difference(&now) {
             self.state.event(
-                "Normal",
-                "SignalRestored",
+                crate::events::EventReason::SignalRestored,
                 "node",
                 format!("{part} reads again; its signals are back"),
             );

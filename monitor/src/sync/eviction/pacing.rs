@@ -90,8 +90,7 @@ impl EvictionSync {
             }
             let freed = after.available.saturating_sub(effect.available_before);
             self.state.event(
-                "Warning",
-                "EvictionIneffective",
+                crate::events::EventReason::EvictionIneffective,
                 &effect.pod_key,
                 format!(
                     "evicting it for {} gave back {} of the {} it held (its memory stays charged: page cache, tmpfs or shared pages); further evictions for this signal wait {} each until it moves",

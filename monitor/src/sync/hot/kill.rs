@@ -261,8 +261,7 @@ impl HotPath {
                     "hot path: cgroup.kill written"
                 );
                 self.state.event(
-                    "Normal",
-                    "HotKill",
+                    crate::events::EventReason::HotKill,
                     &decision.pod_key,
                     format!(
                         "hard memory threshold crossed ({source}): working set {} at a level of {}; killed through {} in {} µs, the pod's working set read then {}. {}",

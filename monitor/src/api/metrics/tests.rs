@@ -1,0 +1,601 @@
+use std::collections::BTreeSet;
+
+use nom_openmetrics::{MetricDescriptor, MetricType};
+use rstest::rstest;
+
+use super::*;
+use crate::api::exposition::check_exposition;
+use crate::notify::SourceStatus;
+use crate::state::{PodView, SignalStatus, ThresholdStatus};
+
+fn pod(key: &str, phase: &str) -> PodView {
+    PodView {
+        key: key.into(),
+        uid: "u1".into(),
+        qos_class: "Burstable".into(),
+        priority: 0,
+        phase: phase.into(),
+        reason: None,
+        message: None,
+        conditions: vec![],
+        cgroup: None,
+        memory_working_set_bytes: None,
+        containers: vec![],
+    }
+}
+
+fn signal(name: &str, available: i64, capacity: i64) -> SignalStatus {
+    SignalStatus {
+        signal: name.into(),
+        available,
+        capacity,
+        thresholds: vec![ThresholdStatus {
+            value: "5%".into(),
+            quantity: capacity / 20,
+            kind: "hard".into(),
+            grace_period: None,
+            met: false,
+            grace_period_met: false,
+        }],
+    }
+}
+
+fn state() -> AgentState {
+    let mut s = AgentState {
+        conditions: vec!["MemoryPressure".into()],
+        ..AgentState::default()
+    };
+    s.sources = vec![
+        SourceStatus::running(WakeSource::Psi, "memory.pressure some 150ms/1s"),
+        SourceStatus::unsupported(WakeSource::MemcgThreshold, "cgroup v2"),
+    ];
+    s.metrics
+        .gc_removed
+        .entry("eviction".into())
+        .or_default()
+        .insert("image".into(), 3);
+    s.metrics
+        .gc_freed_bytes
+        .entry("eviction".into())
+        .or_default()
+        .insert("image".into(), 79_126_188);
+    s.signals = vec![
+        SignalStatus {
+            signal: "memory.available".into(),
+            available: 400 << 20,
+            capacity: 8 << 30,
+            thresholds: vec![
+                ThresholdStatus {
+                    value: "500Mi".into(),
+                    quantity: 500 << 20,
+                    kind: "hard".into(),
+                    grace_period: None,
+                    met: true,
+                    grace_period_met: true,
+                },
+                ThresholdStatus {
+                    value: "1Gi".into(),
+                    quantity: 1 << 30,
+                    kind: "soft".into(),
+                    grace_period: Some("1m30s".into()),
+                    met: true,
+                    grace_period_met: false,
+                },
+            ],
+        },
+        signal("nodefs.inodesFree", 1_200_000, 6_553_600),
+        signal("pid.available", 4_190_000, 4_194_304),
+    ];
+    s.pods = vec![
+        pod("default/web", "Running"),
+        pod("default/api", "Running"),
+        pod("default/batch", "Failed"),
+    ];
+    s.metrics.evictions.insert("memory.available".into(), 3);
+    s.metrics.evictions.insert("ephemeralpodfs.limit".into(), 1);
+    s.metrics.synchronizes = 42;
+    s.metrics.eviction_outcomes.insert("timed_out".into(), 2);
+    s.metrics
+        .runtime_unresponsive_calls
+        .insert("StopPodSandbox".into(), 3);
+    s.metrics.sync_duration.observe(0.0002);
+    s.metrics.sync_duration.observe(20.0);
+    let mut psi = Histogram::default();
+    psi.observe(3e-5);
+    psi.observe(0.002);
+    s.metrics.wake_latency.insert(WakeSource::Psi, psi);
+    let mut age = Histogram::default();
+    age.observe(0.004);
+    s.metrics
+        .eviction_stats_age
+        .insert("memory.available".into(), age);
+    s.metrics.preemptions.insert("memory".into(), 2);
+    s.metrics
+        .admission_rejections
+        .insert("OutOfmemory".into(), 4);
+    s.metrics.kernel_oom_kills.insert("default/batch".into(), 1);
+    let mut kill = Histogram::default();
+    kill.observe(2.3e-4);
+    s.metrics
+        .crossing_to_kill
+        .entry(WakeSource::Ebpf)
+        .or_default()
+        .insert("kernel".into(), kill);
+    s
+}
+
+/// One sample as a parser read it.
+#[derive(Debug)]
+struct Parsed {
+    name: String,
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+fn type_name<'a>(kind: &'a MetricType<'a>) -> &'a str {
+    match kind {
+        MetricType::Counter => "counter",
+        MetricType::Gauge => "gauge",
+        MetricType::Histogram => "histogram",
+        MetricType::Summary => "summary",
+        MetricType::Unknown(other) => other,
+        _ => "not a type of the 0.0.4 format",
+    }
+}
+
+/// Reads `text` with nom-openmetrics' parser of the Prometheus text format (the whole
+/// text must parse: one bad line fails it) and checks what a scrape relies on: each
+/// family has one HELP and one TYPE of its own name, holds only its own samples and
+/// comes once; counters end in `_total` and histograms in `_seconds`; each histogram
+/// series has `_sum`, `_count`, and buckets with increasing bounds and cumulative
+/// counts ending with `+Inf` at `_count`.
+fn parse(text: &str) -> Vec<Parsed> {
+    let (rest, families) = nom_openmetrics::parser::prometheus(text)
+        .unwrap_or_else(|e| panic!("the exposition does not parse: {e:?}\n{text}"));
+    assert!(rest.is_empty(), "unparsed: {rest:?}");
+    let mut seen = BTreeSet::new();
+    let mut samples = Vec::new();
+    for family in &families {
+        let helps: Vec<&str> = family
+            .descriptors
+            .iter()
+            .filter_map(|d| match d {
+                MetricDescriptor::Help { metric, .. } => Some(*metric),
+                _ => None,
+            })
+            .collect();
+        let types: Vec<(&str, &str)> = family
+            .descriptors
+            .iter()
+            .filter_map(|d| match d {
+                MetricDescriptor::Type { metric, r#type } => Some((*metric, type_name(r#type))),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            family.descriptors.len(),
+            2,
+            "one HELP and one TYPE per family: {:?}",
+            family.descriptors
+        );
+        let ([name], [(typed, kind)]) = (&helps[..], &types[..]) else {
+            panic!("one HELP and one TYPE per family: {:?}", family.descriptors);
+        };
+        assert_eq!(name, typed, "HELP and TYPE name one family");
+        assert!(seen.insert(name.to_string()), "{name} comes twice");
+        match *kind {
+            "counter" => assert!(name.ends_with("_total"), "counter {name}"),
+            "histogram" => assert!(name.ends_with("_seconds"), "histogram {name}"),
+            "gauge" => assert!(!name.ends_with("_total"), "gauge {name}"),
+            other => panic!("{name}: unexpected type {other}"),
+        }
+        type Series = (Vec<(f64, f64)>, Option<f64>, Option<f64>);
+        let mut histograms: BTreeMap<Vec<(String, String)>, Series> = BTreeMap::new();
+        for sample in &family.samples {
+            let labels: Vec<(String, String)> = sample
+                .labels()
+                .iter()
+                .map(|l| (l.name.to_string(), l.value.clone()))
+                .collect();
+            let value = sample.number();
+            if *kind == "histogram" {
+                let series: Vec<(String, String)> =
+                    labels.iter().filter(|(k, _)| k != "le").cloned().collect();
+                let entry = histograms.entry(series).or_default();
+                let suffix = sample.name().strip_prefix(name).unwrap_or("");
+                match suffix {
+                    "_bucket" => {
+                        let (_, le) = labels
+                            .iter()
+                            .find(|(k, _)| k == "le")
+                            .unwrap_or_else(|| panic!("{name}: a bucket without le"));
+                        let bound: f64 = le.parse().unwrap_or_else(|_| panic!("le={le}"));
+                        entry.0.push((bound, value));
+                    }
+                    "_sum" => entry.1 = Some(value),
+                    "_count" => entry.2 = Some(value),
+                    _ => panic!("{} in histogram {name}", sample.name()),
+                }
+            } else {
+                assert_eq!(sample.name(), *name, "a sample of another family");
+            }
+            samples.push(Parsed {
+                name: sample.name().to_string(),
+                labels,
+                value,
+            });
+        }
+        for (series, (buckets, sum, count)) in histograms {
+            let count = count.unwrap_or_else(|| panic!("{name}{series:?}: no _count"));
+            assert!(sum.is_some(), "{name}{series:?}: no _sum");
+            for pair in buckets.windows(2) {
+                assert!(
+                    pair[0].0 < pair[1].0 && pair[0].1 <= pair[1].1,
+                    "{name}{series:?}: buckets {pair:?} not increasing and cumulative"
+                );
+            }
+            assert_eq!(
+                buckets.last(),
+                Some(&(f64::INFINITY, count)),
+                "{name}{series:?}: the last bucket is +Inf and holds _count"
+            );
+        }
+    }
+    samples
+}
+
+#[test]
+fn a_prometheus_parser_reads_every_line() {
+    for state in [state(), AgentState::default()] {
+        let text = render_metrics(&state);
+        let samples = parse(&text);
+        assert_eq!(
+            samples.len(),
+            text.lines().filter(|l| !l.starts_with('#')).count(),
+            "every sample line is a sample\n{text}"
+        );
+    }
+    let samples = parse(&render_metrics(&state()));
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        samples
+            .iter()
+            .find(|s| {
+                s.name == name
+                    && s.labels.len() == labels.len()
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.iter().any(|(sk, sv)| sk == k && sv == v))
+            })
+            .map(|s| s.value)
+    };
+    assert_eq!(value("monitor_synchronizes_total", &[]), Some(42.0));
+    assert_eq!(
+        value(
+            "monitor_preemptions_total",
+            &[("preemption_signal", "memory")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(
+            "monitor_signal_available_bytes",
+            &[("eviction_signal", "memory.available")]
+        ),
+        Some(419_430_400.0)
+    );
+}
+
+#[test]
+fn contention_conditions_join_the_node_conditions() {
+    use crate::policy::contention::{ContentionCondition, ContentionStatus, StallAverages};
+    let mut s = state();
+    s.contention = vec![
+        ContentionStatus {
+            condition: ContentionCondition::SystemMemory,
+            status: true,
+            averages: StallAverages {
+                avg10: 95.0,
+                avg60: 91.0,
+            },
+            threshold: 0.9,
+        },
+        ContentionStatus {
+            condition: ContentionCondition::KubepodsDisk,
+            status: false,
+            averages: StallAverages::default(),
+            threshold: 0.9,
+        },
+    ];
+    let text = render_metrics(&s);
+    for line in [
+        "monitor_node_condition{condition=\"SystemMemoryContentionPressure\"} 1",
+        "monitor_node_condition{condition=\"KubepodsDiskContentionPressure\"} 0",
+        "monitor_node_condition{condition=\"MemoryPressure\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+    }
+    assert!(
+        !text.contains("SystemDiskContentionPressure"),
+        "not reported, not exposed"
+    );
+    if let Err(e) = check_exposition(&text) {
+        panic!("{e}\n{text}");
+    }
+    let status = crate::api::render::render_status(&s, 0);
+    assert!(
+        status.contains("SystemMemoryContentionPressure True: full stall avg10 95.00 %, avg60 91.00 % (threshold 90 %)"),
+        "{status}"
+    );
+}
+
+#[test]
+fn rendered_state_passes_the_format_checker() {
+    let text = render_metrics(&state());
+    if let Err(e) = check_exposition(&text) {
+        panic!("{e}\n{text}");
+    }
+}
+
+#[test]
+fn empty_state_passes_the_format_checker() {
+    let text = render_metrics(&AgentState::default());
+    if let Err(e) = check_exposition(&text) {
+        panic!("{e}\n{text}");
+    }
+}
+
+/// `/metrics` renders exactly the families of [`FAMILIES`], in its order, each with the
+/// HELP and TYPE of its entry.
+#[test]
+fn metrics_renders_the_families_of_the_table() {
+    let text = render_metrics(&state());
+    let mut rendered: Vec<(String, String, String)> = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let Some(help) = line.strip_prefix("# HELP ") else {
+            continue;
+        };
+        let (name, help) = help.split_once(' ').unwrap_or((help, ""));
+        let kind = lines
+            .next()
+            .and_then(|l| l.strip_prefix(&format!("# TYPE {name} ")))
+            .unwrap_or_else(|| panic!("{name}: no TYPE after its HELP"));
+        rendered.push((name.into(), kind.into(), help.into()));
+    }
+    let table: Vec<(String, String, String)> = FAMILIES
+        .iter()
+        // Rendered only where /proc/vmstat has oom_kill (Linux 4.13+).
+        .filter(|f| f.name != NODE_OOM_KILLS_TOTAL.name || node_oom_kills().is_some())
+        .map(|f| (f.name.into(), f.kind.as_str().into(), escape_help(f.help)))
+        .collect();
+    assert_eq!(rendered, table);
+}
+
+/// docs/operation.md's metrics table has a row for every family of [`FAMILIES`] and for
+/// nothing else, with the family's type and label names.
+#[test]
+fn the_operation_page_names_every_metric() {
+    let page = crate::doc_tables::page("operation.md");
+    let mut documented = BTreeSet::new();
+    for row in crate::doc_tables::rows(&page, "metric") {
+        let [names, kind, labels, ..] = &row[..] else {
+            panic!("docs/operation.md: a metrics row without type and labels: {row:?}");
+        };
+        let labels = crate::doc_tables::names(labels);
+        for name in crate::doc_tables::names(names) {
+            documented.insert((name, kind.clone(), labels.clone()));
+        }
+    }
+    let table: BTreeSet<(String, String, Vec<String>)> = FAMILIES
+        .iter()
+        .map(|f| {
+            let labels = f.labels.iter().map(|l| l.to_string()).collect();
+            (f.name.to_string(), f.kind.as_str().to_string(), labels)
+        })
+        .collect();
+    assert!(table.len() > 20, "{table:?}");
+    let undocumented: Vec<_> = table.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&table).collect();
+    assert!(
+        undocumented.is_empty() && unknown.is_empty(),
+        "docs/operation.md: families without their row {undocumented:?}, rows that are no family {unknown:?}"
+    );
+}
+
+#[test]
+fn a_family_without_samples_is_left_out() {
+    let text = render_metrics(&AgentState::default());
+    // No signal is configured yet (before the first synchronize).
+    for absent in [
+        "monitor_evictions_total",
+        "monitor_signal_available_bytes",
+        "monitor_threshold_met",
+        "monitor_crossing_to_kill_seconds",
+        "monitor_eviction_stats_age_seconds",
+    ] {
+        assert!(!text.contains(absent), "{absent} in\n{text}");
+    }
+    // Families whose label values are known ahead are there, at 0.
+    assert!(text.contains("\nmonitor_eviction_outcomes_total{outcome=\"evicted\"} 0\n"));
+}
+
+#[rstest]
+#[case::eviction_counter("monitor_evictions_total{eviction_signal=\"memory.available\"} 3")]
+#[case::eviction_idle_signal("monitor_evictions_total{eviction_signal=\"pid.available\"} 0")]
+#[case::eviction_local_storage(
+    "monitor_evictions_total{eviction_signal=\"ephemeralpodfs.limit\"} 1"
+)]
+#[case::synchronizes("monitor_synchronizes_total 42")]
+#[case::eviction_outcome("monitor_eviction_outcomes_total{outcome=\"timed_out\"} 2")]
+#[case::eviction_outcome_zero("monitor_eviction_outcomes_total{outcome=\"kill_failed\"} 0")]
+#[case::runtime_unresponsive("monitor_runtime_unresponsive_calls_total{call=\"StopPodSandbox\"} 3")]
+#[case::runtime_unresponsive_idle(
+    "monitor_runtime_unresponsive_calls_total{call=\"RemovePodSandbox\"} 0"
+)]
+#[case::stats_age(
+    "monitor_eviction_stats_age_seconds_bucket{eviction_signal=\"memory.available\",le=\"0.005\"} 1"
+)]
+#[case::stats_age_idle(
+    "monitor_eviction_stats_age_seconds_count{eviction_signal=\"nodefs.inodesFree\"} 0"
+)]
+#[case::preemptions("monitor_preemptions_total{preemption_signal=\"memory\"} 2")]
+#[case::preemptions_idle("monitor_preemptions_total{preemption_signal=\"pods\"} 0")]
+#[case::rejections("monitor_admission_rejections_total{reason=\"OutOfmemory\"} 4")]
+#[case::rejections_idle("monitor_admission_rejections_total{reason=\"Evicted\"} 0")]
+#[case::rejections_other("monitor_admission_rejections_total{reason=\"Other\"} 0")]
+#[case::kernel_oom("monitor_kernel_oom_kills_total{pod=\"default/batch\"} 1")]
+#[case::kernel_oom_idle("monitor_kernel_oom_kills_total{pod=\"default/web\"} 0")]
+#[case::kernel_oom_unattributed("monitor_kernel_oom_kills_total{pod=\"\"} 0")]
+#[case::available_bytes(
+    "monitor_signal_available_bytes{eviction_signal=\"memory.available\"} 419430400"
+)]
+#[case::capacity_bytes(
+    "monitor_signal_capacity_bytes{eviction_signal=\"memory.available\"} 8589934592"
+)]
+#[case::available_inodes(
+    "monitor_signal_available_inodes{eviction_signal=\"nodefs.inodesFree\"} 1200000"
+)]
+#[case::capacity_inodes(
+    "monitor_signal_capacity_inodes{eviction_signal=\"nodefs.inodesFree\"} 6553600"
+)]
+#[case::available_pids("monitor_signal_available_pids{eviction_signal=\"pid.available\"} 4190000")]
+#[case::capacity_pids("monitor_signal_capacity_pids{eviction_signal=\"pid.available\"} 4194304")]
+#[case::hard_met(
+    "monitor_threshold_met{eviction_signal=\"memory.available\",threshold=\"500Mi\",kind=\"hard\"} 1"
+)]
+#[case::condition_on("monitor_node_condition{condition=\"MemoryPressure\"} 1")]
+#[case::condition_off("monitor_node_condition{condition=\"DiskPressure\"} 0")]
+#[case::source_up("monitor_source_up{source=\"psi\",state=\"running\"} 1")]
+#[case::source_down("monitor_source_up{source=\"memcg_threshold\",state=\"unsupported\"} 0")]
+#[case::pods_running("monitor_pods{phase=\"Running\"} 2")]
+#[case::pods_pending_zero("monitor_pods{phase=\"Pending\"} 0")]
+#[case::wake_bucket("monitor_wake_to_sync_seconds_bucket{source=\"psi\",le=\"0.00005\"} 1")]
+#[case::wake_inf("monitor_wake_to_sync_seconds_bucket{source=\"psi\",le=\"+Inf\"} 2")]
+#[case::idle_source("monitor_wake_to_sync_seconds_count{source=\"ebpf\"} 0")]
+#[case::crossing_to_kill(
+    "monitor_crossing_to_kill_seconds_bucket{source=\"ebpf\",stamp=\"kernel\",le=\"0.0005\"} 1"
+)]
+// A 20 s sync is above every bound: only +Inf and _count hold it.
+#[case::above_all_bounds("monitor_sync_duration_seconds_bucket{le=\"10\"} 1")]
+#[case::inf_counts_all("monitor_sync_duration_seconds_bucket{le=\"+Inf\"} 2")]
+#[case::sum("monitor_sync_duration_seconds_sum 20.0002")]
+#[case::type_line("# TYPE monitor_wake_to_sync_seconds histogram")]
+#[case::gc_images("monitor_gc_removed_total{trigger=\"eviction\",kind=\"image\"} 3")]
+#[case::gc_image_bytes(
+    "monitor_gc_freed_bytes_total{trigger=\"eviction\",kind=\"image\"} 79126188"
+)]
+#[case::gc_idle("monitor_gc_removed_total{trigger=\"periodic\",kind=\"sandbox\"} 0")]
+#[case::gc_log_bytes_idle("monitor_gc_freed_bytes_total{trigger=\"periodic\",kind=\"log\"} 0")]
+fn exports_sample(#[case] line: &str) {
+    let text = render_metrics(&state());
+    assert!(
+        text.lines().any(|l| l == line),
+        "missing line {line:?} in\n{text}"
+    );
+}
+
+#[rstest]
+// Replaced: one gauge mixed bytes, inodes and pids; evictions were labelled `signal`.
+#[case::mixed_units("monitor_signal_available{")]
+#[case::mixed_capacity("monitor_signal_capacity{")]
+#[case::old_label("{signal=")]
+// Containers' and sandboxes' space is not measured: no series that would stay 0.
+#[case::unmeasured_bytes("monitor_gc_freed_bytes_total{trigger=\"periodic\",kind=\"container\"}")]
+fn does_not_export(#[case] text: &str) {
+    let rendered = render_metrics(&state());
+    assert!(!rendered.contains(text), "{text:?} in\n{rendered}");
+}
+
+#[rstest]
+#[case::quote("a\"b", "a\\\"b")]
+#[case::backslash("a\\b", "a\\\\b")]
+#[case::newline("a\nb", "a\\nb")]
+#[case::all("x\\\"\ny", "x\\\\\\\"\\ny")]
+#[case::plain("memory.available", "memory.available")]
+fn escapes_label_values(#[case] raw: &str, #[case] escaped: &str) {
+    assert_eq!(escape_label_value(raw), escaped);
+    let mut s = state();
+    s.signals[0].signal = raw.into();
+    s.pods[0].key = raw.into();
+    let text = render_metrics(&s);
+    assert!(
+        text.contains(&format!(
+            "monitor_threshold_met{{eviction_signal=\"{escaped}\""
+        )),
+        "{text}"
+    );
+    if let Err(e) = check_exposition(&text) {
+        panic!("{e}\n{text}");
+    }
+    // The parser reads back the raw values.
+    let samples = parse(&text);
+    let read_back = |family: &str, label: &str| {
+        samples
+            .iter()
+            .any(|s| s.name == family && s.labels.iter().any(|(k, v)| k == label && v == raw))
+    };
+    assert!(
+        read_back("monitor_threshold_met", "eviction_signal"),
+        "{text}"
+    );
+    assert!(read_back("monitor_kernel_oom_kills_total", "pod"), "{text}");
+}
+
+#[test]
+fn a_malformed_histogram_still_renders_valid() {
+    let mut s = AgentState::default();
+    s.metrics.sync_duration = Histogram {
+        // Unsorted, non-cumulative, a duplicate bound, an explicit +Inf and a NaN.
+        buckets: vec![
+            (1.0, 5),
+            (0.1, 7),
+            (0.1, 2),
+            (f64::INFINITY, 1),
+            (f64::NAN, 9),
+        ],
+        sum: f64::NAN,
+        count: 3,
+    };
+    let text = render_metrics(&s);
+    if let Err(e) = check_exposition(&text) {
+        panic!("{e}\n{text}");
+    }
+    parse(&text);
+    assert!(
+        text.contains("monitor_sync_duration_seconds_bucket{le=\"0.1\"} 7\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("monitor_sync_duration_seconds_bucket{le=\"1\"} 7\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("monitor_sync_duration_seconds_count 7\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("monitor_sync_duration_seconds_sum NaN\n"),
+        "{text}"
+    );
+}
+
+#[rstest]
+#[case(f64::INFINITY, "+Inf")]
+#[case(f64::NEG_INFINITY, "-Inf")]
+#[case(f64::NAN, "NaN")]
+#[case(1e-5, "0.00001")]
+#[case(10.0, "10")]
+fn formats_floats(#[case] value: f64, #[case] text: &str) {
+    assert_eq!(format_float(value), text);
+}
+
+#[rstest]
+#[case("memory.available", Some("bytes"))]
+#[case("allocatableMemory.available", Some("bytes"))]
+#[case("imagefs.available", Some("bytes"))]
+#[case("containerfs.inodesFree", Some("inodes"))]
+#[case("pid.available", Some("pids"))]
+#[case("no.such", None)]
+fn signals_have_one_unit(#[case] signal: &str, #[case] unit: Option<&str>) {
+    assert_eq!(signal_unit(signal), unit);
+}
