@@ -157,23 +157,10 @@ fn one_malloc_arena() {
 /// configuration.
 fn check_config(args: &CheckConfigArgs) -> ExitCode {
     let path = monitor::config::config_path(args.config.as_deref());
-    let (text, origin) = match &path {
-        Some(path) => match std::fs::read_to_string(path) {
-            Ok(text) => (text, path.display().to_string()),
-            Err(err) => {
-                eprintln!("monitor check-config: reading {}: {err}", path.display());
-                return ExitCode::FAILURE;
-            }
-        },
-        None => (
-            monitor::config::DEFAULT_CONFIG.to_string(),
-            "<embedded default config>".to_string(),
-        ),
-    };
-    let loaded = match monitor::config::parse_agent_config(&text, &origin, &args.kubelet_flags) {
+    let loaded = match monitor::config::read_agent_config(path.as_deref(), &args.kubelet_flags) {
         Ok(loaded) => loaded,
         Err(err) => {
-            eprintln!("monitor check-config: {err}");
+            eprintln!("monitor check-config: {err:#}");
             return ExitCode::FAILURE;
         }
     };

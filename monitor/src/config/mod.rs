@@ -61,6 +61,16 @@ pub fn effective_config(loaded: &LoadedConfig) -> serde_yaml_ng::Value {
 /// Loads a configuration file (or the embedded default), then applies kubelet-style
 /// flags (`--eviction-hard=...`) on top. Warnings are logged.
 pub fn load_agent_config(path: Option<&Path>, flags: &[String]) -> anyhow::Result<LoadedConfig> {
+    let loaded = read_agent_config(path, flags)?;
+    for warning in &loaded.warnings {
+        tracing::warn!("configuration: {warning}");
+    }
+    Ok(loaded)
+}
+
+/// [`load_agent_config`] without logging: the warnings stay in the result for the caller
+/// to say (`monitor check-config` prints them).
+pub fn read_agent_config(path: Option<&Path>, flags: &[String]) -> anyhow::Result<LoadedConfig> {
     let (text, origin) = match path {
         Some(path) => (
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
@@ -72,11 +82,7 @@ pub fn load_agent_config(path: Option<&Path>, flags: &[String]) -> anyhow::Resul
         ),
     };
     // As one message: it already includes its causes, which `{:#}` would print again.
-    let loaded = parse_agent_config(&text, &origin, flags).map_err(|e| anyhow::anyhow!("{e}"))?;
-    for warning in &loaded.warnings {
-        tracing::warn!("configuration: {warning}");
-    }
-    Ok(loaded)
+    parse_agent_config(&text, &origin, flags).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Parses configuration text; `origin` names the file in errors.
