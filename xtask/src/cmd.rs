@@ -24,10 +24,7 @@ pub fn succeeds(command: &mut Command) -> bool {
         .unwrap_or(false)
 }
 
-/// `cargo` as invoked by `cargo xtask` (the same toolchain).
-pub fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-}
+pub use monitor_bench::util::cargo;
 
 /// The workspace root (xtask lives one level below it).
 pub fn workspace_root() -> std::path::PathBuf {

@@ -36,7 +36,7 @@ enum Command {
     /// The agent beats the OOM killer on a 1 GiB bounded node (`--runs 10` to repeat).
     Demo(demo::DemoArgs),
     /// The latency benchmark: event-driven modes against polling, and the agent's costs.
-    Bench(bench::BenchArgs),
+    Bench(monitor_bench::BenchArgs),
     /// Run the coverage-guided fuzzers of every parser of outside input (cargo-fuzz,
     /// nightly): 1,000,000 inputs per target unless `--runs N` or `--time SECS`.
     Fuzz(fuzz::FuzzArgs),

@@ -15,6 +15,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::cmd::{target_dir, workspace_root};
 
+pub(crate) mod bench;
 mod cpio;
 pub(crate) mod host;
 pub(crate) mod initramfs;

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::race::Trial;
-use super::stats::{Spread, ms, ratio};
+use crate::stats::{Spread, ms, ratio};
+use crate::trial::Trial;
 
 /// One mode at one rate.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -387,7 +387,7 @@ pub(crate) fn page(run: &RunInfo, table: &str, plots: &[String]) -> String {
         .build
         .map_or_else(|| "not recorded".to_string(), |b| format!("`{b}`"));
     let mut s = format!(
-        "# Benchmark\n\nThis page is written whole by `cargo xtask bench --docs` from one run of the benchmark (`cargo xtask bench --replot --docs` writes it again from that run's JSON, `target/bench/bench.json`); edit `xtask/src/bench/report.rs`, not the page. Hand-written, dated notes on other runs and on single changes: [benchmark-history.md](benchmark-history.md).\n\nRun: {}, build {}, kernel {}, cgroup {}.\n\nThe pressure race, as root: node = pods cgroup limited to 1 GiB, hard threshold allocatableMemory.available<200Mi, a guaranteed 600 MiB ballast and a best-effort hog; crossing from a 1 ms sampler of the pods cgroup's working set.",
+        "# Benchmark\n\nThis page is written whole by `cargo xtask bench --docs` from one run of the benchmark (`cargo xtask bench --replot --docs` writes it again from that run's JSON, `target/bench/bench.json`); edit `xtask/bench/src/report.rs`, not the page. Hand-written, dated notes on other runs and on single changes: [benchmark-history.md](benchmark-history.md).\n\nRun: {}, build {}, kernel {}, cgroup {}.\n\nThe pressure race, as root: node = pods cgroup limited to 1 GiB, hard threshold allocatableMemory.available<200Mi, a guaranteed 600 MiB ballast and a best-effort hog; crossing from a 1 ms sampler of the pods cgroup's working set.",
         date, build, run.kernel, run.cgroup
     );
     if run.vm {

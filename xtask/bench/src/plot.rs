@@ -17,8 +17,9 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
-use super::race::{HEADROOM_MIB, Trial};
-use super::scaling::ScaleRun;
+use crate::harness::HEADROOM_MIB;
+use crate::scaling::ScaleRun;
+use crate::trial::Trial;
 
 const FONT: &str = "sans-serif";
 /// Width of the legend column to the right of every chart.

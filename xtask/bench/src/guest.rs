@@ -5,8 +5,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use super::race::{self, Mode, Rate, Trial};
-use super::{bpf, peer};
+use crate::harness::{Level, Mode};
+use crate::race::{self, Rate};
+use crate::trial::Trial;
+use crate::{bpf, peer};
 
 pub(crate) const PREFIX: &str = "@@bench@@ ";
 
@@ -45,7 +47,7 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
     let mut setup = race::Setup {
         bin: &bin,
         keep: false,
-        level: race::Level::Pods,
+        level: Level::Pods,
     };
     let races = |setup: &race::Setup, modes: &[&Mode], label: &str| {
         for mode in modes {
@@ -64,7 +66,7 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
         }
     };
     races(&setup, &modes.iter().collect::<Vec<_>>(), super::VM_RATE);
-    setup.level = race::Level::Node;
+    setup.level = Level::Node;
     let node_modes: Vec<&Mode> = modes
         .iter()
         .filter(|m| super::VM_NODE_MODES.contains(&m.name))
