@@ -77,8 +77,7 @@ pub fn cgroup_mounts() -> (Vec<PathBuf>, Option<PathBuf>, bool) {
     }
 }
 
-/// Kills every process in a cgroup tree of our own, then removes it bottom-up (retrying
-/// while the kernel still counts exiting tasks in it).
+/// Kills every process in a cgroup tree of our own, then removes it bottom-up.
 pub fn remove_cgroup_tree(dir: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         if entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -101,6 +100,12 @@ pub fn remove_cgroup_tree(dir: &Path) -> std::io::Result<()> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    remove_cgroup_dir(dir)
+}
+
+/// Removes an empty cgroup directory, retrying for a second while the kernel still
+/// counts exiting tasks in it; a directory already gone is no error.
+pub fn remove_cgroup_dir(dir: &Path) -> std::io::Result<()> {
     let mut last = Ok(());
     for _ in 0..50 {
         match std::fs::remove_dir(dir) {
