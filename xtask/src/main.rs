@@ -67,6 +67,14 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::Fuzz(args) => fuzz::run(args),
         Command::Chaos(args) => chaos::run(args),
-        Command::Dist(args) => dist::run(args),
+        Command::Dist(args) => {
+            dist::run()?;
+            if args.test_vm {
+                // The VM run packages the same release binary into the same place (the
+                // build is reproducible), so the file it installs is the one just listed.
+                vm::test_package(&args.kernel)?;
+            }
+            Ok(())
+        }
     }
 }

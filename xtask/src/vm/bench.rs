@@ -10,26 +10,6 @@ use monitor_bench::VmRun;
 
 use super::{host, initramfs, kernel, payload, qemu};
 
-fn build_static(root: &Path, target: &Path, package: &str, bin: &str) -> Result<PathBuf> {
-    crate::cmd::run(crate::cmd::cargo().current_dir(root).args([
-        "build",
-        "--release",
-        "-p",
-        package,
-        "--bin",
-        bin,
-        "--target",
-        host::MUSL_TARGET,
-    ]))?;
-    let path = target.join(host::MUSL_TARGET).join("release").join(bin);
-    path.exists().then_some(path.clone()).with_context(|| {
-        format!(
-            "cargo build -p {package} --bin {bin} left no {}",
-            path.display()
-        )
-    })
-}
-
 pub(crate) fn run(root: &Path, target: &Path, modes: &[String], trials: u32) -> Result<VmRun> {
     let vm_dir = target.join("vm");
     let kernels_dir = vm_dir.join("kernels");
@@ -50,7 +30,7 @@ pub(crate) fn run(root: &Path, target: &Path, modes: &[String], trials: u32) -> 
     ] {
         bins.push(payload::Executable {
             name: bin.to_string(),
-            path: build_static(root, target, package, bin)?,
+            path: crate::cmd::build_static(root, package, bin)?,
         });
     }
     for (name, path) in fetch_earlyoom(&target.join("bench/earlyoom"))? {

@@ -64,6 +64,25 @@ pub struct VmArgs {
     pub test_args: Vec<String>,
 }
 
+/// The `package` test in the VM (`cargo xtask dist --test-vm`): install, start, evict,
+/// stop, purge; on `kernels` as `--kernel` takes them.
+pub fn test_package(kernels: &[String]) -> Result<()> {
+    let mut vm_args = vec!["vm".to_string(), "--test".into(), "package".into()];
+    if !kernels.is_empty() {
+        vm_args.push(format!("--kernel={}", kernels.join(",")));
+    }
+    let parsed =
+        <VmCommand as clap::Parser>::try_parse_from(vm_args).context("the VM run's arguments")?;
+    run(parsed.vm)
+}
+
+/// `cargo xtask vm`'s options, parsed from a list.
+#[derive(Debug, clap::Parser)]
+struct VmCommand {
+    #[command(flatten)]
+    vm: VmArgs,
+}
+
 pub fn run(args: VmArgs) -> Result<()> {
     if let Some(bad) = args.test_args.iter().find(|a| a.contains('\n')) {
         bail!("test argument {bad:?}: newlines cannot be passed to the guest");
