@@ -65,13 +65,17 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
             }
         }
     };
-    races(&setup, &modes.iter().collect::<Vec<_>>(), super::VM_RATE);
+    races(
+        &setup,
+        &modes.iter().collect::<Vec<_>>(),
+        crate::modes::VM_RATE,
+    );
     setup.level = Level::Node;
     let node_modes: Vec<&Mode> = modes
         .iter()
-        .filter(|m| super::VM_NODE_MODES.contains(&m.name))
+        .filter(|m| crate::modes::VM_NODE_MODES.contains(&m.name))
         .collect();
-    races(&setup, &node_modes, super::VM_NODE_RATE);
+    races(&setup, &node_modes, crate::modes::VM_NODE_RATE);
     match loader(&bin) {
         Some(loader) => {
             let command = vec![
@@ -83,7 +87,7 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
             for n in 1..=trials {
                 match peer::trial(&bin, &command, n) {
                     Ok(mut t) => {
-                        t.rate = super::VM_NODE_RATE.to_string();
+                        t.rate = crate::modes::VM_NODE_RATE.to_string();
                         emit(t)
                     }
                     Err(err) => println!("bench: guest earlyoom trial {n}: FAILED: {err:#}"),

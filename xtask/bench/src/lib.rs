@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use serde::{Deserialize, Serialize};
 
 mod adversarial;
 mod bpf;
@@ -24,6 +23,7 @@ mod guest;
 mod harness;
 mod logparse;
 mod memory;
+mod modes;
 mod peer;
 mod plot;
 mod probe;
@@ -34,8 +34,8 @@ mod stats;
 mod trial;
 pub mod util;
 
-use harness::Mode;
-use race::Rate;
+use modes::{MODES, RATES, VM_NODE_MODES, VM_NODE_RATE, VM_RATE, pick};
+use report::{Results, full_table};
 use trial::Trial;
 
 /// What the benchmark needs from the developer commands around it.
@@ -130,108 +130,8 @@ pub struct BenchArgs {
     pub replot: bool,
 }
 
-const fn mode(name: &'static str, sources: [bool; 4], housekeeping: &'static str) -> Mode {
-    Mode {
-        name,
-        ebpf: sources[0],
-        memcg_thresholds: sources[1],
-        memory_events: sources[2],
-        psi: sources[3],
-        housekeeping,
-    }
-}
-
-/// [ebpf, memcgThresholds, memoryEvents, psi]. memory.events is cgroup v2 only: on this
-/// v1 host the memcg mode is the threshold eventfd.
-const MODES: &[Mode] = &[
-    mode("poll-10s", [false; 4], "10s"),
-    mode("poll-1s", [false; 4], "1s"),
-    mode("poll-100ms", [false; 4], "100ms"),
-    mode("memcg", [false, true, true, false], "10s"),
-    mode("ebpf", [true, false, false, false], "10s"),
-    mode("psi", [false, false, false, true], "10s"),
-    mode("all", [true; 4], "10s"),
-];
-
 /// Pods beside the idle agent: the kubelet's default maxPods.
 const IDLE_PODS: usize = 110;
-
-/// The label of the VM's trials in the table (full speed, cgroup v2, under qemu).
-const VM_RATE: &str = "vm-v2";
-/// The VM's node-level race (memory.available): the agent and the earlyoom peer.
-const VM_NODE_RATE: &str = "vm-v2-node";
-/// The agent's modes in the node-level race: polling at earlyoom's own pace, the eBPF
-/// programs alone (kswapd and direct reclaim are node-level events), and all sources.
-const VM_NODE_MODES: &[&str] = &["poll-100ms", "ebpf", "all"];
-
-const RATES: &[Rate] = &[
-    // As fast as the hog can touch pages (about 2 GiB/s here).
-    Rate {
-        name: "full",
-        step_mib: 8,
-        pause_ms: 0,
-    },
-    // 4 MiB every ~15 ms: a few hundred MiB/s (measured per trial).
-    Rate {
-        name: "slow",
-        step_mib: 4,
-        pause_ms: 15,
-    },
-];
-
-fn pick<T: Copy>(
-    all: &[T],
-    wanted: &[String],
-    name: impl Fn(&T) -> &str,
-    what: &str,
-) -> Result<Vec<T>> {
-    if wanted.is_empty() {
-        return Ok(all.to_vec());
-    }
-    wanted
-        .iter()
-        .map(|w| {
-            all.iter().find(|m| name(m) == w).copied().with_context(|| {
-                let names: Vec<&str> = all.iter().map(&name).collect();
-                format!("unknown {what} {w:?} (known: {})", names.join(", "))
-            })
-        })
-        .collect()
-}
-
-/// Everything one run measured: the JSON written under target/bench/, read back by
-/// `--replot`.
-#[derive(Debug, Serialize, Deserialize)]
-struct Results {
-    /// When the run ended (RFC 3339, UTC), and `git describe --always --dirty` of the
-    /// workspace built for it; absent from the JSON of older runs.
-    #[serde(default)]
-    date: Option<String>,
-    #[serde(default)]
-    build: Option<String>,
-    kernel: String,
-    cgroup: String,
-    /// The VM's kernel and how qemu ran it (KVM, or TCG emulation: slower, so compare
-    /// the VM's modes with each other, not with the host's).
-    vm_kernel: Option<String>,
-    vm_accel: Option<String>,
-    node_mib: u64,
-    headroom_mib: u64,
-    trials_per_mode: u32,
-    summaries: Vec<report::Summary>,
-    ratios: Vec<report::Ratio>,
-    bpf: Vec<bpf::ProgCost>,
-    bpf_vm: Vec<bpf::ProgCost>,
-    idle: Option<costs::Idle>,
-    sync_scaling: Vec<costs::SyncScaling>,
-    /// The races beside many pods, with the kernel-stamped stages.
-    races_at_scale: Vec<scaling::ScaleRun>,
-    policy_bench: Vec<costs::PolicyBench>,
-    /// The agent's CPU beside workloads that poke at its notifiers.
-    #[serde(default)]
-    adversarial: Vec<adversarial::Row>,
-    trials: Vec<Trial>,
-}
 
 /// `cargo xtask bench`.
 pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
@@ -450,25 +350,6 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
     println!("\n{}", full_table(&results));
     println!("bench: JSON {}", json_path.display());
     publish(&root, &out, &results, args.docs)
-}
-
-/// The report's table, with the races beside many pods when they ran.
-fn full_table(results: &Results) -> String {
-    let mut table = report::table(results);
-    if !results.races_at_scale.is_empty() {
-        table.push_str(
-            "\nPressure race beside idle pods (all sources, full speed; µs from the crossing probe's kernel-stamped record, a look at every charge; SIGKILL stamped by the kernel's signal_generate):\n\n",
-        );
-        table.push_str(&scaling::table(&results.races_at_scale));
-    }
-    if !results.adversarial.is_empty() {
-        table.push_str(&format!(
-            "\nAgent under adversarial load (every source on, the race's bounded node; CPU from the agent's own CPU accounting cgroup; target {} % of one core):\n\n",
-            adversarial::TARGET_PERCENT
-        ));
-        table.push_str(&adversarial::table(&results.adversarial));
-    }
-    table
 }
 
 /// Draws the plots into `out`; with `docs`, also writes docs/benchmark.md and

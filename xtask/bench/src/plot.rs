@@ -333,7 +333,7 @@ fn legend(
 
 /// Whether a rate's race is node-level (the VM's memory.available race).
 fn node_level(rate: &str) -> bool {
-    rate == super::VM_NODE_RATE
+    rate == crate::modes::VM_NODE_RATE
 }
 
 /// Every trial of one mode at one rate, aligned on the threshold crossing.
@@ -979,8 +979,7 @@ mod tests {
     }
 
     fn run(pods: usize, stages: [Option<f64>; 2], freed_ms: Option<f64>) -> ScaleRun {
-        let spread =
-            |v: Option<f64>| super::super::stats::Spread::of(&v.into_iter().collect::<Vec<_>>());
+        let spread = |v: Option<f64>| crate::stats::Spread::of(&v.into_iter().collect::<Vec<_>>());
         ScaleRun {
             pods,
             running: pods + 1,
