@@ -138,18 +138,11 @@ pub fn parent_name() -> String {
     format!("monitor-test-{}", std::process::id())
 }
 
+pub use monitor_bench::util::{field as log_field, remove_cgroup_dir};
+
 /// Mount points of every cgroup hierarchy (v1 controllers and cgroup2).
 pub fn cgroup_mounts() -> Vec<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut mounts: Vec<PathBuf> = text
-        .lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let fstype = right.split_whitespace().next()?;
-            let mount_point = left.split_whitespace().nth(4)?;
-            (fstype == "cgroup" || fstype == "cgroup2").then(|| PathBuf::from(mount_point))
-        })
-        .collect();
+    let mut mounts = monitor_bench::util::cgroup_mounts().0;
     mounts.sort();
     mounts.dedup();
     mounts
@@ -180,51 +173,12 @@ pub fn cleanup_stale() {
 
 /// Kills every process in a cgroup tree we created, then removes it bottom-up.
 fn remove_tree(dir: &Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                remove_tree(&entry.path());
-            }
-        }
-    }
-    for _ in 0..50 {
-        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-        let pids: Vec<i32> = procs
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect();
-        if pids.is_empty() {
-            break;
-        }
-        for pid in pids {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if let Err(e) = remove_cgroup_dir(dir) {
+    if let Err(e) = monitor_bench::util::remove_cgroup_tree(dir) {
         eprintln!(
             "warning: could not remove test cgroup {}: {e}",
             dir.display()
         );
     }
-}
-
-/// Removes an empty cgroup directory, retrying for a second while the kernel still
-/// counts exiting tasks in it; a directory already gone is no error.
-pub fn remove_cgroup_dir(dir: &Path) -> std::io::Result<()> {
-    let mut last = Ok(());
-    for _ in 0..50 {
-        match std::fs::remove_dir(dir) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => last = Err(e),
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    last
 }
 
 /// The OOM kill counter of a memory cgroup directory (`oom_kill` of memory.oom_control on
@@ -511,14 +465,9 @@ pub fn hog(args: &[&str]) -> Command {
 }
 
 /// Waits until `check` returns true, or panics with `what` after `timeout`.
-pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
+pub fn wait_until(what: &str, timeout: Duration, check: impl FnMut() -> bool) {
+    if let Err(err) = monitor_bench::util::wait(what, timeout, check) {
+        panic!("{err}");
     }
 }
 
@@ -558,14 +507,4 @@ pub fn stat_field(stat_file: &std::path::Path, field: usize) -> Option<String> {
     let stat = std::fs::read_to_string(stat_file).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
     rest.split_whitespace().nth(field - 3).map(str::to_string)
-}
-
-/// `key=value` or `key="value"` in one of the agent's log lines.
-pub fn log_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    let start = line.find(&format!(" {key}="))? + key.len() + 2;
-    let rest = &line[start..];
-    match rest.strip_prefix('"') {
-        Some(quoted) => quoted.split('"').next(),
-        None => rest.split_whitespace().next(),
-    }
 }

@@ -23,6 +23,7 @@ use nix::unistd::Pid;
 use crate::chaos::{EVICTION, wait_ready};
 use crate::containerd::{BUSYBOX_IMAGE, Containerd};
 use crate::node::{MIB, Node, alive, poll_every};
+use monitor_bench::util::monotonic_ns;
 
 /// How soon after the crossing the hog's memory must be back.
 pub const FREED_WITHIN: Duration = Duration::from_secs(1);
@@ -503,13 +504,6 @@ const NEAR_BYTES: i64 = 8 * MIB as i64;
 /// An `Instant` as CLOCK_MONOTONIC ns (Rust's `Instant` is that clock on Linux).
 fn instant_ns(at: Instant) -> u64 {
     monotonic_ns().saturating_sub(u64::try_from(at.elapsed().as_nanos()).unwrap_or(0))
-}
-
-/// CLOCK_MONOTONIC in ns, the clock of the agent's `at_ns` log fields.
-fn monotonic_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
-        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-    })
 }
 
 /// The `at_ns` of the first line of `log` that contains `needle`.

@@ -24,10 +24,7 @@ pub fn succeeds(command: &mut Command) -> bool {
         .unwrap_or(false)
 }
 
-/// `cargo` as invoked by `cargo xtask` (the same toolchain).
-pub fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-}
+pub use monitor_bench::util::cargo;
 
 /// The workspace root (xtask lives one level below it).
 pub fn workspace_root() -> std::path::PathBuf {
@@ -44,9 +41,13 @@ pub fn target_dir(workspace: &std::path::Path) -> Result<std::path::PathBuf> {
     metadata_target_dir(cargo().current_dir(workspace))
 }
 
-/// `target_directory` from `cargo metadata`, run as `command` is set up (its directory
-/// and environment).
-fn metadata_target_dir(command: &mut Command) -> Result<std::path::PathBuf> {
+/// `cargo metadata --no-deps` of the workspace at `workspace`.
+pub fn metadata(workspace: &std::path::Path) -> Result<serde_json::Value> {
+    metadata_of(cargo().current_dir(workspace))
+}
+
+/// `cargo metadata --no-deps`, run as `command` is set up (its directory and environment).
+fn metadata_of(command: &mut Command) -> Result<serde_json::Value> {
     let out = command
         .args(["metadata", "--no-deps", "--format-version", "1"])
         .output()
@@ -57,9 +58,12 @@ fn metadata_target_dir(command: &mut Command) -> Result<std::path::PathBuf> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    let metadata: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("parsing cargo metadata's output")?;
-    metadata["target_directory"]
+    serde_json::from_slice(&out.stdout).context("parsing cargo metadata's output")
+}
+
+/// `target_directory` from `cargo metadata`, run as `command` is set up.
+fn metadata_target_dir(command: &mut Command) -> Result<std::path::PathBuf> {
+    metadata_of(command)?["target_directory"]
         .as_str()
         .map(std::path::PathBuf::from)
         .context("cargo metadata has no target_directory")
@@ -123,6 +127,40 @@ pub fn build_bins(workspace: &std::path::Path, release: bool) -> Result<std::pat
 /// [`build_bins`] in release mode (the demo and the benchmark).
 pub fn build_release_bins(workspace: &std::path::Path) -> Result<std::path::PathBuf> {
     build_bins(workspace, true)
+}
+
+/// The Rust target of static binaries (the package's agent, the VM guest's programs): no
+/// libc needed where they run.
+pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
+
+/// `cargo build --release -p PACKAGE --bin BIN` for [`MUSL_TARGET`]: a static binary that
+/// runs on any x86_64 Linux node; returns its path. The target must be installed
+/// ([`crate::setup::ensure_rust_target`]).
+pub fn build_static(
+    workspace: &std::path::Path,
+    package: &str,
+    bin: &str,
+) -> Result<std::path::PathBuf> {
+    run(cargo().current_dir(workspace).args([
+        "build",
+        "--release",
+        "-p",
+        package,
+        "--bin",
+        bin,
+        "--target",
+        MUSL_TARGET,
+    ]))?;
+    let path = target_dir(workspace)?
+        .join(MUSL_TARGET)
+        .join("release")
+        .join(bin);
+    path.exists().then_some(path.clone()).with_context(|| {
+        format!(
+            "cargo build -p {package} --bin {bin} left no {}",
+            path.display()
+        )
+    })
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ enum Command {
     /// The agent beats the OOM killer on a 1 GiB bounded node (`--runs 10` to repeat).
     Demo(demo::DemoArgs),
     /// The latency benchmark: event-driven modes against polling, and the agent's costs.
-    Bench(bench::BenchArgs),
+    Bench(monitor_bench::BenchArgs),
     /// Run the coverage-guided fuzzers of every parser of outside input (cargo-fuzz,
     /// nightly): 1,000,000 inputs per target unless `--runs N` or `--time SECS`.
     Fuzz(fuzz::FuzzArgs),
@@ -67,6 +67,14 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::Fuzz(args) => fuzz::run(args),
         Command::Chaos(args) => chaos::run(args),
-        Command::Dist(args) => dist::run(args),
+        Command::Dist(args) => {
+            dist::run()?;
+            if args.test_vm {
+                // The VM run packages the same release binary into the same place (the
+                // build is reproducible), so the file it installs is the one just listed.
+                vm::test_package(&args.kernel)?;
+            }
+            Ok(())
+        }
     }
 }

@@ -23,6 +23,22 @@ pub fn ensure() -> Result<()> {
     Ok(())
 }
 
+/// Adds the Rust target `target` (rustup) unless it is installed.
+pub fn ensure_rust_target(target: &str) -> Result<()> {
+    let out = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .context("running `rustup target list --installed` (is rustup installed?)")?;
+    if String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == target)
+    {
+        return Ok(());
+    }
+    eprintln!("vm: adding Rust target {target}");
+    run(Command::new("rustup").args(["target", "add", target]))
+}
+
 fn ensure_rust_src() -> Result<()> {
     let installed = Command::new("rustup")
         .args(["component", "list", "--toolchain", "nightly", "--installed"])

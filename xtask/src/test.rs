@@ -184,6 +184,8 @@ pub fn run(args: TestArgs) -> Result<()> {
             "-p",
             "xtask",
             "-p",
+            "monitor-bench",
+            "-p",
             "monitor-tests",
             "--all-targets",
             "--",

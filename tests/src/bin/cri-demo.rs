@@ -19,14 +19,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use monitor::runtime::cri::{CriClient, MANAGED_LABEL, POD_UID_LABEL, api};
 use monitor::runtime::store::{Phase, PodRecord};
+use monitor_bench::util::{field, monotonic_ns, wait};
 use monitor_tests::TestTrees;
 use monitor_tests::containerd::{BUSYBOX_IMAGE, Containerd};
-use monitor_tests::log_field as field;
 use monitor_tests::oci::OciImage;
 
 const MIB: i64 = 1 << 20;
@@ -207,23 +207,6 @@ fn block_on<T>(
         .enable_all()
         .build()?;
     Ok(runtime.block_on(future)?)
-}
-
-fn wait(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        if Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
-}
-
-fn monotonic_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
-        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-    })
 }
 
 /// The `at_ns` of the first log line after `after_ns` that contains `needle`.

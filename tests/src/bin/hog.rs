@@ -28,12 +28,9 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::time::{Duration, Instant};
 
-const MIB: usize = 1 << 20;
+use monitor_bench::util::monotonic_ns;
 
-fn monotonic_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("clock");
-    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
-}
+const MIB: usize = 1 << 20;
 
 fn arg<T: std::str::FromStr>(args: &[String], index: usize, default: Option<T>, name: &str) -> T {
     match args.get(index) {

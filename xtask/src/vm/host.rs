@@ -16,8 +16,6 @@ use anyhow::{Context, Result};
 
 use crate::cmd::run as run_checked;
 
-/// The Rust target of the guest's binaries: static, so the initramfs needs no libc.
-pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
 /// Where busybox-static puts its binary.
 pub const BUSYBOX: &str = "/bin/busybox";
 /// Debian suite that carries a qemu matching the preinstalled backports qemu-utils.
@@ -37,22 +35,7 @@ pub fn ensure(vm_dir: &Path) -> Result<()> {
         let apt = PrivateApt::prepare(&vm_dir.join("apt"))?;
         apt.install(&apt_packages)?;
     }
-    ensure_rust_target(MUSL_TARGET)
-}
-
-pub(crate) fn ensure_rust_target(target: &str) -> Result<()> {
-    let out = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .context("running `rustup target list --installed` (is rustup installed?)")?;
-    if String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .any(|l| l.trim() == target)
-    {
-        return Ok(());
-    }
-    eprintln!("vm: adding Rust target {target}");
-    run_checked(Command::new("rustup").args(["target", "add", target]))
+    crate::setup::ensure_rust_target(crate::cmd::MUSL_TARGET)
 }
 
 /// An apt configuration of our own: bookworm, -updates, -backports and -security from the

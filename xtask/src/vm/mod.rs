@@ -15,6 +15,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::cmd::{target_dir, workspace_root};
 
+pub(crate) mod bench;
 mod cpio;
 pub(crate) mod host;
 pub(crate) mod initramfs;
@@ -61,6 +62,25 @@ pub struct VmArgs {
     /// Passed to every test binary after `--test-threads=1`, e.g. a test name filter.
     #[arg(last = true, value_name = "TEST FILTER")]
     pub test_args: Vec<String>,
+}
+
+/// The `package` test in the VM (`cargo xtask dist --test-vm`): install, start, evict,
+/// stop, purge; on `kernels` as `--kernel` takes them.
+pub fn test_package(kernels: &[String]) -> Result<()> {
+    let mut vm_args = vec!["vm".to_string(), "--test".into(), "package".into()];
+    if !kernels.is_empty() {
+        vm_args.push(format!("--kernel={}", kernels.join(",")));
+    }
+    let parsed =
+        <VmCommand as clap::Parser>::try_parse_from(vm_args).context("the VM run's arguments")?;
+    run(parsed.vm)
+}
+
+/// `cargo xtask vm`'s options, parsed from a list.
+#[derive(Debug, clap::Parser)]
+struct VmCommand {
+    #[command(flatten)]
+    vm: VmArgs,
 }
 
 pub fn run(args: VmArgs) -> Result<()> {

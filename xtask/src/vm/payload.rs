@@ -14,7 +14,10 @@ use std::{
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use super::host::MUSL_TARGET;
+use crate::cmd::MUSL_TARGET;
+
+/// Where the VM test expects the package inside the guest.
+const GUEST_PACKAGE: &str = "packages/monitor.deb";
 
 /// Helper programs the tests run, copied into the guest's `/bin` (on PATH): (package, bin).
 /// The agent itself is the first; add the hog here once it exists as its own binary.
@@ -132,9 +135,9 @@ fn package(workspace: &Path, options: &BuildOptions, bins: &[Executable]) -> Res
     } else {
         target.join("vm").join("dist-debug")
     };
-    let deb = crate::dist::package(workspace, &agent.path, &out)?;
+    let deb = crate::dist::deb::package(workspace, &agent.path, &out)?;
     Ok(Executable {
-        name: crate::dist::GUEST_PACKAGE.to_string(),
+        name: GUEST_PACKAGE.to_string(),
         path: deb,
     })
 }

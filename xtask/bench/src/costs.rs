@@ -7,10 +7,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use super::logparse;
-use super::race::{self, Mode};
-use super::stats::Spread;
-use crate::demo;
+use crate::harness::{self, Bounds, Level, Mode};
+use crate::logparse;
+use crate::stats::Spread;
+use crate::util;
 
 /// Every kernel source on, the default 10 s housekeeping: the agent as deployed.
 const ALL_SOURCES: Mode = Mode {
@@ -72,7 +72,8 @@ pub(crate) fn write_idle_pods(dir: &Path, count: usize, resources: &str) -> Resu
     let sleep = sleep_binary()?;
     for i in 0..count {
         let path = dir.join("pods").join(format!("idle-{i}.yaml"));
-        let text = race::manifest(
+        let text = harness::manifest(
+            harness::NAMESPACE,
             &format!("idle-{i}"),
             &[sleep.clone(), "3600".into()],
             resources,
@@ -89,7 +90,7 @@ pub(crate) fn wait_running(dir: &Path, count: usize, timeout: Duration) -> Resul
     let state = dir.join("state");
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        let running = demo::records(&state)
+        let running = harness::records(&state)
             .iter()
             .filter(|r| r.phase == "Running")
             .count();
@@ -151,7 +152,7 @@ impl CpuMeter {
     /// accounts CPU time. `None` where there is none or it refuses.
     pub(crate) fn attach(name: &str, pid: u32) -> Option<CpuMeter> {
         // A v1 hierarchy with cpuacct has cpuacct.usage at its root; else cgroup v2.
-        let (mounts, _, _) = demo::cgroup_mounts();
+        let (mounts, _, _) = util::cgroup_mounts();
         let v1 = mounts.iter().find(|m| m.join("cpuacct.usage").exists());
         let v2 = mounts
             .iter()
@@ -226,15 +227,8 @@ impl Drop for CpuMeter {
 /// The agent with every source on and `pods` sleeping pods, left alone for `seconds`.
 pub(crate) fn idle(bin: &Path, seconds: u64, pods: usize, keep: bool) -> Result<Idle> {
     let id = format!("monitor-bench-{}-idle", std::process::id());
-    let (guard, dir) = race::start_agent(
-        bin,
-        &id,
-        &ALL_SOURCES,
-        "",
-        keep,
-        race::Level::Pods,
-        race::Bounds::RACE,
-    )?;
+    let (guard, dir) =
+        harness::start_agent(bin, &id, &ALL_SOURCES, "", keep, Level::Pods, Bounds::RACE)?;
     let pid = guard
         .agent
         .as_ref()
@@ -281,14 +275,14 @@ pub(crate) fn sync_scaling(
     let id = format!("monitor-bench-{}-sync-{pods}", std::process::id());
     // maxPods above the count: admission must not refuse any of them.
     let extra = format!("maxPods: {}\n", pods.saturating_add(10));
-    let (guard, dir) = race::start_agent(
+    let (guard, dir) = harness::start_agent(
         bin,
         &id,
         &TIMER_ONLY,
         &extra,
         keep,
-        race::Level::Pods,
-        race::Bounds::RACE,
+        Level::Pods,
+        Bounds::RACE,
     )?;
     write_idle_pods(&dir, pods, "")?;
     // Measured with however many run by then: the count is reported next to the result.
@@ -296,14 +290,14 @@ pub(crate) fn sync_scaling(
         Ok(running) => running,
         Err(err) => {
             println!("bench: {err:#}; measuring with those");
-            demo::records(&dir.join("state"))
+            harness::records(&dir.join("state"))
                 .iter()
                 .filter(|r| r.phase == "Running")
                 .count()
         }
     };
     std::thread::sleep(Duration::from_secs(1));
-    let from = demo::monotonic_ns();
+    let from = util::monotonic_ns();
     std::thread::sleep(window);
     let pid = guard
         .agent
@@ -343,7 +337,7 @@ pub(crate) struct PolicyBench {
 /// Runs the criterion benchmark of the policy (monitor/benches/policy.rs) and reads its
 /// estimates from the output.
 pub(crate) fn policy_bench(root: &Path) -> Result<Vec<PolicyBench>> {
-    let out = crate::cmd::cargo()
+    let out = util::cargo()
         .current_dir(root)
         .args([
             "bench",

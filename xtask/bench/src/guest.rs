@@ -5,8 +5,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use super::race::{self, Mode, Rate, Trial};
-use super::{bpf, peer};
+use crate::harness::{Level, Mode};
+use crate::race::{self, Rate};
+use crate::trial::Trial;
+use crate::{bpf, peer};
 
 pub(crate) const PREFIX: &str = "@@bench@@ ";
 
@@ -45,7 +47,7 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
     let mut setup = race::Setup {
         bin: &bin,
         keep: false,
-        level: race::Level::Pods,
+        level: Level::Pods,
     };
     let races = |setup: &race::Setup, modes: &[&Mode], label: &str| {
         for mode in modes {
@@ -63,13 +65,17 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
             }
         }
     };
-    races(&setup, &modes.iter().collect::<Vec<_>>(), super::VM_RATE);
-    setup.level = race::Level::Node;
+    races(
+        &setup,
+        &modes.iter().collect::<Vec<_>>(),
+        crate::modes::VM_RATE,
+    );
+    setup.level = Level::Node;
     let node_modes: Vec<&Mode> = modes
         .iter()
-        .filter(|m| super::VM_NODE_MODES.contains(&m.name))
+        .filter(|m| crate::modes::VM_NODE_MODES.contains(&m.name))
         .collect();
-    races(&setup, &node_modes, super::VM_NODE_RATE);
+    races(&setup, &node_modes, crate::modes::VM_NODE_RATE);
     match loader(&bin) {
         Some(loader) => {
             let command = vec![
@@ -81,7 +87,7 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
             for n in 1..=trials {
                 match peer::trial(&bin, &command, n) {
                     Ok(mut t) => {
-                        t.rate = super::VM_NODE_RATE.to_string();
+                        t.rate = crate::modes::VM_NODE_RATE.to_string();
                         emit(t)
                     }
                     Err(err) => println!("bench: guest earlyoom trial {n}: FAILED: {err:#}"),

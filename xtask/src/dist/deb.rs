@@ -1,11 +1,7 @@
-//! `cargo xtask dist`: the agent packaged for a node. Builds the static release binary
-//! (musl, the eBPF object embedded by monitor/build.rs) and a Debian package holding it,
-//! the hardened systemd unit, a default node configuration (a conffile), the man page,
-//! shell completions and the copyright, all in `<target dir>/dist/`.
-//!
-//! The package is built by Debian's `dpkg-deb` with gzip members: busybox's dpkg (the VM
-//! guest's) reads those, and every dpkg does. `--test-vm` then boots the VM and runs the
-//! `package` test there: install, start, evict, stop, purge, nothing left behind.
+//! The Debian package of the agent: the static binary, the hardened systemd unit, a
+//! default node configuration (a conffile), the man page, shell completions and the
+//! copyright. Built by Debian's `dpkg-deb` with gzip members: busybox's dpkg (the VM
+//! guest's) reads those, and every dpkg does.
 use std::{
     fs,
     io::Write,
@@ -15,101 +11,19 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
 
-use crate::cmd::{cargo, run as run_checked, target_dir, workspace_root};
-use crate::vm::host::MUSL_TARGET;
+use crate::cmd::run as run_checked;
 
 /// The unit, the default configuration and the maintainer scripts, kept in the repository.
-const UNIT: &str = include_str!("../../packaging/monitor.service");
-const CONFIG: &str = include_str!("../../packaging/config.yaml");
-const POSTINST: &str = include_str!("../../packaging/debian/postinst");
-const PRERM: &str = include_str!("../../packaging/debian/prerm");
-const POSTRM: &str = include_str!("../../packaging/debian/postrm");
-
-/// Where the VM test expects the package inside the guest.
-pub const GUEST_PACKAGE: &str = "packages/monitor.deb";
-
-#[derive(Debug, clap::Args)]
-pub struct DistArgs {
-    /// Then boot the VM and test the package there (install, start, evict, stop, purge).
-    #[arg(long)]
-    test_vm: bool,
-    /// Kernels for `--test-vm`, as `cargo xtask vm --kernel` takes them.
-    #[arg(long, value_delimiter = ',', requires = "test_vm")]
-    kernel: Vec<String>,
-}
-
-pub fn run(args: DistArgs) -> Result<()> {
-    // The binary embeds the real eBPF object: its toolchain must be there.
-    crate::setup::ensure()?;
-    crate::vm::host::ensure_rust_target(MUSL_TARGET)?;
-    let workspace = workspace_root();
-    let binary = build_binary(&workspace)?;
-    let out = target_dir(&workspace)?.join("dist");
-    let deb = package(&workspace, &binary, &out)?;
-    println!("dist: {}", out.join("monitor").display());
-    println!("dist: {}", out.join("monitor.service").display());
-    println!(
-        "dist: {} ({} KiB)",
-        deb.display(),
-        fs::metadata(&deb).map(|m| m.len() / 1024).unwrap_or(0)
-    );
-    if args.test_vm {
-        // The VM run packages the same release binary into the same place (the build is
-        // reproducible), so the file it installs is the one just listed.
-        let mut vm_args = vec!["vm".to_string(), "--test".into(), "package".into()];
-        if !args.kernel.is_empty() {
-            vm_args.push(format!("--kernel={}", args.kernel.join(",")));
-        }
-        let parsed = VmCommand::try_parse_from(vm_args).context("the VM run's arguments")?;
-        crate::vm::run(parsed.vm)?;
-    }
-    Ok(())
-}
-
-/// `cargo xtask vm`'s options, parsed from a list (the VM run `--test-vm` starts).
-#[derive(Debug, Parser)]
-struct VmCommand {
-    #[command(flatten)]
-    vm: crate::vm::VmArgs,
-}
-
-/// `cargo build --release` of the agent for musl: a static binary that runs on any
-/// x86_64 Linux node.
-fn build_binary(workspace: &Path) -> Result<PathBuf> {
-    run_checked(cargo().current_dir(workspace).args([
-        "build",
-        "--release",
-        "-p",
-        "monitor",
-        "--bin",
-        "monitor",
-        "--target",
-        MUSL_TARGET,
-    ]))?;
-    Ok(target_dir(workspace)?
-        .join(MUSL_TARGET)
-        .join("release")
-        .join("monitor"))
-}
+const UNIT: &str = include_str!("../../../packaging/monitor.service");
+const CONFIG: &str = include_str!("../../../packaging/config.yaml");
+const POSTINST: &str = include_str!("../../../packaging/debian/postinst");
+const PRERM: &str = include_str!("../../../packaging/debian/prerm");
+const POSTRM: &str = include_str!("../../../packaging/debian/postrm");
 
 /// The package's version: the workspace's.
 fn version(workspace: &Path) -> Result<String> {
-    let out = cargo()
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(workspace)
-        .output()
-        .context("running cargo metadata")?;
-    if !out.status.success() {
-        bail!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let metadata: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("parsing cargo metadata's output")?;
-    metadata["packages"]
+    crate::cmd::metadata(workspace)?["packages"]
         .as_array()
         .and_then(|packages| {
             packages
@@ -405,6 +319,7 @@ fn copy(from: &Path, to: &Path, mode: u32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cmd::workspace_root;
 
     /// `Key=value` lines of one section of the unit, comments and blank lines left out.
     fn unit_values(key: &str) -> Vec<String> {

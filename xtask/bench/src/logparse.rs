@@ -4,7 +4,7 @@
 //! Wake lines carry `sequence`, `source`, `at_ns` (CLOCK_MONOTONIC when userspace received
 //! the wake) and `latency_us` (received → synchronize start); `synchronize done` lines
 //! carry `sequence` and `duration_us`. Event lines carry `reason`, `object` and `at_ns`.
-use crate::demo::field;
+use crate::util::field;
 
 /// One synchronize of the agent, as its log lines describe it.
 #[derive(Debug, Clone, PartialEq)]

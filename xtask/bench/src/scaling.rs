@@ -28,11 +28,13 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use super::costs;
-use super::logparse;
-use super::race::{self, Bounds, MIB, Mode};
-use super::stats::{Spread, percentile};
-use crate::demo;
+use crate::costs;
+use crate::harness::{self, Bounds, Level, MIB, Mode};
+use crate::logparse;
+use crate::memory;
+use crate::probe::Probe;
+use crate::stats::{Spread, percentile};
+use crate::util;
 
 /// Every kernel source that can tell the hot path of a crossing (PSI only wakes the
 /// loop, so it is left off: the race measures the kill); the housekeeping timer at the
@@ -114,19 +116,12 @@ pub(crate) fn run(
     );
     let pods_mib = u64::try_from(pods).unwrap_or(u64::MAX) * IDLE_POD_MIB;
     let bounds = Bounds {
-        node_mib: race::NODE_MIB + pods_mib,
+        node_mib: harness::NODE_MIB + pods_mib,
         headroom_mib,
     };
     let extra = format!("maxPods: {}\n", pods.saturating_add(10));
-    let (guard, dir) = race::start_agent(
-        bin,
-        &id,
-        &ALL_SOURCES,
-        &extra,
-        keep,
-        race::Level::Pods,
-        bounds,
-    )?;
+    let (guard, dir) =
+        harness::start_agent(bin, &id, &ALL_SOURCES, &extra, keep, Level::Pods, bounds)?;
     costs::write_idle_pods(
         &dir,
         pods,
@@ -143,7 +138,8 @@ pub(crate) fn run(
             "3600".into(),
         ]
     };
-    let ballast = race::manifest(
+    let ballast = harness::manifest(
+        harness::NAMESPACE,
         "ballast",
         &args(BALLAST_MIB, 32),
         &format!(
@@ -155,11 +151,11 @@ pub(crate) fn run(
     let path = dir.join("pods").join("ballast.yaml");
     std::fs::write(&path, ballast).with_context(|| format!("writing {}", path.display()))?;
     let running = costs::wait_running(&dir, pods + 1, start_limit)?;
-    let (pods_dir, v1) = race::pods_cgroup(&id)?;
-    demo::wait(
+    let (pods_dir, v1) = harness::pods_cgroup(&id)?;
+    util::wait(
         "the ballast holding its memory",
         Duration::from_secs(60),
-        || demo::working_set(&pods_dir, v1) >= (BALLAST_MIB - 8) * MIB,
+        || memory::working_set(&pods_dir, v1) >= (BALLAST_MIB - 8) * MIB,
     )?;
     let node_bytes = bounds.node_mib * MIB;
     let threshold = node_bytes.saturating_sub(headroom_mib * MIB);
@@ -171,8 +167,7 @@ pub(crate) fn run(
         .as_ref()
         .map(|a| a.id())
         .context("the agent is not running")?;
-    let probe =
-        super::probe::Probe::start(bin, &pods_dir, threshold, agent, dir.join("probe.log"))?;
+    let probe = Probe::start(bin, &pods_dir, threshold, agent, dir.join("probe.log"))?;
     let races = Races {
         dir: &dir,
         pods_dir: &pods_dir,
@@ -182,7 +177,7 @@ pub(crate) fn run(
         threshold,
         probe: &probe,
     };
-    let from_ns = demo::monotonic_ns();
+    let from_ns = util::monotonic_ns();
     let mut out = Vec::new();
     for n in 1..=trials {
         match one(&races, n) {
@@ -251,7 +246,7 @@ struct Races<'a> {
     node_bytes: u64,
     /// The working set at which the hard threshold is met.
     threshold: u64,
-    probe: &'a super::probe::Probe,
+    probe: &'a Probe,
 }
 
 /// One race: a new hog pod, told to start once the agent has ranked it.
@@ -270,7 +265,8 @@ fn one(races: &Races, n: u32) -> Result<ScaleTrial> {
     // The hog tolerates the memory-pressure taint, as a batch job would: while the node
     // condition lingers after the previous race (its transition period), a BestEffort pod
     // without it is refused.
-    let manifest = race::manifest(
+    let manifest = harness::manifest(
+        harness::NAMESPACE,
         &name,
         &args(node_bytes / MIB * 2, 8),
         "  tolerations:\n  - {key: node.kubernetes.io/memory-pressure, operator: Exists, effect: NoSchedule}\n",
@@ -283,8 +279,8 @@ fn one(races: &Races, n: u32) -> Result<ScaleTrial> {
     std::fs::write(&path, manifest).with_context(|| format!("writing {}", path.display()))?;
     let state = dir.join("state");
     let mut refused = None;
-    demo::wait(&format!("{name} running"), Duration::from_secs(30), || {
-        demo::records(&state).iter().any(|r| {
+    util::wait(&format!("{name} running"), Duration::from_secs(30), || {
+        harness::records(&state).iter().any(|r| {
             if r.name == name && r.phase == "Failed" {
                 refused = Some(r.reason.clone());
             }
@@ -298,12 +294,12 @@ fn one(races: &Races, n: u32) -> Result<ScaleTrial> {
     // The pod's start made the agent synchronize and arm its victim; give it the time.
     std::thread::sleep(Duration::from_millis(300));
     let stop = Arc::new(AtomicBool::new(false));
-    let sampler = demo::sampler(pods_dir.to_path_buf(), v1, stop.clone());
+    let sampler = memory::sampler(pods_dir.to_path_buf(), v1, stop.clone());
     std::thread::sleep(Duration::from_millis(20));
-    let oom_before = super::peer::vmstat("oom_kill ");
-    let start_ns = demo::monotonic_ns();
+    let oom_before = memory::vmstat("oom_kill ");
+    let start_ns = util::monotonic_ns();
     std::fs::write(&go, "").with_context(|| format!("writing {}", go.display()))?;
-    let object = format!("{}/{name}", race::NAMESPACE);
+    let object = format!("{}/{name}", harness::NAMESPACE);
     let log_path = dir.join("agent.log");
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut log;
@@ -312,7 +308,7 @@ fn one(races: &Races, n: u32) -> Result<ScaleTrial> {
         log = std::fs::read_to_string(&log_path).unwrap_or_default();
         let killed = logparse::hot_kill(&log, &object, start_ns).is_some()
             || logparse::event(&log, "Killing", &object, start_ns).is_some();
-        if killed || super::peer::vmstat("oom_kill ") > oom_before {
+        if killed || memory::vmstat("oom_kill ") > oom_before {
             break;
         }
         if std::time::Instant::now() > deadline {
@@ -325,14 +321,14 @@ fn one(races: &Races, n: u32) -> Result<ScaleTrial> {
     let samples = sampler
         .join()
         .map_err(|_| anyhow::anyhow!("the 1 ms sampler thread panicked"))?;
-    let oom_kills = super::peer::vmstat("oom_kill ").saturating_sub(oom_before);
+    let oom_kills = memory::vmstat("oom_kill ").saturating_sub(oom_before);
     log = std::fs::read_to_string(&log_path)
         .with_context(|| format!("reading {}", log_path.display()))?;
     // The hog goes: its manifest removed, the pod deleted.
     std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
     let _ = std::fs::remove_file(&go);
-    demo::wait(&format!("{name} gone"), Duration::from_secs(30), || {
-        !demo::records(&state).iter().any(|r| r.name == name)
+    util::wait(&format!("{name} gone"), Duration::from_secs(30), || {
+        !harness::records(&state).iter().any(|r| r.name == name)
     })?;
 
     let hot = logparse::hot_kill(&log, &object, start_ns);
@@ -403,7 +399,7 @@ fn line(t: &ScaleTrial) -> String {
 /// The section of the report: a row per run.
 pub(crate) fn table(runs: &[ScaleRun]) -> String {
     let us = |v: Option<f64>| v.map_or("none".to_string(), |v| format!("{v:.0}"));
-    let ms = |v: Option<f64>| super::stats::ms(v);
+    let ms = |v: Option<f64>| crate::stats::ms(v);
     let mut out = String::from(
         "| pods | headroom MiB | OOM killer avoided | crossing→SIGKILL p50 / p99 / max µs | crossing→hot path told p50 / p99 µs | told→SIGKILL p50 / p99 µs | SIGKILL→freed p50 / p99 ms | SIGKILL→uncharged p50 / p99 ms | synchronize p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|\n",
     );

@@ -11,7 +11,7 @@
 //! the kill, both on stderr (unbuffered) and stamped when read; OOM kills from
 //! /proc/vmstat's oom_kill.
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,31 +19,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::race::{self, HEADROOM_MIB, HOG_TO_CROSSING_MIB, MIB, Trial};
-use crate::demo;
+use crate::harness::{HEADROOM_MIB, HOG_TO_CROSSING_MIB, MIB};
+use crate::memory::{meminfo_kib, vmstat};
+use crate::trial::{self, Trial};
+use crate::util::{self, monotonic_ns};
 
 pub(crate) const MODE: &str = "earlyoom";
 const CGROUP: &str = "/sys/fs/cgroup/bench-peer";
-
-/// One "Key: N kB" field of /proc/meminfo text, in KiB; `key` includes the colon.
-pub(crate) fn meminfo_field(text: &str, key: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-}
-
-fn meminfo_kib(key: &str) -> Option<u64> {
-    meminfo_field(&std::fs::read_to_string("/proc/meminfo").ok()?, key)
-}
-
-pub(crate) fn vmstat(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/vmstat")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(0)
-}
 
 /// Kills what the trial started and removes its cgroup, whichever way the trial ends.
 struct PeerGuard {
@@ -115,7 +97,7 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
             .unwrap_or(0)
             / 1024
     };
-    let waited = demo::wait("the ballast's allocation", Duration::from_secs(120), || {
+    let waited = util::wait("the ballast's allocation", Duration::from_secs(120), || {
         rss_mib(ballast_pid) >= ballast_mib.saturating_sub(8)
     });
     if let Err(err) = waited {
@@ -153,13 +135,13 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Ok(mut l) = lines.lock() {
-                    l.push((demo::monotonic_ns(), line));
+                    l.push((monotonic_ns(), line));
                 }
             }
         })
     };
     // earlyoom prints its limits at start-up; give it that long to be watching.
-    demo::wait("earlyoom to start", Duration::from_secs(10), || {
+    util::wait("earlyoom to start", Duration::from_secs(10), || {
         lines.lock().map(|l| !l.is_empty()).unwrap_or(false)
     })?;
     std::thread::sleep(Duration::from_millis(200));
@@ -171,7 +153,7 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
             let mut out = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 if let Some(a) = meminfo_kib("MemAvailable:") {
-                    out.push((demo::monotonic_ns(), total.saturating_sub(a * 1024)));
+                    out.push((monotonic_ns(), total.saturating_sub(a * 1024)));
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -180,14 +162,14 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
     };
     std::thread::sleep(Duration::from_millis(100));
     let oom_before = vmstat("oom_kill ");
-    let start_ns = demo::monotonic_ns();
+    let start_ns = monotonic_ns();
     std::fs::write(&go, "").with_context(|| format!("writing {}", go.display()))?;
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut oom_ns = None;
     let mut ended = None;
     loop {
         std::thread::sleep(Duration::from_millis(2));
-        let now = demo::monotonic_ns();
+        let now = monotonic_ns();
         if oom_ns.is_none() && vmstat("oom_kill ") > oom_before {
             oom_ns = Some(now);
         }
@@ -222,7 +204,7 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
             .map(|(at, _)| *at)
     };
     let threshold = total.saturating_sub(HEADROOM_MIB * MIB);
-    Ok(race::from_points(race::Observed {
+    Ok(trial::from_points(trial::Observed {
         mode: MODE,
         rate: "full",
         n,
@@ -237,53 +219,4 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
         sync_durations_ms: Vec::new(),
         bpf: Vec::new(),
     }))
-}
-
-/// earlyoom from the Debian archive, unpacked under `dir` (not installed: no service on
-/// the host), with the shared libraries and the loader it needs (from ldd). Returns the
-/// files to copy into the guest's /bin: (name, host path).
-pub(crate) fn fetch(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
-    let binary = dir.join("usr/bin/earlyoom");
-    if !binary.exists() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        crate::cmd::run(
-            Command::new("apt-get")
-                .args(["download", "earlyoom"])
-                .current_dir(dir),
-        )?;
-        let deb = std::fs::read_dir(dir)
-            .with_context(|| format!("listing {}", dir.display()))?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|e| e == "deb"))
-            .with_context(|| {
-                format!(
-                    "apt-get download earlyoom left no .deb in {}",
-                    dir.display()
-                )
-            })?;
-        crate::cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(dir))?;
-    }
-    let out = Command::new("ldd")
-        .arg(&binary)
-        .output()
-        .with_context(|| format!("running ldd {}", binary.display()))?;
-    let mut files = vec![("earlyoom".to_string(), binary.clone())];
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let path = match line.split_once("=>") {
-            Some((_, right)) => right.split_whitespace().next(),
-            None => line.split_whitespace().next(),
-        };
-        let Some(path) = path.filter(|p| p.starts_with('/')) else {
-            continue;
-        };
-        let path = PathBuf::from(path);
-        if let Some(name) = path.file_name() {
-            files.push((name.to_string_lossy().to_string(), path.clone()));
-        }
-    }
-    if !files.iter().any(|(n, _)| n.starts_with("ld-linux")) {
-        bail!("ldd {} named no dynamic loader", binary.display());
-    }
-    Ok(files)
 }

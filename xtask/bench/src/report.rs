@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::race::Trial;
-use super::stats::{Spread, ms, ratio};
+use crate::stats::{Spread, ms, ratio};
+use crate::trial::Trial;
+use crate::{adversarial, bpf, costs, scaling};
 
 /// One mode at one rate.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,7 +70,7 @@ pub(crate) fn summaries(trials: &[Trial], groups: &[Group]) -> Vec<Summary> {
                 oom_avoided: avoided,
                 oom_avoided_fraction: (!ts.is_empty()).then(|| avoided as f64 / ts.len() as f64),
                 wake_sources: sources,
-                measured_rate_mib_s_p50: super::stats::percentile(
+                measured_rate_mib_s_p50: crate::stats::percentile(
                     &values(|t| t.measured_rate_mib_s),
                     50.0,
                 ),
@@ -108,7 +109,7 @@ pub(crate) fn ratios(summaries: &[Summary]) -> Vec<Ratio> {
 
 /// The agent (all sources) against the earlyoom peer on the same node-level race.
 fn versus_peer(summaries: &[Summary]) -> Option<String> {
-    let peer = summaries.iter().find(|x| x.mode == super::peer::MODE)?;
+    let peer = summaries.iter().find(|x| x.mode == crate::peer::MODE)?;
     let agent = summaries
         .iter()
         .find(|x| x.rate == peer.rate && x.mode == "all")?;
@@ -160,7 +161,7 @@ fn times(r: Option<f64>) -> String {
 }
 
 /// The whole table, Markdown, as printed and as put in docs/benchmark.md.
-pub(crate) fn table(results: &super::Results) -> String {
+pub(crate) fn table(results: &Results) -> String {
     let summaries = &results.summaries;
     let ratios = &results.ratios;
     let (bpf, bpf_vm) = (&results.bpf, &results.bpf_vm);
@@ -387,7 +388,7 @@ pub(crate) fn page(run: &RunInfo, table: &str, plots: &[String]) -> String {
         .build
         .map_or_else(|| "not recorded".to_string(), |b| format!("`{b}`"));
     let mut s = format!(
-        "# Benchmark\n\nThis page is written whole by `cargo xtask bench --docs` from one run of the benchmark (`cargo xtask bench --replot --docs` writes it again from that run's JSON, `target/bench/bench.json`); edit `xtask/src/bench/report.rs`, not the page. Hand-written, dated notes on other runs and on single changes: [benchmark-history.md](benchmark-history.md).\n\nRun: {}, build {}, kernel {}, cgroup {}.\n\nThe pressure race, as root: node = pods cgroup limited to 1 GiB, hard threshold allocatableMemory.available<200Mi, a guaranteed 600 MiB ballast and a best-effort hog; crossing from a 1 ms sampler of the pods cgroup's working set.",
+        "# Benchmark\n\nThis page is written whole by `cargo xtask bench --docs` from one run of the benchmark (`cargo xtask bench --replot --docs` writes it again from that run's JSON, `target/bench/bench.json`); edit `xtask/bench/src/report.rs`, not the page. Hand-written, dated notes on other runs and on single changes: [benchmark-history.md](benchmark-history.md).\n\nRun: {}, build {}, kernel {}, cgroup {}.\n\nThe pressure race, as root: node = pods cgroup limited to 1 GiB, hard threshold allocatableMemory.available<200Mi, a guaranteed 600 MiB ballast and a best-effort hog; crossing from a 1 ms sampler of the pods cgroup's working set.",
         date, build, run.kernel, run.cgroup
     );
     if run.vm {
@@ -530,6 +531,59 @@ pub(crate) fn detector_share(trials: &[Trial]) -> Vec<String> {
         ));
     }
     out
+}
+
+/// Everything one run measured: the JSON written under target/bench/, read back by
+/// `--replot`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Results {
+    /// When the run ended (RFC 3339, UTC), and `git describe --always --dirty` of the
+    /// workspace built for it; absent from the JSON of older runs.
+    #[serde(default)]
+    pub(crate) date: Option<String>,
+    #[serde(default)]
+    pub(crate) build: Option<String>,
+    pub(crate) kernel: String,
+    pub(crate) cgroup: String,
+    /// The VM's kernel and how qemu ran it (KVM, or TCG emulation: slower, so compare
+    /// the VM's modes with each other, not with the host's).
+    pub(crate) vm_kernel: Option<String>,
+    pub(crate) vm_accel: Option<String>,
+    pub(crate) node_mib: u64,
+    pub(crate) headroom_mib: u64,
+    pub(crate) trials_per_mode: u32,
+    pub(crate) summaries: Vec<Summary>,
+    pub(crate) ratios: Vec<Ratio>,
+    pub(crate) bpf: Vec<bpf::ProgCost>,
+    pub(crate) bpf_vm: Vec<bpf::ProgCost>,
+    pub(crate) idle: Option<costs::Idle>,
+    pub(crate) sync_scaling: Vec<costs::SyncScaling>,
+    /// The races beside many pods, with the kernel-stamped stages.
+    pub(crate) races_at_scale: Vec<scaling::ScaleRun>,
+    pub(crate) policy_bench: Vec<costs::PolicyBench>,
+    /// The agent's CPU beside workloads that poke at its notifiers.
+    #[serde(default)]
+    pub(crate) adversarial: Vec<adversarial::Row>,
+    pub(crate) trials: Vec<Trial>,
+}
+
+/// The report's table, with the races beside many pods when they ran.
+pub(crate) fn full_table(results: &Results) -> String {
+    let mut table = table(results);
+    if !results.races_at_scale.is_empty() {
+        table.push_str(
+            "\nPressure race beside idle pods (all sources, full speed; µs from the crossing probe's kernel-stamped record, a look at every charge; SIGKILL stamped by the kernel's signal_generate):\n\n",
+        );
+        table.push_str(&scaling::table(&results.races_at_scale));
+    }
+    if !results.adversarial.is_empty() {
+        table.push_str(&format!(
+            "\nAgent under adversarial load (every source on, the race's bounded node; CPU from the agent's own CPU accounting cgroup; target {} % of one core):\n\n",
+            adversarial::TARGET_PERCENT
+        ));
+        table.push_str(&adversarial::table(&results.adversarial));
+    }
+    table
 }
 
 #[cfg(test)]

@@ -19,9 +19,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::costs::CpuMeter;
-use super::race::{self, Bounds, HEADROOM_MIB, Level, Mode, NODE_MIB};
-use crate::demo;
+use crate::costs::CpuMeter;
+use crate::harness::{self, Bounds, HEADROOM_MIB, Level, Mode, NODE_MIB};
+use crate::memory;
+use crate::util;
 
 const MIB: u64 = 1 << 20;
 
@@ -143,19 +144,19 @@ struct Measured {
 fn measure(bin: &Path, n: usize, workload: Workload, seconds: u64, keep: bool) -> Result<Measured> {
     let id = format!("monitor-bench-{}-adversarial-{n}", std::process::id());
     let (guard, dir) =
-        race::start_agent(bin, &id, &ALL_SOURCES, "", keep, Level::Pods, Bounds::RACE)?;
+        harness::start_agent(bin, &id, &ALL_SOURCES, "", keep, Level::Pods, Bounds::RACE)?;
     let pid = guard
         .agent
         .as_ref()
         .map(Child::id)
         .context("the agent is not running")?;
     let log = dir.join("agent.log");
-    demo::wait("the agent running", Duration::from_secs(30), || {
+    util::wait("the agent running", Duration::from_secs(30), || {
         std::fs::read_to_string(&log).is_ok_and(|t| t.contains("agent running"))
     })?;
     let meter = CpuMeter::attach(&format!("{id}-agent"), pid)
         .context("no CPU accounting cgroup for the agent")?;
-    let (pods_dir, v1) = race::pods_cgroup(&id)?;
+    let (pods_dir, v1) = harness::pods_cgroup(&id)?;
     let hog = bin.join("hog").display().to_string();
     // The window lasts `seconds`; the workloads outlive it a little.
     let lasting = (seconds + 30).to_string();
@@ -183,10 +184,10 @@ fn measure(bin: &Path, n: usize, workload: Workload, seconds: u64, keep: bool) -
                 ],
                 "",
             )?;
-            demo::wait(
+            util::wait(
                 "the flapping pod at its band",
                 Duration::from_secs(60),
-                || demo::usage(&pods_dir, v1) >= low,
+                || memory::usage(&pods_dir, v1) >= low,
             )?;
         }
         Workload::ReclaimOutside => {
@@ -206,8 +207,8 @@ fn measure(bin: &Path, n: usize, workload: Workload, seconds: u64, keep: bool) -
                 &[&hog, "anon", &ballast_mib.to_string(), "32", "0", "3600"],
                 "",
             )?;
-            demo::wait("the ballast", Duration::from_secs(60), || {
-                demo::working_set(&pods_dir, v1) >= (ballast_mib - 8) * MIB
+            util::wait("the ballast", Duration::from_secs(60), || {
+                memory::working_set(&pods_dir, v1) >= (ballast_mib - 8) * MIB
             })?;
             pod(
                 &dir,
@@ -280,7 +281,7 @@ fn limit_hits(dir: &Path, v1: bool) -> u64 {
 /// pods' usage at which allocatableMemory.available<200Mi is met (capacity − 200 MiB plus
 /// their inactive page cache); its early level sits the agent's early margin below.
 fn flapping_band(pods_dir: &Path, v1: bool) -> (u64, u64) {
-    let inactive = demo::usage(pods_dir, v1).saturating_sub(demo::working_set(pods_dir, v1));
+    let inactive = memory::usage(pods_dir, v1).saturating_sub(memory::working_set(pods_dir, v1));
     let level = (NODE_MIB - HEADROOM_MIB) * MIB + inactive;
     // The agent's own margin: monitor::notify::memcg::early_margin.
     let page = 4096u64;
@@ -293,8 +294,11 @@ fn flapping_band(pods_dir: &Path, v1: bool) -> (u64, u64) {
 fn pod(dir: &Path, name: &str, command: &[&str], resources: &str) -> Result<()> {
     let command: Vec<String> = command.iter().map(|c| c.to_string()).collect();
     let path = dir.join("pods").join(format!("{name}.yaml"));
-    std::fs::write(&path, race::manifest(name, &command, resources, ""))
-        .with_context(|| format!("writing {}", path.display()))
+    std::fs::write(
+        &path,
+        harness::manifest(harness::NAMESPACE, name, &command, resources, ""),
+    )
+    .with_context(|| format!("writing {}", path.display()))
 }
 
 /// A file of `mib` MiB written by this process (outside every cgroup under test: dirty
@@ -330,7 +334,7 @@ struct Service {
 
 impl Service {
     fn start(name: &str, limit: u64, command: &mut Command) -> Result<Service> {
-        let (mounts, memory_root, v1) = demo::cgroup_mounts();
+        let (mounts, memory_root, v1) = util::cgroup_mounts();
         let memory_root = memory_root.context("no memory controller")?;
         let mut dirs = vec![memory_root.join(name)];
         if v1

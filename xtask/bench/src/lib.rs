@@ -1,3 +1,6 @@
+//! The latency benchmark and the demo of the agent (`cargo xtask bench`, `cargo xtask
+//! demo`), and the race harness they share.
+//!
 //! `cargo xtask bench`: the latency benchmark. The same pressure race (see [`race`]) runs
 //! in every mode — the kubelet's polling (housekeeping every 10 s, its default, then 1 s
 //! and 100 ms, all kernel sources off) and each kernel source alone, then all together —
@@ -7,18 +10,20 @@
 //! `--replot` redraws them from that JSON, `--docs` writes docs/benchmark.md whole (the
 //! run's date and build, the table, the plots) and copies the plots to docs/bench/.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use serde::{Deserialize, Serialize};
-
-use crate::cmd::{target_dir, workspace_root};
 
 mod adversarial;
 mod bpf;
 mod costs;
+pub mod demo;
 mod guest;
-pub(crate) mod logparse;
+mod harness;
+mod logparse;
+mod memory;
+mod modes;
 mod peer;
 mod plot;
 mod probe;
@@ -26,9 +31,41 @@ mod race;
 mod report;
 mod scaling;
 mod stats;
-mod vm;
+mod trial;
+pub mod util;
 
-use race::{Mode, Rate, Trial};
+use modes::{MODES, RATES, VM_NODE_MODES, VM_NODE_RATE, VM_RATE, pick};
+use report::{Results, full_table};
+use trial::Trial;
+
+/// What the benchmark needs from the developer commands around it.
+pub trait Host {
+    /// The workspace root and cargo's target directory.
+    fn workspace(&self) -> Result<(PathBuf, PathBuf)>;
+    /// Installs what the build needs and builds the agent and its helpers in release mode;
+    /// returns the directory of the binaries.
+    fn build(&self, root: &Path) -> Result<PathBuf>;
+    /// Boots the benchmark VM, whose guest runs `xtask bench --guest --trials TRIALS
+    /// [--modes MODES]` (see [`guest_command`]), and returns what it printed.
+    fn vm(&self, root: &Path, target: &Path, modes: &[String], trials: u32) -> Result<VmRun>;
+}
+
+/// What the benchmark VM printed, and how it ran.
+pub struct VmRun {
+    pub console: Vec<String>,
+    pub kernel: String,
+    pub accel: String,
+}
+
+/// The guest's command line: the races of `modes` (all when empty), `trials` each.
+pub fn guest_command(modes: &[String], trials: u32) -> String {
+    let modes_arg = if modes.is_empty() {
+        String::new()
+    } else {
+        format!(" --modes {}", modes.join(","))
+    };
+    format!("/bin/xtask bench --guest --trials {trials}{modes_arg}")
+}
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -93,112 +130,14 @@ pub struct BenchArgs {
     pub replot: bool,
 }
 
-const fn mode(name: &'static str, sources: [bool; 4], housekeeping: &'static str) -> Mode {
-    Mode {
-        name,
-        ebpf: sources[0],
-        memcg_thresholds: sources[1],
-        memory_events: sources[2],
-        psi: sources[3],
-        housekeeping,
-    }
-}
-
-/// [ebpf, memcgThresholds, memoryEvents, psi]. memory.events is cgroup v2 only: on this
-/// v1 host the memcg mode is the threshold eventfd.
-const MODES: &[Mode] = &[
-    mode("poll-10s", [false; 4], "10s"),
-    mode("poll-1s", [false; 4], "1s"),
-    mode("poll-100ms", [false; 4], "100ms"),
-    mode("memcg", [false, true, true, false], "10s"),
-    mode("ebpf", [true, false, false, false], "10s"),
-    mode("psi", [false, false, false, true], "10s"),
-    mode("all", [true; 4], "10s"),
-];
-
 /// Pods beside the idle agent: the kubelet's default maxPods.
 const IDLE_PODS: usize = 110;
 
-/// The label of the VM's trials in the table (full speed, cgroup v2, under qemu).
-const VM_RATE: &str = "vm-v2";
-/// The VM's node-level race (memory.available): the agent and the earlyoom peer.
-const VM_NODE_RATE: &str = "vm-v2-node";
-/// The agent's modes in the node-level race: polling at earlyoom's own pace, the eBPF
-/// programs alone (kswapd and direct reclaim are node-level events), and all sources.
-const VM_NODE_MODES: &[&str] = &["poll-100ms", "ebpf", "all"];
-
-const RATES: &[Rate] = &[
-    // As fast as the hog can touch pages (about 2 GiB/s here).
-    Rate {
-        name: "full",
-        step_mib: 8,
-        pause_ms: 0,
-    },
-    // 4 MiB every ~15 ms: a few hundred MiB/s (measured per trial).
-    Rate {
-        name: "slow",
-        step_mib: 4,
-        pause_ms: 15,
-    },
-];
-
-fn pick<T: Copy>(
-    all: &[T],
-    wanted: &[String],
-    name: impl Fn(&T) -> &str,
-    what: &str,
-) -> Result<Vec<T>> {
-    if wanted.is_empty() {
-        return Ok(all.to_vec());
-    }
-    wanted
-        .iter()
-        .map(|w| {
-            all.iter().find(|m| name(m) == w).copied().with_context(|| {
-                let names: Vec<&str> = all.iter().map(&name).collect();
-                format!("unknown {what} {w:?} (known: {})", names.join(", "))
-            })
-        })
-        .collect()
-}
-
-/// Everything one run measured: the JSON written under target/bench/, read back by
-/// `--replot`.
-#[derive(Debug, Serialize, Deserialize)]
-struct Results {
-    /// When the run ended (RFC 3339, UTC), and `git describe --always --dirty` of the
-    /// workspace built for it; absent from the JSON of older runs.
-    #[serde(default)]
-    date: Option<String>,
-    #[serde(default)]
-    build: Option<String>,
-    kernel: String,
-    cgroup: String,
-    /// The VM's kernel and how qemu ran it (KVM, or TCG emulation: slower, so compare
-    /// the VM's modes with each other, not with the host's).
-    vm_kernel: Option<String>,
-    vm_accel: Option<String>,
-    node_mib: u64,
-    headroom_mib: u64,
-    trials_per_mode: u32,
-    summaries: Vec<report::Summary>,
-    ratios: Vec<report::Ratio>,
-    bpf: Vec<bpf::ProgCost>,
-    bpf_vm: Vec<bpf::ProgCost>,
-    idle: Option<costs::Idle>,
-    sync_scaling: Vec<costs::SyncScaling>,
-    /// The races beside many pods, with the kernel-stamped stages.
-    races_at_scale: Vec<scaling::ScaleRun>,
-    policy_bench: Vec<costs::PolicyBench>,
-    /// The agent's CPU beside workloads that poke at its notifiers.
-    #[serde(default)]
-    adversarial: Vec<adversarial::Row>,
-    trials: Vec<Trial>,
-}
-
-pub fn run(args: BenchArgs) -> Result<()> {
+/// `cargo xtask bench`.
+pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
     if args.replot {
-        return replot(args.docs);
+        let (root, target) = host.workspace()?;
+        return replot(&root, &target.join("bench"), args.docs);
     }
     let modes = pick(MODES, &args.modes, |m| m.name, "mode")?;
     let rates = pick(RATES, &args.rates, |r| r.name, "rate")?;
@@ -212,12 +151,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("cargo xtask bench creates cgroups and loads eBPF programs: run it as root");
     }
-    crate::setup::ensure()?;
-    let root = workspace_root();
+    let (root, target) = host.workspace()?;
     // Taken before the build: the tree may change during a run of hours.
     let build = build_id(&root);
-    let bin = crate::cmd::build_release_bins(&root)?;
-    let target = target_dir(&root)?;
+    let bin = host.build(&root)?;
     let out = target.join("bench");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     if args.adversarial_only {
@@ -229,11 +166,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         return Ok(());
     }
     let _stats = bpf::StatsEnabled::enable()?;
-    let (_, _, v1) = crate::demo::cgroup_mounts();
+    let (_, _, v1) = util::cgroup_mounts();
     let setup = race::Setup {
         bin: &bin,
         keep: args.keep,
-        level: race::Level::Pods,
+        level: harness::Level::Pods,
     };
 
     let mut trials: Vec<Trial> = Vec::new();
@@ -305,12 +242,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
     } else {
         let trials = args.vm_trials;
         println!("bench: the VM (cgroup v2) races and the earlyoom peer, {trials} trials each");
-        match vm::run(&root, &target, &args.modes, trials) {
+        match host.vm(&root, &target, &args.modes, trials) {
             Ok(run) => {
-                for t in &run.trials {
+                let trials = guest::collect(&run.console);
+                for t in &trials {
                     println!("{}", report::trial_line(t));
                 }
-                Some(run)
+                Some((run, trials))
             }
             Err(err) => {
                 println!("bench: the VM part FAILED: {err:#}");
@@ -318,8 +256,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
         }
     };
-    if let Some(run) = &vm_run {
-        trials.extend(run.trials.iter().cloned());
+    if let Some((_, vm_trials)) = &vm_run {
+        trials.extend(vm_trials.iter().cloned());
     }
 
     let policy = if args.no_criterion {
@@ -384,10 +322,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         build,
         kernel: kernel_release(),
         cgroup: if v1 { "v1" } else { "v2" }.to_string(),
-        vm_kernel: vm_run.as_ref().map(|r| r.kernel.clone()),
-        vm_accel: vm_run.as_ref().map(|r| r.accel.clone()),
-        node_mib: race::NODE_MIB,
-        headroom_mib: race::HEADROOM_MIB,
+        vm_kernel: vm_run.as_ref().map(|(r, _)| r.kernel.clone()),
+        vm_accel: vm_run.as_ref().map(|(r, _)| r.accel.clone()),
+        node_mib: harness::NODE_MIB,
+        headroom_mib: harness::HEADROOM_MIB,
         trials_per_mode: args.trials,
         summaries,
         ratios,
@@ -414,33 +352,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     publish(&root, &out, &results, args.docs)
 }
 
-/// The report's table, with the races beside many pods when they ran.
-fn full_table(results: &Results) -> String {
-    let mut table = report::table(results);
-    if !results.races_at_scale.is_empty() {
-        table.push_str(
-            "\nPressure race beside idle pods (all sources, full speed; µs from the crossing probe's kernel-stamped record, a look at every charge; SIGKILL stamped by the kernel's signal_generate):\n\n",
-        );
-        table.push_str(&scaling::table(&results.races_at_scale));
-    }
-    if !results.adversarial.is_empty() {
-        table.push_str(&format!(
-            "\nAgent under adversarial load (every source on, the race's bounded node; CPU from the agent's own CPU accounting cgroup; target {} % of one core):\n\n",
-            adversarial::TARGET_PERCENT
-        ));
-        table.push_str(&adversarial::table(&results.adversarial));
-    }
-    table
-}
-
 /// Draws the plots into `out`; with `docs`, also writes docs/benchmark.md and
 /// docs/bench/.
-fn publish(
-    root: &std::path::Path,
-    out: &std::path::Path,
-    results: &Results,
-    docs: bool,
-) -> Result<()> {
+fn publish(root: &Path, out: &Path, results: &Results, docs: bool) -> Result<()> {
     let plots = plot::write_all(out, &results.trials, &results.races_at_scale)?;
     println!("bench: plots {}", out.join("*.svg").display());
     if docs {
@@ -458,19 +372,17 @@ fn publish(
 }
 
 /// `--replot`: the plots again from the last run's JSON.
-fn replot(docs: bool) -> Result<()> {
-    let root = workspace_root();
-    let out = target_dir(&root)?.join("bench");
+fn replot(root: &Path, out: &Path, docs: bool) -> Result<()> {
     let path = out.join("bench.json");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("reading {} (run cargo xtask bench first)", path.display()))?;
     let results: Results =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    publish(&root, &out, &results, docs)
+    publish(root, out, &results, docs)
 }
 
 /// `git describe --always --dirty` of the workspace: the build a run measured.
-fn build_id(root: &std::path::Path) -> Option<String> {
+fn build_id(root: &Path) -> Option<String> {
     let out = std::process::Command::new("git")
         .arg("-C")
         .arg(root)

@@ -1,0 +1,171 @@
+//! Small helpers of the developer commands, the races, the demos and the privileged tests
+//! alike: the clock the agent stamps its log with, a field of its log lines, a bounded
+//! wait, the cgroup mounts, the teardown of a cgroup tree of our own, and cargo.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of the agent's `at_ns` log fields.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A field `key=value` or `key="value"` of one of the agent's (tracing) log lines.
+pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let start = line.find(&format!(" {key}="))? + key.len() + 2;
+    let rest = &line[start..];
+    match rest.strip_prefix('"') {
+        Some(quoted) => quoted.split('"').next(),
+        None => rest.split_whitespace().next(),
+    }
+}
+
+/// Waits until `check` returns true, checking every 10 ms; fails naming `what` after
+/// `timeout`.
+pub fn wait(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+/// The cgroup mounts: every hierarchy (v1 controllers and cgroup2), the one holding the
+/// memory controller, and whether that is cgroup v1.
+pub fn cgroup_mounts() -> (Vec<PathBuf>, Option<PathBuf>, bool) {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounts = Vec::new();
+    let mut v1_memory = None;
+    let mut v2 = None;
+    for line in text.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let Some(mount) = left.split_whitespace().nth(4) else {
+            continue;
+        };
+        let mut r = right.split_whitespace();
+        let (fstype, options) = (r.next().unwrap_or(""), r.nth(1).unwrap_or(""));
+        match fstype {
+            "cgroup" => {
+                if options.split(',').any(|o| o == "memory") {
+                    v1_memory = Some(PathBuf::from(mount));
+                }
+                mounts.push(PathBuf::from(mount));
+            }
+            "cgroup2" => {
+                v2 = Some(PathBuf::from(mount));
+                mounts.push(PathBuf::from(mount));
+            }
+            _ => {}
+        }
+    }
+    match v1_memory {
+        Some(memory) => (mounts, Some(memory), true),
+        None => (mounts, v2, false),
+    }
+}
+
+/// Kills every process in a cgroup tree of our own, then removes it bottom-up.
+pub fn remove_cgroup_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            // A child left behind shows as the parent's removal failing below.
+            let _ = remove_cgroup_tree(&entry.path());
+        }
+    }
+    for _ in 0..100 {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        let pids: Vec<i32> = procs
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            // SAFETY: kill takes plain integers; these pids live in cgroups we created.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    remove_cgroup_dir(dir)
+}
+
+/// Removes an empty cgroup directory, retrying for a second while the kernel still
+/// counts exiting tasks in it; a directory already gone is no error.
+pub fn remove_cgroup_dir(dir: &Path) -> std::io::Result<()> {
+    let mut last = Ok(());
+    for _ in 0..50 {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => last = Err(e),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    last
+}
+
+/// [`remove_cgroup_tree`] of `<mount>/<root>` in every hierarchy.
+pub fn remove_cgroup_root(root: &str) {
+    for mount in cgroup_mounts().0 {
+        let dir = mount.join(root);
+        if dir.exists() {
+            let _ = remove_cgroup_tree(&dir);
+        }
+    }
+}
+
+/// `cargo` as invoked by `cargo xtask` (the same toolchain).
+pub fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::plain("x wake source=ebpf at_ns=5", "at_ns", Some("5"))]
+    #[case::quoted(
+        "event reason=\"Killing\" object=\"demo/hog\"",
+        "object",
+        Some("demo/hog")
+    )]
+    #[case::quoted_with_spaces("x msg=\"a b\" y=1", "msg", Some("a b"))]
+    #[case::prefix_of_another_key("x at_ns_x=1 at_ns=2", "at_ns", Some("2"))]
+    #[case::missing("x y=1", "z", None)]
+    fn fields_are_read_from_log_lines(
+        #[case] line: &str,
+        #[case] key: &str,
+        #[case] expected: Option<&str>,
+    ) {
+        assert_eq!(field(line, key), expected);
+    }
+
+    #[test]
+    fn the_clock_moves_forward() {
+        let a = monotonic_ns();
+        assert!(monotonic_ns() >= a && a > 0);
+    }
+
+    #[test]
+    fn a_wait_ends_with_its_check_or_its_timeout() {
+        assert!(wait("now", Duration::ZERO, || true).is_ok());
+        let err = wait("never", Duration::from_millis(20), || false).unwrap_err();
+        assert!(err.to_string().contains("waiting for never"), "{err}");
+    }
+}
