@@ -21,11 +21,13 @@ use crate::tasks::{Role, TaskAdder, Tasks};
 pub struct Agent {
     pub layout: CgroupLayout,
     /// One entry per source, in start order.
-    pub statuses: Vec<SourceStatus>,
+    pub(crate) statuses: Vec<SourceStatus>,
     reports: broadcast::Sender<SyncReport>,
     wakes: WakeSender,
     ebpf: Option<EbpfSource>,
-    watched: watch::Sender<Vec<PathBuf>>,
+    /// The sending end of the memory.events source's set of watched cgroups, kept so
+    /// that its receiver stays open.
+    _watched: watch::Sender<Vec<PathBuf>>,
     tasks: Tasks,
 }
 
@@ -151,7 +153,7 @@ impl Agent {
             reports,
             wakes,
             ebpf,
-            watched,
+            _watched: watched,
             tasks,
         })
     }
@@ -162,12 +164,12 @@ impl Agent {
     }
 
     /// The wake channel's sending half, for parts of the agent that ask for a synchronize.
-    pub fn wake_sender(&self) -> WakeSender {
+    pub(crate) fn wake_sender(&self) -> WakeSender {
         self.wakes.clone()
     }
 
     /// Asks for a synchronize now.
-    pub fn request_sync(&self) {
+    pub(crate) fn request_sync(&self) {
         self.wakes.wake(WakeSource::Request, WakeDetail::None);
     }
 
@@ -180,13 +182,8 @@ impl Agent {
         self.ebpf.as_ref().map(EbpfSource::counters)
     }
 
-    /// Replaces the set of cgroup directories whose memory.events are watched (v2).
-    pub fn watch_memory_events(&self, dirs: Vec<PathBuf>) {
-        self.watched.send_replace(dirs);
-    }
-
     /// Puts tasks started elsewhere (the pods' supervisor) under the same watch.
-    pub fn task_adder(&self) -> TaskAdder {
+    pub(crate) fn task_adder(&self) -> TaskAdder {
         self.tasks.adder()
     }
 

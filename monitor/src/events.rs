@@ -6,13 +6,13 @@ use crate::policy::contention::ContentionCondition;
 
 /// Kubernetes' event types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
+pub(crate) enum EventType {
     Normal,
     Warning,
 }
 
 impl EventType {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EventType::Normal => "Normal",
             EventType::Warning => "Warning",
@@ -118,7 +118,7 @@ pub enum EventReason {
 
 impl EventReason {
     /// The reason as events and the log spell it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EventReason::Evicted => "Evicted",
             EventReason::Preempted => "Preempted",
@@ -163,7 +163,7 @@ impl EventReason {
     }
 
     /// Normal, or Warning for what someone may have to look into.
-    pub fn event_type(self) -> EventType {
+    pub(crate) fn event_type(self) -> EventType {
         match self {
             EventReason::Preempting
             | EventReason::Killing

@@ -15,6 +15,8 @@
 //! [`api`] and [`state`] (what the API shows), [`simulate`] (the policy offline), and
 //! [`clock`] (kernel timestamps for logs).
 
+#![warn(unreachable_pub)]
+
 pub mod agent;
 pub mod api;
 pub mod clock;

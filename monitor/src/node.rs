@@ -19,9 +19,10 @@ use crate::state::SharedState;
 /// A running node agent.
 pub struct NodeAgent {
     pub agent: Agent,
-    pub runtime: Option<LocalRuntime>,
+    /// The pod runtime, when pods run here: kept for as long as the agent runs.
+    _runtime: Option<LocalRuntime>,
     pub state: SharedState,
-    pub api: crate::api::ApiServer,
+    pub(crate) api: crate::api::ApiServer,
 }
 
 impl NodeAgent {
@@ -241,7 +242,7 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
     }
     Ok(NodeAgent {
         agent,
-        runtime,
+        _runtime: runtime,
         state,
         api,
     })

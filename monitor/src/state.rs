@@ -58,7 +58,7 @@ pub struct LastSync {
 
 impl LastSync {
     /// How long ago it finished, at monotonic time `now_ns`.
-    pub fn age(&self, now_ns: u64) -> std::time::Duration {
+    pub(crate) fn age(&self, now_ns: u64) -> std::time::Duration {
         std::time::Duration::from_nanos(now_ns.saturating_sub(self.finished_ns))
     }
 }
@@ -108,15 +108,15 @@ pub struct ContainerView {
 #[serde(rename_all = "camelCase")]
 pub struct Event {
     /// Wall-clock time (RFC 3339).
-    pub time: String,
+    pub(crate) time: String,
     /// "Normal" or "Warning" ([`EventType`]).
-    pub kind: String,
+    pub(crate) kind: String,
     /// "Evicted", "Killing", "Started", "FailedAdmission", "Preempting", "BadManifest", ...
     /// ([`EventReason`]).
-    pub reason: String,
+    pub(crate) reason: String,
     /// "namespace/name" of the pod, a manifest path, or "node".
-    pub object: String,
-    pub message: String,
+    pub(crate) object: String,
+    pub(crate) message: String,
 }
 
 /// Counters and histograms for `/metrics`. Where the kubelet has the metric, the keys are
@@ -129,53 +129,53 @@ pub struct Metrics {
     /// `ephemeralcontainerfs.limit` or `emptydirfs.limit` ([`eviction_signal`]).
     pub evictions: BTreeMap<String, u64>,
     /// Eviction attempts by how they ended ([`crate::runtime::port::EvictionOutcome::name`]).
-    pub eviction_outcomes: BTreeMap<String, u64>,
+    pub(crate) eviction_outcomes: BTreeMap<String, u64>,
     /// Evictions that freed far less of their signal than the victim held (its page cache
     /// stayed charged, tmpfs, shared pages), by eviction_signal: each one paces the
     /// signal's next evictions to one per housekeeping interval.
-    pub ineffective_evictions: BTreeMap<String, u64>,
+    pub(crate) ineffective_evictions: BTreeMap<String, u64>,
     /// Calls to the container runtime made to stop a pod (evicted, preempted, removed or
     /// finished) that it left unanswered by the stop's deadline, by CRI call. The pod was
     /// killed through its cgroups regardless.
-    pub runtime_unresponsive_calls: BTreeMap<String, u64>,
+    pub(crate) runtime_unresponsive_calls: BTreeMap<String, u64>,
     /// CPU time the hot path's watches used, in seconds (bounded by their budget).
-    pub hot_watch_cpu_seconds: f64,
+    pub(crate) hot_watch_cpu_seconds: f64,
     /// Age of the observation a threshold eviction was decided on (from its read to the
     /// decision), by the signal of each threshold met: the kubelet's
     /// `eviction_stats_age_seconds`.
-    pub eviction_stats_age: BTreeMap<String, Histogram>,
+    pub(crate) eviction_stats_age: BTreeMap<String, Histogram>,
     /// Pods preempted to admit a critical pod, by the kubelet's `preemption_signal`: the
     /// first resource the critical pod lacked ("" when none was named).
-    pub preemptions: BTreeMap<String, u64>,
+    pub(crate) preemptions: BTreeMap<String, u64>,
     /// Pods admission turned away, by reason ([`admission_rejection_reason`]).
-    pub admission_rejections: BTreeMap<String, u64>,
+    pub(crate) admission_rejections: BTreeMap<String, u64>,
     /// Wake-to-synchronize-start latency samples by source, as histogram buckets.
     pub wake_latency: BTreeMap<WakeSource, Histogram>,
     /// Kills of the hot path, from the crossing to the `cgroup.kill` write, by the source
     /// whose notifier fired the kill and by what stamped the crossing ([`CrossingStamp`]).
-    pub crossing_to_kill: BTreeMap<WakeSource, BTreeMap<String, Histogram>>,
+    pub(crate) crossing_to_kill: BTreeMap<WakeSource, BTreeMap<String, Histogram>>,
     pub sync_duration: Histogram,
     pub synchronizes: u64,
     /// Synchronize passes that panicked (the loop survives them; each is a bug).
-    pub synchronize_panics: u64,
+    pub(crate) synchronize_panics: u64,
     /// Victims of the kernel's OOM killer seen by the eBPF `oom:mark_victim` program, by
     /// pod ("namespace/name"; "" when the victim was in no pod, was gone too soon, or was
     /// one of the records the in-kernel rate limit suppressed).
-    pub kernel_oom_kills: BTreeMap<String, u64>,
+    pub(crate) kernel_oom_kills: BTreeMap<String, u64>,
     /// What garbage collection removed, by (trigger, kind): trigger "periodic" (the image
     /// GC period) or "eviction" (node-level reclaim under pressure); kind "container",
     /// "sandbox", "image" or "log".
-    pub gc_removed: BTreeMap<String, BTreeMap<String, u64>>,
+    pub(crate) gc_removed: BTreeMap<String, BTreeMap<String, u64>>,
     /// Bytes garbage collection freed, by (trigger, kind): images by their size, logs by
     /// their disk usage (containers and sandboxes are not measured).
-    pub gc_freed_bytes: BTreeMap<String, BTreeMap<String, u64>>,
+    pub(crate) gc_freed_bytes: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 /// The kubelet's `eviction_signal` of an eviction: the signal whose threshold drove it, or
 /// for a local storage limit the kubelet's pseudo-signal of that limit
 /// (pkg/kubelet/eviction: signalEphemeralPodFsLimit, signalEphemeralContainerFsLimit,
 /// signalEmptyDirFsLimit).
-pub fn eviction_signal(decision: &EvictionDecision) -> &'static str {
+pub(crate) fn eviction_signal(decision: &EvictionDecision) -> &'static str {
     match (decision.signal, decision.reason) {
         (Some(signal), _) => signal.as_str(),
         (None, EvictionReason::PodEphemeralStorageLimit) => "ephemeralpodfs.limit",
@@ -187,7 +187,7 @@ pub fn eviction_signal(decision: &EvictionDecision) -> &'static str {
 
 /// The pod status reasons admission gives, each its own `reason` of
 /// `monitor_admission_rejections_total`.
-pub const ADMISSION_REJECTION_REASONS: [&str; 11] = [
+pub(crate) const ADMISSION_REJECTION_REASONS: [&str; 11] = [
     "Evicted",
     "NodeName",
     "NodePorts",
@@ -204,7 +204,7 @@ pub const ADMISSION_REJECTION_REASONS: [&str; 11] = [
 /// The `reason` label of an admission rejection. As in the kubelet (recordAdmissionRejection),
 /// the label stays bounded: a known reason is itself, a lack of any other (extended)
 /// resource is "OutOfExtendedResources", anything else "Other".
-pub fn admission_rejection_reason(reason: &str) -> &str {
+pub(crate) fn admission_rejection_reason(reason: &str) -> &str {
     if ADMISSION_REJECTION_REASONS.contains(&reason) {
         reason
     } else if reason.starts_with("OutOf") {
@@ -215,11 +215,11 @@ pub fn admission_rejection_reason(reason: &str) -> &str {
 }
 
 /// The `preemption_signal` values known ahead: the resources admission checks.
-pub const PREEMPTION_SIGNALS: [&str; 4] = ["cpu", "ephemeral-storage", "memory", "pods"];
+pub(crate) const PREEMPTION_SIGNALS: [&str; 4] = ["cpu", "ephemeral-storage", "memory", "pods"];
 
 /// What a hot kill's crossing time was taken from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CrossingStamp {
+pub(crate) enum CrossingStamp {
     /// The kernel's clock in the crossing detector's record, at the charge that crossed.
     Kernel,
     /// The moment the notifier reached the hot path in the agent: memcg eventfds and
@@ -228,7 +228,7 @@ pub enum CrossingStamp {
 }
 
 impl CrossingStamp {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CrossingStamp::Kernel => "kernel",
             CrossingStamp::Notifier => "notifier",
@@ -241,7 +241,7 @@ impl CrossingStamp {
     /// crossing detector, its kernel stamp is the crossing; otherwise (another notifier, a
     /// reclaim record, or a wake that fell into the next synchronize) the crossing is
     /// `detected_ns`, when the hot path was called.
-    pub fn of_kill(
+    pub(crate) fn of_kill(
         source: WakeSource,
         detected_ns: u64,
         killed_ns: u64,
@@ -265,7 +265,7 @@ impl CrossingStamp {
 
 impl Metrics {
     /// Counts an eviction carried out (the pod is gone).
-    pub fn count_eviction(&mut self, decision: &EvictionDecision) {
+    pub(crate) fn count_eviction(&mut self, decision: &EvictionDecision) {
         *self
             .evictions
             .entry(eviction_signal(decision).to_string())
@@ -274,7 +274,7 @@ impl Metrics {
 
     /// Records one kill of the hot path, fired by `source`'s notifier; `wakes` are the wakes
     /// of the synchronize that took the kill over.
-    pub fn observe_hot_kill(
+    pub(crate) fn observe_hot_kill(
         &mut self,
         source: WakeSource,
         detected_ns: u64,
@@ -296,13 +296,13 @@ impl Metrics {
 #[serde(rename_all = "camelCase")]
 pub struct Histogram {
     /// Upper bounds (seconds) and the count of samples at or below each.
-    pub buckets: Vec<(f64, u64)>,
-    pub sum: f64,
-    pub count: u64,
+    pub(crate) buckets: Vec<(f64, u64)>,
+    pub(crate) sum: f64,
+    pub(crate) count: u64,
 }
 
 /// Bucket bounds from 10 µs to 10 s: wake latencies live at the bottom, polling at the top.
-pub const LATENCY_BUCKETS: [f64; 13] = [
+pub(crate) const LATENCY_BUCKETS: [f64; 13] = [
     1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 5.0, 10.0,
 ];
 
@@ -333,11 +333,11 @@ impl Histogram {
 #[serde(rename_all = "camelCase")]
 pub struct AgentState {
     pub sources: Vec<SourceStatus>,
-    pub observation: Option<NodeObservation>,
+    pub(crate) observation: Option<NodeObservation>,
     pub signals: Vec<SignalStatus>,
     pub conditions: Vec<String>,
     /// The PSI contention conditions reported (with the PSINodeCondition gate on).
-    pub contention: Vec<crate::policy::contention::ContentionStatus>,
+    pub(crate) contention: Vec<crate::policy::contention::ContentionStatus>,
     pub last_sync: Option<LastSync>,
     pub pods: Vec<PodView>,
     /// The newest events, oldest first, at most [`EVENTS_KEPT`].
@@ -346,49 +346,49 @@ pub struct AgentState {
     /// `events_dropped + i` since startup, which lets API clients page with `?since=N`.
     pub events_dropped: u64,
     /// The newest evictions and how they ended, oldest first, at most [`EVICTIONS_KEPT`].
-    pub evictions: VecDeque<EvictionView>,
+    pub(crate) evictions: VecDeque<EvictionView>,
     pub metrics: Metrics,
     /// The last time the container runtime left calls to stop a pod unanswered.
-    pub runtime_silence: Option<RuntimeSilence>,
+    pub(crate) runtime_silence: Option<RuntimeSilence>,
     /// What the last eviction pass ranked, for `monitor explain` (shared: reading the
     /// state clones it).
     #[serde(skip)]
-    pub ranking: Option<Arc<RankingSnapshot>>,
+    pub(crate) ranking: Option<Arc<RankingSnapshot>>,
     /// The housekeeping interval: the longest the loop goes without a synchronize
     /// (`/healthz` calls it stalled past a few of them). Zero until the agent starts.
     #[serde(skip)]
-    pub housekeeping: std::time::Duration,
+    pub(crate) housekeeping: std::time::Duration,
 }
 
 /// The inputs of the last eviction pass: the pods and stats it read, the observations and
 /// the thresholds it judged them by, and the hot path's victim it armed.
 #[derive(Debug, Default)]
-pub struct RankingSnapshot {
-    pub input: crate::policy::eviction::SyncInput,
-    pub thresholds: Vec<crate::policy::signal::Threshold>,
+pub(crate) struct RankingSnapshot {
+    pub(crate) input: crate::policy::eviction::SyncInput,
+    pub(crate) thresholds: Vec<crate::policy::signal::Threshold>,
     /// Whether the hot kill path runs.
-    pub hot_path: bool,
+    pub(crate) hot_path: bool,
     /// The pod the hot path holds ready, if any.
-    pub hot_victim: Option<String>,
+    pub(crate) hot_victim: Option<String>,
 }
 
 /// Calls the container runtime did not answer by a stop's deadline (the pod was killed
 /// through its cgroups regardless).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RuntimeSilence {
+pub(crate) struct RuntimeSilence {
     /// Wall-clock time (RFC 3339) when the deadline passed.
-    pub time: String,
+    pub(crate) time: String,
     /// "namespace/name" of the pod being stopped.
-    pub pod: String,
+    pub(crate) pod: String,
     /// The CRI calls left unanswered.
-    pub calls: Vec<String>,
+    pub(crate) calls: Vec<String>,
     /// Every unanswered call since start.
-    pub total_calls: u64,
+    pub(crate) total_calls: u64,
 }
 
 impl RuntimeSilence {
-    pub fn now(pod: &str, calls: &[&str], total_calls: u64) -> RuntimeSilence {
+    pub(crate) fn now(pod: &str, calls: &[&str], total_calls: u64) -> RuntimeSilence {
         RuntimeSilence {
             time: now_rfc3339(),
             pod: pod.to_string(),
@@ -399,29 +399,29 @@ impl RuntimeSilence {
 }
 
 /// Evictions kept in memory for the API.
-pub const EVICTIONS_KEPT: usize = 64;
+pub(crate) const EVICTIONS_KEPT: usize = 64;
 
 /// One eviction as the API shows it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct EvictionView {
+pub(crate) struct EvictionView {
     /// "namespace/name".
-    pub pod: String,
+    pub(crate) pod: String,
     /// The signal whose threshold drove it; the resource for local storage limits.
-    pub signal: String,
-    pub grace_period_seconds: i64,
+    pub(crate) signal: String,
+    pub(crate) grace_period_seconds: i64,
     /// "evicted", "already_gone", "timed_out" or "kill_failed".
-    pub outcome: String,
+    pub(crate) outcome: String,
     /// Details of a failure ("3 process(es) still alive after the kill timeout").
-    pub detail: Option<String>,
+    pub(crate) detail: Option<String>,
     /// Kill attempts made (a failed kill is retried).
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// Wall-clock time it ended (RFC 3339).
-    pub finished_at: String,
+    pub(crate) finished_at: String,
 }
 
 /// Events kept in memory (older ones are dropped).
-pub const EVENTS_KEPT: usize = 1000;
+pub(crate) const EVENTS_KEPT: usize = 1000;
 
 /// A handle on the state, cheap to clone.
 #[derive(Clone, Debug, Default)]
@@ -444,7 +444,7 @@ impl SharedState {
     }
 
     /// Counts what one garbage collection removed: `removed` as (kind, count, bytes freed).
-    pub fn record_gc(&self, trigger: &str, removed: &[(&str, u64, u64)]) {
+    pub(crate) fn record_gc(&self, trigger: &str, removed: &[(&str, u64, u64)]) {
         let mut state = self.lock();
         let metrics = &mut state.metrics;
         for (kind, count, bytes) in removed {
@@ -466,7 +466,7 @@ impl SharedState {
     /// Records the age of the observation taken at `taken_at_ns` for an eviction decided
     /// now on the thresholds `met`: one sample per threshold whose grace period has passed,
     /// as the kubelet does. An observation without a stamp (0) is not counted.
-    pub fn record_stats_age(&self, taken_at_ns: u64, met: &[ThresholdMet]) {
+    pub(crate) fn record_stats_age(&self, taken_at_ns: u64, met: &[ThresholdMet]) {
         if taken_at_ns == 0 {
             return;
         }
@@ -483,7 +483,7 @@ impl SharedState {
     }
 
     /// Counts a pod preempted (gone) to admit a critical pod that lacked `resource` first.
-    pub fn record_preemption(&self, resource: &str) {
+    pub(crate) fn record_preemption(&self, resource: &str) {
         *self
             .lock()
             .metrics
@@ -493,7 +493,7 @@ impl SharedState {
     }
 
     /// Counts a pod admission rejected with the pod status reason `reason`.
-    pub fn record_admission_rejection(&self, reason: &str) {
+    pub(crate) fn record_admission_rejection(&self, reason: &str) {
         *self
             .lock()
             .metrics
@@ -539,11 +539,11 @@ impl SharedState {
 
 /// The most an event's message keeps, in bytes: the kubelet's events carry a note of at
 /// most 1 KiB (events.k8s.io/v1), and messages quote manifests and process output.
-pub const EVENT_MESSAGE_MAX_BYTES: usize = 1024;
+pub(crate) const EVENT_MESSAGE_MAX_BYTES: usize = 1024;
 
 /// `message` cut to [`EVENT_MESSAGE_MAX_BYTES`] on a character boundary, marked with "…"
 /// where it was cut.
-pub fn bounded_note(mut message: String) -> String {
+pub(crate) fn bounded_note(mut message: String) -> String {
     if message.len() <= EVENT_MESSAGE_MAX_BYTES {
         return message;
     }
@@ -559,7 +559,7 @@ pub fn bounded_note(mut message: String) -> String {
 
 /// The wall clock in RFC 3339 (UTC, seconds), for events and reports only: decisions
 /// never read it.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     let now = time::OffsetDateTime::now_utc();
     // Whole seconds: the events' resolution; the formatter then writes no fraction.
     let now = now.replace_nanosecond(0).unwrap_or(now);

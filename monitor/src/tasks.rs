@@ -14,7 +14,7 @@ use crate::state::SharedState;
 
 /// What a task's end means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     /// An event source: the agent runs on without it.
     Source(WakeSource),
     /// The agent cannot protect the node without it.
@@ -30,7 +30,7 @@ struct Task {
 }
 
 /// Adds tasks to the watch and stops them all.
-pub struct Tasks {
+pub(crate) struct Tasks {
     add: mpsc::UnboundedSender<Task>,
     stop: Option<oneshot::Sender<()>>,
     watcher: Option<JoinHandle<()>>,
@@ -39,7 +39,7 @@ pub struct Tasks {
 
 impl Tasks {
     /// Starts the watcher (inside a tokio runtime).
-    pub fn start(state: SharedState) -> Tasks {
+    pub(crate) fn start(state: SharedState) -> Tasks {
         let (add, add_rx) = mpsc::unbounded_channel();
         let (stop, stop_rx) = oneshot::channel();
         let (fatal_tx, fatal) = mpsc::unbounded_channel();
@@ -53,7 +53,7 @@ impl Tasks {
     }
 
     /// Puts `handle` under watch. Tasks stop in the reverse order they were added.
-    pub fn add(&self, name: impl Into<String>, role: Role, handle: JoinHandle<()>) {
+    pub(crate) fn add(&self, name: impl Into<String>, role: Role, handle: JoinHandle<()>) {
         let task = Task {
             name: name.into(),
             role,
@@ -66,17 +66,17 @@ impl Tasks {
     }
 
     /// A sender for tasks started later by other parts of the agent.
-    pub fn adder(&self) -> TaskAdder {
+    pub(crate) fn adder(&self) -> TaskAdder {
         TaskAdder(self.add.clone())
     }
 
     /// The reasons critical tasks ended, as they happen (taken once).
-    pub fn take_fatal(&mut self) -> Option<mpsc::UnboundedReceiver<String>> {
+    pub(crate) fn take_fatal(&mut self) -> Option<mpsc::UnboundedReceiver<String>> {
         self.fatal.take()
     }
 
     /// Stops every task, newest first, and waits for them.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -88,10 +88,10 @@ impl Tasks {
 
 /// Puts tasks under the agent's watch from elsewhere (the runtime's supervisor).
 #[derive(Clone)]
-pub struct TaskAdder(mpsc::UnboundedSender<Task>);
+pub(crate) struct TaskAdder(mpsc::UnboundedSender<Task>);
 
 impl TaskAdder {
-    pub fn add(&self, name: impl Into<String>, role: Role, handle: JoinHandle<()>) {
+    pub(crate) fn add(&self, name: impl Into<String>, role: Role, handle: JoinHandle<()>) {
         let task = Task {
             name: name.into(),
             role,

@@ -196,6 +196,27 @@ pub fn run(args: TestArgs) -> Result<()> {
         .context("starting cargo clippy")?;
     count_check(&mut totals, &mut failures, "clippy", clippy.success());
 
+    // The fuzz targets are a workspace of their own (cargo-fuzz builds them with nightly
+    // and sanitizers, `cargo xtask fuzz`); checking that they still compile here keeps
+    // them in step with what `monitor` makes public. Their own target directory: another
+    // lock file, other features.
+    println!("== fuzz targets compile (cargo check of monitor/fuzz)");
+    let fuzz = cargo()
+        .current_dir(&root)
+        .env("AYA_BUILD_SKIP", "1")
+        .args(["check", "--quiet", "--bins", "--manifest-path"])
+        .arg(root.join("monitor/fuzz/Cargo.toml"))
+        .arg("--target-dir")
+        .arg(crate::cmd::target_dir(&root)?.join("fuzz-check"))
+        .status()
+        .context("starting cargo check of the fuzz targets")?;
+    count_check(
+        &mut totals,
+        &mut failures,
+        "fuzz targets compile",
+        fuzz.success(),
+    );
+
     println!("== unit tests (pure policy, parsers, readers)");
     let (ok, t) = run_counted(cargo().current_dir(&root).args([
         "test",

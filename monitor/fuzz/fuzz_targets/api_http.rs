@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use monitor::api::{Scope, serve_connection};
+use monitor::events::EventReason;
 use monitor::state::SharedState;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
@@ -26,7 +27,7 @@ fn state() -> &'static SharedState {
     STATE.get_or_init(|| {
         let shared = SharedState::default();
         for i in 0..3 {
-            shared.event("Normal", "Test", "node", format!("event {i}"));
+            shared.event(EventReason::Started, "node", format!("event {i}"));
         }
         shared
     })

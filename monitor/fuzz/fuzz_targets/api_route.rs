@@ -5,20 +5,16 @@
 
 use libfuzzer_sys::fuzz_target;
 use monitor::api::{Scope, respond};
+use monitor::events::EventReason;
 use monitor::state::{AgentState, SharedState};
 
 /// A state with a few events, so that paging and rendering have something to show.
 fn state() -> AgentState {
     let shared = SharedState::default();
     for i in 0..5 {
-        shared.event("Normal", "Test", "node", format!("event {i}"));
+        shared.event(EventReason::Started, "node", format!("event {i}"));
     }
-    shared.event(
-        "Warning",
-        "Evicted",
-        "default/web",
-        "memory.available<100Mi",
-    );
+    shared.event(EventReason::Evicted, "default/web", "memory.available<100Mi");
     let mut state = shared.read();
     state.events.pop_front();
     state.events_dropped = 1;

@@ -26,10 +26,10 @@ const MAX_RESPONSE: usize = 64 << 20;
 pub struct ClientArgs {
     /// The agent's API socket.
     #[arg(long, default_value = DEFAULT_SOCKET)]
-    pub socket: PathBuf,
+    pub(crate) socket: PathBuf,
     /// Print the agent's JSON instead of a table.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// `monitor status`.
@@ -39,9 +39,9 @@ pub struct StatusArgs {
     /// exit 0 when healthy, 1 when the agent answers unhealthy (the synchronize loop is
     /// stalled, or an event source failed), 2 when it cannot be asked.
     #[arg(long)]
-    pub check: bool,
+    pub(crate) check: bool,
     #[command(flatten)]
-    pub client: ClientArgs,
+    pub(crate) client: ClientArgs,
 }
 
 /// `monitor status`: the agent's view, or with `--check` its health as the exit code.
@@ -95,7 +95,7 @@ pub enum ClientCommand {
 impl ClientCommand {
     /// The request target. Tables are rendered by the agent (`format=text`), so the client
     /// needs no copy of the state's types and old clients read new agents.
-    pub fn route(self, json: bool) -> &'static str {
+    pub(crate) fn route(self, json: bool) -> &'static str {
         match (self, json) {
             (ClientCommand::Status, false) => "/status?format=text",
             (ClientCommand::Status, true) => "/status?pretty=true",
@@ -113,9 +113,9 @@ impl ClientCommand {
 #[derive(Clone, Debug, clap::Args)]
 pub struct ExplainArgs {
     /// The pod: NAMESPACE/NAME, or NAME when only one pod has it.
-    pub pod: String,
+    pub(crate) pod: String,
     #[command(flatten)]
-    pub client: ClientArgs,
+    pub(crate) client: ClientArgs,
 }
 
 /// Runs one client subcommand: prints the answer on stdout, or the problem on stderr and

@@ -16,7 +16,7 @@ use tokio::time::Sleep;
 
 /// A stream whose writes fail with `TimedOut` once the peer has kept them blocked for
 /// `timeout`.
-pub struct WriteDeadline<S> {
+pub(crate) struct WriteDeadline<S> {
     inner: S,
     timeout: Duration,
     /// Running while a response is stuck in our buffers.
@@ -24,7 +24,7 @@ pub struct WriteDeadline<S> {
 }
 
 impl<S> WriteDeadline<S> {
-    pub fn new(inner: S, timeout: Duration) -> Self {
+    pub(crate) fn new(inner: S, timeout: Duration) -> Self {
         WriteDeadline {
             inner,
             timeout,

@@ -9,7 +9,7 @@ use crate::state::AgentState;
 
 /// Housekeeping intervals without a synchronize after which the loop counts as stalled:
 /// the timer wakes it once per interval whatever else happens.
-pub const STALLED_AFTER_INTERVALS: u32 = 3;
+pub(crate) const STALLED_AFTER_INTERVALS: u32 = 3;
 
 /// The least time without a synchronize that counts as stalled (a synchronize under heavy
 /// load may take seconds; a short interval must not make that an alarm).
@@ -19,11 +19,11 @@ const STALLED_AFTER_AT_LEAST: std::time::Duration = std::time::Duration::from_se
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Health {
-    pub healthy: bool,
+    pub(crate) healthy: bool,
     /// What is wrong, one sentence each; empty when healthy.
-    pub problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
     /// Seconds since the last synchronize finished.
-    pub last_sync_age_seconds: Option<f64>,
+    pub(crate) last_sync_age_seconds: Option<f64>,
 }
 
 /// How long without a synchronize counts as a stalled loop.
@@ -33,7 +33,7 @@ fn stalled_after(state: &AgentState) -> std::time::Duration {
 
 /// Whether the synchronize loop stopped finishing synchronizes (at monotonic `now_ns`).
 /// Before the first one it is starting, not stalled.
-pub fn loop_stalled(state: &AgentState, now_ns: u64) -> bool {
+pub(crate) fn loop_stalled(state: &AgentState, now_ns: u64) -> bool {
     state
         .last_sync
         .as_ref()

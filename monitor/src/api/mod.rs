@@ -43,6 +43,5 @@ pub use client::{
 pub use error::ApiError;
 pub use health::{Health, health};
 pub use metrics::{METRICS_CONTENT_TYPE, render_metrics};
-pub use render::{render_events, render_pods, render_status};
 pub use routes::{Reply, Scope, respond};
 pub use server::{ApiServer, serve, serve_connection};

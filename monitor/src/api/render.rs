@@ -15,7 +15,7 @@ const MI: f64 = 1024.0 * 1024.0;
 
 /// Sources, signals against thresholds, node conditions and the last synchronize (its
 /// age taken at monotonic time `now_ns`).
-pub fn render_status(state: &AgentState, now_ns: u64) -> String {
+pub(crate) fn render_status(state: &AgentState, now_ns: u64) -> String {
     let mut out = String::new();
 
     out += "EVENT SOURCES\n";
@@ -144,7 +144,7 @@ pub fn render_status(state: &AgentState, now_ns: u64) -> String {
 }
 
 /// KEY, QOS, PHASE, REASON, MEMORY (working set), RESTARTS (summed over containers).
-pub fn render_pods(state: &AgentState) -> String {
+pub(crate) fn render_pods(state: &AgentState) -> String {
     if state.pods.is_empty() {
         return "No pods.\n".into();
     }
@@ -175,7 +175,8 @@ pub fn render_pods(state: &AgentState) -> String {
 }
 
 /// TIME, TYPE, REASON, OBJECT, MESSAGE, oldest first.
-pub fn render_events(state: &AgentState) -> String {
+#[cfg(test)]
+pub(crate) fn render_events(state: &AgentState) -> String {
     render_event_list(state.events.iter())
 }
 
@@ -303,7 +304,7 @@ fn indent(text: &str) -> String {
 
 /// `monitor explain POD`: the pod, the hot path, then per signal its thresholds, the
 /// pod's numbers and its place in the ranking.
-pub fn render_explanation(e: &Explanation) -> String {
+pub(crate) fn render_explanation(e: &Explanation) -> String {
     let mut out = format!(
         "POD {}: {}, priority {}\n",
         clean(&e.pod),

@@ -30,7 +30,7 @@ pub struct Reply {
 }
 
 /// The methods every route accepts (HEAD: the same headers as GET, no body).
-pub const ALLOWED_METHODS: &str = "GET, HEAD";
+pub(crate) const ALLOWED_METHODS: &str = "GET, HEAD";
 
 /// Answers one request. `target` is the request target: a path with an optional query.
 pub fn respond(state: &AgentState, scope: Scope, method: &str, target: &str) -> Reply {

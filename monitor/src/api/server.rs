@@ -52,10 +52,6 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    pub fn socket(&self) -> &Path {
-        &self.socket
-    }
-
     /// The bound metrics address (the real port when 0 was asked for).
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr

@@ -241,7 +241,7 @@ impl AgentSettings {
     }
 
     /// Parses the raw `monitor:` value; `origin` names the file in errors.
-    pub fn from_value(
+    pub(crate) fn from_value(
         value: Option<serde_yaml_ng::Value>,
         origin: &str,
     ) -> Result<Self, SettingsError> {

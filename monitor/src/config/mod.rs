@@ -11,7 +11,7 @@ pub mod agent;
 pub mod kubelet;
 
 /// The embedded default configuration (`monitor run` without `--config`).
-pub const DEFAULT_CONFIG: &str = include_str!("../../config/default.yaml");
+pub(crate) const DEFAULT_CONFIG: &str = include_str!("../../config/default.yaml");
 
 /// A loaded configuration file.
 #[derive(Clone, Debug)]
@@ -34,7 +34,7 @@ pub enum AgentConfigError {
 
 /// Where the package installs the node's configuration: `monitor run` reads it when no
 /// `--config` is given.
-pub const PACKAGED_CONFIG: &str = "/etc/monitor/config.yaml";
+pub(crate) const PACKAGED_CONFIG: &str = "/etc/monitor/config.yaml";
 
 /// The configuration file `monitor run` reads: the one given, else [`PACKAGED_CONFIG`]
 /// when it exists; `None` means the embedded default.
@@ -112,7 +112,7 @@ pub fn parse_agent_config(
 }
 
 /// The memory eviction thresholds (hard and soft) to arm as kernel notifiers.
-pub fn memory_thresholds(kubelet: &kubelet::KubeletConfig) -> MemoryThresholds {
+pub(crate) fn memory_thresholds(kubelet: &kubelet::KubeletConfig) -> MemoryThresholds {
     let mut thresholds = MemoryThresholds::default();
     for threshold in &kubelet.eviction.thresholds {
         let memory = MemoryThreshold {

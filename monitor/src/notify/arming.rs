@@ -29,7 +29,7 @@ pub struct MemoryThreshold {
 /// with capacity C, the signal crosses when working set = C − T, i.e. when
 /// usage = C − T + inactive_file (the kubelet's memory threshold notifier computes the
 /// same). Thresholds at or above capacity are skipped (always met: nothing to wait for).
-pub fn threshold_specs(
+pub(crate) fn threshold_specs(
     observation: &NodeObservation,
     thresholds: &MemoryThresholds,
     memory_root: &Path,
@@ -95,7 +95,7 @@ pub fn threshold_specs(
 ///   synchronize, the offset follows the rest of the node;
 /// - thresholds already crossed are left out: the synchronize at hand acts on them, and a
 ///   memory.high below the usage would only throttle the pods.
-pub fn v2_high_specs(
+pub(crate) fn v2_high_specs(
     specs: &[ThresholdSpec],
     observation: &NodeObservation,
     memory_root: &Path,
@@ -137,7 +137,7 @@ pub fn v2_high_specs(
 /// memory.high they cost nothing when crossed, so soft thresholds and thresholds
 /// already passed are armed too (passed ones wait for usage to fall back below them).
 /// Without a pods cgroup only thresholds on other cgroups remain.
-pub fn detector_specs(
+pub(crate) fn detector_specs(
     specs: &[ThresholdSpec],
     observation: &NodeObservation,
     memory_root: &Path,
@@ -187,7 +187,7 @@ fn usage_bytes_armable(spec: &ThresholdSpec) -> bool {
 
 /// The levels the memcg notifier arms, from the specs of [`threshold_specs`]: the usage
 /// thresholds themselves on cgroup v1, their memory.high stand-ins on cgroup v2.
-pub fn notifier_specs(
+pub(crate) fn notifier_specs(
     specs: Vec<ThresholdSpec>,
     observation: &NodeObservation,
     version: CgroupVersion,

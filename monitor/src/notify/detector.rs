@@ -33,7 +33,7 @@ impl AttachPoint {
     pub const ALL: [AttachPoint; 2] = [AttachPoint::ChargeFexit, AttachPoint::LruvecTracepoint];
 
     /// The program's name in the object.
-    pub fn program(self) -> &'static str {
+    pub(crate) fn program(self) -> &'static str {
         match self {
             AttachPoint::ChargeFexit => "crossing_charge",
             AttachPoint::LruvecTracepoint => "crossing_lruvec",
@@ -41,7 +41,7 @@ impl AttachPoint {
     }
 
     /// The kernel function or BTF tracepoint it attaches to.
-    pub fn target(self) -> &'static str {
+    pub(crate) fn target(self) -> &'static str {
         match self {
             AttachPoint::ChargeFexit => "try_charge_memcg",
             AttachPoint::LruvecTracepoint => "mod_memcg_lruvec_state",
@@ -56,13 +56,13 @@ impl AttachPoint {
         }
     }
 
-    pub fn parse(text: &str) -> Option<AttachPoint> {
+    pub(crate) fn parse(text: &str) -> Option<AttachPoint> {
         AttachPoint::ALL.into_iter().find(|a| a.name() == text)
     }
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum LayoutError {
+pub(crate) enum LayoutError {
     #[error("reading the kernel's BTF at {path}: {reason}")]
     Btf { path: String, reason: String },
     #[error("the kernel's BTF has no struct {0}")]
@@ -74,10 +74,10 @@ pub enum LayoutError {
 }
 
 /// The kernel's own BTF.
-pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+pub(crate) const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// Reads the offsets the detector needs from the BTF file at `path`.
-pub fn memcg_layout(path: &Path) -> Result<MemcgLayout, LayoutError> {
+pub(crate) fn memcg_layout(path: &Path) -> Result<MemcgLayout, LayoutError> {
     // Mapping the file is quicker where the kernel allows it (recent kernels map
     // /sys/kernel/btf/vmlinux); older ones refuse (ENODEV): then it is read.
     let btf = Btf::from_file_with_backend(path, btf_rs::Backend::Mmap)
@@ -104,7 +104,7 @@ pub fn memcg_layout(path: &Path) -> Result<MemcgLayout, LayoutError> {
 
 /// Byte offset of `path` (a chain of member names, through embedded structs) inside
 /// `struct name`. Anonymous struct and union members are searched through.
-pub fn offset_of(btf: &Btf, name: &str, path: &[&str]) -> Result<u32, LayoutError> {
+pub(crate) fn offset_of(btf: &Btf, name: &str, path: &[&str]) -> Result<u32, LayoutError> {
     let mut current = btf
         .resolve_types_by_name(name)
         .ok()
@@ -179,7 +179,7 @@ fn strip(btf: &Btf, mut ty: Type) -> Option<Type> {
 /// at most [`LEVELS_PER_CGROUP`] per cgroup (more are left out and counted in the
 /// second value). A level the observation had already passed waits for usage to fall
 /// below it by `hysteresis(level)` before it arms.
-pub fn levels_by_cgroup(specs: &[ThresholdSpec]) -> (Vec<(PathBuf, ArmedLevels)>, usize) {
+pub(crate) fn levels_by_cgroup(specs: &[ThresholdSpec]) -> (Vec<(PathBuf, ArmedLevels)>, usize) {
     let mut sorted: Vec<&ThresholdSpec> = specs.iter().collect();
     sorted.sort_by_key(|s| (!s.hard, s.usage_bytes));
     let mut out: Vec<(PathBuf, ArmedLevels)> = Vec::new();
@@ -215,7 +215,7 @@ pub fn levels_by_cgroup(specs: &[ThresholdSpec]) -> (Vec<(PathBuf, ArmedLevels)>
 
 /// How far below a level usage must fall before a level it had passed arms again: one
 /// memcg charge batch (64 pages), or 1/128 of the level when that is more.
-pub fn hysteresis(level_bytes: u64) -> u64 {
+pub(crate) fn hysteresis(level_bytes: u64) -> u64 {
     (64 * 4096u64).max(level_bytes / 128)
 }
 
@@ -233,7 +233,7 @@ pub struct Detector {
 }
 
 impl Detector {
-    pub fn new(attach: AttachPoint, levels: HashMap<MapData, u64, ArmedLevels>) -> Detector {
+    pub(crate) fn new(attach: AttachPoint, levels: HashMap<MapData, u64, ArmedLevels>) -> Detector {
         Detector {
             attach,
             levels: Mutex::new(levels),

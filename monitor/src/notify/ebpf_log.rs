@@ -61,7 +61,7 @@ impl KernelLog {
 /// Takes the log ring buffer out of `ebpf` (before its programs load) and starts the task
 /// that forwards it, on the current tokio runtime. Never fails the source: the second
 /// value says why nothing is forwarded, for a warning.
-pub fn start(ebpf: &mut Ebpf) -> (KernelLog, Option<String>) {
+pub(crate) fn start(ebpf: &mut Ebpf) -> (KernelLog, Option<String>) {
     match ebpf.map(LOG_MAP) {
         None => {
             return (
@@ -151,7 +151,7 @@ async fn forward(mut fd: AsyncFd<EbpfLogger<TracingLog>>) {
 
 /// The level to hand the programs (aya-log-ebpf's `AYA_LOG_LEVEL`): tracing's most
 /// verbose enabled level at load.
-pub fn kernel_level() -> u8 {
+pub(crate) fn kernel_level() -> u8 {
     kernel_level_for(LevelFilter::current())
 }
 
@@ -169,7 +169,7 @@ fn kernel_level_for(filter: LevelFilter) -> u8 {
 }
 
 /// The `log::Log` aya-log writes decoded records to: each becomes a tracing event.
-pub struct TracingLog;
+pub(crate) struct TracingLog;
 
 impl log::Log for TracingLog {
     fn enabled(&self, _: &log::Metadata<'_>) -> bool {

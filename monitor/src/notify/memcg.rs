@@ -23,10 +23,10 @@ use super::{Hook, WakeDetail, WakeSender, WakeSource, lock, realtime};
 /// percentage resolved against the signal's capacity when armed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArmedThreshold {
-    pub signal: crate::policy::signal::Signal,
-    pub quantity_bytes: u64,
+    pub(crate) signal: crate::policy::signal::Signal,
+    pub(crate) quantity_bytes: u64,
     /// The signal's capacity when armed (a percentage threshold is worded against it).
-    pub capacity_bytes: u64,
+    pub(crate) capacity_bytes: u64,
 }
 
 /// One threshold to arm.
@@ -46,7 +46,7 @@ pub struct ThresholdSpec {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ThresholdError {
+pub(crate) enum ThresholdError {
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -58,14 +58,14 @@ pub enum ThresholdError {
 
 /// A registered threshold: the eventfd the kernel signals, and the usage file it watches
 /// (the registration lives as long as the eventfd is open).
-pub struct Registration {
+pub(crate) struct Registration {
     eventfd: EventFd,
     _usage: OwnedFd,
     spec: ThresholdSpec,
 }
 
 /// Registers one threshold with the kernel.
-pub fn register(spec: &ThresholdSpec) -> Result<Registration, ThresholdError> {
+pub(crate) fn register(spec: &ThresholdSpec) -> Result<Registration, ThresholdError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ThresholdError::Io { path, source }
@@ -96,12 +96,8 @@ pub fn register(spec: &ThresholdSpec) -> Result<Registration, ThresholdError> {
 }
 
 impl Registration {
-    pub fn spec(&self) -> &ThresholdSpec {
-        &self.spec
-    }
-
     /// The descriptor the kernel signals.
-    pub fn eventfd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn eventfd(&self) -> BorrowedFd<'_> {
         self.eventfd.as_fd()
     }
 }
@@ -115,7 +111,7 @@ fn already_crossed(spec: &ThresholdSpec) -> bool {
 }
 
 /// Name of the thread that hears the thresholds.
-pub const WAITER_THREAD: &str = "monitor-memcg";
+pub(crate) const WAITER_THREAD: &str = "monitor-memcg";
 
 /// A threshold's key on the waiter: a serial number, and in the lowest bits whether it is
 /// hard and whether it is an early one, so that the hot path is told before anything else
@@ -130,7 +126,7 @@ const KEY_EARLY: u64 = 2;
 /// thresholds once per 128 page events on a CPU, and a CPU may hold up to a charge batch
 /// (64 pages) charged ahead: a crossing can be signalled that many pages late per CPU.
 /// Capped at 8 MiB.
-pub fn early_margin() -> u64 {
+pub(crate) fn early_margin() -> u64 {
     let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
         .ok()
         .flatten()
@@ -167,7 +163,7 @@ fn with_early(wanted: &[ThresholdSpec], margin: u64) -> Vec<(ThresholdSpec, bool
 /// The eventfds are heard by a real-time thread ([`realtime::Waiter`]), which tells a
 /// hard threshold's crossing to `hook` (the hot path) before it queues the wake; this
 /// task only (re)registers. Returns the task and the thread's scheduling.
-pub fn spawn(
+pub(crate) fn spawn(
     mut specs: watch::Receiver<Vec<ThresholdSpec>>,
     wakes: WakeSender,
     hook: Hook,
@@ -285,7 +281,7 @@ pub fn spawn(
 /// that follows at once. Only hard thresholds: soft ones allow running over them for a
 /// grace period, and throttling would change that. Never on the root cgroup (it has no
 /// memory.high). Cgroups that drop out of the set get `max` back.
-pub fn spawn_v2_high(
+pub(crate) fn spawn_v2_high(
     mut specs: watch::Receiver<Vec<ThresholdSpec>>,
     memory_root: PathBuf,
 ) -> JoinHandle<()> {
@@ -315,7 +311,7 @@ pub fn spawn_v2_high(
 }
 
 /// memory.high per cgroup: the lowest hard-threshold usage, root excluded.
-pub fn v2_high_values(specs: &[ThresholdSpec], memory_root: &Path) -> Vec<(PathBuf, u64)> {
+pub(crate) fn v2_high_values(specs: &[ThresholdSpec], memory_root: &Path) -> Vec<(PathBuf, u64)> {
     let mut out: Vec<(PathBuf, u64)> = Vec::new();
     for spec in specs.iter().filter(|s| s.hard && s.cgroup != memory_root) {
         match out.iter_mut().find(|(c, _)| *c == spec.cgroup) {
@@ -355,7 +351,7 @@ fn write_high(cgroup: &Path, value: &str) {
 
 /// Puts back the memory.high a previous run of the agent replaced and did not lift
 /// (it was killed, or the node lost power before the cgroup went away).
-pub fn lift_stale_high(cgroup: &Path) {
+pub(crate) fn lift_stale_high(cgroup: &Path) {
     let Ok(Some(before)) = xattr::get(cgroup, HIGH_XATTR) else {
         return;
     };

@@ -14,14 +14,14 @@ use tokio::task::JoinHandle;
 use super::{Hook, WakeDetail, WakeSender, WakeSource, lock, realtime};
 
 /// Name of the thread that reads the notifications.
-pub const WAITER_THREAD: &str = "monitor-events";
+pub(crate) const WAITER_THREAD: &str = "monitor-events";
 
 /// Runs the source over the cgroup directories in `cgroups`, re-watching when the set
 /// changes (pods come and go). The inotify descriptor is read by a real-time thread
 /// ([`realtime::Waiter`]), which tells every change to `hook` first (the hot path, which
 /// checks whether a hard threshold's memory.high was crossed); this task only adds and
 /// removes watches. Returns the task and the thread's scheduling.
-pub fn spawn(
+pub(crate) fn spawn(
     mut cgroups: watch::Receiver<Vec<PathBuf>>,
     wakes: WakeSender,
     hook: Hook,

@@ -20,12 +20,12 @@ use tokio::sync::mpsc;
 pub mod arming;
 pub mod detector;
 pub mod ebpf;
-pub mod ebpf_log;
+pub(crate) mod ebpf_log;
 pub mod memcg;
-pub mod memory_events;
-pub mod psi;
-pub mod realtime;
-pub mod timer;
+pub(crate) mod memory_events;
+pub(crate) mod psi;
+pub(crate) mod realtime;
+pub(crate) mod timer;
 
 /// Which source woke the manager.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -45,7 +45,7 @@ pub enum WakeSource {
 }
 
 impl WakeSource {
-    pub const ALL: [WakeSource; 8] = [
+    pub(crate) const ALL: [WakeSource; 8] = [
         WakeSource::Ebpf,
         WakeSource::MemcgThreshold,
         WakeSource::MemoryEvents,
@@ -56,7 +56,7 @@ impl WakeSource {
         WakeSource::Eviction,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             WakeSource::Ebpf => "ebpf",
             WakeSource::MemcgThreshold => "memcg_threshold",
@@ -127,7 +127,7 @@ pub trait CrossingHook: Send + Sync {
 }
 
 /// The hook a source calls, when the hot path runs.
-pub type Hook = Option<std::sync::Arc<dyn CrossingHook>>;
+pub(crate) type Hook = Option<std::sync::Arc<dyn CrossingHook>>;
 
 /// One wake-up.
 #[derive(Clone, Debug, PartialEq)]
@@ -140,7 +140,7 @@ pub struct Wake {
 
 /// Capacity of the wake channel. A full channel already holds a pending wake, so a
 /// source that finds it full drops its wake: the loop will synchronize anyway.
-pub const WAKE_CHANNEL_CAPACITY: usize = 1024;
+pub(crate) const WAKE_CHANNEL_CAPACITY: usize = 1024;
 
 /// The sending half every source holds.
 #[derive(Clone, Debug)]
@@ -149,7 +149,7 @@ pub struct WakeSender {
 }
 
 impl WakeSender {
-    pub fn wake(&self, source: WakeSource, detail: WakeDetail) {
+    pub(crate) fn wake(&self, source: WakeSource, detail: WakeDetail) {
         let wake = Wake {
             source,
             received_ns: crate::clock::monotonic_ns(),
@@ -169,7 +169,7 @@ pub fn wake_channel() -> (WakeSender, mpsc::Receiver<Wake>) {
 /// Whether a source started, and if not, why. Reported once at startup.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SourceStatus {
-    pub source: WakeSource,
+    pub(crate) source: WakeSource,
     pub state: SourceState,
     /// What it watches, or why it did not start.
     pub detail: String,
@@ -193,7 +193,7 @@ impl SourceStatus {
             detail: detail.into(),
         }
     }
-    pub fn disabled(source: WakeSource) -> Self {
+    pub(crate) fn disabled(source: WakeSource) -> Self {
         SourceStatus {
             source,
             state: SourceState::Disabled,
@@ -201,14 +201,14 @@ impl SourceStatus {
         }
     }
     /// Off, for a reason other than the configuration.
-    pub fn disabled_because(source: WakeSource, why: impl Into<String>) -> Self {
+    pub(crate) fn disabled_because(source: WakeSource, why: impl Into<String>) -> Self {
         SourceStatus {
             source,
             state: SourceState::Disabled,
             detail: why.into(),
         }
     }
-    pub fn failed(source: WakeSource, why: impl fmt::Display) -> Self {
+    pub(crate) fn failed(source: WakeSource, why: impl fmt::Display) -> Self {
         SourceStatus {
             source,
             state: SourceState::Failed,
@@ -224,7 +224,7 @@ impl SourceStatus {
     }
 
     /// Logs the status once, at a level that matches it.
-    pub fn log(&self) {
+    pub(crate) fn log(&self) {
         match self.state {
             SourceState::Running => {
                 tracing::info!(source = %self.source, "event source started: {}", self.detail)

@@ -19,8 +19,8 @@ use super::{WakeDetail, WakeSender, WakeSource};
 /// Trigger parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PsiTrigger {
-    pub stall: Duration,
-    pub window: Duration,
+    pub(crate) stall: Duration,
+    pub(crate) window: Duration,
 }
 
 impl Default for PsiTrigger {
@@ -45,7 +45,7 @@ pub enum PsiTriggerError {
 
 impl PsiTrigger {
     /// The kernel's limits: window in [500 ms, 10 s], stall in (0, window].
-    pub fn validate(&self) -> Result<(), PsiTriggerError> {
+    pub(crate) fn validate(&self) -> Result<(), PsiTriggerError> {
         let (stall, window) = (self.stall, self.window);
         if !(Duration::from_millis(500)..=Duration::from_secs(10)).contains(&window) {
             return Err(PsiTriggerError::Window { window });
@@ -58,7 +58,7 @@ impl PsiTrigger {
 
     /// Without CAP_SYS_RESOURCE the kernel accepts only windows that are multiples of 2 s
     /// (psi_trigger_create). This rounds the window up and scales the stall with it.
-    pub fn unprivileged(self) -> Self {
+    pub(crate) fn unprivileged(self) -> Self {
         let two = Duration::from_secs(2).as_micros();
         let window_us = self.window.as_micros().div_ceil(two) * two;
         let stall_us = self.stall.as_micros() * window_us / self.window.as_micros().max(1);
@@ -81,7 +81,7 @@ impl PsiTrigger {
 
 /// Arms a trigger on one pressure file. When the kernel refuses the window for lack of
 /// CAP_SYS_RESOURCE, arms the nearest window it accepts and returns the trigger used.
-pub fn arm(
+pub(crate) fn arm(
     file: &Path,
     trigger: PsiTrigger,
 ) -> std::io::Result<(AsyncFd<std::fs::File>, PsiTrigger)> {
@@ -108,11 +108,11 @@ pub fn arm(
 }
 
 /// Per file: the trigger armed, or why the kernel refused it (the file is the key).
-pub type ArmReport = Vec<(PathBuf, std::io::Result<PsiTrigger>)>;
+pub(crate) type ArmReport = Vec<(PathBuf, std::io::Result<PsiTrigger>)>;
 
 /// Arms every file and wakes on each trigger. Returns the task (none when nothing armed)
 /// and the report.
-pub fn spawn(
+pub(crate) fn spawn(
     files: &[PathBuf],
     trigger: PsiTrigger,
     wakes: WakeSender,

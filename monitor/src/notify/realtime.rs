@@ -20,18 +20,18 @@ use tokio::sync::oneshot;
 
 /// Real-time priority of the waiters (SCHED_FIFO; low: they only have to run before the
 /// pods that allocate, which run SCHED_OTHER).
-pub const PRIORITY: i32 = 10;
+pub(crate) const PRIORITY: i32 = 10;
 /// The eBPF ring buffer's reader, one above the others: its records are the most exact
 /// (the detector's), and an OOM victim's record must be read while the victim's /proc
 /// entry still names its cgroup, even while memory.events fires at a pod's limit.
-pub const RING_PRIORITY: i32 = 11;
+pub(crate) const RING_PRIORITY: i32 = 11;
 
 /// The key of the waiter's own stop descriptor; callers' keys must differ.
 const STOP_KEY: u64 = u64::MAX;
 
 /// How a watched descriptor reports readiness.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// Reported while readable: the callback must drain it (a ring buffer, inotify).
     Level,
     /// Reported once per kernel wake-up, with nothing to read (a memcg eventfd: its count
@@ -41,19 +41,19 @@ pub enum Trigger {
 
 /// A thread asleep on a set of descriptors, calling one function with the key of each
 /// that is ready. Dropping it stops and joins the thread.
-pub struct Waiter {
+pub(crate) struct Waiter {
     epoll: Arc<Epoll>,
     stop: EventFd,
     thread: Option<std::thread::JoinHandle<()>>,
     ended: Option<oneshot::Receiver<()>>,
     /// What scheduling the thread got, for the source's status.
-    pub scheduling: String,
+    pub(crate) scheduling: String,
 }
 
 impl Waiter {
     /// Starts the thread `name`. `ready(key)` runs on it for every ready descriptor;
     /// returning false ends the thread (a descriptor failed for good).
-    pub fn start(
+    pub(crate) fn start(
         name: &str,
         priority: i32,
         mut ready: impl FnMut(u64) -> bool + Send + 'static,
@@ -99,7 +99,12 @@ impl Waiter {
     }
 
     /// Adds a descriptor; `key` (not `u64::MAX`) comes back to `ready` when it is ready.
-    pub fn watch(&self, fd: BorrowedFd<'_>, key: u64, trigger: Trigger) -> std::io::Result<()> {
+    pub(crate) fn watch(
+        &self,
+        fd: BorrowedFd<'_>,
+        key: u64,
+        trigger: Trigger,
+    ) -> std::io::Result<()> {
         debug_assert_ne!(key, STOP_KEY);
         let flags = match trigger {
             Trigger::Level => EpollFlags::EPOLLIN,
@@ -110,13 +115,13 @@ impl Waiter {
     }
 
     /// Removes a descriptor, before it is closed.
-    pub fn unwatch(&self, fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    pub(crate) fn unwatch(&self, fd: BorrowedFd<'_>) -> std::io::Result<()> {
         self.epoll.delete(fd)?;
         Ok(())
     }
 
     /// Resolves when the thread has ended on its own (a descriptor failed).
-    pub async fn ended(&mut self) {
+    pub(crate) async fn ended(&mut self) {
         match &mut self.ended {
             Some(rx) => {
                 let _ = rx.await;
@@ -142,7 +147,7 @@ impl Drop for Waiter {
 /// Puts the calling thread on SCHED_FIFO at `priority`, or, where the process's
 /// RLIMIT_RTPRIO (without CAP_SYS_NICE) allows less, at the highest priority it allows;
 /// says what it got.
-pub fn realtime_priority(priority: i32) -> String {
+pub(crate) fn realtime_priority(priority: i32) -> String {
     match set_fifo(priority) {
         Ok(()) => format!("SCHED_FIFO priority {priority}"),
         Err(err) => {

@@ -6,7 +6,7 @@ use tokio::time::{MissedTickBehavior, interval_at};
 
 use super::{WakeDetail, WakeSender, WakeSource};
 
-pub fn spawn(period: Duration, wakes: WakeSender) -> JoinHandle<()> {
+pub(crate) fn spawn(period: Duration, wakes: WakeSender) -> JoinHandle<()> {
     tokio::spawn(async move {
         // The loop runs its first synchronize at startup; the first tick is one period later.
         let mut ticks = interval_at(tokio::time::Instant::now() + period, period);

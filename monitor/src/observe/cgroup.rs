@@ -45,7 +45,7 @@ impl CgroupLayout {
 
     /// Detects the layout from mountinfo text; `controllers_of` reads a cgroup2 mount's
     /// `cgroup.controllers` (injected for tests).
-    pub fn from_mountinfo(
+    pub(crate) fn from_mountinfo(
         mountinfo: &str,
         controllers_of: impl Fn(&Path) -> String,
     ) -> Option<Self> {
@@ -79,25 +79,25 @@ impl CgroupLayout {
 
 /// One cgroup hierarchy mounted on this host, from /proc/self/mountinfo.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CgroupMount {
-    pub mount_point: PathBuf,
+pub(crate) struct CgroupMount {
+    pub(crate) mount_point: PathBuf,
     /// cgroup2 (else a v1 hierarchy).
-    pub v2: bool,
+    pub(crate) v2: bool,
     /// Super options: a v1 hierarchy's controllers ("rw", "memory", "cpu", …).
-    pub options: Vec<String>,
+    pub(crate) options: Vec<String>,
 }
 
 /// One line of mountinfo: where, which filesystem type, and its super options
 /// ("36 35 0:30 / /sys/fs/cgroup/memory rw,relatime shared:1 - cgroup cgroup rw,memory").
-pub struct Mount {
-    pub mount_point: PathBuf,
-    pub fstype: String,
-    pub super_options: Vec<String>,
+pub(crate) struct Mount {
+    pub(crate) mount_point: PathBuf,
+    pub(crate) fstype: String,
+    pub(crate) super_options: Vec<String>,
 }
 
 /// Every mount in mountinfo text, in its order (a later mount at the same point hides
 /// an earlier one).
-pub fn mounts(mountinfo: &str) -> Vec<Mount> {
+pub(crate) fn mounts(mountinfo: &str) -> Vec<Mount> {
     mountinfo
         .lines()
         .filter_map(|line| {
@@ -116,7 +116,7 @@ pub fn mounts(mountinfo: &str) -> Vec<Mount> {
 }
 
 /// Every cgroup and cgroup2 mount in mountinfo text.
-pub fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
+pub(crate) fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
     mounts(mountinfo)
         .into_iter()
         .filter_map(|m| {
@@ -162,22 +162,22 @@ fn unescape_mount_path(text: &str) -> String {
 pub struct MemoryStats {
     pub usage_bytes: u64,
     /// Hierarchical inactive file pages (v1 `total_inactive_file`, v2 `inactive_file`).
-    pub inactive_file_bytes: Option<u64>,
+    pub(crate) inactive_file_bytes: Option<u64>,
     /// The hard limit (v1 memory.limit_in_bytes, v2 memory.max); `None` when unlimited.
     pub limit_bytes: Option<u64>,
     /// usage − inactive_file, as the kubelet (cAdvisor) computes the working set.
-    pub working_set_bytes: u64,
+    pub(crate) working_set_bytes: u64,
 }
 
 /// Event counters of one cgroup (v2 memory.events; v1 memory.oom_control and failcnt).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct MemoryEvents {
     /// v2: times usage went over memory.high.
-    pub high: Option<u64>,
+    pub(crate) high: Option<u64>,
     /// v2: times usage hit memory.max; v1: memory.failcnt.
-    pub max: Option<u64>,
+    pub(crate) max: Option<u64>,
     /// v2: OOM situations; v1: `under_oom` flag.
-    pub oom: Option<u64>,
+    pub(crate) oom: Option<u64>,
     /// Processes the OOM killer killed in this cgroup (v2 `oom_kill`, v1 oom_control
     /// `oom_kill`, since 4.13).
     pub oom_kill: Option<u64>,
@@ -203,7 +203,7 @@ impl CgroupReader {
 
     /// Keeps the files the working set is read from open in `open` (for readers of the
     /// same cgroups at every synchronize).
-    pub fn keeping_open(mut self, open: Arc<OpenFiles>) -> Self {
+    pub(crate) fn keeping_open(mut self, open: Arc<OpenFiles>) -> Self {
         self.open = Some(open);
         self
     }
@@ -224,16 +224,16 @@ impl CgroupReader {
         }
     }
 
-    pub fn version(&self) -> CgroupVersion {
+    pub(crate) fn version(&self) -> CgroupVersion {
         self.version
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// Absolute directory of a cgroup given relative to the root ("" is the root).
-    pub fn dir(&self, cgroup: &str) -> PathBuf {
+    pub(crate) fn dir(&self, cgroup: &str) -> PathBuf {
         self.root.join(cgroup.trim_start_matches('/'))
     }
 
@@ -246,11 +246,11 @@ impl CgroupReader {
 
     /// The file whose value crosses memory thresholds (v1 memory.usage_in_bytes, v2
     /// memory.current).
-    pub fn usage_file(&self, cgroup: &str) -> PathBuf {
+    pub(crate) fn usage_file(&self, cgroup: &str) -> PathBuf {
         self.file(cgroup, "memory.usage_in_bytes", "memory.current")
     }
 
-    pub fn memory_stats(&self, cgroup: &str) -> Result<MemoryStats, ObserveError> {
+    pub(crate) fn memory_stats(&self, cgroup: &str) -> Result<MemoryStats, ObserveError> {
         let (usage_bytes, inactive_file_bytes) = self.usage_and_inactive_file(cgroup)?;
         let limit_path = self.file(cgroup, "memory.limit_in_bytes", "memory.max");
         let limit_bytes = match self.read(&limit_path) {
@@ -273,13 +273,13 @@ impl CgroupReader {
 
     /// The working set alone (usage minus inactive file pages, as cAdvisor computes it):
     /// two reads, no limit, for callers that poll many cgroups.
-    pub fn working_set_bytes(&self, cgroup: &str) -> Result<u64, ObserveError> {
+    pub(crate) fn working_set_bytes(&self, cgroup: &str) -> Result<u64, ObserveError> {
         let (usage, inactive_file) = self.usage_and_inactive_file(cgroup)?;
         Ok(usage.saturating_sub(inactive_file.unwrap_or(0)))
     }
 
     /// The usage (memory.usage_in_bytes or memory.current): one read.
-    pub fn usage_bytes(&self, cgroup: &str) -> Result<u64, ObserveError> {
+    pub(crate) fn usage_bytes(&self, cgroup: &str) -> Result<u64, ObserveError> {
         let path = self.usage_file(cgroup);
         Ok(self
             .read_with(&path, |text| single(&path, text))??
@@ -328,11 +328,6 @@ impl CgroupReader {
                 })
             }
         }
-    }
-
-    /// The cgroup's memory.pressure file (PSI per cgroup: v2 only).
-    pub fn pressure_file(&self, cgroup: &str) -> PathBuf {
-        self.dir(cgroup).join("memory.pressure")
     }
 }
 

@@ -12,8 +12,8 @@ pub struct FsStats {
     pub capacity_bytes: u64,
     /// Bytes available to unprivileged users (f_bavail), as the kubelet reports.
     pub available_bytes: u64,
-    pub inodes: u64,
-    pub inodes_free: u64,
+    pub(crate) inodes: u64,
+    pub(crate) inodes_free: u64,
 }
 
 pub fn statvfs(path: &Path) -> Result<FsStats, ObserveError> {
@@ -37,7 +37,7 @@ pub fn statvfs(path: &Path) -> Result<FsStats, ObserveError> {
 /// moves on with an error, and the path counts as hung until its thread comes back: no
 /// second thread is sent after it.
 #[derive(Clone, Debug)]
-pub struct BoundedStatvfs {
+pub(crate) struct BoundedStatvfs {
     timeout: Duration,
     in_flight: Arc<Mutex<BTreeSet<PathBuf>>>,
     workers: Arc<Mutex<HashMap<PathBuf, Worker>>>,
@@ -47,7 +47,7 @@ pub struct BoundedStatvfs {
 type Worker = SyncSender<Sender<Result<FsStats, ObserveError>>>;
 
 impl BoundedStatvfs {
-    pub fn new(timeout: Duration) -> Self {
+    pub(crate) fn new(timeout: Duration) -> Self {
         BoundedStatvfs {
             timeout,
             in_flight: Arc::default(),
@@ -55,7 +55,7 @@ impl BoundedStatvfs {
         }
     }
 
-    pub fn statvfs(&self, path: &Path) -> Result<FsStats, ObserveError> {
+    pub(crate) fn statvfs(&self, path: &Path) -> Result<FsStats, ObserveError> {
         self.start(path).wait()
     }
 
@@ -63,7 +63,7 @@ impl BoundedStatvfs {
     /// other files meanwhile and takes the answer with [`PendingStatvfs::wait`]. Handing
     /// the call to another thread and back costs more than the call itself (about
     /// 150 µs here, against 2 µs), so the wait overlaps it with other work.
-    pub fn start(&self, path: &Path) -> PendingStatvfs {
+    pub(crate) fn start(&self, path: &Path) -> PendingStatvfs {
         let hung = ObserveError::Hung {
             path: path.to_path_buf(),
             after: self.timeout,
@@ -125,7 +125,7 @@ impl BoundedStatvfs {
 }
 
 /// A statvfs under way on its path's thread, or its result when it never went there.
-pub enum PendingStatvfs {
+pub(crate) enum PendingStatvfs {
     Asked {
         answered: Receiver<Result<FsStats, ObserveError>>,
         /// The call counts as hung past this.
@@ -137,7 +137,7 @@ pub enum PendingStatvfs {
 
 impl PendingStatvfs {
     /// The answer, or an error once the bound has passed since the call was asked for.
-    pub fn wait(self) -> Result<FsStats, ObserveError> {
+    pub(crate) fn wait(self) -> Result<FsStats, ObserveError> {
         match self {
             PendingStatvfs::Done(result) => result,
             PendingStatvfs::Asked {

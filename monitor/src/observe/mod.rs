@@ -6,17 +6,17 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub mod cgroup;
+pub(crate) mod cgroup;
 mod error;
 pub mod fs;
-pub mod open_files;
+pub(crate) mod open_files;
 pub mod parse;
 
 pub use cgroup::{CgroupLayout, CgroupReader, CgroupVersion, MemoryEvents, MemoryStats};
-pub use error::ObserveError;
-pub use fs::{BoundedStatvfs, FsStats};
-pub use open_files::OpenFiles;
-pub use parse::Psi;
+pub(crate) use error::ObserveError;
+pub(crate) use fs::{BoundedStatvfs, FsStats};
+pub(crate) use open_files::OpenFiles;
+pub(crate) use parse::Psi;
 
 /// Where to look.
 #[derive(Clone, Debug)]
@@ -63,15 +63,15 @@ impl Default for ObserverConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct NodeMemory {
     pub capacity_bytes: u64,
-    pub usage_bytes: u64,
-    pub inactive_file_bytes: u64,
-    pub working_set_bytes: u64,
+    pub(crate) usage_bytes: u64,
+    pub(crate) inactive_file_bytes: u64,
+    pub(crate) working_set_bytes: u64,
     /// Memory set aside as hugepages, every size (meminfo's `Hugetlb`): regular pods
     /// cannot use it, and node allocatable leaves it out.
-    pub hugepages_bytes: u64,
+    pub(crate) hugepages_bytes: u64,
     /// The hugepages taken out of memory.available: those the working set does not hold,
     /// when the HugepageAwareEviction gate is on; otherwise 0.
-    pub hugepages_left_out_bytes: u64,
+    pub(crate) hugepages_left_out_bytes: u64,
     /// capacity − working set − the hugepages left out: the memory.available signal.
     pub available_bytes: u64,
 }
@@ -81,7 +81,7 @@ impl NodeMemory {
     /// notifiers' levels): what available plus working set add up to, i.e. the capacity
     /// less the hugepages left out (the kubelet derives it from its adjusted Summary the
     /// same way).
-    pub fn signal_capacity_bytes(&self) -> u64 {
+    pub(crate) fn signal_capacity_bytes(&self) -> u64 {
         self.capacity_bytes
             .saturating_sub(self.hugepages_left_out_bytes)
     }
@@ -98,7 +98,7 @@ pub struct AllocatableMemory {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PidStats {
     /// kernel.pid_max.
-    pub max: u64,
+    pub(crate) max: u64,
     /// Tasks currently alive (sysinfo's procs, as the kubelet's rlimit stats).
     pub current: u64,
 }
@@ -107,20 +107,20 @@ pub struct PidStats {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct NodeObservation {
     /// When it was taken ([`crate::clock::monotonic_ns`]).
-    pub taken_at_ns: u64,
+    pub(crate) taken_at_ns: u64,
     pub memory: NodeMemory,
     pub allocatable: Option<AllocatableMemory>,
     /// `None` when its statvfs failed or hung (see `failed`).
     pub nodefs: Option<FsStats>,
     /// `None` without an image filesystem, or when its statvfs failed or hung.
-    pub imagefs: Option<FsStats>,
+    pub(crate) imagefs: Option<FsStats>,
     /// Whether an image filesystem of its own is configured (read or not).
-    pub dedicated_imagefs: bool,
+    pub(crate) dedicated_imagefs: bool,
     /// `None` when pid_max or the task count could not be read.
     pub pids: Option<PidStats>,
     /// Stall information (PSI), where the kernel has it.
     #[serde(skip)]
-    pub pressure: NodePressure,
+    pub(crate) pressure: NodePressure,
     /// The parts left out of this observation and why: their signals are off until they
     /// read again, and every other signal keeps acting.
     pub failed: Vec<String>,
@@ -130,15 +130,15 @@ pub struct NodeObservation {
 /// kernel has no such file or it did not parse. The I/O and pods files are read only when
 /// the PSI contention conditions are on ([`ObserverConfig::contention`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct NodePressure {
+pub(crate) struct NodePressure {
     /// `/proc/pressure/memory`.
-    pub memory: Option<Psi>,
+    pub(crate) memory: Option<Psi>,
     /// `/proc/pressure/io`.
-    pub io: Option<Psi>,
+    pub(crate) io: Option<Psi>,
     /// The pods cgroup's `memory.pressure` (cgroup v2).
-    pub pods_memory: Option<Psi>,
+    pub(crate) pods_memory: Option<Psi>,
     /// The pods cgroup's `io.pressure` (cgroup v2).
-    pub pods_io: Option<Psi>,
+    pub(crate) pods_io: Option<Psi>,
 }
 
 /// A part of the observation that may be left out: its value, or `None` with the reason
@@ -154,7 +154,7 @@ fn kept<T>(failed: &mut Vec<String>, what: &str, result: Result<T, ObserveError>
 }
 
 /// How long a filesystem's statvfs may take before it counts as hung.
-pub const STATVFS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const STATVFS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Takes [`NodeObservation`]s.
 #[derive(Clone, Debug)]
@@ -183,14 +183,6 @@ impl Observer {
 
     fn read(&self, path: &std::path::Path) -> Result<String, ObserveError> {
         self.open.read(path)
-    }
-
-    pub fn reader(&self) -> &CgroupReader {
-        &self.reader
-    }
-
-    pub fn config(&self) -> &ObserverConfig {
-        &self.config
     }
 
     /// Reads everything now. Memory is what every decision that protects the node from
@@ -238,7 +230,7 @@ impl Observer {
 
     /// The pressure files: the node's memory always, the rest for the contention
     /// conditions. A file that is missing or does not parse is `None`.
-    pub fn pressure(&self) -> NodePressure {
+    pub(crate) fn pressure(&self) -> NodePressure {
         let psi = |path: PathBuf| self.read(&path).ok().and_then(|t| parse::psi(&t).ok());
         let proc = &self.config.proc_root;
         let mut pressure = NodePressure {
@@ -257,7 +249,7 @@ impl Observer {
         pressure
     }
 
-    pub fn node_memory(&self) -> Result<NodeMemory, ObserveError> {
+    pub(crate) fn node_memory(&self) -> Result<NodeMemory, ObserveError> {
         let path = self.config.proc_root.join("meminfo");
         // The keys are picked from the text as it is read: no map of all fifty.
         let [total, free, inactive, hugetlb, huge_total, huge_size] =
@@ -317,7 +309,7 @@ impl Observer {
         })
     }
 
-    pub fn allocatable(
+    pub(crate) fn allocatable(
         &self,
         cgroup: &str,
         node_capacity: u64,
@@ -334,7 +326,7 @@ impl Observer {
         })
     }
 
-    pub fn pids(&self) -> Result<PidStats, ObserveError> {
+    pub(crate) fn pids(&self) -> Result<PidStats, ObserveError> {
         let path = self.config.proc_root.join("sys/kernel/pid_max");
         let max = parse::single_value(&self.read(&path)?)
             .map_err(|e| ObserveError::Parse {

@@ -48,7 +48,7 @@ struct Inner {
 
 /// Open cgroup files, each read afresh with `pread(2)`; see the module's documentation.
 #[derive(Debug)]
-pub struct OpenFiles {
+pub(crate) struct OpenFiles {
     inner: Mutex<Inner>,
     budget: usize,
 }
@@ -62,7 +62,7 @@ impl Default for OpenFiles {
 impl OpenFiles {
     /// A set whose budget is half the process's soft open-file limit (see
     /// [`raise_open_file_limit`]).
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
             .map_or(1024, |(soft, _)| soft);
         let budget = usize::try_from(soft / BUDGET_SHARE).unwrap_or(MAX_BUDGET);
@@ -70,7 +70,7 @@ impl OpenFiles {
     }
 
     /// A set that keeps at most `budget` descriptors.
-    pub fn with_budget(budget: usize) -> Self {
+    pub(crate) fn with_budget(budget: usize) -> Self {
         OpenFiles {
             inner: Mutex::new(Inner::default()),
             budget,
@@ -78,7 +78,7 @@ impl OpenFiles {
     }
 
     /// The file's whole content, read now.
-    pub fn read(&self, path: &Path) -> Result<String, ObserveError> {
+    pub(crate) fn read(&self, path: &Path) -> Result<String, ObserveError> {
         self.read_with(path, str::to_string)
     }
 
@@ -86,7 +86,7 @@ impl OpenFiles {
     /// file that fits in [`FIRST_READ`] bytes (every per-pod file does). The set's lock
     /// is held only to find or keep the descriptor, never during the read, so threads
     /// read different files at once.
-    pub fn read_with<R>(
+    pub(crate) fn read_with<R>(
         &self,
         path: &Path,
         parse: impl FnOnce(&str) -> R,
@@ -137,7 +137,7 @@ impl OpenFiles {
     }
 
     /// Closes the descriptors not read since the previous sweep.
-    pub fn sweep(&self) {
+    pub(crate) fn sweep(&self) {
         let mut inner = self.lock();
         let generation = inner.generation;
         inner.files.retain(|_, kept| kept.read_in == generation);
@@ -145,11 +145,13 @@ impl OpenFiles {
     }
 
     /// How many descriptors are kept now.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.lock().files.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -219,7 +221,7 @@ fn utf8(bytes: &[u8]) -> io::Result<&str> {
 /// thousand pods fit (the soft limit is often 1024; systemd's hard limit is 512Ki).
 /// Returns the new soft limit. Whoever starts containers records the limits as they were
 /// first: containers start with those, not with this one.
-pub fn raise_open_file_limit() -> io::Result<u64> {
+pub(crate) fn raise_open_file_limit() -> io::Result<u64> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(io::Error::from)?;
     if soft < hard {

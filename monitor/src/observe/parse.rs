@@ -25,7 +25,7 @@ pub fn flat_keyed(text: &str) -> BTreeMap<String, u64> {
 
 /// One key of a flat keyed file, found without building the whole map (memory.stat has
 /// dozens of keys; a synchronize wants one of them from every pod).
-pub fn flat_keyed_value(text: &str, wanted: &str) -> Option<u64> {
+pub(crate) fn flat_keyed_value(text: &str, wanted: &str) -> Option<u64> {
     text.lines().find_map(|line| {
         // The key, an optional colon, then whitespace: matched before any splitting.
         let rest = line.trim_start().strip_prefix(wanted)?;
@@ -46,13 +46,13 @@ pub fn flat_keyed_value(text: &str, wanted: &str) -> Option<u64> {
 /// A single-value file held neither a number nor `max`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("expected a number or \"max\", found {found:?}")]
-pub struct SingleValueError {
-    pub found: String,
+pub(crate) struct SingleValueError {
+    pub(crate) found: String,
 }
 
 /// A single-value file such as memory.usage_in_bytes or memory.max. `max` (v2's "no
 /// limit") is `None`; so is v1's "no limit" value, which is a page-rounded i64::MAX.
-pub fn single_value(text: &str) -> Result<Option<u64>, SingleValueError> {
+pub(crate) fn single_value(text: &str) -> Result<Option<u64>, SingleValueError> {
     let t = text.trim();
     if t == "max" {
         return Ok(None);
@@ -69,25 +69,25 @@ pub fn single_value(text: &str) -> Result<Option<u64>, SingleValueError> {
 
 /// One line of a PSI file ("some avg10=0.00 avg60=0.00 avg300=0.00 total=0").
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PsiLine {
-    pub avg10: f64,
-    pub avg60: f64,
-    pub avg300: f64,
+pub(crate) struct PsiLine {
+    pub(crate) avg10: f64,
+    pub(crate) avg60: f64,
+    pub(crate) avg300: f64,
     /// Total stall time in microseconds.
-    pub total_us: u64,
+    pub(crate) total_us: u64,
 }
 
 /// /proc/pressure/memory or a cgroup's memory.pressure.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Psi {
-    pub some: PsiLine,
+pub(crate) struct Psi {
+    pub(crate) some: PsiLine,
     /// Absent for the cpu resource on older kernels.
-    pub full: Option<PsiLine>,
+    pub(crate) full: Option<PsiLine>,
 }
 
 /// A PSI file that does not parse; the caller adds the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PsiParseError {
+pub(crate) enum PsiParseError {
     /// `kind` is the line ("some", "full"), `word` the `key=value` that is not a number.
     #[error("{kind}: bad value {word:?}")]
     BadValue { kind: String, word: String },
@@ -95,7 +95,7 @@ pub enum PsiParseError {
     NoSome,
 }
 
-pub fn psi(text: &str) -> Result<Psi, PsiParseError> {
+pub(crate) fn psi(text: &str) -> Result<Psi, PsiParseError> {
     let mut some = None;
     let mut full = None;
     for line in text.lines() {

@@ -55,17 +55,17 @@ use files::{collect_pids, remove_cgroup};
 use hierarchy::hierarchies;
 pub use hierarchy::{Controller, Hierarchy};
 use names::{join, validate_component, validate_container_name, validate_uid};
-pub use values::CgroupWarning;
+pub(crate) use values::CgroupWarning;
 #[cfg(test)]
 use values::{ValueWrite, resource_writes};
 
 /// The pods root's name under `<root>` (kubelet: defaultNodeAllocatableCgroupName).
-pub const PODS_CGROUP: &str = "kubepods";
+pub(crate) const PODS_CGROUP: &str = "kubepods";
 /// Tier names: the lower-cased QoS class (kubelet: qos container manager Start).
-pub const BURSTABLE_CGROUP: &str = "burstable";
-pub const BEST_EFFORT_CGROUP: &str = "besteffort";
+pub(crate) const BURSTABLE_CGROUP: &str = "burstable";
+pub(crate) const BEST_EFFORT_CGROUP: &str = "besteffort";
 /// Pod cgroups are `pod<uid>` (kubelet: pod container manager GetPodContainerName).
-pub const POD_CGROUP_PREFIX: &str = "pod";
+pub(crate) const POD_CGROUP_PREFIX: &str = "pod";
 
 const MOUNTINFO: &str = "/proc/self/mountinfo";
 
@@ -116,8 +116,8 @@ pub struct PodCgroup {
 /// A container's cgroup inside its pod's.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ContainerCgroup {
-    pub pod_uid: String,
-    pub name: String,
+    pub(crate) pod_uid: String,
+    pub(crate) name: String,
     pub relative: String,
 }
 
@@ -153,7 +153,7 @@ impl CgroupTree {
 
     /// As [`CgroupTree::new`] with mountinfo text given; `controllers_of` reads a v2
     /// directory's `cgroup.controllers` (injected for tests).
-    pub fn from_mountinfo(
+    pub(crate) fn from_mountinfo(
         layout: &CgroupLayout,
         root: &str,
         mountinfo: &str,
@@ -293,7 +293,10 @@ impl CgroupTree {
     /// Writes the Memory QoS protections of the QoS level (kubelet: qos container manager
     /// setMemoryQoS): `memory.min` of the pods root (the Guaranteed tier) and `memory.low`
     /// of the Burstable tier. cgroup v2 only; on v1 nothing is written.
-    pub fn update_memory_qos_tiers(&self, protection: &TierProtection) -> Result<(), CgroupError> {
+    pub(crate) fn update_memory_qos_tiers(
+        &self,
+        protection: &TierProtection,
+    ) -> Result<(), CgroupError> {
         if self.version != CgroupVersion::V2 {
             return Ok(());
         }
@@ -370,7 +373,7 @@ impl CgroupTree {
     /// Where the cgroup of pod `uid` of class `qos` is (or would be): nothing is created
     /// or read. An eviction looks there for processes a record no longer names. `None`
     /// for a uid that cannot name a pod cgroup.
-    pub fn pod_cgroup(&self, uid: &str, qos: QosClass) -> Option<PodCgroup> {
+    pub(crate) fn pod_cgroup(&self, uid: &str, qos: QosClass) -> Option<PodCgroup> {
         validate_uid(uid).ok()?;
         Some(PodCgroup {
             uid: uid.to_string(),
@@ -428,7 +431,7 @@ impl CgroupTree {
     /// SIGKILLs whatever is left in a container's cgroup once its main process has
     /// exited (background children it started, which would otherwise pile up across
     /// restarts), the same way as a pod's kill. Returns how many were killed.
-    pub fn kill_container_leftovers(
+    pub(crate) fn kill_container_leftovers(
         &self,
         pod: &PodCgroup,
         name: &str,
@@ -454,7 +457,8 @@ impl CgroupTree {
         self.remove_relative(&pod.relative)
     }
 
-    pub fn remove_container(&self, container: &ContainerCgroup) -> Result<(), CgroupError> {
+    #[cfg(test)]
+    pub(crate) fn remove_container(&self, container: &ContainerCgroup) -> Result<(), CgroupError> {
         self.remove_relative(&container.relative)
     }
 
@@ -481,7 +485,7 @@ impl CgroupTree {
     }
 
     /// A reader of the pod's memory cgroup alone (its root is the pod's directory).
-    pub fn pod_memory_reader(&self, pod: &PodCgroup) -> CgroupReader {
+    pub(crate) fn pod_memory_reader(&self, pod: &PodCgroup) -> CgroupReader {
         CgroupReader::new(
             self.version,
             self.memory_root.join(pod.relative.trim_start_matches('/')),
@@ -495,7 +499,7 @@ impl CgroupTree {
 
     /// Closes the kept memory files no read used since the previous call (pods and
     /// containers that went): called after every pass over the pods.
-    pub fn sweep_open_files(&self) {
+    pub(crate) fn sweep_open_files(&self) {
         self.open.sweep();
     }
 
@@ -528,7 +532,7 @@ impl CgroupTree {
 
     /// Working set of a container runtime's container: its cgroup is named by the
     /// container's id (64 hex digits) under the pod's.
-    pub fn runtime_container_working_set(&self, pod: &PodCgroup, id: &str) -> Option<u64> {
+    pub(crate) fn runtime_container_working_set(&self, pod: &PodCgroup, id: &str) -> Option<u64> {
         let valid = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit());
         if !valid {
             return None;
@@ -541,7 +545,7 @@ impl CgroupTree {
     /// Memory working set of one container, from its own memory cgroup only (two small
     /// reads). `None` when the container has no cgroup to read (not running) or its name
     /// could not be one: no stats for it, as the kubelet has none for such a container.
-    pub fn container_working_set(&self, pod: &PodCgroup, name: &str) -> Option<u64> {
+    pub(crate) fn container_working_set(&self, pod: &PodCgroup, name: &str) -> Option<u64> {
         validate_container_name(name).ok()?;
         self.reader()
             .working_set_bytes(&join(&pod.relative, name))

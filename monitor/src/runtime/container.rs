@@ -16,7 +16,7 @@ use crate::policy::pod::Container;
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 #[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
+pub(crate) enum LaunchError {
     #[error("container {0}: no command and no args: nothing to run (this runtime has no images)")]
     NoCommand(String),
     #[error("container {container}: log file {path}: {source}")]
@@ -34,19 +34,19 @@ pub enum LaunchError {
 }
 
 /// Everything needed to start one container process.
-pub struct Launch<'a> {
-    pub container: &'a Container,
+pub(crate) struct Launch<'a> {
+    pub(crate) container: &'a Container,
     /// `cgroup.procs` files to write "0" into before exec (every hierarchy).
-    pub join_files: Vec<PathBuf>,
-    pub oom_score_adj: i32,
-    pub log_path: PathBuf,
+    pub(crate) join_files: Vec<PathBuf>,
+    pub(crate) oom_score_adj: i32,
+    pub(crate) log_path: PathBuf,
 }
 
 /// Spawns the process. It runs in its own session, so it outlives the agent (an agent
 /// restart adopts it) and a signal to the agent's process group does not reach it. It
 /// starts with the limits the agent was started with, on the ordinary scheduler and
 /// without memory locks (see [`inherited`](super::inherited)), not with the agent's own.
-pub fn spawn(launch: &Launch<'_>) -> Result<tokio::process::Child, LaunchError> {
+pub(crate) fn spawn(launch: &Launch<'_>) -> Result<tokio::process::Child, LaunchError> {
     spawn_with(launch, OriginalLimits::original())
 }
 

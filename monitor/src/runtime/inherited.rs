@@ -13,20 +13,20 @@ use std::sync::OnceLock;
 
 /// One resource limit: soft and hard (`RLIM_INFINITY` for unlimited).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limit {
-    pub soft: u64,
-    pub hard: u64,
+pub(crate) struct Limit {
+    pub(crate) soft: u64,
+    pub(crate) hard: u64,
 }
 
 /// The limits a container starts with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OriginalLimits {
     /// RLIMIT_NOFILE: the agent raises its own soft limit to the hard one.
-    pub nofile: Limit,
+    pub(crate) nofile: Limit,
     /// RLIMIT_MEMLOCK: what may be locked in memory.
-    pub memlock: Limit,
+    pub(crate) memlock: Limit,
     /// RLIMIT_RTPRIO: the highest real-time priority an unprivileged process may take.
-    pub rtprio: Limit,
+    pub(crate) rtprio: Limit,
 }
 
 static ORIGINAL: OnceLock<OriginalLimits> = OnceLock::new();
@@ -60,7 +60,7 @@ type Resource = libc::c_int;
 
 impl OriginalLimits {
     /// The limits of this process now.
-    pub fn current() -> OriginalLimits {
+    pub(crate) fn current() -> OriginalLimits {
         OriginalLimits {
             nofile: get(libc::RLIMIT_NOFILE),
             memlock: get(libc::RLIMIT_MEMLOCK),
@@ -76,7 +76,7 @@ impl OriginalLimits {
     }
 
     /// The recorded limits (recorded now when nothing recorded them yet).
-    pub fn original() -> OriginalLimits {
+    pub(crate) fn original() -> OriginalLimits {
         OriginalLimits::record()
     }
 
@@ -84,7 +84,7 @@ impl OriginalLimits {
     /// limit, which an unprivileged process could not raise again anyway), puts the
     /// process on SCHED_OTHER with priority 0 and unlocks its memory. Only
     /// async-signal-safe system calls, no allocation.
-    pub fn restore_in_child(&self) -> io::Result<()> {
+    pub(crate) fn restore_in_child(&self) -> io::Result<()> {
         // Real-time and locked-memory allowances are the agent's own (its unit grants
         // them for its notifier threads): a container gets a runtime's defaults, no
         // real-time priority and the kernel's 8 MiB of locked memory, never more than the

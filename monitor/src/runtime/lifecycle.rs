@@ -17,5 +17,5 @@ mod tests;
 pub(super) use evict::{evict, processes_left};
 pub use launch::has_cap_sys_resource;
 pub(super) use records::{persist, publish, remove_cgroups, update_tiers};
-pub(super) use stop::{kill, stop_all};
+pub(super) use stop::kill;
 pub(super) use supervise::supervise;

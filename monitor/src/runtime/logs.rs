@@ -4,17 +4,17 @@
 use std::path::{Path, PathBuf};
 
 /// The directory of one pod's logs.
-pub fn pod_dir(log_dir: &Path, namespace: &str, name: &str, uid: &str) -> PathBuf {
+pub(crate) fn pod_dir(log_dir: &Path, namespace: &str, name: &str, uid: &str) -> PathBuf {
     log_dir.join(format!("{namespace}_{name}_{uid}"))
 }
 
 /// The log file of one run of a container.
-pub fn container_log(pod_dir: &Path, container: &str, restart: u32) -> PathBuf {
+pub(crate) fn container_log(pod_dir: &Path, container: &str, restart: u32) -> PathBuf {
     pod_dir.join(container).join(format!("{restart}.log"))
 }
 
 /// Bytes (allocated on disk, as du counts) and inodes used under `path`.
-pub fn usage(path: &Path) -> (u64, u64) {
+pub(crate) fn usage(path: &Path) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return (0, 0);
@@ -32,7 +32,7 @@ pub fn usage(path: &Path) -> (u64, u64) {
 }
 
 /// Removes `path` (file or directory) and returns what that freed.
-pub fn remove(path: &Path) -> (u64, u64) {
+pub(crate) fn remove(path: &Path) -> (u64, u64) {
     let freed = usage(path);
     let result = if path.is_dir() {
         std::fs::remove_dir_all(path)
@@ -49,7 +49,7 @@ pub fn remove(path: &Path) -> (u64, u64) {
 }
 
 /// The logs of earlier runs of a container: every `<n>.log` but the newest.
-pub fn old_runs(container_dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn old_runs(container_dir: &Path) -> Vec<PathBuf> {
     let mut runs: Vec<(u32, PathBuf)> = std::fs::read_dir(container_dir)
         .into_iter()
         .flatten()

@@ -16,19 +16,19 @@ use crate::policy::pod::{Pod, PodError, parse_pod};
 
 /// A manifest that parsed.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Manifest {
-    pub path: PathBuf,
-    pub pod: Pod,
+pub(crate) struct Manifest {
+    pub(crate) path: PathBuf,
+    pub(crate) pod: Pod,
     /// Stable identity of this version of the manifest: `metadata.uid` when given, else a
     /// hash of the pod's namespace, name and the file's content, so editing a file makes a
     /// new pod (the kubelet hashes static pods the same way).
-    pub uid: String,
+    pub(crate) uid: String,
 }
 
 /// Why a manifest (or the directory) was skipped. Every message names the file, so the
 /// text alone is enough for the BadManifest event.
 #[derive(Debug, thiserror::Error)]
-pub enum ManifestError {
+pub(crate) enum ManifestError {
     #[error("{}: {source}", path.display())]
     Read {
         path: PathBuf,
@@ -60,7 +60,7 @@ pub enum ManifestError {
 
 impl ManifestError {
     /// The file (or directory) skipped.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         match self {
             ManifestError::Read { path, .. }
             | ManifestError::TooLarge { path, .. }
@@ -74,24 +74,24 @@ impl ManifestError {
 
 /// What the runtime that runs the pods asks of a manifest beyond the API's rules.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ManifestRules {
+pub(crate) struct ManifestRules {
     /// Every container names what to run (`command`, or failing that `args`): the
     /// process runtime has no image whose entrypoint could stand in.
-    pub require_command: bool,
+    pub(crate) require_command: bool,
 }
 
 impl ManifestRules {
     /// Pods run as host processes.
-    pub const PROCESS_RUNTIME: ManifestRules = ManifestRules {
+    pub(crate) const PROCESS_RUNTIME: ManifestRules = ManifestRules {
         require_command: true,
     };
     /// Pods run on a container runtime (CRI): the image may say what to run.
-    pub const CONTAINER_RUNTIME: ManifestRules = ManifestRules {
+    pub(crate) const CONTAINER_RUNTIME: ManifestRules = ManifestRules {
         require_command: false,
     };
 
     /// The rules of the runtime in use: a container runtime, or host processes.
-    pub fn for_runtime(container_runtime: bool) -> ManifestRules {
+    pub(crate) fn for_runtime(container_runtime: bool) -> ManifestRules {
         if container_runtime {
             ManifestRules::CONTAINER_RUNTIME
         } else {
@@ -157,7 +157,7 @@ fn manifest_entry(entry: &std::fs::DirEntry) -> Option<Result<PathBuf, ManifestE
 }
 
 /// Whether a directory entry is a manifest (editor swap files and dotfiles are not).
-pub fn is_manifest_name(name: &str) -> bool {
+pub(crate) fn is_manifest_name(name: &str) -> bool {
     !name.starts_with('.')
         && [".yaml", ".yml", ".json"]
             .iter()
@@ -166,14 +166,18 @@ pub fn is_manifest_name(name: &str) -> bool {
 
 /// Reads every manifest in `dir`, in name order, with no rule of a runtime (see
 /// [`load_dir_for`]). A missing directory is no pods.
-pub fn load_dir(dir: &Path) -> (Vec<Manifest>, Vec<ManifestError>) {
+#[cfg(test)]
+pub(crate) fn load_dir(dir: &Path) -> (Vec<Manifest>, Vec<ManifestError>) {
     load_dir_for(dir, ManifestRules::default())
 }
 
 /// Reads every manifest in `dir`, in name order, refusing what the runtime cannot run
 /// (`rules`). Symbolic links are followed; a dangling one is reported. A missing
 /// directory is no pods.
-pub fn load_dir_for(dir: &Path, rules: ManifestRules) -> (Vec<Manifest>, Vec<ManifestError>) {
+pub(crate) fn load_dir_for(
+    dir: &Path,
+    rules: ManifestRules,
+) -> (Vec<Manifest>, Vec<ManifestError>) {
     let mut manifests = Vec::new();
     let mut errors = Vec::new();
     let mut paths: Vec<PathBuf> = match std::fs::read_dir(dir) {
@@ -234,15 +238,16 @@ pub fn load_dir_for(dir: &Path, rules: ManifestRules) -> (Vec<Manifest>, Vec<Man
 /// and below what etcd stores as one object, so no pod a cluster could hold is refused
 /// (real pods take a few KiB), while a runaway file in the directory cannot make the
 /// agent parse gigabytes or hold them in memory.
-pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 
 /// Reads one manifest, with no rule of a runtime (see [`load_file_for`]).
-pub fn load_file(path: &Path) -> Result<Manifest, ManifestError> {
+#[cfg(test)]
+pub(crate) fn load_file(path: &Path) -> Result<Manifest, ManifestError> {
     load_file_for(path, ManifestRules::default())
 }
 
 /// Reads one manifest (following symbolic links), refusing what the runtime cannot run.
-pub fn load_file_for(path: &Path, rules: ManifestRules) -> Result<Manifest, ManifestError> {
+pub(crate) fn load_file_for(path: &Path, rules: ManifestRules) -> Result<Manifest, ManifestError> {
     let read_error = |source| ManifestError::Read {
         path: path.to_path_buf(),
         source,
@@ -312,18 +317,18 @@ pub fn load_file_for(path: &Path, rules: ManifestRules) -> Result<Manifest, Mani
 
 /// How often the files behind symbolic links among the manifests are looked at (the
 /// kubelet reads its whole manifest directory every 20 s).
-pub const LINK_CHECK: Duration = Duration::from_secs(5);
+pub(crate) const LINK_CHECK: Duration = Duration::from_secs(5);
 
 /// The files the symbolic links among the manifests of a directory lead to, each as the
 /// identity and times of its current version (`None` while the link leads nowhere). The
 /// directory's watch sees a link made, replaced or removed, not a change to the file it
 /// leads to: two readings that differ say that the directory must be read again.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LinkTargets(BTreeMap<PathBuf, Option<[i64; 6]>>);
+pub(crate) struct LinkTargets(BTreeMap<PathBuf, Option<[i64; 6]>>);
 
 impl LinkTargets {
     /// Reads them now (no links, or no directory: empty).
-    pub fn read(dir: &Path) -> LinkTargets {
+    pub(crate) fn read(dir: &Path) -> LinkTargets {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return LinkTargets::default();
         };
@@ -349,7 +354,8 @@ impl LinkTargets {
     }
 
     /// Whether the directory has symbolic links among its manifests.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }

@@ -21,13 +21,13 @@ use crate::state::SharedState;
 
 mod adopt;
 pub mod cgroups;
-pub mod container;
+pub(crate) mod container;
 pub mod cri;
 mod exit_status;
 pub mod inherited;
 mod lifecycle;
-pub mod logs;
-pub mod manifests;
+pub(crate) mod logs;
+pub(crate) mod manifests;
 pub mod port;
 mod reclaim;
 mod shared;
@@ -35,7 +35,7 @@ pub mod store;
 mod sys;
 
 pub use lifecycle::has_cap_sys_resource;
-pub use shared::{MAX_BACKOFF, RuntimeConfig};
+pub(crate) use shared::RuntimeConfig;
 
 use cgroups::{CgroupTree, PodCgroup};
 use port::{
@@ -47,7 +47,7 @@ use store::{PodRecord, StateStore};
 
 /// The runtime. Cheap to clone; every clone drives the same pods.
 #[derive(Clone)]
-pub struct LocalRuntime {
+pub(crate) struct LocalRuntime {
     shared: Arc<Shared>,
     /// The supervisor's inputs until [`LocalRuntime::run_pods`] starts it.
     pending: Arc<Mutex<Option<Supervisor>>>,
@@ -59,7 +59,7 @@ type Supervisor = (
 );
 
 #[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
+pub(crate) enum RuntimeError {
     #[error(transparent)]
     Cgroup(#[from] cgroups::CgroupError),
     #[error(transparent)]
@@ -71,7 +71,7 @@ pub enum RuntimeError {
 impl LocalRuntime {
     /// Creates the cgroup hierarchy, adopts the pods of an earlier run, and starts the
     /// supervisor (manifest watching, restarts). Must run inside a tokio runtime.
-    pub fn start(
+    pub(crate) fn start(
         config: RuntimeConfig,
         layout: &CgroupLayout,
         state: SharedState,
@@ -126,7 +126,7 @@ impl LocalRuntime {
     /// from an earlier run keep running meanwhile. Later calls do nothing.
     /// The tasks go under `tasks`' watch: the supervisor's end stops the agent (pods would
     /// never start or restart again), the image collector's is reported.
-    pub fn run_pods(&self, tasks: &crate::tasks::TaskAdder) {
+    pub(crate) fn run_pods(&self, tasks: &crate::tasks::TaskAdder) {
         use crate::tasks::Role;
         let pending = self
             .pending
@@ -160,7 +160,7 @@ impl LocalRuntime {
 
     /// The container runtime's name and version ("containerd 1.6.20, CRI v1"), or `None`
     /// on the process runtime. An unreachable runtime is an error.
-    pub async fn runtime_version(&self) -> Result<Option<String>, cri::CriError> {
+    pub(crate) async fn runtime_version(&self) -> Result<Option<String>, cri::CriError> {
         let Some(cri) = &self.shared.cri else {
             return Ok(None);
         };
@@ -173,14 +173,14 @@ impl LocalRuntime {
 
     /// The mount point of the container runtime's image filesystem (`None` on the process
     /// runtime, or when the runtime does not say).
-    pub async fn image_filesystem(&self) -> Option<std::path::PathBuf> {
+    pub(crate) async fn image_filesystem(&self) -> Option<std::path::PathBuf> {
         let cri = self.shared.cri.as_ref()?;
         cri::image_fs(cri).await.ok().map(|(mount, _, _)| mount)
     }
 
     /// The pods root relative to the memory hierarchy (the allocatableMemory.available
     /// signal reads it).
-    pub fn pods_cgroup(&self) -> String {
+    pub(crate) fn pods_cgroup(&self) -> String {
         self.shared.tree.pods_root_relative()
     }
 
@@ -188,7 +188,7 @@ impl LocalRuntime {
     /// eviction (persisted first, so it is never evicted twice nor restarted), then kills
     /// it (SIGTERM, SIGKILL after the grace period) and removes its cgroups. Every
     /// node-pressure eviction comes here, the hot path's kills booked after the fact too.
-    pub async fn evict(&self, decision: &EvictionDecision) -> EvictionOutcome {
+    pub(crate) async fn evict(&self, decision: &EvictionDecision) -> EvictionOutcome {
         let condition = crate::policy::condition::eviction_condition(
             decision,
             Some(crate::state::now_rfc3339()),
@@ -208,13 +208,8 @@ impl LocalRuntime {
     /// Calls `changed` whenever the pods change (started, exited, evicted, stopped): the
     /// agent synchronizes then, so that the hot path's victim is ranked among the pods
     /// running now. Set once; later calls are ignored.
-    pub fn on_pods_changed(&self, changed: impl Fn() + Send + Sync + 'static) {
+    pub(crate) fn on_pods_changed(&self, changed: impl Fn() + Send + Sync + 'static) {
         let _ = self.shared.on_change.set(Box::new(changed));
-    }
-
-    /// Stops every pod and waits for them (tests, uninstall). Records are removed.
-    pub async fn stop_all(&self) {
-        lifecycle::stop_all(&self.shared).await;
     }
 }
 

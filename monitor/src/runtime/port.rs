@@ -21,11 +21,11 @@ use crate::policy::stats::PodWithStats;
 use crate::policy::types::{NodeConditionType, Resource};
 
 /// A boxed future a port returns.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// How an eviction ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EvictionOutcome {
+pub(crate) enum EvictionOutcome {
     /// The pod was running; its processes are gone and its cgroups removed.
     Evicted,
     /// No such running pod (it finished, was removed, or another eviction got it first):
@@ -39,7 +39,7 @@ pub enum EvictionOutcome {
 
 impl EvictionOutcome {
     /// The name used in metrics labels, events and the API.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             EvictionOutcome::Evicted => "evicted",
             EvictionOutcome::AlreadyGone => "already_gone",
@@ -49,7 +49,7 @@ impl EvictionOutcome {
     }
 
     /// The pod is not running any more: nothing left to retry.
-    pub fn is_final(&self) -> bool {
+    pub(crate) fn is_final(&self) -> bool {
         matches!(
             self,
             EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone
@@ -74,33 +74,25 @@ impl std::fmt::Display for EvictionOutcome {
 /// synchronize that grows with pods, so a runtime reads only these (what is not read is
 /// `None`, which the policy treats as the kubelet treats a missing stat).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StatsNeeds {
+pub(crate) struct StatsNeeds {
     /// Process counts: only the pid.available ranking reads them.
-    pub processes: bool,
+    pub(crate) processes: bool,
     /// Disk usage of every pod's logs, volumes and writable layers: a disk signal's
     /// ranking. A pass asks for it only while a disk threshold is met or near.
-    pub disk: bool,
+    pub(crate) disk: bool,
     /// The same for the pods with a local storage limit (an ephemeral-storage limit or an
     /// emptyDir sizeLimit), which local storage isolation checks at every pass.
-    pub local_storage_limits: bool,
+    pub(crate) local_storage_limits: bool,
     /// Each container's memory: the memory eviction message names containers. Read only
     /// for the pods a memory eviction would pick ([`ActivePods::add_container_memory`]),
     /// never for every pod.
-    pub container_memory: bool,
+    pub(crate) container_memory: bool,
 }
 
-impl StatsNeeds {
-    /// Everything.
-    pub const ALL: StatsNeeds = StatsNeeds {
-        processes: true,
-        disk: true,
-        local_storage_limits: true,
-        container_memory: true,
-    };
-}
+impl StatsNeeds {}
 
 /// The pods that may be evicted, with their usage.
-pub trait ActivePods: Send + Sync {
+pub(crate) trait ActivePods: Send + Sync {
     /// Running pods, not already being stopped, with the stats in `needs` read NOW
     /// (containers' memory aside: see [`ActivePods::add_container_memory`]).
     fn active_pods(&self, needs: StatsNeeds) -> Vec<PodWithStats>;
@@ -122,16 +114,16 @@ pub trait ActivePods: Send + Sync {
 /// each to run its exit (Android's lmkd does the same). A pidfd names one process for
 /// good, and the call only reaps a process that is already dying.
 #[derive(Debug)]
-pub struct KillSwitch {
-    pub pod_key: String,
-    pub path: std::path::PathBuf,
+pub(crate) struct KillSwitch {
+    pub(crate) pod_key: String,
+    pub(crate) path: std::path::PathBuf,
     kill: CgroupKill,
     pidfds: Vec<PidFd>,
     /// Reads the pod's memory cgroup: the hot path looks at its usage at the crossing.
-    pub memory: Option<crate::observe::CgroupReader>,
+    pub(crate) memory: Option<crate::observe::CgroupReader>,
     /// Set just before the kill is written, so that the runtime never restarts a
     /// container of this pod, even when it sees the exit before the eviction is booked.
-    pub evicting: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    pub(crate) evicting: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Processes of one pod whose pidfds a switch keeps (more are killed, not reaped early).
@@ -140,7 +132,7 @@ const MAX_PIDFDS: usize = 64;
 impl KillSwitch {
     /// Opens `path` (a `cgroup.kill` file) for writing, and pidfds of the processes in
     /// its cgroup and the cgroup's children (the containers).
-    pub fn open(pod_key: &str, path: &std::path::Path) -> std::io::Result<KillSwitch> {
+    pub(crate) fn open(pod_key: &str, path: &std::path::Path) -> std::io::Result<KillSwitch> {
         let kill = CgroupKill::open(path)?;
         let pidfds = path.parent().map(open_pidfds).unwrap_or_default();
         Ok(KillSwitch {
@@ -154,14 +146,14 @@ impl KillSwitch {
     }
 
     /// With the pod's memory cgroup (see [`KillSwitch::memory`]).
-    pub fn with_memory(mut self, memory: crate::observe::CgroupReader) -> Self {
+    pub(crate) fn with_memory(mut self, memory: crate::observe::CgroupReader) -> Self {
         self.memory = Some(memory);
         self
     }
 
     /// With the runtime's flag for "this pod is being evicted" (see
     /// [`KillSwitch::evicting`]).
-    pub fn with_evicting_flag(
+    pub(crate) fn with_evicting_flag(
         mut self,
         evicting: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> Self {
@@ -170,7 +162,7 @@ impl KillSwitch {
     }
 
     /// Kills the pod: the runtime's flag is raised, then one write.
-    pub fn fire(&self) -> std::io::Result<()> {
+    pub(crate) fn fire(&self) -> std::io::Result<()> {
         if let Some(evicting) = &self.evicting {
             evicting.store(true, std::sync::atomic::Ordering::SeqCst);
         }
@@ -179,7 +171,7 @@ impl KillSwitch {
 
     /// After [`KillSwitch::fire`]: frees the memory of the killed processes now. Returns
     /// how many were reaped (0 where the kernel lacks process_mrelease).
-    pub fn release_memory(&self) -> usize {
+    pub(crate) fn release_memory(&self) -> usize {
         self.pidfds.iter().filter(|fd| fd.release_memory()).count()
     }
 }
@@ -226,20 +218,20 @@ impl KillSwitch {
     /// Opens pidfds of the processes the pod holds now, for [`KillSwitch::release_memory`]
     /// (a switch kept from an earlier arming knew the processes of then: a container
     /// started or restarted since is not among them).
-    pub fn refresh_processes(&mut self) {
+    pub(crate) fn refresh_processes(&mut self) {
         if let Some(dir) = self.path.parent() {
             self.pidfds = open_pidfds(dir);
         }
     }
 
     /// Whether its processes may not be the pod's any more: none known, or one exited.
-    pub fn processes_stale(&self) -> bool {
+    pub(crate) fn processes_stale(&self) -> bool {
         self.pidfds.is_empty() || self.pidfds.iter().any(|fd| !fd.exists())
     }
 }
 
 /// Carries out evictions.
-pub trait PodKiller: Send + Sync {
+pub(crate) trait PodKiller: Send + Sync {
     /// Marks the pod evicted (never restarted, never evicted twice), sends SIGTERM, then
     /// SIGKILL after the decision's grace period, and resolves once the pod is gone or
     /// the kill timeout ran out. Called again for a pod whose earlier kill failed, it
@@ -262,29 +254,29 @@ pub trait PodKiller: Send + Sync {
 
 /// Node-level reclaim (the kubelet's container and image garbage collection on the
 /// eviction path).
-pub trait NodeReclaim: Send + Sync {
+pub(crate) trait NodeReclaim: Send + Sync {
     /// Frees `resource` on the filesystem of `signal` and reports how much. Blocking: it
     /// deletes files; the loop calls it on a blocking thread.
     fn reclaim(&self, resource: Resource, signal: Signal) -> ReclaimResult;
 }
 
 /// Hears the node conditions after every synchronize.
-pub trait ConditionsSink: Send + Sync {
+pub(crate) trait ConditionsSink: Send + Sync {
     fn conditions_changed(&self, conditions: &[NodeConditionType]);
 }
 
 /// One port of each kind.
 #[derive(Clone)]
 pub struct Ports {
-    pub pods: Arc<dyn ActivePods>,
-    pub killer: Arc<dyn PodKiller>,
-    pub reclaim: Arc<dyn NodeReclaim>,
-    pub conditions: Arc<dyn ConditionsSink>,
+    pub(crate) pods: Arc<dyn ActivePods>,
+    pub(crate) killer: Arc<dyn PodKiller>,
+    pub(crate) reclaim: Arc<dyn NodeReclaim>,
+    pub(crate) conditions: Arc<dyn ConditionsSink>,
 }
 
 impl Ports {
     /// Every port served by one runtime.
-    pub fn of<R>(runtime: Arc<R>) -> Ports
+    pub(crate) fn of<R>(runtime: Arc<R>) -> Ports
     where
         R: ActivePods + PodKiller + NodeReclaim + ConditionsSink + 'static,
     {
@@ -305,7 +297,7 @@ impl Ports {
 
 /// A node without pods.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct NoPods;
+pub(crate) struct NoPods;
 
 impl ActivePods for NoPods {
     fn active_pods(&self, _needs: StatsNeeds) -> Vec<PodWithStats> {

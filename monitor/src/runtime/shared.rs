@@ -18,39 +18,39 @@ use crate::state::SharedState;
 
 /// Where and how the runtime runs pods.
 #[derive(Clone, Debug)]
-pub struct RuntimeConfig {
+pub(crate) struct RuntimeConfig {
     /// The manifest directory (the kubelet's staticPodPath).
-    pub manifest_dir: PathBuf,
+    pub(crate) manifest_dir: PathBuf,
     /// Container logs (`<dir>/<ns>_<name>_<uid>/<container>/<n>.log`).
-    pub log_dir: PathBuf,
+    pub(crate) log_dir: PathBuf,
     /// Pod records, for adoption after a restart.
-    pub state_dir: PathBuf,
+    pub(crate) state_dir: PathBuf,
     /// The cgroup root, relative to each hierarchy's mount ("monitor": kubepods lives at
     /// /sys/fs/cgroup/<controller>/monitor/kubepods).
-    pub cgroup_root: String,
+    pub(crate) cgroup_root: String,
     /// Memory limit of the pods root: node allocatable memory on a bounded node.
-    pub pods_memory_limit: Option<i64>,
+    pub(crate) pods_memory_limit: Option<i64>,
     /// What admission checks requests against (cpu, memory, pods).
-    pub node_allocatable: ResourceList,
+    pub(crate) node_allocatable: ResourceList,
     /// Node memory capacity (oom_score_adj of burstable containers).
-    pub memory_capacity: i64,
-    pub cgroup_options: CgroupOptions,
-    pub qos_reserved_memory_percent: Option<i64>,
+    pub(crate) memory_capacity: i64,
+    pub(crate) cgroup_options: CgroupOptions,
+    pub(crate) qos_reserved_memory_percent: Option<i64>,
     /// First restart delay of a crashed container; doubles up to [`MAX_BACKOFF`].
-    pub restart_backoff: Duration,
+    pub(crate) restart_backoff: Duration,
     /// Run pods on the CRI runtime at this socket (containerd) instead of as host
     /// processes.
-    pub cri_socket: Option<PathBuf>,
+    pub(crate) cri_socket: Option<PathBuf>,
     /// Image garbage collection on the CRI runtime: thresholds and ages.
-    pub image_gc: ImageGcPolicy,
+    pub(crate) image_gc: ImageGcPolicy,
     /// Dead-container collection on a container runtime.
-    pub container_gc: crate::policy::container_gc::ContainerGcPolicy,
+    pub(crate) container_gc: crate::policy::container_gc::ContainerGcPolicy,
     /// How often the image and container collection runs (the kubelet: every 5 minutes).
-    pub image_gc_period: Duration,
+    pub(crate) image_gc_period: Duration,
 }
 
 /// The longest restart delay (the kubelet's MaxContainerBackOff).
-pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// A pod the runtime knows: its record (as persisted) and what exists of it now.
 pub(super) struct LivePod {

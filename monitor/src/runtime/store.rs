@@ -63,7 +63,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "Pending",
             Phase::Running => "Running",
@@ -136,7 +136,7 @@ impl StateStore {
     /// its own temp file (two writers never share one, which could tear a record).
     /// `latest` returns `None` for a pod forgotten while this save waited: nothing is
     /// written, since that would bring a removed record back.
-    pub fn save_latest(
+    pub(crate) fn save_latest(
         &self,
         latest: impl FnOnce() -> Option<PodRecord>,
     ) -> Result<(), StoreError> {
@@ -170,7 +170,7 @@ impl StateStore {
 
     /// Removes a record, in turn with the saves: a save under way lands first and is
     /// removed, never renamed into place after the removal.
-    pub fn remove(&self, uid: &str) {
+    pub(crate) fn remove(&self, uid: &str) {
         let _turn = self.order.lock().unwrap_or_else(|p| p.into_inner());
         let _ = std::fs::remove_file(self.path(uid));
     }
@@ -234,7 +234,7 @@ impl StateStore {
     /// not be read, and the temporary files of a save cut short. A pod with none of these
     /// has no record at all. `None` when the directory itself cannot be read: then nothing
     /// is known to have no record.
-    pub fn uids_with_files(&self) -> Option<std::collections::BTreeSet<String>> {
+    pub(crate) fn uids_with_files(&self) -> Option<std::collections::BTreeSet<String>> {
         let entries = std::fs::read_dir(&self.dir).ok()?;
         let mut uids = std::collections::BTreeSet::new();
         for entry in entries {

@@ -16,7 +16,7 @@ use nix::sys::signal::Signal;
 /// good: once it has exited, nothing sent through it reaches another process, whoever
 /// holds its number now.
 #[derive(Debug)]
-pub struct PidFd {
+pub(crate) struct PidFd {
     pid: i32,
     fd: OwnedFd,
 }
@@ -24,7 +24,7 @@ pub struct PidFd {
 impl PidFd {
     /// Opens `pid`; `Ok(None)` when no such process exists (it exited). ENOSYS: no pidfds
     /// on this kernel (before 5.3).
-    pub fn open(pid: i32) -> Result<Option<PidFd>, Errno> {
+    pub(crate) fn open(pid: i32) -> Result<Option<PidFd>, Errno> {
         // SAFETY: pidfd_open takes a pid and a flags word and returns a new descriptor or
         // -1; no memory is passed.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -40,13 +40,13 @@ impl PidFd {
         Ok(Some(PidFd { pid, fd }))
     }
 
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.pid
     }
 
     /// Sends `signal` (`pidfd_send_signal`, Linux 5.1); `Ok(false)` when the process has
     /// exited (never another process).
-    pub fn send(&self, signal: Signal) -> Result<bool, Errno> {
+    pub(crate) fn send(&self, signal: Signal) -> Result<bool, Errno> {
         match self.send_raw(signal as libc::c_int) {
             Ok(()) => Ok(true),
             Err(Errno::ESRCH) => Ok(false),
@@ -57,7 +57,7 @@ impl PidFd {
     /// Whether the process still exists (running, or a zombie its parent has not
     /// reaped): signal 0 checks without sending anything. While it does, the pid it had
     /// when opened is still its own.
-    pub fn exists(&self) -> bool {
+    pub(crate) fn exists(&self) -> bool {
         self.send_raw(0).is_ok()
     }
 
@@ -80,7 +80,7 @@ impl PidFd {
     /// exit (`process_mrelease`, Linux 5.15; Android's lmkd does the same). `false` where
     /// the kernel lacks the call or the process is not dying. Takes as long as freeing
     /// the memory does.
-    pub fn release_memory(&self) -> bool {
+    pub(crate) fn release_memory(&self) -> bool {
         // SAFETY: process_mrelease takes a pidfd we own and a flags word; it touches no
         // memory of ours.
         unsafe { libc::syscall(libc::SYS_process_mrelease, self.fd.as_raw_fd(), 0) == 0 }
@@ -89,12 +89,12 @@ impl PidFd {
     /// `ioctl(pidfd, PIDFD_GET_INFO)` asking for the exit status. ENOTTY or EINVAL: the
     /// kernel has no `PIDFD_GET_INFO` (before 6.13); ESRCH: the process was reaped and
     /// this kernel keeps nothing of it (before 6.15).
-    pub fn exit_info(&self) -> Result<ExitInfo, Errno> {
+    pub(crate) fn exit_info(&self) -> Result<ExitInfo, Errno> {
         exit_info(self.fd.as_fd())
     }
 
     /// Whether the pidfd is readable now (the process has exited), or cannot be polled.
-    pub fn readable(&self) -> bool {
+    pub(crate) fn readable(&self) -> bool {
         let mut pollfd = libc::pollfd {
             fd: self.fd.as_raw_fd(),
             events: libc::POLLIN,
@@ -159,7 +159,7 @@ const PIDFD_GET_INFO: libc::Ioctl = libc::_IOWR::<PidfdInfo>(PIDFS_IOCTL_MAGIC, 
 
 /// What one `PIDFD_GET_INFO` said about the exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExitInfo {
+pub(crate) enum ExitInfo {
     /// The wait status the kernel kept.
     Exited(i32),
     /// No exit status (yet); `alive`: the task still exists (running, or a zombie its
@@ -191,19 +191,19 @@ fn exit_info(pidfd: BorrowedFd<'_>) -> Result<ExitInfo, Errno> {
 /// cgroup's subtree at once, forks included, and cannot reach a process outside it (no
 /// pid is read, so no pid can be reused under us). Opened ahead, the kill is one write.
 #[derive(Debug)]
-pub struct CgroupKill {
+pub(crate) struct CgroupKill {
     file: std::fs::File,
 }
 
 impl CgroupKill {
     /// Opens `path` (a `cgroup.kill` file) for writing; never creates it.
-    pub fn open(path: &Path) -> std::io::Result<CgroupKill> {
+    pub(crate) fn open(path: &Path) -> std::io::Result<CgroupKill> {
         let file = std::fs::OpenOptions::new().write(true).open(path)?;
         Ok(CgroupKill { file })
     }
 
     /// Kills the cgroup's subtree.
-    pub fn fire(&self) -> std::io::Result<()> {
+    pub(crate) fn fire(&self) -> std::io::Result<()> {
         (&self.file).write_all(b"1")
     }
 }

@@ -11,25 +11,25 @@ use crate::policy::types::NodeConditionType;
 
 /// One pod's admission, as printed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AdmissionRow {
-    pub pod: String,
-    pub admitted: bool,
-    pub reason: String,
-    pub message: String,
+pub(crate) struct AdmissionRow {
+    pub(crate) pod: String,
+    pub(crate) admitted: bool,
+    pub(crate) reason: String,
+    pub(crate) message: String,
 }
 
 /// The admissions of a step and the pods preempted for them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AdmissionDecision {
-    pub results: Vec<AdmissionRow>,
+pub(crate) struct AdmissionDecision {
+    pub(crate) results: Vec<AdmissionRow>,
     /// Keys of the running pods preempted to admit critical pods, in order.
-    pub preempted: Vec<String>,
+    pub(crate) preempted: Vec<String>,
 }
 
 /// Admits `candidates` in order against `running` (which admitted pods join and
 /// preempted pods leave), under `conditions`, with `allocatable` the node's allocatable;
 /// `node`, when given, supplies the name and taints.
-pub fn admit_pods(
+pub(crate) fn admit_pods(
     candidates: &[Pod],
     running: &mut Vec<Pod>,
     conditions: &[NodeConditionType],

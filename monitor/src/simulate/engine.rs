@@ -38,7 +38,7 @@ pub struct Simulation {
 }
 
 impl Simulation {
-    pub fn new(config: KubeletConfig, dedicated_image_fs: Option<bool>) -> Self {
+    pub(crate) fn new(config: KubeletConfig, dedicated_image_fs: Option<bool>) -> Self {
         let manager = EvictionManager::new(config.eviction.clone());
         let contention = config.contention().map(|_| ContentionConditions::default());
         Simulation {
@@ -64,7 +64,7 @@ impl Simulation {
     }
 
     /// One step: carry-over, synchronize, evictions, admission, image GC.
-    pub fn step(&mut self, step: &Step) -> StepOutput {
+    pub(crate) fn step(&mut self, step: &Step) -> StepOutput {
         let now = step.at;
         if let Some(node) = &step.node {
             self.node = Some(node.clone());

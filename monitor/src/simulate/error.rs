@@ -38,7 +38,7 @@ fn field_prefix(field: &str) -> String {
 }
 
 impl SimulateError {
-    pub fn input(file: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn input(file: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
         SimulateError::Input {
             file: file.to_string(),
             field: field.into(),
@@ -48,7 +48,7 @@ impl SimulateError {
 }
 
 /// Joins a field path prefix and a path inside a value (`steps[1].summary` + `node.fs`).
-pub fn join_field(prefix: &str, inner: &str) -> String {
+pub(crate) fn join_field(prefix: &str, inner: &str) -> String {
     match (prefix.is_empty(), inner.is_empty() || inner == ".") {
         (_, true) => prefix.to_string(),
         (true, false) => inner.to_string(),
@@ -102,7 +102,7 @@ pub fn deserialize_document<T: DeserializeOwned>(
 }
 
 /// Deserializes a value already parsed from a scenario file (an inline document).
-pub fn deserialize_value<T: DeserializeOwned>(
+pub(crate) fn deserialize_value<T: DeserializeOwned>(
     value: serde_yaml_ng::Value,
     file: &str,
     prefix: &str,

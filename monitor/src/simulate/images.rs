@@ -10,7 +10,7 @@ use crate::policy::types::Time;
 use super::scenario::ImageSpec;
 
 /// The images on the node and what the collector knows of them.
-pub struct ImageModel {
+pub(crate) struct ImageModel {
     policy: ImageGcPolicy,
     images: Vec<Image>,
     state: ImageGcState,
@@ -20,7 +20,7 @@ pub struct ImageModel {
 }
 
 impl ImageModel {
-    pub fn new(policy: &ImageGcPolicy) -> Self {
+    pub(crate) fn new(policy: &ImageGcPolicy) -> Self {
         ImageModel {
             policy: *policy,
             images: Vec::new(),
@@ -30,7 +30,7 @@ impl ImageModel {
     }
 
     /// Replaces the image list (a step's `images:`).
-    pub fn set_images(&mut self, specs: Vec<ImageSpec>) {
+    pub(crate) fn set_images(&mut self, specs: Vec<ImageSpec>) {
         self.images = specs
             .into_iter()
             .map(|s| Image {
@@ -44,7 +44,7 @@ impl ImageModel {
 
     /// Records which images exist and which running pods use them at `now`
     /// (kubelet: detectImages): first-detected and last-used times.
-    pub fn detect(&mut self, pods: &[Pod], now: Time) {
+    pub(crate) fn detect(&mut self, pods: &[Pod], now: Time) {
         let in_use = images_in_use(pods, &self.images);
         self.state
             .detect(&self.images, &in_use, &Default::default(), now);
@@ -53,7 +53,7 @@ impl ImageModel {
 
     /// Node-level reclaim: deletes every eligible unused image (DeleteUnusedImages).
     /// Returns the deleted ids and the bytes freed.
-    pub fn delete_unused(&mut self, now: Time) -> (Vec<String>, u64) {
+    pub(crate) fn delete_unused(&mut self, now: Time) -> (Vec<String>, u64) {
         let plan = free_all_eligible(&self.policy, &self.state, now);
         self.remove(&plan.images);
         (plan.images, u64::try_from(plan.bytes_freed).unwrap_or(0))
@@ -61,7 +61,7 @@ impl ImageModel {
 
     /// The periodic collection on the image filesystem (`capacity`, `available` bytes):
     /// images past the maximum age, then by usage above the high threshold.
-    pub fn garbage_collect(
+    pub(crate) fn garbage_collect(
         &mut self,
         capacity: i64,
         available: i64,

@@ -12,19 +12,19 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-pub mod admit;
+pub(crate) mod admit;
 pub mod config;
 pub mod engine;
 pub mod error;
-pub mod images;
-pub mod node;
+pub(crate) mod images;
+pub(crate) mod node;
 pub mod observe;
-pub mod output;
-pub mod reclaim;
+pub(crate) mod output;
+pub(crate) mod reclaim;
 pub mod scenario;
 pub mod stats;
 pub mod summary;
-pub mod timestamp;
+pub(crate) mod timestamp;
 
 use error::SimulateError;
 use output::StepOutput;
@@ -35,22 +35,22 @@ use scenario::{SnapshotFiles, load_scenario, load_snapshot};
 pub struct SimulateArgs {
     /// A scenario: a YAML file with `config:` and `steps:` (see docs/simulate.md).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["config", "pods", "summary", "node", "admit"])]
-    pub scenario: Option<PathBuf>,
+    pub(crate) scenario: Option<PathBuf>,
     /// Snapshot: the KubeletConfiguration (YAML or JSON).
     #[arg(long, value_name = "KUBELET_CONFIG")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Snapshot: the running pods, as `kubectl get pods -o json` prints them (JSON or YAML).
     #[arg(long, value_name = "PODS")]
-    pub pods: Option<PathBuf>,
+    pub(crate) pods: Option<PathBuf>,
     /// Snapshot: the kubelet Summary API document (`/stats/summary`).
     #[arg(long, value_name = "SUMMARY")]
-    pub summary: Option<PathBuf>,
+    pub(crate) summary: Option<PathBuf>,
     /// Snapshot: the Node object (`kubectl get node NAME -o json`), for capacity and allocatable.
     #[arg(long, value_name = "NODE")]
-    pub node: Option<PathBuf>,
+    pub(crate) node: Option<PathBuf>,
     /// Snapshot: pods asking for admission after the eviction pass (a pod list).
     #[arg(long, value_name = "PODS")]
-    pub admit: Option<PathBuf>,
+    pub(crate) admit: Option<PathBuf>,
 }
 
 /// Runs the simulation; returns the process exit code.
@@ -86,7 +86,7 @@ pub fn run(args: &SimulateArgs) -> ExitCode {
 }
 
 /// Loads the inputs the arguments name and runs every step.
-pub fn simulate(
+pub(crate) fn simulate(
     args: &SimulateArgs,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<StepOutput>, SimulateError> {

@@ -14,45 +14,46 @@ use crate::policy::quantity::Quantity;
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct Node {
+pub(crate) struct Node {
     /// "Node", or "" in a hand-written document.
-    pub kind: String,
-    pub metadata: NodeMeta,
-    pub spec: NodeSpec,
-    pub status: NodeStatus,
+    pub(crate) kind: String,
+    pub(crate) metadata: NodeMeta,
+    pub(crate) spec: NodeSpec,
+    pub(crate) status: NodeStatus,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct NodeMeta {
-    pub name: String,
+pub(crate) struct NodeMeta {
+    pub(crate) name: String,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct NodeSpec {
+pub(crate) struct NodeSpec {
     /// Read by admission: a pod that does not tolerate a NoExecute taint is rejected.
-    pub taints: Vec<Taint>,
+    pub(crate) taints: Vec<Taint>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct NodeStatus {
-    pub capacity: BTreeMap<String, Quantity>,
-    pub allocatable: BTreeMap<String, Quantity>,
+pub(crate) struct NodeStatus {
+    pub(crate) capacity: BTreeMap<String, Quantity>,
+    pub(crate) allocatable: BTreeMap<String, Quantity>,
 }
 
 impl Node {
-    pub fn capacity(&self, resource: &str) -> Option<Quantity> {
+    pub(crate) fn capacity(&self, resource: &str) -> Option<Quantity> {
         self.status.capacity.get(resource).copied()
     }
 
-    pub fn allocatable(&self, resource: &str) -> Option<Quantity> {
+    #[cfg(test)]
+    pub(crate) fn allocatable(&self, resource: &str) -> Option<Quantity> {
         self.status.allocatable.get(resource).copied()
     }
 
     /// The node's name, `None` when the document gives none.
-    pub fn name(&self) -> Option<&str> {
+    pub(crate) fn name(&self) -> Option<&str> {
         Some(self.metadata.name.as_str()).filter(|n| !n.is_empty())
     }
 }
@@ -61,7 +62,7 @@ impl Node {
 /// repeated here (not flattened) so that errors inside them keep their field path.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct NodeDocument {
+pub(crate) struct NodeDocument {
     kind: String,
     /// Present in a list (`kind: List` or `NodeList`, or a kind-less `items:`).
     items: Option<Vec<Node>>,
@@ -75,7 +76,7 @@ const ONE_NODE: &str = "pass one Node (kubectl get node NAME -o json)";
 impl NodeDocument {
     /// The one Node this document holds. `file` and `field` (the document's path inside
     /// `file`, "" for a whole file) name it in errors.
-    pub fn into_node(self, file: &str, field: &str) -> Result<Node, SimulateError> {
+    pub(crate) fn into_node(self, file: &str, field: &str) -> Result<Node, SimulateError> {
         match (self.kind.as_str(), self.items) {
             ("List" | "NodeList", None) => Err(SimulateError::input(
                 file,

@@ -19,7 +19,7 @@ pub struct PodsCgroupLimit {
 /// Whether the image filesystem is dedicated (the kubelet's "withImageFs"): an explicit
 /// choice wins; otherwise dedicated iff `node.runtime.imageFs` is present and differs from
 /// `node.fs` in capacity or available bytes (docs/simulate.md, "Semantics").
-pub fn has_dedicated_image_fs(summary: &Summary, explicit: Option<bool>) -> bool {
+pub(crate) fn has_dedicated_image_fs(summary: &Summary, explicit: Option<bool>) -> bool {
     if let Some(dedicated) = explicit {
         return dedicated;
     }
@@ -146,7 +146,7 @@ fn node_stats(summary: &Summary, pods_limit: PodsCgroupLimit, step_time: Time) -
 
 /// A pod's memory working set: the pod-level figure the kubelet ranks by, or, when a
 /// hand-written summary gives only containers, their sum.
-pub fn pod_working_set(pod: &super::summary::PodStats) -> Option<u64> {
+pub(crate) fn pod_working_set(pod: &super::summary::PodStats) -> Option<u64> {
     if let Some(ws) = pod.memory.as_ref().and_then(|m| m.working_set_bytes) {
         return Some(ws);
     }

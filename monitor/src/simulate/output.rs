@@ -10,87 +10,87 @@ use crate::policy::condition::PodCondition;
 #[serde(rename_all = "camelCase")]
 pub struct StepOutput {
     /// The step's time since the start, as a Go duration ("1m30s").
-    pub at: String,
-    pub thresholds_met: Vec<ThresholdMetOutput>,
+    pub(crate) at: String,
+    pub(crate) thresholds_met: Vec<ThresholdMetOutput>,
     /// Node condition types in effect after this step ("MemoryPressure", ...), including
     /// those held by the pressure transition period.
-    pub conditions: Vec<String>,
+    pub(crate) conditions: Vec<String>,
     /// Resources the node is starved of ("memory", "ephemeral-storage", "inodes", "pids").
-    pub starved_resources: Vec<String>,
-    pub node_reclaim: NodeReclaimOutput,
+    pub(crate) starved_resources: Vec<String>,
+    pub(crate) node_reclaim: NodeReclaimOutput,
     /// Pod keys ("namespace/name"), most evictable first; empty when no eviction is due.
-    pub ranking: Vec<String>,
+    pub(crate) ranking: Vec<String>,
     /// The first pod evicted at this step, if any.
-    pub evicted: Option<EvictedOutput>,
+    pub(crate) evicted: Option<EvictedOutput>,
     /// Every pod evicted at this step (more than one only for local-storage limits).
-    pub evicted_all: Vec<EvictedOutput>,
-    pub admission: Vec<AdmissionOutput>,
+    pub(crate) evicted_all: Vec<EvictedOutput>,
+    pub(crate) admission: Vec<AdmissionOutput>,
     /// Pods preempted to admit critical pods ("namespace/name").
-    pub preempted: Vec<String>,
+    pub(crate) preempted: Vec<String>,
     /// Image ids removed by node-level reclaim and image GC at this step.
-    pub images_removed: Vec<String>,
+    pub(crate) images_removed: Vec<String>,
     /// The PSI contention conditions after this step (only with the PSINodeCondition
     /// gate on; the key is left out otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub contention_conditions: Vec<crate::policy::contention::ContentionStatus>,
+    pub(crate) contention_conditions: Vec<crate::policy::contention::ContentionStatus>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ThresholdMetOutput {
+pub(crate) struct ThresholdMetOutput {
     /// "memory.available", ...
-    pub signal: String,
+    pub(crate) signal: String,
     /// "LessThan" (the only operator the kubelet has).
-    pub operator: String,
+    pub(crate) operator: String,
     /// The threshold as configured: "500Mi" or "10%".
-    pub value: String,
+    pub(crate) value: String,
     /// The grace period as a Go duration; "0s" for a hard threshold.
-    pub grace_period: String,
+    pub(crate) grace_period: String,
     /// The signal's available amount at this observation, in bytes (or inodes, pids).
-    pub observed: i64,
+    pub(crate) observed: i64,
     /// The minimum reclaim as configured, or null.
-    pub min_reclaim: Option<String>,
+    pub(crate) min_reclaim: Option<String>,
     /// Whether the grace period has passed (always true for a hard threshold).
-    pub grace_period_met: bool,
+    pub(crate) grace_period_met: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NodeReclaimOutput {
-    pub attempted: bool,
-    pub freed_bytes: u64,
+pub(crate) struct NodeReclaimOutput {
+    pub(crate) attempted: bool,
+    pub(crate) freed_bytes: u64,
     /// Whether node-level reclaim alone resolved the pressure (no pod eviction needed).
-    pub sufficient: bool,
+    pub(crate) sufficient: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct EvictedOutput {
-    pub pod: String,
+pub(crate) struct EvictedOutput {
+    pub(crate) pod: String,
     /// The signal whose threshold drove the eviction; null for local-storage limit
     /// evictions, which no signal drives.
-    pub signal: Option<String>,
+    pub(crate) signal: Option<String>,
     /// The grace period the pod is killed with: for hard thresholds and local-storage
     /// limits `monitor.hardEvictionGracePeriodSeconds` (0 unless set to 1; docs/simulate.md
     /// says why), min(pod's, evictionMaxPodGracePeriod) for soft (the pod's when the
     /// cap is 0; 0 when the cap is negative).
-    pub grace_period_seconds: i64,
-    pub message: String,
+    pub(crate) grace_period_seconds: i64,
+    pub(crate) message: String,
     /// The pod's status conditions after the eviction, in the API's PodCondition shape:
     /// `DisruptionTarget` (`True`, `TerminationByKubelet`, the eviction message) for a
     /// threshold eviction, none for a local-storage limit eviction, as the kubelet sets
     /// them. `lastTransitionTime` is `null`: a simulation has no wall clock (the step's
     /// `at` says when).
-    pub conditions: Vec<PodCondition>,
+    pub(crate) conditions: Vec<PodCondition>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AdmissionOutput {
-    pub pod: String,
-    pub admitted: bool,
-    pub reason: String,
-    pub message: String,
+pub(crate) struct AdmissionOutput {
+    pub(crate) pod: String,
+    pub(crate) admitted: bool,
+    pub(crate) reason: String,
+    pub(crate) message: String,
 }
 
 #[cfg(test)]

@@ -9,22 +9,22 @@ use crate::policy::signal::Signal;
 use crate::policy::types::{FsLayout, Resource, Time};
 
 /// What one step's node-level reclaim can free.
-pub struct StepReclaimer<'a> {
+pub(crate) struct StepReclaimer<'a> {
     /// The image model (when the scenario lists `images`): reclaim deletes every eligible
     /// unused image, as the kubelet's DeleteUnusedImages does on the eviction path.
-    pub images: Option<&'a mut ImageModel>,
+    pub(crate) images: Option<&'a mut ImageModel>,
     /// The step's one-shot `reclaim:` bytes per filesystem, used when images are not modelled.
-    pub bytes: &'a BTreeMap<Filesystem, u64>,
-    pub layout: FsLayout,
-    pub now: Time,
+    pub(crate) bytes: &'a BTreeMap<Filesystem, u64>,
+    pub(crate) layout: FsLayout,
+    pub(crate) now: Time,
     /// Image ids removed by this reclaim, in removal order.
-    pub removed: Vec<String>,
+    pub(crate) removed: Vec<String>,
     /// Reclaim already ran at this step: `reclaim:` bytes are freed once, not per call.
     spent: bool,
 }
 
 impl<'a> StepReclaimer<'a> {
-    pub fn new(
+    pub(crate) fn new(
         images: Option<&'a mut ImageModel>,
         bytes: &'a BTreeMap<Filesystem, u64>,
         layout: FsLayout,
@@ -76,7 +76,7 @@ impl StepReclaimer<'_> {
     /// Dead containers are not modelled (the Summary API does not list them), so reclaim is
     /// the image deletion step, or the scenario's stated bytes. Inodes freed are unknown
     /// and reported as 0, so inode pressure is never resolved by node-level reclaim here.
-    pub fn reclaim(&mut self, _resource: Resource, signal: Signal) -> ReclaimResult {
+    pub(crate) fn reclaim(&mut self, _resource: Resource, signal: Signal) -> ReclaimResult {
         if self.spent {
             return ReclaimResult::default();
         }

@@ -24,34 +24,38 @@ pub struct Scenario {
     /// The KubeletConfiguration text and where it came from (for error messages).
     pub config: ConfigSource,
     /// `dedicatedImageFs:` at top level (None: decide from the summary, per step).
-    pub dedicated_image_fs: Option<bool>,
-    pub steps: Vec<Step>,
+    pub(crate) dedicated_image_fs: Option<bool>,
+    pub(crate) steps: Vec<Step>,
 }
 
 #[derive(Clone, Debug)]
 pub struct ConfigSource {
-    pub text: String,
-    pub origin: String,
+    pub(crate) text: String,
+    pub(crate) origin: String,
 }
 
 /// One step: what changed at `at`. `None` means "carried over from the previous step".
 #[derive(Clone, Debug, Default)]
-pub struct Step {
-    pub at: Duration,
-    pub node: Option<Node>,
-    pub pods: Option<Vec<Pod>>,
-    pub summary: Option<Summary>,
-    pub images: Option<Vec<ImageSpec>>,
+pub(crate) struct Step {
+    pub(crate) at: Duration,
+    pub(crate) node: Option<Node>,
+    pub(crate) pods: Option<Vec<Pod>>,
+    pub(crate) summary: Option<Summary>,
+    pub(crate) images: Option<Vec<ImageSpec>>,
     /// Bytes node-level reclaim would free, per filesystem (one-shot).
-    pub reclaim: BTreeMap<Filesystem, u64>,
+    pub(crate) reclaim: BTreeMap<Filesystem, u64>,
     /// Pods asking for admission at this step (one-shot).
-    pub admit: Vec<Pod>,
-    pub dedicated_image_fs: Option<bool>,
+    pub(crate) admit: Vec<Pod>,
+    pub(crate) dedicated_image_fs: Option<bool>,
 }
 
 /// A filesystem node-level reclaim can free space on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
-pub enum Filesystem {
+#[expect(
+    clippy::enum_variant_names,
+    reason = "the kubelet's names for them: nodefs, imagefs, containerfs"
+)]
+pub(crate) enum Filesystem {
     #[serde(rename = "nodefs")]
     NodeFs,
     #[serde(rename = "imagefs")]
@@ -63,13 +67,13 @@ pub enum Filesystem {
 /// An image on the node (what `crictl images` would list).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ImageSpec {
-    pub id: String,
+pub(crate) struct ImageSpec {
+    pub(crate) id: String,
     #[serde(default)]
-    pub repo_tags: Vec<String>,
-    pub size_bytes: Quantity,
+    pub(crate) repo_tags: Vec<String>,
+    pub(crate) size_bytes: Quantity,
     #[serde(default)]
-    pub pinned: bool,
+    pub(crate) pinned: bool,
 }
 
 #[derive(Deserialize)]
@@ -97,7 +101,7 @@ struct RawStep {
 }
 
 /// Reads a file, naming it on failure.
-pub fn read_file(path: &Path) -> Result<String, SimulateError> {
+pub(crate) fn read_file(path: &Path) -> Result<String, SimulateError> {
     std::fs::read_to_string(path).map_err(|source| SimulateError::Read {
         file: path.display().to_string(),
         source,
@@ -105,7 +109,7 @@ pub fn read_file(path: &Path) -> Result<String, SimulateError> {
 }
 
 /// Loads a scenario file.
-pub fn load_scenario(path: &Path) -> Result<Scenario, SimulateError> {
+pub(crate) fn load_scenario(path: &Path) -> Result<Scenario, SimulateError> {
     let text = read_file(path)?;
     let file = path.display().to_string();
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -181,16 +185,16 @@ pub fn parse_scenario(text: &str, file: &str, base: &Path) -> Result<Scenario, S
 }
 
 /// Files named on the command line for a snapshot simulation.
-pub struct SnapshotFiles<'a> {
-    pub config: &'a Path,
-    pub pods: &'a Path,
-    pub summary: &'a Path,
-    pub node: Option<&'a Path>,
-    pub admit: Option<&'a Path>,
+pub(crate) struct SnapshotFiles<'a> {
+    pub(crate) config: &'a Path,
+    pub(crate) pods: &'a Path,
+    pub(crate) summary: &'a Path,
+    pub(crate) node: Option<&'a Path>,
+    pub(crate) admit: Option<&'a Path>,
 }
 
 /// A snapshot: one step at 0s.
-pub fn load_snapshot(files: &SnapshotFiles<'_>) -> Result<Scenario, SimulateError> {
+pub(crate) fn load_snapshot(files: &SnapshotFiles<'_>) -> Result<Scenario, SimulateError> {
     let config = ConfigSource {
         text: read_file(files.config)?,
         origin: files.config.display().to_string(),

@@ -13,152 +13,152 @@ use super::timestamp::Timestamp;
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Summary {
-    pub node: NodeStats,
-    pub pods: Vec<PodStats>,
+    pub(crate) node: NodeStats,
+    pub(crate) pods: Vec<PodStats>,
 }
 
 /// Node-level statistics (`summary.node`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct NodeStats {
-    pub node_name: String,
+pub(crate) struct NodeStats {
+    pub(crate) node_name: String,
     /// Stats of the node's system containers: "kubelet", "runtime", "misc" and "pods" (the
     /// cgroup that holds every pod; the kubelet derives allocatableMemory.available from it).
-    pub system_containers: Vec<ContainerStats>,
-    pub memory: Option<MemoryStats>,
+    pub(crate) system_containers: Vec<ContainerStats>,
+    pub(crate) memory: Option<MemoryStats>,
     /// I/O statistics: only their PSI is read (the disk contention conditions).
-    pub io: Option<IoStats>,
-    pub fs: Option<FsStats>,
-    pub runtime: Option<RuntimeStats>,
-    pub rlimit: Option<RlimitStats>,
+    pub(crate) io: Option<IoStats>,
+    pub(crate) fs: Option<FsStats>,
+    pub(crate) runtime: Option<RuntimeStats>,
+    pub(crate) rlimit: Option<RlimitStats>,
 }
 
 /// Memory statistics (node, pod, container).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct MemoryStats {
-    pub time: Option<Timestamp>,
-    pub available_bytes: Option<u64>,
+pub(crate) struct MemoryStats {
+    pub(crate) time: Option<Timestamp>,
+    pub(crate) available_bytes: Option<u64>,
     pub usage_bytes: Option<u64>,
-    pub working_set_bytes: Option<u64>,
-    pub rss_bytes: Option<u64>,
-    pub page_faults: Option<u64>,
-    pub major_page_faults: Option<u64>,
+    pub(crate) working_set_bytes: Option<u64>,
+    pub(crate) rss_bytes: Option<u64>,
+    pub(crate) page_faults: Option<u64>,
+    pub(crate) major_page_faults: Option<u64>,
     /// Stall information (kubelet 1.33+, KubeletPSI): read for the contention conditions.
-    pub psi: Option<PsiStats>,
+    pub(crate) psi: Option<PsiStats>,
 }
 
 /// I/O statistics (node, system container); only `psi` is read.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct IoStats {
-    pub psi: Option<PsiStats>,
+pub(crate) struct IoStats {
+    pub(crate) psi: Option<PsiStats>,
 }
 
 /// Pressure stall information of one resource (`some` and `full`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct PsiStats {
-    pub full: Option<PsiData>,
-    pub some: Option<PsiData>,
+pub(crate) struct PsiStats {
+    pub(crate) full: Option<PsiData>,
+    pub(crate) some: Option<PsiData>,
 }
 
 /// One PSI line: the share of wall time stalled, in percent, over 10 s, 60 s and 300 s.
 #[derive(Clone, Copy, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct PsiData {
-    pub avg10: f64,
-    pub avg60: f64,
-    pub avg300: f64,
+pub(crate) struct PsiData {
+    pub(crate) avg10: f64,
+    pub(crate) avg60: f64,
+    pub(crate) avg300: f64,
 }
 
 /// Filesystem statistics (node fs, image fs, container rootfs and logs, volumes).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
-pub struct FsStats {
-    pub time: Option<Timestamp>,
-    pub available_bytes: Option<u64>,
-    pub capacity_bytes: Option<u64>,
-    pub used_bytes: Option<u64>,
-    pub inodes_free: Option<u64>,
-    pub inodes: Option<u64>,
-    pub inodes_used: Option<u64>,
+pub(crate) struct FsStats {
+    pub(crate) time: Option<Timestamp>,
+    pub(crate) available_bytes: Option<u64>,
+    pub(crate) capacity_bytes: Option<u64>,
+    pub(crate) used_bytes: Option<u64>,
+    pub(crate) inodes_free: Option<u64>,
+    pub(crate) inodes: Option<u64>,
+    pub(crate) inodes_used: Option<u64>,
 }
 
 /// The container runtime's filesystems (`node.runtime`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct RuntimeStats {
+pub(crate) struct RuntimeStats {
     /// Where images (and, unless `containerFs` is split off, writable layers) live.
-    pub image_fs: Option<FsStats>,
+    pub(crate) image_fs: Option<FsStats>,
     /// Where writable layers live when the runtime splits them from images (KEP-4191).
-    pub container_fs: Option<FsStats>,
+    pub(crate) container_fs: Option<FsStats>,
 }
 
 /// Process limits (`node.rlimit`): pid.available = maxpid − curproc.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct RlimitStats {
-    pub time: Option<Timestamp>,
-    pub maxpid: Option<u64>,
-    pub curproc: Option<u64>,
+pub(crate) struct RlimitStats {
+    pub(crate) time: Option<Timestamp>,
+    pub(crate) maxpid: Option<u64>,
+    pub(crate) curproc: Option<u64>,
 }
 
 /// Per-pod statistics (`summary.pods[]`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct PodStats {
-    pub pod_ref: PodReference,
-    pub containers: Vec<ContainerStats>,
-    pub memory: Option<MemoryStats>,
-    pub volume: Vec<VolumeStats>,
+pub(crate) struct PodStats {
+    pub(crate) pod_ref: PodReference,
+    pub(crate) containers: Vec<ContainerStats>,
+    pub(crate) memory: Option<MemoryStats>,
+    pub(crate) volume: Vec<VolumeStats>,
     #[serde(rename = "ephemeral-storage")]
-    pub ephemeral_storage: Option<FsStats>,
+    pub(crate) ephemeral_storage: Option<FsStats>,
     #[serde(rename = "process_stats")]
-    pub process_stats: Option<ProcessStats>,
+    pub(crate) process_stats: Option<ProcessStats>,
 }
 
 /// Identifies the pod a `PodStats` belongs to.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct PodReference {
-    pub name: String,
-    pub namespace: String,
-    pub uid: String,
+pub(crate) struct PodReference {
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    pub(crate) uid: String,
 }
 
 /// Per-container (and system container) statistics.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct ContainerStats {
-    pub name: String,
-    pub memory: Option<MemoryStats>,
+pub(crate) struct ContainerStats {
+    pub(crate) name: String,
+    pub(crate) memory: Option<MemoryStats>,
     /// Read for the "pods" system container's disk contention condition.
-    pub io: Option<IoStats>,
-    pub rootfs: Option<FsStats>,
-    pub logs: Option<FsStats>,
+    pub(crate) io: Option<IoStats>,
+    pub(crate) rootfs: Option<FsStats>,
+    pub(crate) logs: Option<FsStats>,
 }
 
 /// A pod volume's usage; upstream embeds `FsStats` inline.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct VolumeStats {
-    pub name: String,
+pub(crate) struct VolumeStats {
+    pub(crate) name: String,
     #[serde(flatten)]
-    pub fs: FsStats,
+    pub(crate) fs: FsStats,
 }
 
 /// `process_stats` of a pod.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct ProcessStats {
-    pub process_count: Option<u64>,
+pub(crate) struct ProcessStats {
+    pub(crate) process_count: Option<u64>,
 }
 
 impl NodeStats {
     /// The `full` stall averages a contention condition follows, from the summary's node
     /// memory and I/O and the "pods" system container's, as the kubelet reads them.
-    pub fn stall_averages(
+    pub(crate) fn stall_averages(
         &self,
         condition: crate::policy::contention::ContentionCondition,
     ) -> Option<crate::policy::contention::StallAverages> {
@@ -178,7 +178,7 @@ impl NodeStats {
     }
 
     /// A system container by name ("pods", "kubelet", "runtime", "misc").
-    pub fn system_container(&self, name: &str) -> Option<&ContainerStats> {
+    pub(crate) fn system_container(&self, name: &str) -> Option<&ContainerStats> {
         self.system_containers.iter().find(|c| c.name == name)
     }
 }

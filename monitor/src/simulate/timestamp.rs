@@ -8,14 +8,14 @@ use time::format_description::well_known::Rfc3339;
 
 /// An instant as nanoseconds since the Unix epoch (UTC). Only compared and subtracted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Timestamp {
+pub(crate) struct Timestamp {
     nanos: i128,
 }
 
 impl Timestamp {
     /// The offset from the Unix epoch, or zero for instants before it (the policy's `Time`
     /// is a non-negative offset from an arbitrary origin; pre-1970 stats do not occur).
-    pub fn since_epoch(self) -> Duration {
+    pub(crate) fn since_epoch(self) -> Duration {
         let nanos = self.nanos.clamp(0, u64::MAX as i128 * 1_000_000_000);
         Duration::new(
             (nanos / 1_000_000_000) as u64,
@@ -34,14 +34,14 @@ impl<'de> Deserialize<'de> for Timestamp {
 /// Text that is not an RFC 3339 timestamp. One error for every defect: the expected form
 /// tells the user more than which part was wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum TimestampError {
+pub(crate) enum TimestampError {
     #[error("{text:?} is not an RFC 3339 timestamp (expected e.g. 2024-05-01T10:00:00Z)")]
     NotRfc3339 { text: String },
 }
 
 /// Parses `2024-05-01T10:00:00Z`, `2024-05-01T10:00:00.123456789+02:00` and the lower-case
 /// `t`/`z` forms RFC 3339 allows.
-pub fn parse_rfc3339(text: &str) -> Result<Timestamp, TimestampError> {
+pub(crate) fn parse_rfc3339(text: &str) -> Result<Timestamp, TimestampError> {
     let parsed = OffsetDateTime::parse(text, &Rfc3339).map_err(|_| TimestampError::NotRfc3339 {
         text: text.to_string(),
     })?;

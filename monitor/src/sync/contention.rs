@@ -24,7 +24,7 @@ fn averages(pressure: &NodePressure, condition: ContentionCondition) -> Option<S
 }
 
 /// Moves the conditions with `pressure`, publishes them and says each change.
-pub fn track(
+pub(crate) fn track(
     conditions: &mut ContentionConditions,
     thresholds: &ContentionThresholds,
     pressure: &NodePressure,

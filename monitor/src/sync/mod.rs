@@ -6,14 +6,14 @@
 //! [`signals`] (the observation in the policy's shape). [`hot`] answers a hard memory
 //! threshold's crossing before any synchronize, with a victim the eviction pass armed. The decisions themselves are
 //! [`crate::policy`]'s; the kills are the runtime's ([`crate::runtime::port`]).
-pub mod contention;
-pub mod eviction;
-pub mod hot;
-pub mod run;
-pub mod signals;
+pub(crate) mod contention;
+pub(crate) mod eviction;
+pub(crate) mod hot;
+pub(crate) mod run;
+pub(crate) mod signals;
 #[cfg(test)]
 mod tests;
 
-pub use eviction::{EvictionPass, EvictionSync, FinishedEviction};
-pub use hot::HotPath;
+pub(crate) use eviction::EvictionSync;
+pub(crate) use hot::HotPath;
 pub use run::{Arming, Observe, SyncLoop, SyncReport};

@@ -41,20 +41,20 @@ impl Observe for Observer {
 
 /// The kernel memory notifiers to re-arm after every synchronize.
 pub struct Arming {
-    pub thresholds: MemoryThresholds,
-    pub version: CgroupVersion,
+    pub(crate) thresholds: MemoryThresholds,
+    pub(crate) version: CgroupVersion,
     /// The memory hierarchy's root directory.
-    pub memory_root: PathBuf,
+    pub(crate) memory_root: PathBuf,
     /// The pods cgroup, relative to the memory root.
-    pub pods_cgroup: Option<String>,
+    pub(crate) pods_cgroup: Option<String>,
     /// The memcg notifier task's levels (v1 eventfd thresholds, or the v2 memory.high
     /// stand-in); only a changed set is sent. `None` when that notifier does not run.
-    pub levels: Option<watch::Sender<Vec<ThresholdSpec>>>,
+    pub(crate) levels: Option<watch::Sender<Vec<ThresholdSpec>>>,
     /// The eBPF crossing detector, when it runs: all its levels are rewritten after
     /// every synchronize, so a level that fired arms again.
-    pub detector: Option<Arc<Detector>>,
+    pub(crate) detector: Option<Arc<Detector>>,
     /// The hot path confirms crossings against the same levels.
-    pub hot: Option<Arc<HotPath>>,
+    pub(crate) hot: Option<Arc<HotPath>>,
 }
 
 impl Arming {
@@ -138,21 +138,21 @@ pub struct SyncReport {
     pub wakes: Vec<Wake>,
     /// CLOCK_MONOTONIC ns when the synchronize started and ended.
     pub started_ns: u64,
-    pub finished_ns: u64,
+    pub(crate) finished_ns: u64,
     /// Policy time of the synchronize (since the loop started).
-    pub now: Time,
+    pub(crate) now: Time,
     /// The fresh observation, or why it could not be taken (shared: reports are cloned
     /// to every subscriber).
     pub observation: Result<NodeObservation, Arc<ObserveError>>,
     /// What the eviction pass decided and did; `None` when the observation failed.
-    pub pass: Option<EvictionPass>,
+    pub(crate) pass: Option<EvictionPass>,
     /// The same, in a line.
-    pub summary: String,
+    pub(crate) summary: String,
 }
 
 impl SyncReport {
     /// Wake-to-synchronize-start latency of the first wake.
-    pub fn wake_latency(&self) -> Option<Duration> {
+    pub(crate) fn wake_latency(&self) -> Option<Duration> {
         self.wakes
             .first()
             .map(|w| Duration::from_nanos(self.started_ns.saturating_sub(w.received_ns)))
@@ -173,20 +173,20 @@ const WAKES_LOGGED_PER_SYNC: usize = 8;
 const DEADLINE_MARGIN: Duration = Duration::from_millis(1);
 
 pub struct SyncLoop<O> {
-    pub observer: O,
-    pub eviction: EvictionSync,
+    pub(crate) observer: O,
+    pub(crate) eviction: EvictionSync,
     /// `None` when no memory notifier runs.
-    pub arming: Option<Arming>,
-    pub reports: broadcast::Sender<SyncReport>,
+    pub(crate) arming: Option<Arming>,
+    pub(crate) reports: broadcast::Sender<SyncReport>,
     /// Where the API reads the last synchronize, observation and metrics.
-    pub state: SharedState,
+    pub(crate) state: SharedState,
     /// The origin of policy time.
-    pub origin: Instant,
+    pub(crate) origin: Instant,
 }
 
 impl<O: Observe> SyncLoop<O> {
     /// Runs until every wake sender is gone.
-    pub async fn run(mut self, mut wakes: mpsc::Receiver<Wake>) {
+    pub(crate) async fn run(mut self, mut wakes: mpsc::Receiver<Wake>) {
         let mut sequence = 0;
         let mut deadline: Option<Instant> = None;
         loop {

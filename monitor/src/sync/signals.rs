@@ -11,7 +11,7 @@ use crate::policy::types::Time;
 /// cgroup to read, allocatableMemory.available is derived the kubelet's way: node
 /// allocatable (capacity minus reservations and the hard eviction threshold) minus the
 /// working sets of `pods`.
-pub fn node_stats(
+pub(crate) fn node_stats(
     node: &NodeObservation,
     kubelet: &KubeletConfig,
     pods: &[PodWithStats],

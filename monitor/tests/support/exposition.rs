@@ -15,7 +15,7 @@ struct HistogramSeries {
 }
 
 /// Checks `text`; returns the number of samples, or the first problem with its line.
-pub fn check_exposition(text: &str) -> Result<usize, String> {
+pub(crate) fn check_exposition(text: &str) -> Result<usize, String> {
     let mut types: BTreeMap<String, String> = BTreeMap::new();
     let mut helps: BTreeSet<String> = BTreeSet::new();
     let mut finished: BTreeSet<String> = BTreeSet::new();

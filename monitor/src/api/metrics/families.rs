@@ -26,10 +26,10 @@ impl FamilyType {
 /// its samples carry them (a histogram's buckets add `le`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Family {
-    pub name: &'static str,
-    pub kind: FamilyType,
-    pub help: &'static str,
-    pub labels: &'static [&'static str],
+    pub(crate) name: &'static str,
+    pub(crate) kind: FamilyType,
+    pub(crate) help: &'static str,
+    pub(crate) labels: &'static [&'static str],
 }
 
 /// Every family, in the order `/metrics` renders them.

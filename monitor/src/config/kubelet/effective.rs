@@ -11,7 +11,7 @@ use crate::policy::signal::{Signal, Threshold};
 
 /// The effective configuration as a KubeletConfiguration document (without the
 /// `monitor:` block, which the caller adds from the parsed settings).
-pub fn effective_document(config: &KubeletConfig) -> Mapping {
+pub(crate) fn effective_document(config: &KubeletConfig) -> Mapping {
     let mut doc = Mapping::new();
     let mut put = |key: &str, value: Value| {
         doc.insert(Value::from(key), value);

@@ -4,7 +4,7 @@
 //! `--flag value` are accepted. Flags the agent does not know give a warning, so a
 //! kubelet's full command line can be passed.
 use super::{
-    ConfigError, ConfigWarning, KubeletConfig, RawMap, Scalars, finish, format_go_duration,
+    ConfigError, ConfigWarning, KubeletConfig, RawMap, Scalars, format_go_duration,
     parse_feature_gates, parse_go_duration, parse_qos_reserved, parse_reservation,
     validate_enforce_node_allocatable,
 };
@@ -24,7 +24,7 @@ pub fn apply_flags(
     };
     let mut warnings = Vec::new();
     apply_flag_values(config, &mut scalars, args, &mut warnings)?;
-    finish(config, &scalars, &mut warnings)?;
+    super::finish(config, &scalars, &mut warnings)?;
     Ok(warnings)
 }
 

@@ -10,10 +10,10 @@ use serde_yaml_ng::Value;
 
 use super::ConfigError;
 use super::document::describe;
-pub use crate::policy::memory_qos::{MemoryQos, MemoryReservationPolicy};
+pub(crate) use crate::policy::memory_qos::{MemoryQos, MemoryReservationPolicy};
 
-pub const MEMORY_THROTTLING_FACTOR_KEY: &str = "memoryThrottlingFactor";
-pub const MEMORY_RESERVATION_POLICY_KEY: &str = "memoryReservationPolicy";
+pub(crate) const MEMORY_THROTTLING_FACTOR_KEY: &str = "memoryThrottlingFactor";
+pub(crate) const MEMORY_RESERVATION_POLICY_KEY: &str = "memoryReservationPolicy";
 
 /// `memoryThrottlingFactor`: a number in (0, 1]; `null` keeps the default.
 ///

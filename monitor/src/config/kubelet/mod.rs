@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use serde_yaml_ng::Value;
 
-pub use crate::policy::container_gc::ContainerGcPolicy;
+pub(crate) use crate::policy::container_gc::ContainerGcPolicy;
 use crate::policy::contention::ContentionThresholds;
-pub use crate::policy::image_gc::ImageGcPolicy;
+pub(crate) use crate::policy::image_gc::ImageGcPolicy;
 use crate::policy::quantity::{Quantity, parse_quantity, parse_quantity_or_percent};
 use crate::policy::signal::Signal;
 
@@ -34,18 +34,18 @@ mod memory_qos;
 mod tests;
 mod thresholds;
 
-pub use crate::policy::eviction::EvictionConfig;
+pub(crate) use crate::policy::eviction::EvictionConfig;
 pub use duration::{DurationError, format_go_duration, parse_go_duration};
-pub use effective::effective_document;
+pub(crate) use effective::effective_document;
 pub use flags::apply_flags;
-pub use memory_qos::{MemoryQos, MemoryReservationPolicy};
+pub(crate) use memory_qos::MemoryQos;
 
-pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
-pub const KIND: &str = "KubeletConfiguration";
+pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+pub(crate) const KIND: &str = "KubeletConfiguration";
 
 /// The kubelet's Linux hard eviction defaults (pkg/kubelet/eviction/defaults_linux.go,
 /// 1.30 and later).
-pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
+pub(crate) const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
     (Signal::MemoryAvailable, "100Mi"),
     (Signal::NodeFsAvailable, "10%"),
     (Signal::NodeFsInodesFree, "5%"),
@@ -54,7 +54,7 @@ pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
 ];
 
 /// The node-allocatable enforcement key that adds allocatableMemory.available thresholds.
-pub const ENFORCE_PODS: &str = "pods";
+pub(crate) const ENFORCE_PODS: &str = "pods";
 const ENFORCE_NODE_ALLOCATABLE_VALUES: [&str; 6] = [
     "pods",
     "system-reserved",
@@ -69,41 +69,41 @@ const ENFORCE_NODE_ALLOCATABLE_VALUES: [&str; 6] = [
 pub struct KubeletConfig {
     pub eviction: EvictionConfig,
     /// The imageGC* keys and imageMinimumGCAge / imageMaximumGCAge.
-    pub image_gc: ImageGcPolicy,
+    pub(crate) image_gc: ImageGcPolicy,
     /// Dead-container collection (flags only in the kubelet:
     /// `--minimum-container-ttl-duration`, `--maximum-dead-containers-per-container`,
     /// `--maximum-dead-containers`).
-    pub container_gc: ContainerGcPolicy,
-    pub system_reserved: BTreeMap<String, Quantity>,
-    pub kube_reserved: BTreeMap<String, Quantity>,
+    pub(crate) container_gc: ContainerGcPolicy,
+    pub(crate) system_reserved: BTreeMap<String, Quantity>,
+    pub(crate) kube_reserved: BTreeMap<String, Quantity>,
     /// Fraction of a tier's requests reserved from lower QoS tiers, by resource
     /// ("memory: 50%" is 0.5). Only memory is supported, as in the kubelet.
-    pub qos_reserved: BTreeMap<String, f64>,
+    pub(crate) qos_reserved: BTreeMap<String, f64>,
     /// The agent's fallback timer between synchronizes (the kubelet's
     /// --housekeeping-interval; default 10s).
-    pub housekeeping_interval: Duration,
+    pub(crate) housekeeping_interval: Duration,
     pub static_pod_path: Option<String>,
     /// The CRI runtime's socket ("unix:///run/containerd/containerd.sock"); the agent
     /// uses it when `monitor.runtime` is `cri`.
-    pub container_runtime_endpoint: Option<String>,
+    pub(crate) container_runtime_endpoint: Option<String>,
     /// Root of the pod cgroup hierarchy (default "/").
-    pub cgroup_root: String,
+    pub(crate) cgroup_root: String,
     /// Where node allocatable is enforced (default ["pods"]).
-    pub enforce_node_allocatable: Vec<String>,
-    pub max_pods: i64,
+    pub(crate) enforce_node_allocatable: Vec<String>,
+    pub(crate) max_pods: i64,
     /// Per-pod pid limit; `None` for unlimited (the kubelet's -1 or unset).
-    pub pod_pids_limit: Option<i64>,
+    pub(crate) pod_pids_limit: Option<i64>,
     /// `featureGates` (and `--feature-gates`) as given; see [`KubeletConfig::feature_gate`]
     /// for the ones the agent follows and their defaults.
-    pub feature_gates: BTreeMap<String, bool>,
+    pub(crate) feature_gates: BTreeMap<String, bool>,
     /// The thresholds of the PSI contention conditions (`systemMemoryContentionThreshold`
     /// and its three siblings), used with the PSINodeCondition gate.
-    pub contention_thresholds: ContentionThresholds,
+    pub(crate) contention_thresholds: ContentionThresholds,
     /// `memoryThrottlingFactor` and `memoryReservationPolicy`, acting only with the
     /// [`MEMORY_QOS`] gate on, on cgroup v2 (see [`memory_qos`]).
-    pub memory_qos: MemoryQos,
+    pub(crate) memory_qos: MemoryQos,
     /// The agent's own settings under the reserved `monitor` key, unparsed.
-    pub monitor: Option<Value>,
+    pub(crate) monitor: Option<Value>,
     /// The eviction settings as written, kept so flags can override them and the
     /// thresholds be rebuilt and validated after flags are applied.
     source: EvictionSource,
@@ -111,7 +111,7 @@ pub struct KubeletConfig {
 
 /// The kubelet feature gates the agent follows, with the kubelet's default (1.36 and later)
 /// when the configuration does not set them. Other gates are accepted and ignored.
-pub const FEATURE_GATES: [(&str, bool); 3] = [
+pub(crate) const FEATURE_GATES: [(&str, bool); 3] = [
     // Beta, on by default since 1.36: memory.available leaves out the hugepages' capacity
     // (kubelet: pkg/kubelet/server/stats summary, adjustForHugePages).
     (HUGEPAGE_AWARE_EVICTION, true),
@@ -122,14 +122,14 @@ pub const FEATURE_GATES: [(&str, bool); 3] = [
     // (pkg/features/kube_features.go MemoryQoS).
     (MEMORY_QOS, false),
 ];
-pub const HUGEPAGE_AWARE_EVICTION: &str = "HugepageAwareEviction";
-pub const PSI_NODE_CONDITION: &str = "PSINodeCondition";
-pub const MEMORY_QOS: &str = "MemoryQoS";
+pub(crate) const HUGEPAGE_AWARE_EVICTION: &str = "HugepageAwareEviction";
+pub(crate) const PSI_NODE_CONDITION: &str = "PSINodeCondition";
+pub(crate) const MEMORY_QOS: &str = "MemoryQoS";
 
 impl KubeletConfig {
     /// Whether the feature gate `name` (one of [`FEATURE_GATES`]) is on: as set, or the
     /// kubelet's default.
-    pub fn feature_gate(&self, name: &str) -> bool {
+    pub(crate) fn feature_gate(&self, name: &str) -> bool {
         self.feature_gates.get(name).copied().unwrap_or_else(|| {
             FEATURE_GATES
                 .iter()
@@ -140,7 +140,7 @@ impl KubeletConfig {
 
     /// The thresholds of the PSI contention conditions when the PSINodeCondition gate is
     /// on; `None` when it is off.
-    pub fn contention(&self) -> Option<&ContentionThresholds> {
+    pub(crate) fn contention(&self) -> Option<&ContentionThresholds> {
         self.feature_gate(PSI_NODE_CONDITION)
             .then_some(&self.contention_thresholds)
     }
@@ -149,7 +149,7 @@ impl KubeletConfig {
     /// bytes are hugepages of any size: [`KubeletConfig::allocatable`] of memory less the
     /// hugepages, which regular pods cannot use (kubelet: pkg/kubelet/nodestatus
     /// MachineInfo takes every hugepages-<size> capacity out of allocatable memory).
-    pub fn allocatable_memory(&self, capacity: i64, hugepages: i64) -> i64 {
+    pub(crate) fn allocatable_memory(&self, capacity: i64, hugepages: i64) -> i64 {
         self.allocatable("memory", capacity)
             .saturating_sub(hugepages.max(0))
             .max(0)
@@ -172,7 +172,7 @@ impl KubeletConfig {
     /// The hard eviction threshold reserved from allocatable for `resource`: memory for
     /// memory.available, ephemeral-storage for nodefs.available (kubelet:
     /// hardEvictionReservation).
-    pub fn eviction_reserved(&self, resource: &str, capacity: i64) -> i64 {
+    pub(crate) fn eviction_reserved(&self, resource: &str, capacity: i64) -> i64 {
         let signal = match resource {
             "memory" => Signal::MemoryAvailable,
             "ephemeral-storage" => Signal::NodeFsAvailable,
@@ -191,9 +191,9 @@ impl KubeletConfig {
 /// A key that was accepted but not understood, or a setting that has no effect.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigWarning {
-    pub origin: String,
-    pub key: String,
-    pub message: String,
+    pub(crate) origin: String,
+    pub(crate) key: String,
+    pub(crate) message: String,
 }
 
 impl std::fmt::Display for ConfigWarning {
@@ -354,7 +354,8 @@ pub fn default_kubelet_config() -> KubeletConfig {
 /// path) prefixes every error and warning. Defaults fill what the text leaves out, and the
 /// result is validated. Use [`load_kubelet_config_with_flags`] when flags also apply, so
 /// validation sees the combination.
-pub fn load_kubelet_config(
+#[cfg(test)]
+pub(crate) fn load_kubelet_config(
     text: &str,
     origin: &str,
 ) -> Result<(KubeletConfig, Vec<ConfigWarning>), ConfigError> {
@@ -363,7 +364,7 @@ pub fn load_kubelet_config(
 
 /// [`load_kubelet_config`] with kubelet command-line flags applied on top of the file
 /// (flags win), validated once both are in.
-pub fn load_kubelet_config_with_flags(
+pub(crate) fn load_kubelet_config_with_flags(
     text: &str,
     origin: &str,
     args: &[String],

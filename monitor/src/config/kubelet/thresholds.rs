@@ -12,8 +12,8 @@ use crate::policy::signal::{Signal, Threshold};
 use crate::policy::threshold::add_allocatable_thresholds;
 
 pub(super) struct Built {
-    pub thresholds: Vec<Threshold>,
-    pub warnings: Vec<ConfigWarning>,
+    pub(crate) thresholds: Vec<Threshold>,
+    pub(crate) warnings: Vec<ConfigWarning>,
 }
 
 const DEFAULTS_ORIGIN: &str = "kubelet defaults";

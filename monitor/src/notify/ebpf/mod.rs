@@ -35,7 +35,7 @@ use super::{Hook, SourceStatus, WakeDetail, WakeSender, WakeSource, realtime};
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor-ebpf"));
 
 /// (program name in the object, tracepoint category, tracepoint name, kind).
-pub const PROGRAMS: [(&str, &str, &str, EventKind); 5] = [
+pub(crate) const PROGRAMS: [(&str, &str, &str, EventKind); 5] = [
     (
         "memcg_reclaim",
         "vmscan",
@@ -122,7 +122,7 @@ impl Default for EbpfSettings {
 
 /// The [`PodsPath`] of `pods`, a directory under the cgroup2 mount `mount`: the cgroup
 /// ids (directory inode numbers) of the mount's root and of each directory down to it.
-pub fn pods_path(mount: &Path, pods: &Path) -> Result<PodsPath, String> {
+pub(crate) fn pods_path(mount: &Path, pods: &Path) -> Result<PodsPath, String> {
     use std::os::unix::fs::MetadataExt;
     let relative = pods
         .strip_prefix(mount)
@@ -160,9 +160,9 @@ pub struct KernelCounters {
     /// Records dropped because the ring buffer was full.
     pub ring_full: u64,
     /// Inserts into the rate limiter's map that failed.
-    pub rate_map_failed: u64,
+    pub(crate) rate_map_failed: u64,
     /// Reads of trace records or kernel memory that failed.
-    pub read_failed: u64,
+    pub(crate) read_failed: u64,
 }
 
 /// A running eBPF source. Dropping it detaches the programs.
@@ -427,7 +427,7 @@ fn attach(
 }
 
 /// Name of the thread that reads the ring buffer.
-pub const CONSUMER_THREAD: &str = "monitor-kernel";
+pub(crate) const CONSUMER_THREAD: &str = "monitor-kernel";
 
 /// Starts the thread that reads the ring buffer ([`realtime::Waiter`]). It runs at
 /// real-time priority where the kernel permits it, so a crossing record is read, and the
@@ -476,12 +476,12 @@ fn same_crossing(first: &PressureEvent, next: &PressureEvent) -> bool {
 /// levels carry every crossing: these records are a second opinion. At 100 ms the
 /// synchronizes they caused cost 2.4 % of a core beside a pod re-reading a file twice
 /// its limit (`cargo xtask bench --adversarial-only`, row (c)); at 250 ms, 2 %.
-pub const RECLAIM_WAKE_INTERVAL_NS: u64 = 250_000_000;
+pub(crate) const RECLAIM_WAKE_INTERVAL_NS: u64 = 250_000_000;
 /// While reclaim goes on without any crossing, each wake it causes doubles the interval
 /// to the next, up to this: a pod that lives at its own limit costs a synchronize every
 /// 2 s, not four a second. A crossing or an OOM record starts again from
 /// [`RECLAIM_WAKE_INTERVAL_NS`].
-pub const RECLAIM_WAKE_INTERVAL_MAX_NS: u64 = 2_000_000_000;
+pub(crate) const RECLAIM_WAKE_INTERVAL_MAX_NS: u64 = 2_000_000_000;
 
 /// The ring reader's state between drains.
 #[derive(Debug, Default)]
@@ -601,7 +601,7 @@ impl Drain {
 }
 
 /// Copies a record out of the ring; a short record (a layout mismatch) is skipped.
-pub fn decode(bytes: &[u8]) -> Option<PressureEvent> {
+pub(crate) fn decode(bytes: &[u8]) -> Option<PressureEvent> {
     if bytes.len() < PRESSURE_EVENT_SIZE {
         return None;
     }
@@ -643,7 +643,7 @@ fn mark_victim_pid_offset(tracefs: &Path) -> u32 {
 }
 
 /// Finds `offset:N` of a field in a tracefs event format ("field:int pid;\toffset:8;...").
-pub fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
+pub(crate) fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
     format.lines().find_map(|line| {
         let decl = line.trim().strip_prefix("field:")?.split(';').next()?;
         if decl.split_whitespace().last()? != field {

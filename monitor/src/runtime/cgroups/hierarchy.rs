@@ -12,7 +12,7 @@ pub enum Controller {
 }
 
 impl Controller {
-    pub const ALL: [Controller; 3] = [Controller::Memory, Controller::Cpu, Controller::Pids];
+    pub(crate) const ALL: [Controller; 3] = [Controller::Memory, Controller::Cpu, Controller::Pids];
 
     /// The kernel's name (a v1 mount option, a v2 `cgroup.controllers` word).
     pub fn name(self) -> &'static str {

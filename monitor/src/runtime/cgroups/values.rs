@@ -17,10 +17,10 @@ const MAX_WARNINGS: usize = 64;
 pub struct CgroupWarning {
     /// The file (first occurrence) or, with no hierarchy for the controller, the cgroup.
     pub path: PathBuf,
-    pub value: String,
+    pub(crate) value: String,
     pub reason: String,
     /// How many writes hit the same file name for the same reason.
-    pub count: u64,
+    pub(crate) count: u64,
 }
 
 impl fmt::Display for CgroupWarning {

@@ -30,7 +30,7 @@ pub enum CriError {
 
 impl CriError {
     /// The runtime answered NotFound (the object is already gone).
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, CriError::Call { status, .. } if status.code() == tonic::Code::NotFound)
     }
 }
@@ -83,10 +83,6 @@ impl CriClient {
         })
     }
 
-    pub fn socket(&self) -> &Path {
-        &self.socket
-    }
-
     fn fail(&self, call: &'static str) -> impl FnOnce(tonic::Status) -> CriError + '_ {
         move |status| CriError::Call {
             call,
@@ -95,7 +91,7 @@ impl CriClient {
         }
     }
 
-    pub async fn version(&self) -> Result<api::VersionResponse, CriError> {
+    pub(crate) async fn version(&self) -> Result<api::VersionResponse, CriError> {
         let request = api::VersionRequest {
             version: "v1".into(),
         };
@@ -111,7 +107,7 @@ impl CriClient {
     /// The image the runtime makes sandboxes from (containerd's `sandbox_image`, from the
     /// verbose runtime status), if it says. The image collector treats it as pinned: every
     /// new pod needs it.
-    pub async fn sandbox_image(&self) -> Result<Option<String>, CriError> {
+    pub(crate) async fn sandbox_image(&self) -> Result<Option<String>, CriError> {
         let response = self
             .runtime
             .clone()
@@ -155,7 +151,7 @@ impl CriClient {
     }
 
     /// Removes a stopped sandbox and its containers. A sandbox already gone is not an error.
-    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+    pub(crate) async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
         let request = api::RemovePodSandboxRequest {
             pod_sandbox_id: id.to_string(),
         };
@@ -212,7 +208,7 @@ impl CriClient {
     /// Stops a container: SIGTERM, SIGKILL after `grace` (0: at once). The call's
     /// deadline is the grace period plus the usual call timeout. A container already gone
     /// is not an error.
-    pub async fn stop_container(&self, id: &str, grace: Duration) -> Result<(), CriError> {
+    pub(crate) async fn stop_container(&self, id: &str, grace: Duration) -> Result<(), CriError> {
         let mut request = tonic::Request::new(api::StopContainerRequest {
             container_id: id.to_string(),
             timeout: i64::try_from(grace.as_secs()).unwrap_or(i64::MAX),
@@ -225,7 +221,7 @@ impl CriClient {
     }
 
     /// Removes an exited container (and its log). A container already gone is not an error.
-    pub async fn remove_container(&self, id: &str) -> Result<(), CriError> {
+    pub(crate) async fn remove_container(&self, id: &str) -> Result<(), CriError> {
         let request = api::RemoveContainerRequest {
             container_id: id.to_string(),
         };
@@ -248,7 +244,7 @@ impl CriClient {
 
     /// A container's status, and its main process's host pid (from the verbose info
     /// containerd adds; `None` when the runtime gives none or the container is not running).
-    pub async fn container_status(
+    pub(crate) async fn container_status(
         &self,
         id: &str,
     ) -> Result<(api::ContainerStatus, Option<u32>), CriError> {
@@ -278,7 +274,7 @@ impl CriClient {
         Ok((status, pid))
     }
 
-    pub async fn image_status(&self, image: &str) -> Result<Option<api::Image>, CriError> {
+    pub(crate) async fn image_status(&self, image: &str) -> Result<Option<api::Image>, CriError> {
         let request = api::ImageStatusRequest {
             image: Some(image_spec(image)),
             verbose: false,
@@ -293,7 +289,7 @@ impl CriClient {
             .image)
     }
 
-    pub async fn pull_image(&self, image: &str) -> Result<String, CriError> {
+    pub(crate) async fn pull_image(&self, image: &str) -> Result<String, CriError> {
         let mut request = tonic::Request::new(api::PullImageRequest {
             image: Some(image_spec(image)),
             auth: None,
@@ -323,7 +319,7 @@ impl CriClient {
     }
 
     /// Removes an image by id or reference. An image already gone is not an error.
-    pub async fn remove_image(&self, image: &str) -> Result<(), CriError> {
+    pub(crate) async fn remove_image(&self, image: &str) -> Result<(), CriError> {
         let request = api::RemoveImageRequest {
             image: Some(image_spec(image)),
         };
@@ -335,7 +331,7 @@ impl CriClient {
         Ok(())
     }
 
-    pub async fn image_fs_info(&self) -> Result<api::ImageFsInfoResponse, CriError> {
+    pub(crate) async fn image_fs_info(&self) -> Result<api::ImageFsInfoResponse, CriError> {
         Ok(self
             .images
             .clone()

@@ -14,12 +14,12 @@ use crate::runtime::logs;
 
 /// What one garbage collection freed and removed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Collected {
-    pub containers: Vec<String>,
-    pub sandboxes: Vec<String>,
-    pub images: Vec<String>,
-    pub image_bytes: i64,
-    pub errors: Vec<String>,
+pub(crate) struct Collected {
+    pub(crate) containers: Vec<String>,
+    pub(crate) sandboxes: Vec<String>,
+    pub(crate) images: Vec<String>,
+    pub(crate) image_bytes: i64,
+    pub(crate) errors: Vec<String>,
 }
 
 /// Removes dead containers of ours per the kubelet's rules (see
@@ -178,7 +178,7 @@ async fn remove_images(cri: &CriRuntime, ids: Vec<String>, collected: &mut Colle
 
 /// The image filesystem: capacity and available bytes of the filesystem that holds the
 /// runtime's images (the mount point ImageFsInfo names).
-pub async fn image_fs(cri: &CriRuntime) -> Result<(PathBuf, i64, i64), String> {
+pub(crate) async fn image_fs(cri: &CriRuntime) -> Result<(PathBuf, i64, i64), String> {
     let info = cri
         .client
         .image_fs_info()

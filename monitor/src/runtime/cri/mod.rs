@@ -22,10 +22,10 @@ use crate::policy::types::Time;
 use super::cgroups::PodCgroup;
 use super::logs;
 
-pub mod client;
+pub(crate) mod client;
 mod gc;
-pub mod ownership;
-pub mod stop;
+pub(crate) mod ownership;
+pub(crate) mod stop;
 
 /// Types and stubs generated from the CRI v1 protos (package `runtime.v1`).
 #[expect(
@@ -38,7 +38,7 @@ pub mod api {
 }
 
 pub use client::{CriClient, CriError, socket_of_endpoint};
-pub use gc::{Collected, image_fs};
+pub(crate) use gc::{Collected, image_fs};
 pub(super) use gc::{
     collect_all_unused_images, collect_containers, collect_images_periodic, detect_images,
 };
@@ -51,11 +51,11 @@ pub const MANAGED_LABEL: &str = "monitor.managed";
 /// The pod uid label (the kubelet's `io.kubernetes.pod.uid`).
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 /// The container name label (the kubelet's `io.kubernetes.container.name`).
-pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+pub(crate) const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
 
 /// The CRI side of the runtime: the client, and the image collector's memory.
-pub struct CriRuntime {
-    pub client: CriClient,
+pub(crate) struct CriRuntime {
+    pub(crate) client: CriClient,
     /// One sandbox creation at a time: two containers of a new pod must not both make one.
     pub(super) sandboxes: tokio::sync::Mutex<()>,
     images: Mutex<ImageGcState>,
@@ -66,7 +66,7 @@ pub struct CriRuntime {
     policy: ImageGcPolicy,
     /// Who this agent is in the runtime: the labels it puts on what it creates, and what
     /// its garbage collection may touch.
-    pub ownership: Ownership,
+    pub(crate) ownership: Ownership,
 }
 
 /// What is kept of the image collector between runs.
@@ -79,7 +79,7 @@ struct ImagesFile {
 
 /// Now, as the image collector counts time (since the Unix epoch, so that it survives
 /// agent restarts).
-pub fn wall_now() -> Time {
+pub(crate) fn wall_now() -> Time {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
@@ -89,7 +89,7 @@ impl CriRuntime {
     /// A runtime on `socket`, its image records loaded from `state_dir/images.json`. A
     /// corrupt records file is set aside (renamed `.corrupt`) and reported, not fatal.
     /// `ownership` is the agent's identity in the runtime.
-    pub fn new(
+    pub(crate) fn new(
         socket: &Path,
         state_dir: &Path,
         policy: ImageGcPolicy,
@@ -355,7 +355,7 @@ async fn ensure_image(client: &CriClient, spec: &Container) -> Result<(), String
 /// The writable layer of a running container: the `upperdir` of the overlay mounted at
 /// its root, from its main process's mountinfo. `None` when the process is gone or its
 /// root is not an overlay (another snapshotter).
-pub fn writable_layer(pid: u32) -> Option<PathBuf> {
+pub(crate) fn writable_layer(pid: u32) -> Option<PathBuf> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).ok()?;
     root_upperdir(&text)
 }

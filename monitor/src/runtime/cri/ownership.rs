@@ -38,7 +38,7 @@ const MAX_VALUE: usize = 63;
 ///
 /// The value is a valid Kubernetes label value: at most 63 characters of `[A-Za-z0-9._-]`,
 /// starting and ending with a letter or digit.
-pub fn instance_id(cgroup_root: &str, state_dir: &Path) -> String {
+pub(crate) fn instance_id(cgroup_root: &str, state_dir: &Path) -> String {
     let root = cgroup_root.trim_matches('/');
     let mut hash = Fnv1a::new();
     hash.write(root.as_bytes());
@@ -82,7 +82,7 @@ impl Fnv1a {
 
 /// Who made a sandbox or container, by its labels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Maker {
+pub(crate) enum Maker {
     /// This agent: its instance label is ours.
     This,
     /// A monitor older than instance labels: `monitor.managed=true` and no instance.
@@ -92,7 +92,7 @@ pub enum Maker {
 }
 
 /// Who made what carries `labels`.
-pub fn maker(labels: &HashMap<String, String>, instance: &str) -> Maker {
+pub(crate) fn maker(labels: &HashMap<String, String>, instance: &str) -> Maker {
     if labels.get(MANAGED_LABEL).is_none_or(|v| v != "true") {
         return Maker::Other;
     }
@@ -106,16 +106,16 @@ pub fn maker(labels: &HashMap<String, String>, instance: &str) -> Maker {
 /// This agent's identity and log directory: what it labels and what it may remove.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ownership {
-    pub instance: String,
+    pub(crate) instance: String,
     /// The agent's pod log directory: the only place its log deletion reaches.
-    pub log_dir: PathBuf,
+    pub(crate) log_dir: PathBuf,
 }
 
 impl Ownership {
     /// The identity of the agent with this cgroup root and state directory (resolved
     /// through the filesystem when it exists, else taken as written), and its log
     /// directory.
-    pub fn for_agent(cgroup_root: &str, state_dir: &Path, log_dir: &Path) -> Ownership {
+    pub(crate) fn for_agent(cgroup_root: &str, state_dir: &Path, log_dir: &Path) -> Ownership {
         let state_dir = std::fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.into());
         Ownership {
             instance: instance_id(cgroup_root, &state_dir),
@@ -124,7 +124,7 @@ impl Ownership {
     }
 
     /// The labels that mark a sandbox or container as this agent's.
-    pub fn labels(&self) -> [(String, String); 2] {
+    pub(crate) fn labels(&self) -> [(String, String); 2] {
         [
             (MANAGED_LABEL.to_string(), "true".to_string()),
             (INSTANCE_LABEL.to_string(), self.instance.clone()),
@@ -134,7 +134,7 @@ impl Ownership {
     /// Whether a log file the runtime names may be deleted by this agent: a file below its
     /// own log directory, reached without `..` (the runtime reports what the sandbox was
     /// created with; a path of another agent's, or a crafted one, is left alone).
-    pub fn log_is_ours(&self, log: &Path) -> bool {
+    pub(crate) fn log_is_ours(&self, log: &Path) -> bool {
         log.components().all(|c| !matches!(c, Component::ParentDir))
             && log.starts_with(&self.log_dir)
             && log != self.log_dir
@@ -151,17 +151,17 @@ impl Ownership {
 /// (every agent before instance labels wrote the same label) and is never removed; a
 /// record that is gone (its pod was deleted) no longer proves anything, so what it named
 /// is left to whoever removes it by hand.
-pub type RecordedSandboxes = BTreeMap<String, String>;
+pub(crate) type RecordedSandboxes = BTreeMap<String, String>;
 
 /// The judge of what GC may touch: this agent's identity and its recorded sandboxes.
-pub struct Judge<'a> {
-    pub ownership: &'a Ownership,
-    pub recorded: &'a RecordedSandboxes,
+pub(crate) struct Judge<'a> {
+    pub(crate) ownership: &'a Ownership,
+    pub(crate) recorded: &'a RecordedSandboxes,
 }
 
 impl Judge<'_> {
     /// Whether a sandbox is this agent's to clean up.
-    pub fn owns_sandbox(&self, sandbox: &api::PodSandbox) -> bool {
+    pub(crate) fn owns_sandbox(&self, sandbox: &api::PodSandbox) -> bool {
         match maker(&sandbox.labels, &self.ownership.instance) {
             Maker::This => true,
             Maker::Older => {
@@ -173,7 +173,7 @@ impl Judge<'_> {
     }
 
     /// Whether a container (and its log) is this agent's to remove.
-    pub fn owns_container(&self, container: &api::Container) -> bool {
+    pub(crate) fn owns_container(&self, container: &api::Container) -> bool {
         match maker(&container.labels, &self.ownership.instance) {
             Maker::This => true,
             Maker::Older => {
@@ -193,7 +193,7 @@ impl Judge<'_> {
 /// The images the runtime's containers hold, running or dead, whoever made them (this
 /// agent, another one, anyone): by the resolved reference and by the image asked for.
 /// Image GC never removes one of these.
-pub fn images_held(containers: &[api::Container]) -> BTreeSet<String> {
+pub(crate) fn images_held(containers: &[api::Container]) -> BTreeSet<String> {
     let mut held: BTreeSet<String> = containers.iter().map(|c| c.image_ref.clone()).collect();
     held.extend(
         containers

@@ -13,28 +13,28 @@ use super::{CriClient, CriError};
 
 /// What the runtime answered to the calls made to stop one pod.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StopAnswers {
+pub(crate) struct StopAnswers {
     /// The runtime's errors, each naming its call.
-    pub errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
     /// The calls the runtime had not answered when the deadline passed (dropped then),
     /// by their CRI names.
-    pub unanswered: Vec<&'static str>,
+    pub(crate) unanswered: Vec<&'static str>,
 }
 
 impl StopAnswers {
     /// Every call was answered, none with an error.
-    pub fn answered_all(&self) -> bool {
+    pub(crate) fn answered_all(&self) -> bool {
         self.errors.is_empty() && self.unanswered.is_empty()
     }
 
-    pub fn merge(&mut self, other: StopAnswers) {
+    pub(crate) fn merge(&mut self, other: StopAnswers) {
         self.errors.extend(other.errors);
         self.unanswered.extend(other.unanswered);
     }
 }
 
 /// One call to the runtime, dropped at `deadline` when it has not answered by then.
-pub async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     call: &'static str,
     deadline: Instant,
     answer: impl Future<Output = Result<T, CriError>>,
@@ -54,7 +54,7 @@ pub async fn bounded<T>(
 
 /// Stops the containers `ids` at once, each with `grace` (SIGTERM, SIGKILL at its end),
 /// each call dropped at `deadline`.
-pub async fn stop_containers(
+pub(crate) async fn stop_containers(
     client: &CriClient,
     ids: &[String],
     grace: Duration,
@@ -72,7 +72,7 @@ pub async fn stop_containers(
 
 /// Stops the sandbox `id` (and whatever of its containers still runs), then removes it with
 /// its containers when `remove` and the stop was answered; each call dropped at `deadline`.
-pub async fn stop_sandbox(
+pub(crate) async fn stop_sandbox(
     client: &CriClient,
     id: &str,
     remove: bool,
@@ -87,7 +87,7 @@ pub async fn stop_sandbox(
 
 /// The message of a `RuntimeUnresponsive` event: which calls the runtime left unanswered,
 /// and within how long.
-pub fn silence_message(unanswered: &[&str], waited: Duration) -> String {
+pub(crate) fn silence_message(unanswered: &[&str], waited: Duration) -> String {
     let mut calls: Vec<&str> = unanswered.to_vec();
     calls.dedup();
     let counted = |call: &str| unanswered.iter().filter(|c| **c == call).count();

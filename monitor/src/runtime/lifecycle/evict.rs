@@ -91,9 +91,9 @@ impl Drop for TerminatingMark<'_> {
 pub(super) struct Ending {
     /// Evicted or Preempted: the pod's status reason and the reason of the event that
     /// says the pod ended.
-    pub reason: EventReason,
-    pub message: String,
-    pub condition: Option<PodCondition>,
+    pub(crate) reason: EventReason,
+    pub(crate) message: String,
+    pub(crate) condition: Option<PodCondition>,
 }
 
 /// Writes an eviction into a record: Failed with the eviction's reason and message, every

@@ -306,10 +306,3 @@ pub(super) async fn stop(shared: &Arc<Shared>, uid: &str) {
     // The new version of a changed manifest waited for this one.
     let _ = shared.reconcile.send(());
 }
-
-pub(in crate::runtime) async fn stop_all(shared: &Arc<Shared>) {
-    let uids: Vec<String> = shared.lock().pods.keys().cloned().collect();
-    for uid in uids {
-        stop(shared, &uid).await;
-    }
-}

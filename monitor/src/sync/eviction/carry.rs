@@ -5,7 +5,7 @@ use super::*;
 
 /// Kill attempts per eviction: the first with the decision's grace period, the retries at
 /// once (the pod already had its grace period).
-pub const MAX_KILL_ATTEMPTS: u32 = 3;
+pub(crate) const MAX_KILL_ATTEMPTS: u32 = 3;
 
 /// How long past its kill timeout the loop waits for a runtime's answer before it counts
 /// the attempt as timed out (the runtime bounds its own kill by the kill timeout).

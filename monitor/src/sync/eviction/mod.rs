@@ -27,35 +27,35 @@ use crate::state::{EVICTIONS_KEPT, EvictionView, SharedState, SignalStatus, Thre
 
 /// What one synchronize decided and did about evictions.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct EvictionPass {
+pub(crate) struct EvictionPass {
     /// The signals as observed at this pass.
-    pub observations: Observations,
+    pub(crate) observations: Observations,
     /// The policy's outcome.
-    pub outcome: SyncOutcome,
+    pub(crate) outcome: SyncOutcome,
     /// Evictions started at this pass.
-    pub started: Vec<EvictionDecision>,
+    pub(crate) started: Vec<EvictionDecision>,
     /// Evictions the policy asked for but held back because an eviction that counts as
     /// much is still running (see [`EvictionSync::may_start`]); decided again once it ends.
-    pub deferred: Vec<EvictionDecision>,
+    pub(crate) deferred: Vec<EvictionDecision>,
     /// Evictions that ended since the previous pass.
-    pub finished: Vec<FinishedEviction>,
+    pub(crate) finished: Vec<FinishedEviction>,
     /// Kills the hot path carried out since the previous pass; their evictions started
     /// at this pass.
-    pub hot_kills: Vec<HotKill>,
+    pub(crate) hot_kills: Vec<HotKill>,
 }
 
 /// An eviction that ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FinishedEviction {
-    pub decision: EvictionDecision,
-    pub outcome: EvictionOutcome,
-    pub attempts: u32,
+pub(crate) struct FinishedEviction {
+    pub(crate) decision: EvictionDecision,
+    pub(crate) outcome: EvictionOutcome,
+    pub(crate) attempts: u32,
     /// CLOCK_MONOTONIC ns when it ended.
-    pub ended_ns: u64,
+    pub(crate) ended_ns: u64,
 }
 
 /// Runs the eviction policy at every synchronize and carries out its decisions.
-pub struct EvictionSync {
+pub(crate) struct EvictionSync {
     manager: EvictionManager,
     kubelet: KubeletConfig,
     ports: Ports,
@@ -88,7 +88,7 @@ pub struct EvictionSync {
 }
 
 impl EvictionSync {
-    pub fn new(
+    pub(crate) fn new(
         kubelet: KubeletConfig,
         ports: Ports,
         state: SharedState,
@@ -117,19 +117,14 @@ impl EvictionSync {
     }
 
     /// Arms `hot` after every pass with the pod a hard memory threshold would evict.
-    pub fn with_hot_path(mut self, hot: Arc<HotPath>) -> Self {
+    pub(crate) fn with_hot_path(mut self, hot: Arc<HotPath>) -> Self {
         self.hot = Some(hot);
         self
     }
 
-    /// The evictions under way.
-    pub fn in_flight(&self) -> &[EvictionDecision] {
-        &self.in_flight
-    }
-
     /// When the decision will change with time alone (a grace period ends, or a paced
     /// signal may evict again).
-    pub fn next_deadline(&self, now: Time) -> Option<Time> {
+    pub(crate) fn next_deadline(&self, now: Time) -> Option<Time> {
         let paced = self.paced.values().copied().filter(|at| *at > now).min();
         [self.manager.next_grace_deadline(now), paced]
             .into_iter()
@@ -137,13 +132,8 @@ impl EvictionSync {
             .min()
     }
 
-    /// The signals paced now (see [`EvictionSync::synchronize`]).
-    pub fn paced_signals(&self) -> Vec<Signal> {
-        self.paced.keys().copied().collect()
-    }
-
     /// One pass on a fresh observation at `now`.
-    pub async fn synchronize(&mut self, node: &NodeObservation, now: Time) -> EvictionPass {
+    pub(crate) async fn synchronize(&mut self, node: &NodeObservation, now: Time) -> EvictionPass {
         let finished = self.collect_finished(node.taken_at_ns);
         // A pod the hot path killed: its eviction is under way from now on (record,
         // events, cgroups), and it is no candidate for this pass.
@@ -485,7 +475,7 @@ fn format_value_bytes(bytes: i64) -> String {
 /// pid.available threshold, disk usage for disk thresholds (every pod's, while one is met
 /// or near) and local storage limits (the limited pods'), containers' memory for memory
 /// thresholds (the eviction message names containers).
-pub fn stats_needs(kubelet: &KubeletConfig) -> StatsNeeds {
+pub(crate) fn stats_needs(kubelet: &KubeletConfig) -> StatsNeeds {
     let eviction = &kubelet.eviction;
     let any = |wanted: fn(Signal) -> bool| eviction.thresholds.iter().any(|t| wanted(t.signal));
     StatsNeeds {
@@ -497,7 +487,7 @@ pub fn stats_needs(kubelet: &KubeletConfig) -> StatsNeeds {
 }
 
 /// One line for logs and the API's last synchronize.
-pub fn summarize(pass: &EvictionPass) -> String {
+pub(crate) fn summarize(pass: &EvictionPass) -> String {
     let observations = &pass.observations;
     let mib = |b: i64| b / (1 << 20);
     let mut parts = Vec::new();
@@ -558,7 +548,8 @@ pub fn summarize(pass: &EvictionPass) -> String {
 mod carry;
 mod pacing;
 
-pub use carry::MAX_KILL_ATTEMPTS;
+#[cfg(test)]
+pub(crate) use carry::MAX_KILL_ATTEMPTS;
 use pacing::Effect;
 
 #[cfg(test)]

@@ -158,10 +158,10 @@ fn reap(victim: Candidate, pod: String, killed_ns: u64) {
 /// then came back under the threshold only when the whole reap ended (60-90 ms) in half
 /// the trials; left to exit by itself, SIGKILL->freed was 7.8 / 14.5 ms p50 / p99. The reap
 /// stays for a victim that cannot exit (blocked in the kernel, frozen).
-pub const REAP_AFTER: Duration = Duration::from_millis(20);
+pub(crate) const REAP_AFTER: Duration = Duration::from_millis(20);
 
 /// Name of the thread that reaps a killed victim's memory.
-pub const REAPER_THREAD: &str = "monitor-reaper";
+pub(crate) const REAPER_THREAD: &str = "monitor-reaper";
 
 /// What one look at the levels found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -62,7 +62,7 @@ const LEVEL_FILES_KEPT: usize = 8;
 /// How many of the ranking's first pods the hot path holds ready and reads again at a
 /// crossing. One usage read costs about 2 µs on the hosts measured; the kubelet's own
 /// pick rests on stats up to a housekeeping interval old.
-pub const CANDIDATES: usize = 16;
+pub(crate) const CANDIDATES: usize = 16;
 
 /// One level whose crossing calls for a kill, on the cgroup's working set (usage
 /// minus inactive_file, as the signals count it): a notifier armed on usage also fires
@@ -125,58 +125,58 @@ impl Crossing {
 
 /// How long the hot path watches a level after an early notifier fired below it
 /// ([`HotPath::early_crossing`]), and how often it reads the usage meanwhile.
-pub const WATCH_WINDOW: Duration = Duration::from_millis(50);
-pub const WATCH_POLL: Duration = Duration::from_micros(25);
+pub(crate) const WATCH_WINDOW: Duration = Duration::from_millis(50);
+pub(crate) const WATCH_POLL: Duration = Duration::from_micros(25);
 /// For the first part of a watch the thread reads without sleeping: a fast allocator
 /// covers the early margin in well under a millisecond, and a thread woken from a sleep
 /// may wait for the CPU's current task to leave the kernel (on a kernel built without
 /// preemption, 250–700 µs was seen). Never where only one CPU is usable: the spin would
 /// keep the allocating task itself from running.
-pub const WATCH_SPIN: Duration = Duration::from_millis(10);
+pub(crate) const WATCH_SPIN: Duration = Duration::from_millis(10);
 /// After a watch that ran out its window, an early notifier starts no new one for this
 /// long; the notifiers at the levels themselves still tell.
-pub const WATCH_REST: Duration = Duration::from_millis(100);
+pub(crate) const WATCH_REST: Duration = Duration::from_millis(100);
 /// The most CPU time the watches may use at once, and how fast that allowance comes
 /// back: 10 ms in a burst, 2 % of one CPU over time.
-pub const WATCH_BUDGET: Duration = Duration::from_millis(10);
-pub const WATCH_REFILL_PER_SEC: Duration = Duration::from_millis(20);
+pub(crate) const WATCH_BUDGET: Duration = Duration::from_millis(10);
+pub(crate) const WATCH_REFILL_PER_SEC: Duration = Duration::from_millis(20);
 /// Watches one early notifier may start within [`FLAP_WINDOW`] between two armings: a
 /// workload whose usage moves across the early level and back fires it again and again,
 /// and is then rested until the next synchronize. Fires further apart (a node whose usage
 /// wanders near a level now and then) never add up to a rest.
-pub const EARLY_FIRES_PER_ARMING: u32 = 3;
-pub const FLAP_WINDOW: Duration = Duration::from_secs(1);
+pub(crate) const EARLY_FIRES_PER_ARMING: u32 = 3;
+pub(crate) const FLAP_WINDOW: Duration = Duration::from_secs(1);
 
 /// A kill the hot path carried out, for the next synchronize to account for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HotKill {
+pub(crate) struct HotKill {
     /// Worded at the kill, on the working sets read then.
-    pub decision: EvictionDecision,
+    pub(crate) decision: EvictionDecision,
     /// The source whose notifier fired the kill.
-    pub source: WakeSource,
+    pub(crate) source: WakeSource,
     /// CLOCK_MONOTONIC ns when the source told the hot path, and when the kill was written.
-    pub detected_ns: u64,
-    pub killed_ns: u64,
+    pub(crate) detected_ns: u64,
+    pub(crate) killed_ns: u64,
     /// The crossing: the level's working set, and the working set read at the kill.
-    pub level_bytes: u64,
-    pub working_set_bytes: u64,
+    pub(crate) level_bytes: u64,
+    pub(crate) working_set_bytes: u64,
     /// The victim's working set as read at the kill (usage less its page cache at the
     /// last synchronize).
-    pub victim_working_set_bytes: u64,
+    pub(crate) victim_working_set_bytes: u64,
     /// The crossed signal's available at the kill (`None` for a level without its
     /// threshold).
-    pub signal_available: Option<i64>,
+    pub(crate) signal_available: Option<i64>,
     /// How many candidates' usage was read to pick the victim.
-    pub candidates_read: usize,
+    pub(crate) candidates_read: usize,
 }
 
 /// What the eviction pass hands the hot path after a synchronize.
 #[derive(Clone, Debug)]
-pub struct Candidates {
+pub(crate) struct Candidates {
     /// The ranking's first pods, with the stats just read, most evictable first.
-    pub pods: Vec<PodWithStats>,
-    pub fs_layout: FsLayout,
-    pub config: Arc<EvictionConfig>,
+    pub(crate) pods: Vec<PodWithStats>,
+    pub(crate) fs_layout: FsLayout,
+    pub(crate) config: Arc<EvictionConfig>,
 }
 
 /// A pod the hot path may kill.
@@ -236,7 +236,7 @@ struct Armed {
 
 /// Shared between the eviction pass (which arms it) and the sources (which fire it).
 #[derive(Debug)]
-pub struct HotPath {
+pub(crate) struct HotPath {
     armed: Mutex<Armed>,
     state: SharedState,
     /// The levels' usage and memory.stat files, kept open: a confirmation is two preads.
@@ -265,10 +265,10 @@ struct WatchRequest {
 }
 
 /// Name of the thread that runs the ring reader's watches.
-pub const WATCHER_THREAD: &str = "monitor-watch";
+pub(crate) const WATCHER_THREAD: &str = "monitor-watch";
 
 impl HotPath {
-    pub fn new(state: SharedState) -> HotPath {
+    pub(crate) fn new(state: SharedState) -> HotPath {
         HotPath {
             armed: Mutex::new(Armed::default()),
             state,
@@ -289,7 +289,7 @@ impl HotPath {
     }
 
     /// The watches' CPU time since start.
-    pub fn watch_cpu(&self) -> Duration {
+    pub(crate) fn watch_cpu(&self) -> Duration {
         Duration::from_nanos(self.watch_cpu_ns.load(std::sync::atomic::Ordering::Relaxed))
     }
 
@@ -297,7 +297,7 @@ impl HotPath {
     /// confirm a crossing. A spec's usage level includes the cgroup's inactive page cache
     /// when it was armed (`inactive_file_at(cgroup)`); the working set level is without.
     /// Setting them also ends an early notifier's rest (see [`EARLY_FIRES_PER_ARMING`]).
-    pub fn set_levels(
+    pub(crate) fn set_levels(
         &self,
         version: CgroupVersion,
         specs: &[ThresholdSpec],
@@ -328,7 +328,11 @@ impl HotPath {
     /// their open switches; others get theirs from `open` (no switch: not a candidate).
     /// While a kill is queued and not yet taken by a synchronize, nothing is armed: that
     /// kill is an eviction under way.
-    pub fn arm(&self, candidates: Option<Candidates>, open: impl Fn(&str) -> Option<KillSwitch>) {
+    pub(crate) fn arm(
+        &self,
+        candidates: Option<Candidates>,
+        open: impl Fn(&str) -> Option<KillSwitch>,
+    ) {
         let Some(candidates) = candidates else {
             let old = std::mem::take(&mut self.lock().candidates);
             drop(old);
@@ -458,7 +462,8 @@ impl HotPath {
     }
 
     /// The candidates armed now, most evictable first at the last synchronize.
-    pub fn armed_pods(&self) -> Vec<String> {
+    #[cfg(test)]
+    pub(crate) fn armed_pods(&self) -> Vec<String> {
         self.lock()
             .candidates
             .iter()
@@ -467,12 +472,13 @@ impl HotPath {
     }
 
     /// The first candidate armed now.
-    pub fn armed_pod(&self) -> Option<String> {
+    #[cfg(test)]
+    pub(crate) fn armed_pod(&self) -> Option<String> {
         self.armed_pods().into_iter().next()
     }
 
     /// The kills the hot path carried out since the last call, oldest first.
-    pub fn take_fired(&self) -> Vec<HotKill> {
+    pub(crate) fn take_fired(&self) -> Vec<HotKill> {
         std::mem::take(&mut self.lock().fired)
     }
 
@@ -502,7 +508,6 @@ impl HotPath {
 mod kill;
 mod watch;
 
-pub use kill::{REAP_AFTER, REAPER_THREAD};
 use watch::{WatchBudget, more_than_one_cpu};
 
 #[cfg(test)]

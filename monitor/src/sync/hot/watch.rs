@@ -51,7 +51,7 @@ impl HotPath {
     /// records would wait in the ring). It runs at the memcg notifier's real-time
     /// priority where the kernel permits it; returns what it got. The thread ends when
     /// the hot path is dropped.
-    pub fn start_watcher(self: &Arc<Self>) -> std::io::Result<String> {
+    pub(crate) fn start_watcher(self: &Arc<Self>) -> std::io::Result<String> {
         let (tx, rx) = std::sync::mpsc::channel::<WatchRequest>();
         let (got_tx, got_rx) = std::sync::mpsc::channel();
         let hot = Arc::downgrade(self);
