@@ -66,9 +66,7 @@ impl Agent {
         let (wakes, wake_rx) = notify::wake_channel();
         let (reports, _) = broadcast::channel(REPORT_BUFFER);
         // The hot kill path: the memory notifiers tell it of hard crossings first.
-        let hot = settings
-            .hot_kill
-            .then(|| Arc::new(HotPath::new(state.clone())));
+        let hot = settings.hot_kill.then(|| Arc::new(HotPath::new()));
         if let Some(hot) = &hot {
             match hot.start_watcher() {
                 Ok(scheduling) => {

@@ -144,7 +144,9 @@ pub struct SyncReport {
     /// The fresh observation, or why it could not be taken (shared: reports are cloned
     /// to every subscriber).
     pub observation: Result<NodeObservation, Arc<ObserveError>>,
-    /// What the eviction pass decided and did; `None` when the observation failed.
+    /// What the eviction pass decided and did; `None` when the observation failed. Read
+    /// whole by the loop's tests; the API and the log take the summary below.
+    #[cfg_attr(not(test), expect(dead_code, reason = "read whole by the tests only"))]
     pub(crate) pass: Option<EvictionPass>,
     /// The same, in a line.
     pub(crate) summary: String,
@@ -280,14 +282,6 @@ impl<O: Observe> SyncLoop<O> {
                 .or_default()
                 .observe(latency);
         }
-        for kill in report.pass.iter().flat_map(|pass| &pass.hot_kills) {
-            state.metrics.observe_hot_kill(
-                kill.source,
-                kill.detected_ns,
-                kill.killed_ns,
-                &report.wakes,
-            );
-        }
         state.metrics.sync_duration.observe(duration.as_secs_f64());
         state.metrics.synchronizes += 1;
         state.last_sync = Some(crate::state::LastSync {
@@ -312,7 +306,7 @@ impl<O: Observe> SyncLoop<O> {
         let observation = super::eviction::blocking(|| self.observer.observe());
         let (pass, summary) = match &observation {
             Ok(observation) => {
-                let pass = self.eviction.synchronize(observation, now).await;
+                let pass = self.eviction.synchronize(observation, now, &wakes).await;
                 if let Some(arming) = &self.arming {
                     arming.rearm(observation);
                 }

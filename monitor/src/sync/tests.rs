@@ -334,7 +334,7 @@ impl Harness {
         }
         let state = SharedState::default();
         let (reports, subscriber) = broadcast::channel(64);
-        let hot = hot.then(|| Arc::new(HotPath::new(state.clone())));
+        let hot = hot.then(|| Arc::new(HotPath::new()));
         let mut eviction = EvictionSync::new(
             kubelet,
             Ports::of(Arc::new(fake.clone())),
@@ -842,6 +842,23 @@ async fn the_hot_path_kills_the_pre_ranked_victim_and_the_next_pass_records_it_o
         "{}",
         next.summary
     );
+    // Booked in one place with its eviction: one HotKill event and one crossing→kill
+    // sample, by the synchronize that took the kill over.
+    let state = h.state.read();
+    let hot_kill_events: Vec<_> = state
+        .events
+        .iter()
+        .filter(|e| e.reason == "HotKill")
+        .collect();
+    assert_eq!(hot_kill_events.len(), 1, "{:?}", state.events);
+    assert_eq!(hot_kill_events[0].object, "default/big");
+    let samples: u64 = state
+        .metrics
+        .crossing_to_kill
+        .get(&WakeSource::MemcgThreshold)
+        .map(|by_stamp| by_stamp.values().map(|h| h.count).sum())
+        .unwrap_or(0);
+    assert_eq!(samples, 1, "{:?}", state.metrics.crossing_to_kill);
 }
 
 #[tokio::test(start_paused = true)]

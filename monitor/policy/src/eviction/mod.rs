@@ -435,7 +435,15 @@ impl EvictionManager {
     /// available and its threshold), since that is the crossing that fires the kill; the
     /// eviction then names the signal that really crossed. The two memory signals rank
     /// pods alike, so only the signal, threshold and message depend on this choice.
-    pub fn prospective_hot_eviction(&self, input: &SyncInput) -> Option<EvictionDecision> {
+    ///
+    /// `ranking` is the pass's [`reads::memory_ranking`] of `input.pods`: its first pod is
+    /// the victim.
+    pub fn prospective_hot_eviction(
+        &self,
+        input: &SyncInput,
+        ranking: &[usize],
+    ) -> Option<EvictionDecision> {
+        let victim = *ranking.first()?;
         let mut signals: Vec<(i64, Signal)> =
             [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable]
                 .into_iter()
@@ -455,7 +463,7 @@ impl EvictionManager {
         signals.sort();
         signals
             .into_iter()
-            .find_map(|(_, signal)| self.prospective_eviction(input, signal))
+            .find_map(|(_, signal)| hard_eviction_of(&self.config, input, signal, victim))
     }
 
     /// A whole pass, with node-level reclaim done by `reclaim` (given the resource and the
@@ -564,16 +572,6 @@ pub fn hard_eviction_victim(input: &SyncInput, signal: Signal) -> Option<usize> 
     let ranked = super::rank::rank_pods(signal, input.fs_layout, &input.pods);
     let victim = ranked.into_iter().find(|p| !p.pod.is_critical())?;
     input.pods.iter().position(|p| std::ptr::eq(p, victim))
-}
-
-/// The first `count` pods a memory signal's ranking would evict, critical pods left out:
-/// the hot path's candidates, whose working sets it reads again at a crossing.
-pub fn memory_candidates(input: &SyncInput, count: usize) -> Vec<&PodWithStats> {
-    super::rank::rank_pods(Signal::MemoryAvailable, input.fs_layout, &input.pods)
-        .into_iter()
-        .filter(|p| !p.pod.is_critical())
-        .take(count)
-        .collect()
 }
 
 /// How long to wait for a pod given `grace_period_seconds` before killing it outright:

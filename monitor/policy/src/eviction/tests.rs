@@ -987,13 +987,23 @@ fn the_hot_paths_victim_names_the_nearest_hard_memory_threshold(
         pods: three_pods(),
         fs_layout: FsLayout::with_imagefs(false),
     };
-    let d = m.prospective_hot_eviction(&input).expect("a victim");
+    let ranking = reads::memory_ranking(&input.pods, 16);
+    let d = m
+        .prospective_hot_eviction(&input, &ranking)
+        .expect("a victim");
     assert_eq!(d.signal, Some(expected));
     assert_eq!(d.pod_key, "default/hog");
+    // The same pod as the eviction a hard threshold met now would take.
+    assert_eq!(
+        m.prospective_eviction(&input, expected).map(|e| e.pod_key),
+        Some(d.pod_key.clone())
+    );
     // Only one of them armed: that one, whatever the headroom.
     let node_only = manager(vec![hard(Signal::MemoryAvailable, "1Gi")]);
     assert_eq!(
-        node_only.prospective_hot_eviction(&input).map(|d| d.signal),
+        node_only
+            .prospective_hot_eviction(&input, &ranking)
+            .map(|d| d.signal),
         Some(Some(Signal::MemoryAvailable))
     );
 }

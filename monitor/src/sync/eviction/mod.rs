@@ -12,11 +12,11 @@ use tokio::sync::mpsc;
 use super::hot::{CANDIDATES, Candidates, HotKill, HotPath};
 use super::signals::node_stats;
 use crate::config::kubelet::{KubeletConfig, format_go_duration};
-use crate::notify::{WakeDetail, WakeSender, WakeSource};
+use crate::notify::{Wake, WakeDetail, WakeSender, WakeSource};
 use crate::observe::NodeObservation;
 use crate::policy::eviction::{
     EvictionConfig, EvictionDecision, EvictionManager, MIN_KILL_TIMEOUT, ReclaimResult, Step,
-    SyncInput, SyncOutcome, memory_candidates, reads,
+    SyncInput, SyncOutcome, reads,
 };
 use crate::policy::signal::{Observations, Signal, format_value};
 use crate::policy::stats::PodWithStats;
@@ -133,7 +133,14 @@ impl EvictionSync {
     }
 
     /// One pass on a fresh observation at `now`.
-    pub(crate) async fn synchronize(&mut self, node: &NodeObservation, now: Time) -> EvictionPass {
+    /// `wakes`: the wakes this synchronize coalesced (a hot kill's crossing is stamped from
+    /// them when its notifier carried no stamp of its own).
+    pub(crate) async fn synchronize(
+        &mut self,
+        node: &NodeObservation,
+        now: Time,
+        wakes: &[Wake],
+    ) -> EvictionPass {
         let finished = self.collect_finished(node.taken_at_ns);
         // A pod the hot path killed: its eviction is under way from now on (record,
         // events, cgroups), and it is no candidate for this pass.
@@ -146,23 +153,7 @@ impl EvictionSync {
             self.state.lock().metrics.hot_watch_cpu_seconds = hot.watch_cpu().as_secs_f64();
         }
         for kill in &hot_kills {
-            if !self
-                .in_flight
-                .iter()
-                .any(|e| e.pod_key == kill.decision.pod_key)
-            {
-                if let (Some(signal), Some(available)) =
-                    (kill.decision.signal, kill.signal_available)
-                {
-                    self.effects.push(Effect {
-                        pod_key: kill.decision.pod_key.clone(),
-                        signal,
-                        available_before: available,
-                        victim_bytes: kill.victim_working_set_bytes,
-                    });
-                }
-                self.start(kill.decision.clone());
-            }
+            self.book_hot_kill(kill, wakes);
         }
         // The process runtime keeps no images: with an imagefs path configured, it is a
         // dedicated image filesystem in the kubelet's sense.
@@ -177,8 +168,9 @@ impl EvictionSync {
             ..self.needs
         };
         // One blocking section for every read of the pass: each hands the runtime's
-        // other tasks to another thread and back.
-        let pods = blocking(|| {
+        // other tasks to another thread and back. The pass's one memory ranking, on the
+        // pods' stats as read: it names whose containers to read, and arms the hot path.
+        let (pods, memory_ranking) = blocking(|| {
             let mut pods = self
                 .ports
                 .pods
@@ -186,10 +178,16 @@ impl EvictionSync {
                 .into_iter()
                 .filter(|p| !self.in_flight.iter().any(|e| e.pod_key == p.pod.key()))
                 .collect::<Vec<_>>();
+            let ranking = self
+                .ranks_memory()
+                .then(|| reads::memory_ranking(&pods, CANDIDATES));
             if self.needs.container_memory {
-                self.add_victims_container_memory(&mut pods, fs_layout);
+                self.add_victims_container_memory(
+                    &mut pods,
+                    ranking.as_deref().unwrap_or_default(),
+                );
             }
-            pods
+            (pods, ranking.unwrap_or_default())
         });
         self.show_pod_memory(&pods);
         let stats = node_stats(node, &self.kubelet, &pods, now);
@@ -240,7 +238,7 @@ impl EvictionSync {
                 "eviction deferred: an eviction under way already answers this pressure"
             );
         }
-        let hot_victim = self.arm_hot_path(&input);
+        let hot_victim = self.arm_hot_path(&input, &memory_ranking);
         let observations = input.observations.clone();
         self.publish_ranking(input, hot_victim);
         EvictionPass {
@@ -310,12 +308,66 @@ impl EvictionSync {
         }
     }
 
+    /// Books one kill of the hot path, all in one place: its event, its crossing→kill
+    /// metric, and its eviction (record, the judging of its effect, the cleanup awaited),
+    /// which from now on runs as any eviction does. A pod already being evicted keeps
+    /// that eviction.
+    fn book_hot_kill(&mut self, kill: &HotKill, wakes: &[Wake]) {
+        self.state.event(
+            crate::events::EventReason::HotKill,
+            &kill.decision.pod_key,
+            format!(
+                "hard memory threshold crossed ({}): working set {} at a level of {}; killed through {} in {} µs, the pod's working set read then {}. {}",
+                kill.source,
+                kill.working_set_bytes,
+                kill.level_bytes,
+                kill.path.display(),
+                kill.killed_ns.saturating_sub(kill.detected_ns) / 1000,
+                kill.victim_working_set_bytes,
+                kill.decision.message.trim_end()
+            ),
+        );
+        self.state.lock().metrics.observe_hot_kill(
+            kill.source,
+            kill.detected_ns,
+            kill.killed_ns,
+            wakes,
+        );
+        if self
+            .in_flight
+            .iter()
+            .any(|e| e.pod_key == kill.decision.pod_key)
+        {
+            return;
+        }
+        if let (Some(signal), Some(available)) = (kill.decision.signal, kill.signal_available) {
+            self.effects.push(Effect {
+                pod_key: kill.decision.pod_key.clone(),
+                signal,
+                available_before: available,
+                victim_bytes: kill.victim_working_set_bytes,
+            });
+        }
+        self.start(kill.decision.clone());
+    }
+
+    /// Whether the pass ranks pods by memory: a memory threshold is configured (the
+    /// ranking names whose containers to read) or the hot path is on (its candidates).
+    fn ranks_memory(&self) -> bool {
+        self.hot.is_some()
+            || self
+                .kubelet
+                .eviction
+                .thresholds
+                .iter()
+                .any(|t| t.signal.is_memory())
+    }
+
     /// Reads the containers' memory of the pod the policy names (see
-    /// [`reads::container_memory_read`]): reading them for one pod instead of every pod
-    /// keeps a pass's cost from growing with containers.
-    fn add_victims_container_memory(&self, pods: &mut [PodWithStats], fs_layout: FsLayout) {
-        let victim =
-            reads::container_memory_read(&self.kubelet.eviction.thresholds, pods, fs_layout);
+    /// [`reads::container_memory_read`]) on the pass's memory `ranking`: reading them for
+    /// one pod instead of every pod keeps a pass's cost from growing with containers.
+    fn add_victims_container_memory(&self, pods: &mut [PodWithStats], ranking: &[usize]) {
+        let victim = reads::container_memory_read(&self.kubelet.eviction.thresholds, ranking);
         if let Some(pod) = victim.and_then(|index| pods.get_mut(index))
             && pod
                 .stats
@@ -332,19 +384,21 @@ impl EvictionSync {
     /// an immediate eviction runs (that one answers the pressure), while a memory signal
     /// is paced (its evictions wait for the housekeeping interval, which the hot path
     /// cannot keep), or when no hard memory threshold kills at once.
+    /// `ranking` is the pass's memory ranking of `input.pods`.
     /// Returns the key of the pod the ranking puts first now.
-    fn arm_hot_path(&self, input: &SyncInput) -> Option<String> {
+    fn arm_hot_path(&self, input: &SyncInput, ranking: &[usize]) -> Option<String> {
         let Some(hot) = &self.hot else { return None };
         let immediate_under_way = self.in_flight.iter().any(|e| e.immediate);
         let paced = self.paced.keys().any(|s| s.is_memory());
         let victim = (!immediate_under_way && !paced)
-            .then(|| self.manager.prospective_hot_eviction(input))
+            .then(|| self.manager.prospective_hot_eviction(input, ranking))
             .flatten()
             .filter(|d| d.grace_period_seconds == 0);
         let victim_key = victim.as_ref().map(|d| d.pod_key.clone());
         let candidates = victim.is_some().then(|| Candidates {
-            pods: memory_candidates(input, CANDIDATES)
-                .into_iter()
+            pods: ranking
+                .iter()
+                .filter_map(|&i| input.pods.get(i))
                 .cloned()
                 .collect(),
             fs_layout: input.fs_layout,

@@ -236,6 +236,7 @@ impl HotPath {
                         .threshold
                         .and_then(|t| crossing.observations().get(&t.signal).map(|o| o.available)),
                     candidates_read: pick.input.pods.len(),
+                    path: path.clone(),
                 });
                 drop(armed);
                 drop(candidates);
@@ -260,19 +261,8 @@ impl HotPath {
                     victim_working_set_bytes = victim_working_set,
                     "hot path: cgroup.kill written"
                 );
-                self.state.event(
-                    crate::events::EventReason::HotKill,
-                    &decision.pod_key,
-                    format!(
-                        "hard memory threshold crossed ({source}): working set {} at a level of {}; killed through {} in {} µs, the pod's working set read then {}. {}",
-                        crossing.working_set,
-                        crossing.level_working_set,
-                        path.display(),
-                        killed_ns.saturating_sub(detected_ns) / 1000,
-                        victim_working_set,
-                        decision.message.trim_end()
-                    ),
-                );
+                // Its event, metric and eviction are booked by the synchronize this kill
+                // wakes (see EvictionSync::book_hot_kill).
                 Look::Killed
             }
             (Err(err), _) => {

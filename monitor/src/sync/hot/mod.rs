@@ -54,7 +54,6 @@ use crate::policy::signal::{Observations, Signal, SignalObservation};
 use crate::policy::stats::PodWithStats;
 use crate::policy::types::FsLayout;
 use crate::runtime::port::KillSwitch;
-use crate::state::SharedState;
 
 /// Files the levels keep open (two per cgroup with a level).
 const LEVEL_FILES_KEPT: usize = 8;
@@ -168,6 +167,8 @@ pub(crate) struct HotKill {
     pub(crate) signal_available: Option<i64>,
     /// How many candidates' usage was read to pick the victim.
     pub(crate) candidates_read: usize,
+    /// The file the kill was written to.
+    pub(crate) path: std::path::PathBuf,
 }
 
 /// What the eviction pass hands the hot path after a synchronize.
@@ -238,7 +239,6 @@ struct Armed {
 #[derive(Debug)]
 pub(crate) struct HotPath {
     armed: Mutex<Armed>,
-    state: SharedState,
     /// The levels' usage and memory.stat files, kept open: a confirmation is two preads.
     /// The levels sit on the root and the pods cgroup, so the set stays a few files.
     open: Arc<OpenFiles>,
@@ -268,10 +268,9 @@ struct WatchRequest {
 pub(crate) const WATCHER_THREAD: &str = "monitor-watch";
 
 impl HotPath {
-    pub(crate) fn new(state: SharedState) -> HotPath {
+    pub(crate) fn new() -> HotPath {
         HotPath {
             armed: Mutex::new(Armed::default()),
-            state,
             open: Arc::new(OpenFiles::with_budget(LEVEL_FILES_KEPT)),
             candidate_files: Arc::new(OpenFiles::with_budget(2 * CANDIDATES)),
             last_watch_end_ns: std::sync::atomic::AtomicU64::new(0),

@@ -24,7 +24,7 @@ impl Fixture {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("memory.usage_in_bytes"), "100\n").expect("usage");
         std::fs::write(dir.path().join("memory.stat"), "total_inactive_file 0\n").expect("stat");
-        let hot = HotPath::new(SharedState::default());
+        let hot = HotPath::new();
         hot.set_levels(
             CgroupVersion::V1,
             &[
@@ -212,13 +212,6 @@ fn a_confirmed_crossing_kills_the_armed_pod_once() {
     assert_eq!(f.killed("default/big"), "1");
     assert!(f.hot.take_fired().is_empty());
     assert!(f.hot.armed_pod().is_none());
-    let events = f.hot.state.read().events;
-    assert!(
-        events
-            .iter()
-            .any(|e| e.reason == "HotKill" && e.object == "default/big"),
-        "{events:?}"
-    );
 }
 
 #[test]
