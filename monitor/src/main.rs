@@ -13,8 +13,9 @@ use clap::{CommandFactory, Parser, Subcommand};
     about = "Node pressure agent: kubelet eviction semantics, woken by the kernel"
 )]
 struct Cli {
-    /// Format of the log lines on stderr: `text`, or `json` (one JSON object per line).
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    /// Format of the log: `auto` (journald when stderr is the journal, as under systemd,
+    /// else text), `text`, `json` (one JSON object per line on stderr) or `journald`.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Auto)]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -22,10 +23,18 @@ struct Cli {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum LogFormat {
+    /// `journald` when stderr is connected to the journal (systemd says so in
+    /// JOURNAL_STREAM), else `text`.
+    Auto,
     /// Human-readable lines, coloured only when stderr is a terminal.
     Text,
     /// One JSON object per line (`timestamp`, `level`, `fields`, `target`).
     Json,
+    /// Straight to the systemd journal over its native socket: each line at its own
+    /// priority (`journalctl -p warning` shows warnings and errors), and every field a
+    /// journal field of its own (`POD=`, `SOURCE=`, `REASON=`, ...; the spans' fields
+    /// prefixed `S0_`, `S1_`, ...).
+    Journald,
 }
 
 #[derive(Debug, Subcommand)]
@@ -39,8 +48,9 @@ enum Command {
     Status(monitor::api::StatusArgs),
     /// List the pods the running agent manages.
     Pods(monitor::api::ClientArgs),
-    /// List the running agent's recent events.
-    Events(monitor::api::ClientArgs),
+    /// List the running agent's recent events (with --follow, then the new ones as they
+    /// come).
+    Events(monitor::api::EventsArgs),
     /// Print the running agent's Prometheus metrics.
     Metrics(monitor::api::ClientArgs),
     /// Explain why a pod would or would not be evicted: for every signal with a threshold,
@@ -114,9 +124,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => monitor::simulate::run(&args),
         Command::Status(args) => monitor::api::run_status(&args),
         Command::Pods(args) => monitor::api::run_client(monitor::api::ClientCommand::Pods, &args),
-        Command::Events(args) => {
-            monitor::api::run_client(monitor::api::ClientCommand::Events, &args)
-        }
+        Command::Events(args) => monitor::api::run_events(&args),
         Command::Metrics(args) => {
             monitor::api::run_client(monitor::api::ClientCommand::Metrics, &args)
         }
@@ -127,8 +135,11 @@ fn main() -> ExitCode {
         Command::Run(args) => match run(args, cli.log_format) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
-                // In JSON every line on stderr stays one JSON object, the last one included.
-                if cli.log_format == LogFormat::Json && tracing::dispatcher::has_been_set() {
+                // In JSON every line on stderr stays one JSON object, the last one
+                // included; in the journal the last line keeps its priority (an error).
+                if !matches!(cli.log_format.resolved(), LogFormat::Text)
+                    && tracing::dispatcher::has_been_set()
+                {
                     tracing::error!("{err:#}");
                 } else {
                     eprintln!("monitor: {err:#}");
@@ -257,6 +268,9 @@ fn man_page() -> std::io::Result<String> {
             page += &roff(&sub_man, section, Headings::Drop)?;
         }
     }
+    // What clap knows nothing of: the environment, the files, the signals, the exit
+    // codes and examples.
+    page += include_str!("man.roff");
     page += &roff(&man, Man::render_version_section, Headings::Keep)?;
     Ok(page)
 }
@@ -315,13 +329,32 @@ fn init_logging(log: &str, format: LogFormat) -> anyhow::Result<()> {
             Some(anyhow::Error::new(err).context(format!("--log {log:?}"))),
         ),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = || {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter.clone())
+            .with_writer(std::io::stderr)
+    };
     let installed = match format {
         // Colour only on a terminal: never in a file, a pipe or the journal.
-        LogFormat::Text => builder.with_ansi(colour_stderr()).try_init(),
-        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+        // `Auto` comes resolved; text if not.
+        LogFormat::Auto | LogFormat::Text => builder().with_ansi(colour_stderr()).try_init(),
+        LogFormat::Json => builder().json().with_ansi(false).try_init(),
+        LogFormat::Journald => {
+            use tracing_subscriber::layer::SubscriberExt;
+            use tracing_subscriber::util::SubscriberInitExt;
+            let journal = tracing_journald::layer()
+                .context("--log-format journald: connecting to the journal's socket (/run/systemd/journal/socket)")?
+                // Our fields as they are named (POD=, not F_POD=): none of them is one of
+                // the journal's own.
+                .with_field_prefix(None)
+                .with_syslog_identifier("monitor".to_string());
+            tracing_subscriber::registry()
+                .with(filter)
+                .with(journal)
+                .try_init()
+                .map_err(|err| anyhow::anyhow!("{err}"))
+                .map_err(Into::into)
+        }
     };
     installed.map_err(|err| anyhow::anyhow!("installing the log subscriber: {err}"))?;
     match bad_filter {
@@ -336,9 +369,36 @@ fn colour_stderr() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+impl LogFormat {
+    /// `Auto` made concrete for this process.
+    fn resolved(self) -> LogFormat {
+        match self {
+            LogFormat::Auto if stderr_is_the_journal() => LogFormat::Journald,
+            LogFormat::Auto => LogFormat::Text,
+            other => other,
+        }
+    }
+}
+
+/// Whether stderr is the journal's stream: systemd sets JOURNAL_STREAM to the
+/// "device:inode" of the stream it connects stdout and stderr to (a redirection in the
+/// unit, or a shell's, changes stderr and not the variable).
+fn stderr_is_the_journal() -> bool {
+    let Some((dev, ino)) = std::env::var("JOURNAL_STREAM").ok().and_then(|v| {
+        let (dev, ino) = v.split_once(':')?;
+        Some((dev.parse::<u64>().ok()?, ino.parse::<u64>().ok()?))
+    }) else {
+        return false;
+    };
+    std::fs::metadata("/proc/self/fd/2").is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.dev() == dev && m.ino() == ino
+    })
+}
+
 fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
     one_malloc_arena();
-    init_logging(&args.log, log_format)?;
+    init_logging(&args.log, log_format.resolved())?;
     let path = monitor::config::config_path(args.config.as_deref());
     match &path {
         Some(path) => tracing::info!("configuration: {}", path.display()),

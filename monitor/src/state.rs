@@ -97,8 +97,9 @@ pub struct ContainerView {
     pub restart_count: u32,
     /// "running", "exited(CODE)", "signaled(SIG)", "exited(unknown)", "waiting".
     pub state: String,
-    /// Why the last run ended as it did, when that is worth a word ("ExitCodeUnknown":
-    /// its exit status could not be read).
+    /// Why the container is not running, when that is worth a word: "CrashLoopBackOff"
+    /// while it waits out its restart back-off after an exit (`state` is that exit),
+    /// "ExitCodeUnknown" when its last exit status could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -507,10 +508,13 @@ impl SharedState {
         let message = bounded_note(message.into());
         let kind = reason.event_type();
         let reason = reason.as_str();
+        // A pod ("namespace/name") is also its own field, as the journal's POD=.
+        let pod = object.contains('/').then_some(object);
         if kind == EventType::Warning {
             tracing::warn!(
                 reason,
                 object,
+                pod,
                 at_ns = crate::clock::monotonic_ns(),
                 "{message}"
             );
@@ -518,6 +522,7 @@ impl SharedState {
             tracing::info!(
                 reason,
                 object,
+                pod,
                 at_ns = crate::clock::monotonic_ns(),
                 "{message}"
             );

@@ -425,6 +425,17 @@ pub fn monitor_run(config: &Path, log: &std::fs::File) -> Command {
     command
 }
 
+/// `monitor pods` against the agent on `socket`: its table.
+pub fn agent_pods(socket: &Path) -> String {
+    let out = std::process::Command::new(helper_binary("monitor"))
+        .args(["pods", "--socket"])
+        .arg(socket)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("monitor pods");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `monitor metrics` against the agent serving `socket`: the exposition text.
 pub fn agent_metrics(socket: &Path) -> String {
     let out = std::process::Command::new(helper_binary("monitor"))

@@ -213,6 +213,11 @@ impl Node {
             .any(|l| l == line)
     }
 
+    /// `monitor pods` against this node's agent: its table.
+    pub fn pods_table(&self) -> String {
+        crate::agent_pods(&self.path("monitor.sock"))
+    }
+
     /// The pods root's OOM kill counter (hierarchical: any pod's OOM kill counts).
     pub fn pods_oom_kills(&self) -> u64 {
         crate::pods_oom_kills(&self.cgroup_root)

@@ -130,6 +130,86 @@ fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
         let out = monitor(&["pods", "--socket", &socket_arg]);
         String::from_utf8_lossy(&out.stdout).contains("default/web")
     });
+    // The socket from the environment, as crictl takes its endpoint; --socket wins.
+    let from_env = Command::new(helper_binary("monitor"))
+        .arg("pods")
+        .env("MONITOR_SOCKET", &socket)
+        .output()
+        .expect("run monitor");
+    assert!(
+        String::from_utf8_lossy(&from_env.stdout).contains("default/web"),
+        "MONITOR_SOCKET: {}",
+        String::from_utf8_lossy(&from_env.stderr)
+    );
+    let overridden = Command::new(helper_binary("monitor"))
+        .args(["pods", "--socket", &socket_arg])
+        .env("MONITOR_SOCKET", dir.path().join("nobody.sock"))
+        .output()
+        .expect("run monitor");
+    assert!(
+        overridden.status.success(),
+        "--socket wins over MONITOR_SOCKET"
+    );
+
+    // `events --follow`: the events so far, then one recorded after it started (a pod
+    // whose manifest appears now), until it is stopped.
+    let mut follow = Command::new(helper_binary("monitor"))
+        .args(["events", "--follow", "--socket", &socket_arg])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run monitor events --follow");
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let stdout = follow.stdout.take().expect("stdout");
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                lines.lock().unwrap().push(line);
+            }
+        })
+    };
+    let followed = |needle: &str| lines.lock().unwrap().iter().any(|l| l.contains(needle));
+    wait_until(
+        "`events --follow` to print the events so far",
+        Duration::from_secs(10),
+        || followed("default/web"),
+    );
+    std::fs::write(
+        dir.path().join("pods/late.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: late}\nspec:\n  containers:\n  - {name: main, image: none, command: [/bin/sleep, '1000']}\n",
+    )
+    .unwrap();
+    wait_until(
+        "`events --follow` to print the late pod's start",
+        Duration::from_secs(30),
+        || {
+            lines
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains("default/late") && l.contains("Started"))
+        },
+    );
+    {
+        let printed = lines.lock().unwrap();
+        assert_eq!(
+            printed.first().map(String::as_str),
+            Some("TIME\tTYPE\tREASON\tOBJECT\tMESSAGE"),
+            "{printed:?}"
+        );
+        assert_eq!(
+            printed.iter().filter(|l| l.starts_with("TIME")).count(),
+            1,
+            "one header: {printed:?}"
+        );
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let _ = reader.join();
     let events = monitor(&["events", "--socket", &socket_arg]);
     assert!(
         String::from_utf8_lossy(&events.stdout).contains("Started"),
@@ -364,8 +444,44 @@ fn man_prints_one_roff_page_with_every_command() {
         .unwrap_or_default();
     assert!(title.starts_with(".TH monitor 8 "), "{page}");
     assert_eq!(page.matches(".TH ").count(), 1, "{page}");
-    for section in [".SH NAME", ".SH SYNOPSIS", ".SH OPTIONS", ".SH COMMANDS"] {
+    for section in [
+        ".SH NAME",
+        ".SH SYNOPSIS",
+        ".SH OPTIONS",
+        ".SH COMMANDS",
+        ".SH ENVIRONMENT",
+        ".SH FILES",
+        ".SH SIGNALS",
+        ".SH EXIT STATUS",
+        ".SH EXAMPLES",
+    ] {
         assert!(page.contains(section), "no {section}:\n{page}");
+    }
+    // FILES names the paths the agent really uses by default, as check-config prints them.
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.yaml");
+    std::fs::write(&empty, "").unwrap();
+    let effective = monitor(&[
+        "check-config",
+        "--config",
+        &empty.to_string_lossy(),
+        "--output",
+        "json",
+    ]);
+    assert!(effective.status.success(), "{effective:?}");
+    let effective: serde_json::Value =
+        serde_json::from_slice(&effective.stdout).expect("check-config prints JSON");
+    for path in [
+        &effective["monitor"]["socket"],
+        &effective["monitor"]["stateDir"],
+        &effective["monitor"]["podLogDir"],
+    ] {
+        let path = path.as_str().expect("a default path");
+        let path = path.trim_end_matches('/');
+        assert!(
+            page.contains(&format!("\\fI{path}")),
+            "FILES does not name the default {path}:\n{page}"
+        );
     }
     for sub in SUBCOMMANDS {
         assert!(
@@ -574,5 +690,201 @@ fn check_config_prints_the_effective_configuration_of_a_configz_capture() {
     assert!(
         stderr.contains("bad.yaml") && stderr.contains("memory.available"),
         "{stderr}"
+    );
+}
+
+/// One datagram of the journal's native protocol as `KEY=value` pairs (values without a
+/// newline: the binary form, `KEY\n<le64 length><value>\n`, is read too).
+fn journal_fields(datagram: &[u8]) -> Vec<(String, String)> {
+    let mut fields = Vec::new();
+    let mut rest = datagram;
+    while !rest.is_empty() {
+        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+            break;
+        };
+        let line = &rest[..end];
+        if let Some(eq) = line.iter().position(|&b| b == b'=') {
+            fields.push((
+                String::from_utf8_lossy(&line[..eq]).into_owned(),
+                String::from_utf8_lossy(&line[eq + 1..]).into_owned(),
+            ));
+            rest = &rest[end + 1..];
+        } else {
+            // KEY\n, then the value's length and the value.
+            let key = String::from_utf8_lossy(line).into_owned();
+            let after = &rest[end + 1..];
+            let Some(len) = after
+                .get(..8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
+            else {
+                break;
+            };
+            let value = after.get(8..8 + len).unwrap_or_default();
+            fields.push((key, String::from_utf8_lossy(value).into_owned()));
+            rest = after.get(8 + len + 1..).unwrap_or_default();
+        }
+    }
+    fields
+}
+
+/// `--log-format journald` sends each line to the journal's native socket with its own
+/// priority and its fields as journal fields, and so does the default format when stderr
+/// is the journal's stream (JOURNAL_STREAM names it, as systemd sets it). The agent runs
+/// in a mount namespace of its own whose /run/systemd/journal is a directory of the
+/// test's, where the test listens in the journal's place: the host's journal, if any,
+/// sees nothing.
+#[test]
+fn journald_log_format_gives_each_line_its_priority_and_fields() {
+    if !require("journald_log_format", &[Feature::Root]) {
+        return;
+    }
+    journald_run(JournalBy::Flag);
+    journald_run(JournalBy::JournalStream);
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum JournalBy {
+    /// `--log-format journald`.
+    Flag,
+    /// No flag; JOURNAL_STREAM names the agent's stderr.
+    JournalStream,
+}
+
+fn journald_run(by: JournalBy) {
+    let _trees = TestTrees;
+    let cgroup_root = TestTrees::root("cli-journal");
+    let dir = tempfile::tempdir().unwrap();
+    let journal_dir = dir.path().join("journal");
+    std::fs::create_dir_all(&journal_dir).unwrap();
+    let journal = std::os::unix::net::UnixDatagram::bind(journal_dir.join("socket")).unwrap();
+    journal
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    std::fs::create_dir_all(dir.path().join("pods")).unwrap();
+    std::fs::write(
+        dir.path().join("pods/web.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  - {name: main, image: none, command: [/bin/sleep, '1000']}\n",
+    )
+    .unwrap();
+    // An unknown key: one warning at start.
+    let config = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnotAKubeletKey: 1\nstaticPodPath: {}\n\
+         evictionHard: {{allocatableMemory.available: 50Mi}}\nmonitor:\n  podsMemoryLimit: 256Mi\n  cgroupRoot: {cgroup_root}\n  \
+         stateDir: {}\n  podLogDir: {}\n  socket: {}\n",
+        dir.path().join("pods").display(),
+        dir.path().join("state").display(),
+        dir.path().join("logs").display(),
+        dir.path().join("api.sock").display(),
+    );
+    std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+    let stderr_path = dir.path().join("stderr.log");
+    let stderr_file = std::fs::File::create(&stderr_path).unwrap();
+    let journal_stream = {
+        use std::os::unix::fs::MetadataExt;
+        let m = stderr_file.metadata().unwrap();
+        format!("{}:{}", m.dev(), m.ino())
+    };
+    let format_flag = match by {
+        JournalBy::Flag => "--log-format=journald",
+        // A harmless global flag in its place.
+        JournalBy::JournalStream => "--log-format=auto",
+    };
+    let mut command = Command::new("unshare");
+    command
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(
+            "mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/journal \
+             && mount --bind \"$1\" /run/systemd/journal \
+             && exec \"$2\" \"$4\" run --config \"$3\"",
+        )
+        .arg("sh")
+        .arg(&journal_dir)
+        .arg(helper_binary("monitor"))
+        .arg(dir.path().join("config.yaml"))
+        .arg(format_flag)
+        .env_remove("RUST_LOG")
+        .env_remove("JOURNAL_STREAM");
+    if by == JournalBy::JournalStream {
+        command.env("JOURNAL_STREAM", &journal_stream);
+    }
+    let mut agent = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr_file)
+        .spawn()
+        .expect("start monitor run in a mount namespace");
+    let mut records: Vec<Vec<(String, String)>> = Vec::new();
+    let field = |record: &[(String, String)], key: &str| {
+        record
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    let started_web = |records: &[Vec<(String, String)>]| {
+        records.iter().any(|r| {
+            field(r, "REASON").as_deref() == Some("Started")
+                && field(r, "POD").as_deref() == Some("default/web")
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut buf = vec![0u8; 64 * 1024];
+    while Instant::now() < deadline && !started_web(&records) {
+        // The layer's first datagram is empty, a probe the journal discards.
+        if let Ok(n) = journal.recv(&mut buf)
+            && n > 0
+        {
+            records.push(journal_fields(&buf[..n]));
+        }
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let status = agent.wait().expect("agent exits");
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let shown: Vec<String> = records
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    assert!(
+        started_web(&records),
+        "{by:?}: no Started event for default/web with POD= and REASON=:\n{}\nstderr:\n{stderr}",
+        shown.join("\n")
+    );
+    assert!(status.success(), "{status:?}\n{stderr}");
+    // Each line at its own priority: the unknown key's warning at 4, routine lines at 5.
+    let warning = records
+        .iter()
+        .find(|r| field(r, "MESSAGE").is_some_and(|m| m.contains("notAKubeletKey")))
+        .unwrap_or_else(|| panic!("no warning about the unknown key:\n{}", shown.join("\n")));
+    assert_eq!(
+        field(warning, "PRIORITY").as_deref(),
+        Some("4"),
+        "{warning:?}"
+    );
+    assert!(
+        records.iter().any(
+            |r| field(r, "MESSAGE").is_some_and(|m| m.contains("agent running"))
+                && field(r, "PRIORITY").as_deref() == Some("5")
+        ),
+        "{}",
+        shown.join("\n")
+    );
+    assert!(
+        records
+            .iter()
+            .all(|r| field(r, "SYSLOG_IDENTIFIER").as_deref() == Some("monitor")),
+        "{}",
+        shown.join("\n")
+    );
+    // Nothing went to stderr but what the journal could not take.
+    assert!(
+        !stderr.contains("agent running"),
+        "the log went to stderr:\n{stderr}"
     );
 }

@@ -782,6 +782,16 @@ fn restart_policies_are_honoured() {
         "{}",
         node.log(1)
     );
+    // Between its runs a restarting container waits out its back-off, and `monitor pods`
+    // says so as kubectl does (the back-off doubles: seconds to catch it now).
+    let mut table = String::new();
+    let crash_looping = poll(Duration::from_secs(20), || {
+        table = node.pods_table();
+        table
+            .lines()
+            .any(|l| l.starts_with("demo/always ") && l.contains(" CrashLoopBackOff "))
+    });
+    assert!(crash_looping, "`monitor pods`:\n{table}");
     let never = node.wait_phase("never", Phase::Failed, Duration::from_secs(10));
     assert_eq!(
         (

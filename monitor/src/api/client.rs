@@ -24,12 +24,107 @@ const MAX_RESPONSE: usize = 64 << 20;
 /// Options shared by the client subcommands.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ClientArgs {
-    /// The agent's API socket.
-    #[arg(long, default_value = DEFAULT_SOCKET)]
+    /// The agent's API socket (the environment's MONITOR_SOCKET when set).
+    #[arg(long, env = SOCKET_ENV, default_value = DEFAULT_SOCKET)]
     pub(crate) socket: PathBuf,
     /// Print the agent's JSON instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// The environment variable that names the agent's socket for every client subcommand
+/// (`--socket` wins), as `CONTAINER_RUNTIME_ENDPOINT` does for crictl.
+pub const SOCKET_ENV: &str = "MONITOR_SOCKET";
+
+/// How often `monitor events --follow` asks for new events.
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+
+/// `monitor events`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct EventsArgs {
+    /// After the events recorded so far, keep printing new ones as the agent records them
+    /// (one line each, or one JSON object per line with --json) until interrupted or the
+    /// agent stops (exit 1).
+    #[arg(long, short = 'f')]
+    pub(crate) follow: bool,
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+}
+
+/// `monitor events`: the recent events, and with `--follow` the new ones as they come.
+pub fn run_events(args: &EventsArgs) -> ExitCode {
+    if !args.follow {
+        return run_client(ClientCommand::Events, &args.client);
+    }
+    let mut since: Option<u64> = None;
+    let mut header = !args.client.json;
+    loop {
+        let route = match since {
+            Some(since) => format!("/events?since={since}"),
+            None => "/events".to_string(),
+        };
+        let page = match get(&args.client.socket, &route) {
+            Ok((200, body)) => match serde_json::from_str::<serde_json::Value>(&body) {
+                Ok(page) => page,
+                Err(e) => {
+                    eprintln!("monitor events: the agent's answer is not JSON: {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            Ok((status, body)) => {
+                eprintln!("monitor events: the agent answered {status} to GET {route}: {body}");
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("monitor events: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let missed = page["missed"].as_u64().unwrap_or(0);
+        if missed > 0 {
+            eprintln!(
+                "monitor events: {missed} event(s) were dropped by the agent before they could be read"
+            );
+        }
+        let mut out = String::new();
+        if header {
+            out.push_str("TIME\tTYPE\tREASON\tOBJECT\tMESSAGE\n");
+            header = false;
+        }
+        for event in page["events"].as_array().into_iter().flatten() {
+            if args.client.json {
+                out.push_str(&event.to_string());
+            } else {
+                let field = |name: &str| event[name].as_str().unwrap_or_default().to_string();
+                out.push_str(
+                    &[
+                        field("time"),
+                        field("kind"),
+                        field("reason"),
+                        field("object"),
+                        field("message"),
+                    ]
+                    .join("\t"),
+                );
+            }
+            out.push('\n');
+        }
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = stdout
+            .write_all(out.as_bytes())
+            .and_then(|()| stdout.flush())
+        {
+            // `monitor events -f | head` closes the pipe: the reader is done.
+            if e.kind() == ErrorKind::BrokenPipe {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("monitor events: writing to stdout: {e}");
+            return ExitCode::FAILURE;
+        }
+        drop(stdout);
+        since = page["next"].as_u64().or(since);
+        std::thread::sleep(FOLLOW_EVERY);
+    }
 }
 
 /// `monitor status`.

@@ -143,7 +143,9 @@ pub(crate) fn render_status(state: &AgentState, now_ns: u64) -> String {
     out
 }
 
-/// KEY, QOS, PHASE, REASON, MEMORY (working set), RESTARTS (summed over containers).
+/// KEY, READY (running containers of all), STATUS (as `kubectl get pods` words it, see
+/// [`pod_status`]), RESTARTS (summed over containers), QOS, PHASE, REASON (the pod's
+/// own), MEMORY (working set).
 pub(crate) fn render_pods(state: &AgentState) -> String {
     if state.pods.is_empty() {
         return "No pods.\n".into();
@@ -156,22 +158,60 @@ pub(crate) fn render_pods(state: &AgentState) -> String {
                 .containers
                 .iter()
                 .fold(0u32, |sum, c| sum.saturating_add(c.restart_count));
+            let running = p.containers.iter().filter(|c| c.state == "running").count();
             vec![
                 p.key.clone(),
+                format!("{running}/{}", p.containers.len()),
+                pod_status(p),
+                restarts.to_string(),
                 p.qos_class.clone(),
                 p.phase.clone(),
                 p.reason.clone().unwrap_or_else(|| "-".into()),
                 p.memory_working_set_bytes
                     .map(|b| mebibytes(b as f64))
                     .unwrap_or_else(|| "-".into()),
-                restarts.to_string(),
             ]
         })
         .collect();
     table(
-        &["KEY", "QOS", "PHASE", "REASON", "MEMORY", "RESTARTS"],
+        &[
+            "KEY", "READY", "STATUS", "RESTARTS", "QOS", "PHASE", "REASON", "MEMORY",
+        ],
         rows,
     )
+}
+
+/// A pod's STATUS as `kubectl get pods` words it: a pod being stopped is Terminating; a
+/// finished pod shows its own reason (Evicted, Preempted) when it has one; otherwise the
+/// first container that is not running says why (its reason, such as CrashLoopBackOff,
+/// else Completed for exit 0 and Error for any other end), and a pod with a container
+/// still running is Running even if another completed.
+fn pod_status(p: &crate::state::PodView) -> String {
+    if p.phase == "Terminating" {
+        return p.phase.clone();
+    }
+    let finished = matches!(p.phase.as_str(), "Succeeded" | "Failed");
+    if finished && let Some(reason) = &p.reason {
+        return reason.clone();
+    }
+    let mut status = p.reason.clone().unwrap_or_else(|| p.phase.clone());
+    let mut running = false;
+    // Last to first, so that the first container not running has the last word.
+    for c in p.containers.iter().rev() {
+        if c.state == "running" {
+            running = true;
+        } else if let Some(reason) = &c.reason {
+            status = reason.clone();
+        } else if c.state == "exited(0)" {
+            status = "Completed".into();
+        } else if c.state.starts_with("exited(") || c.state.starts_with("signaled(") {
+            status = "Error".into();
+        }
+    }
+    if status == "Completed" && running {
+        status = "Running".into();
+    }
+    status
 }
 
 /// TIME, TYPE, REASON, OBJECT, MESSAGE, oldest first.
@@ -569,11 +609,63 @@ mod tests {
         };
         let text = render_pods(&s);
         let expected = "\
-KEY               QOS          PHASE    REASON    MEMORY   RESTARTS
-default/hog       BestEffort   Failed   Evicted   300Mi    3
-kube-system/dns   BestEffort   Failed   -         -        4294967295
+KEY               READY   STATUS    RESTARTS     QOS          PHASE    REASON    MEMORY
+default/hog       2/2     Evicted   3            BestEffort   Failed   Evicted   300Mi
+kube-system/dns   2/2     Failed    4294967295   BestEffort   Failed   -         -
 ";
         assert_eq!(text, expected);
+    }
+
+    fn container(state: &str, reason: Option<&str>) -> ContainerView {
+        ContainerView {
+            name: "c".into(),
+            pid: (state == "running").then_some(1),
+            restart_count: 0,
+            state: state.into(),
+            reason: reason.map(Into::into),
+        }
+    }
+
+    /// STATUS as kubectl words it, from the pod's phase and reason and its containers.
+    #[rstest::rstest]
+    #[case::running("Running", None, &[("running", None)], "Running")]
+    #[case::crash_loop(
+        "Running",
+        None,
+        &[("running", None), ("exited(3)", Some("CrashLoopBackOff"))],
+        "CrashLoopBackOff"
+    )]
+    #[case::first_not_running_wins(
+        "Running",
+        None,
+        &[("exited(3)", Some("CrashLoopBackOff")), ("exited(1)", None)],
+        "CrashLoopBackOff"
+    )]
+    #[case::completed_beside_running("Running", None, &[("exited(0)", None), ("running", None)], "Running")]
+    #[case::succeeded("Succeeded", None, &[("exited(0)", None)], "Completed")]
+    #[case::failed("Failed", None, &[("signaled(9)", None)], "Error")]
+    #[case::evicted("Failed", Some("Evicted"), &[("signaled(9)", None)], "Evicted")]
+    #[case::terminating("Terminating", None, &[("running", None)], "Terminating")]
+    #[case::pending("Pending", None, &[("waiting", None)], "Pending")]
+    #[case::unknown_exit(
+        "Running",
+        None,
+        &[("exited(unknown)", Some("ExitCodeUnknown"))],
+        "ExitCodeUnknown"
+    )]
+    fn pod_status_words_it_as_kubectl_does(
+        #[case] phase: &str,
+        #[case] reason: Option<&str>,
+        #[case] containers: &[(&str, Option<&str>)],
+        #[case] expected: &str,
+    ) {
+        let mut p = pod("default/p", reason, None, &[]);
+        p.phase = phase.into();
+        p.containers = containers
+            .iter()
+            .map(|(state, reason)| container(state, *reason))
+            .collect();
+        assert_eq!(pod_status(&p), expected);
     }
 
     #[test]

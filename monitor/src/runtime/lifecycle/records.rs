@@ -129,6 +129,10 @@ pub(in crate::runtime) fn publish(shared: &Shared) {
     }
 }
 
+/// The reason of a container that exited and waits out its restart back-off, as the
+/// kubelet words its waiting state.
+pub(crate) const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
+
 /// A pod as the API shows it, from what the runtime holds of it: its record's status
 /// (phase, reason, message, conditions), containers and cgroup.
 fn pod_view(p: &LivePod) -> PodView {
@@ -167,8 +171,12 @@ fn pod_view(p: &LivePod) -> PodView {
                     (None, None) if c.exit_code_unknown => "exited(unknown)".into(),
                     (None, None) => "waiting".into(),
                 },
-                reason: (c.pid.is_none() && c.exit_code_unknown)
-                    .then(|| EXIT_CODE_UNKNOWN.to_string()),
+                reason: if c.pid.is_none() && p.restart_at.contains_key(&c.name) {
+                    // Exited, and waiting out its restart back-off: the kubelet's word.
+                    Some(CRASH_LOOP_BACK_OFF.to_string())
+                } else {
+                    (c.pid.is_none() && c.exit_code_unknown).then(|| EXIT_CODE_UNKNOWN.to_string())
+                },
             })
             .collect(),
     }
