@@ -73,6 +73,11 @@ struct CheckConfigArgs {
     /// embedded default (as `run`).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// A drop-in directory, as the kubelet's: its `*.conf` files (KubeletConfigurations),
+    /// in name order, merged over the configuration (maps key by key, lists replaced);
+    /// flags apply after them.
+    #[arg(long, value_name = "DIR")]
+    config_dir: Option<PathBuf>,
     /// Print the effective configuration as YAML or JSON.
     #[arg(long, value_enum, default_value_t = ConfigFormat::Yaml)]
     output: ConfigFormat,
@@ -104,6 +109,11 @@ struct RunArgs {
     /// Without it, /etc/monitor/config.yaml when it exists, else the embedded default.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// A drop-in directory, as the kubelet's: its `*.conf` files (KubeletConfigurations),
+    /// in name order, merged over the configuration (maps key by key, lists replaced);
+    /// flags apply after them.
+    #[arg(long, value_name = "DIR")]
+    config_dir: Option<PathBuf>,
     /// Log filter (tracing EnvFilter syntax), overridden by RUST_LOG.
     #[arg(long, default_value = "info")]
     log: String,
@@ -168,7 +178,11 @@ fn one_malloc_arena() {
 /// configuration.
 fn check_config(args: &CheckConfigArgs) -> ExitCode {
     let path = monitor::config::config_path(args.config.as_deref());
-    let loaded = match monitor::config::read_agent_config(path.as_deref(), &args.kubelet_flags) {
+    let loaded = match monitor::config::read_agent_config(
+        path.as_deref(),
+        args.config_dir.as_deref(),
+        &args.kubelet_flags,
+    ) {
         Ok(loaded) => loaded,
         Err(err) => {
             eprintln!("monitor check-config: {err:#}");
@@ -404,7 +418,11 @@ fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
         Some(path) => tracing::info!("configuration: {}", path.display()),
         None => tracing::info!("configuration: the embedded default"),
     }
-    let config = monitor::config::load_agent_config(path.as_deref(), &args.kubelet_flags)?;
+    let config = monitor::config::load_agent_config(
+        path.as_deref(),
+        args.config_dir.as_deref(),
+        &args.kubelet_flags,
+    )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

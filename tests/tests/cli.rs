@@ -888,3 +888,110 @@ fn journald_run(by: JournalBy) {
         "the log went to stderr:\n{stderr}"
     );
 }
+
+/// `--config-dir`: the kubelet's drop-ins (`*.conf`, in name order) merge over the file,
+/// maps key by key and lists whole, and flags come last; a bad drop-in is refused by name.
+#[test]
+fn check_config_merges_a_drop_in_directory_as_the_kubelet_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         evictionHard: {memory.available: 100Mi, nodefs.available: 10%}\nmaxPods: 110\n\
+         monitor: {socket: /run/base.sock}\n",
+    )
+    .expect("write");
+    let drop_ins = dir.path().join("config.d");
+    std::fs::create_dir(&drop_ins).expect("mkdir");
+    // Read in name order: 10 then 20; the .yaml file is not a drop-in.
+    std::fs::write(
+        drop_ins.join("20-later.conf"),
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 30\n",
+    )
+    .expect("write");
+    std::fs::write(
+        drop_ins.join("10-node.conf"),
+        "kind: KubeletConfiguration\nevictionHard: {memory.available: 1Gi}\nmaxPods: 20\n\
+         monitor: {stateDir: /var/lib/other}\n",
+    )
+    .expect("write");
+    std::fs::write(drop_ins.join("99-ignored.yaml"), "maxPods: 1\n").expect("write");
+    let (config, drop_ins_arg) = (
+        config.to_str().expect("utf-8"),
+        drop_ins.to_str().expect("utf-8"),
+    );
+    let out = monitor(&[
+        "check-config",
+        "--config",
+        config,
+        "--config-dir",
+        drop_ins_arg,
+        "--output",
+        "json",
+        "--eviction-hard=nodefs.available<5%",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let effective: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        effective["maxPods"], 30,
+        "the later drop-in wins: {effective}"
+    );
+    // The flag comes last and, as the kubelet's --eviction-hard, sets the whole map.
+    assert_eq!(
+        effective["evictionHard"],
+        serde_json::json!({"nodefs.available": "5%"}),
+        "{effective}"
+    );
+    assert_eq!(
+        effective["monitor"]["socket"], "/run/base.sock",
+        "the file's monitor keys stay: {effective}"
+    );
+    assert_eq!(
+        effective["monitor"]["stateDir"], "/var/lib/other",
+        "the drop-in's monitor keys merge in: {effective}"
+    );
+    // Without the flag: the drop-in's memory threshold beside the file's nodefs one.
+    let merged = monitor(&[
+        "check-config",
+        "--config",
+        config,
+        "--config-dir",
+        drop_ins_arg,
+        "--output",
+        "json",
+    ]);
+    let merged: serde_json::Value = serde_json::from_slice(&merged.stdout).expect("JSON");
+    assert_eq!(
+        merged["evictionHard"]["memory.available"], "1Gi",
+        "{merged}"
+    );
+    assert_eq!(
+        merged["evictionHard"]["nodefs.available"], "10%",
+        "{merged}"
+    );
+
+    // A drop-in of another kind is refused, naming it.
+    std::fs::write(
+        dir.path().join("config.d/30-proxy.conf"),
+        "kind: KubeProxyConfiguration\n",
+    )
+    .expect("write");
+    let refused = monitor(&[
+        "check-config",
+        "--config",
+        config,
+        "--config-dir",
+        drop_ins_arg,
+    ]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("30-proxy.conf") && stderr.contains("kind is \"KubeProxyConfiguration\""),
+        "{stderr}"
+    );
+}

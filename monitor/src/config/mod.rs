@@ -8,6 +8,7 @@ use crate::notify::arming::{MemoryThreshold, MemoryThresholds};
 use crate::policy::signal::Signal;
 
 pub mod agent;
+pub(crate) mod drop_ins;
 pub mod kubelet;
 
 /// The embedded default configuration (`monitor run` without `--config`).
@@ -58,10 +59,15 @@ pub fn effective_config(loaded: &LoadedConfig) -> serde_yaml_ng::Value {
     serde_yaml_ng::Value::Mapping(doc)
 }
 
-/// Loads a configuration file (or the embedded default), then applies kubelet-style
-/// flags (`--eviction-hard=...`) on top. Warnings are logged.
-pub fn load_agent_config(path: Option<&Path>, flags: &[String]) -> anyhow::Result<LoadedConfig> {
-    let loaded = read_agent_config(path, flags)?;
+/// Loads a configuration file (or the embedded default), merges the drop-ins of
+/// `config_dir` over it ([`drop_ins`]), then applies kubelet-style flags
+/// (`--eviction-hard=...`) on top. Warnings are logged.
+pub fn load_agent_config(
+    path: Option<&Path>,
+    config_dir: Option<&Path>,
+    flags: &[String],
+) -> anyhow::Result<LoadedConfig> {
+    let loaded = read_agent_config(path, config_dir, flags)?;
     for warning in &loaded.warnings {
         tracing::warn!("configuration: {warning}");
     }
@@ -70,7 +76,11 @@ pub fn load_agent_config(path: Option<&Path>, flags: &[String]) -> anyhow::Resul
 
 /// [`load_agent_config`] without logging: the warnings stay in the result for the caller
 /// to say (`monitor check-config` prints them).
-pub fn read_agent_config(path: Option<&Path>, flags: &[String]) -> anyhow::Result<LoadedConfig> {
+pub fn read_agent_config(
+    path: Option<&Path>,
+    config_dir: Option<&Path>,
+    flags: &[String],
+) -> anyhow::Result<LoadedConfig> {
     let (text, origin) = match path {
         Some(path) => (
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
@@ -81,8 +91,49 @@ pub fn read_agent_config(path: Option<&Path>, flags: &[String]) -> anyhow::Resul
             "<embedded default config>".to_string(),
         ),
     };
+    let (text, origin) = match config_dir {
+        Some(dir) => with_drop_ins(text, origin, dir)?,
+        None => (text, origin),
+    };
     // As one message: it already includes its causes, which `{:#}` would print again.
     parse_agent_config(&text, &origin, flags).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// `text` (from `origin`) with the drop-ins of `dir` merged over it, and the origin of the
+/// result for error messages. Without drop-in files, `text` as it is.
+fn with_drop_ins(text: String, origin: String, dir: &Path) -> anyhow::Result<(String, String)> {
+    let files = drop_ins::drop_in_files(dir)?;
+    if files.is_empty() {
+        return Ok((text, origin));
+    }
+    let mut drop_ins = Vec::with_capacity(files.len());
+    for path in files {
+        let text =
+            std::fs::read_to_string(&path).map_err(|source| drop_ins::DropInError::Read {
+                path: path.clone(),
+                source,
+            })?;
+        drop_ins.push((path, text));
+    }
+    let base: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&text).with_context(|| format!("{origin}: not YAML"))?;
+    let merged = drop_ins::merge_drop_ins(kubelet::unwrap_configz(base), &drop_ins)?;
+    let names: Vec<String> = drop_ins
+        .iter()
+        .map(|(path, _)| {
+            path.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    let origin = format!(
+        "{origin} with the drop-ins of {} ({})",
+        dir.display(),
+        names.join(", ")
+    );
+    let text = serde_yaml_ng::to_string(&merged).context("printing the merged configuration")?;
+    Ok((text, origin))
 }
 
 /// Parses configuration text; `origin` names the file in errors.

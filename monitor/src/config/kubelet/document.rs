@@ -122,7 +122,7 @@ const IGNORED_KUBELET_KEYS: &[&str] = &[
 /// The kubelet's `/configz` answer (`kubectl get --raw /api/v1/nodes/<node>/proxy/configz`)
 /// wraps its KubeletConfiguration as `{"kubeletconfig": {...}}`: such a document is read
 /// as the configuration inside. Any other document is left as it is.
-fn unwrap_configz(document: Value) -> Value {
+pub(crate) fn unwrap_configz(document: Value) -> Value {
     match document {
         Value::Mapping(mut mapping)
             if mapping.len() == 1

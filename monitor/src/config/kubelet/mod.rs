@@ -35,6 +35,7 @@ mod tests;
 mod thresholds;
 
 pub(crate) use crate::policy::eviction::EvictionConfig;
+pub(crate) use document::unwrap_configz;
 pub use duration::{DurationError, format_go_duration, parse_go_duration};
 pub(crate) use effective::effective_document;
 pub use flags::apply_flags;
