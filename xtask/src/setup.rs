@@ -90,7 +90,10 @@ fn apt_install(packages: &[&str]) -> Result<()> {
 
 /// containerd (with ctr and containerd-shim-runc-v2), runc and a statically linked
 /// /bin/busybox: the integration tests run a private containerd with images built from
-/// that busybox (tests/src/containerd.rs). Installing them starts nothing.
+/// that busybox (tests/src/containerd.rs). Installing them starts nothing: on a host run
+/// by systemd, Debian's containerd package would enable and start the node's own
+/// containerd.service, so the install runs with a `policy-rc.d` that refuses every start
+/// (Debian's mechanism for image builds), and the unit it enabled is disabled after.
 fn ensure_containerd() -> Result<()> {
     const PACKAGES: [&str; 3] = ["containerd", "runc", "busybox-static"];
     let present = succeeds(Command::new("containerd").arg("--version"))
@@ -101,13 +104,65 @@ fn ensure_containerd() -> Result<()> {
         return Ok(());
     }
     println!("setup: containerd/runc/busybox-static: installing with apt-get");
-    apt_install(&PACKAGES)?;
+    let systemd = std::path::Path::new("/run/systemd/system").exists();
+    let had_containerd = succeeds(Command::new("containerd").arg("--version"));
+    {
+        let _no_starts = NoServiceStarts::install(std::path::Path::new(POLICY_RC_D))?;
+        apt_install(&PACKAGES)?;
+    }
+    if systemd && !had_containerd {
+        // Enabled by the package's maintainer scripts; never started (policy-rc.d).
+        run(Command::new("systemctl").args(["disable", "containerd.service"]))?;
+        println!(
+            "setup: containerd.service installed but not started, and disabled: the tests run a private containerd"
+        );
+    }
     if !succeeds(Command::new("containerd").arg("--version"))
         || !succeeds(Command::new("runc").arg("--version"))
     {
         bail!("containerd and runc were installed but do not run");
     }
     Ok(())
+}
+
+/// Where Debian's maintainer scripts look for the local policy on starting services.
+const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
+
+/// A `policy-rc.d` that refuses every service start (exit 101, "action forbidden") while
+/// it lives; on drop the one that was there before comes back, or none.
+struct NoServiceStarts {
+    path: std::path::PathBuf,
+    previous: Option<Vec<u8>>,
+}
+
+impl NoServiceStarts {
+    fn install(path: &std::path::Path) -> Result<NoServiceStarts> {
+        use std::os::unix::fs::PermissionsExt;
+        let previous = std::fs::read(path).ok();
+        std::fs::write(
+            path,
+            "#!/bin/sh\n# cargo xtask setup: no service starts during its installs\nexit 101\n",
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("making {} executable", path.display()))?;
+        Ok(NoServiceStarts {
+            path: path.to_path_buf(),
+            previous,
+        })
+    }
+}
+
+impl Drop for NoServiceStarts {
+    fn drop(&mut self) {
+        let restored = match &self.previous {
+            Some(previous) => std::fs::write(&self.path, previous),
+            None => std::fs::remove_file(&self.path),
+        };
+        if let Err(err) = restored {
+            eprintln!("setup: putting {} back: {err}", self.path.display());
+        }
+    }
 }
 
 /// cargo-fuzz (`cargo fuzz`), which builds and runs the fuzz targets of monitor/fuzz:
@@ -148,4 +203,35 @@ fn ensure_bpf_linker() -> Result<()> {
         bail!("bpf-linker was installed but does not run; is ~/.cargo/bin on PATH?");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// While the guard lives, the policy refuses every start (exit 101); after it, the
+    /// previous policy is back, or none.
+    #[test]
+    fn no_service_starts_while_installing_and_the_old_policy_back_after() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("policy-rc.d");
+        {
+            let _guard = NoServiceStarts::install(&path).expect("install");
+            let status = Command::new(&path)
+                .args(["containerd.service", "start"])
+                .status()
+                .expect("run policy-rc.d");
+            assert_eq!(status.code(), Some(101));
+        }
+        assert!(!path.exists(), "none before, none after");
+        std::fs::write(&path, "#!/bin/sh\nexit 0\n").expect("write");
+        {
+            let _guard = NoServiceStarts::install(&path).expect("install");
+            assert!(std::fs::read_to_string(&path).unwrap().contains("exit 101"));
+        }
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "#!/bin/sh\nexit 0\n"
+        );
+    }
 }
