@@ -57,6 +57,11 @@ enum Command {
     /// whether it is met, the pod's usage and request, its rank (1 = evicted first) and
     /// the rule that orders it against its neighbours, on the last synchronize's stats.
     Explain(monitor::api::ExplainArgs),
+    /// Remove what the stopped agent of a configuration left on the host: the pods its
+    /// records name (processes killed, cgroups, records and logs removed), then its cgroup
+    /// tree, state and log directories and socket where nothing else is in them.
+    /// Refuses while an agent answers on the configuration's socket.
+    Cleanup(CleanupArgs),
     /// Load the configuration exactly as `run` does (the same file, defaults and flags) and
     /// print the effective configuration as a KubeletConfiguration, every default filled
     /// in; warnings go to stderr. Exits 1 when the configuration would not start the agent.
@@ -88,6 +93,17 @@ struct CheckConfigArgs {
         value_name = "KUBELET_FLAGS"
     )]
     kubelet_flags: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct CleanupArgs {
+    /// The configuration the agent ran with (as `run` reads it: without it
+    /// /etc/monitor/config.yaml when it exists, else the embedded default).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The drop-in directory the agent ran with, if any.
+    #[arg(long, value_name = "DIR")]
+    config_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -140,6 +156,7 @@ fn main() -> ExitCode {
         }
         Command::Explain(args) => monitor::api::run_explain(&args),
         Command::CheckConfig(args) => check_config(&args),
+        Command::Cleanup(args) => cleanup(&args),
         Command::Completions(args) => completions(args.shell),
         Command::Man => man(),
         Command::Run(args) => match run(args, cli.log_format) {
@@ -220,6 +237,30 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
 }
 
 /// Prints the man page: section 8, system administration commands (the agent runs as root).
+fn cleanup(args: &CleanupArgs) -> ExitCode {
+    let path = monitor::config::config_path(args.config.as_deref());
+    let done = monitor::config::read_agent_config(path.as_deref(), args.config_dir.as_deref(), &[])
+        .and_then(|loaded| monitor::runtime::cleanup::cleanup(&loaded));
+    match done {
+        Ok(report) => {
+            for line in &report.removed {
+                println!("removed: {line}");
+            }
+            for line in &report.left {
+                println!("left: {line}");
+            }
+            if report.removed.is_empty() && report.left.is_empty() {
+                println!("nothing to remove");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("monitor cleanup: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn man() -> ExitCode {
     match man_page() {
         Ok(page) => print_stdout(page.as_bytes(), "man"),

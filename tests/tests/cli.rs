@@ -995,3 +995,142 @@ fn check_config_merges_a_drop_in_directory_as_the_kubelet_does() {
         "{stderr}"
     );
 }
+
+/// The safe first run of the README: the trial's manifests on a bounded node of the
+/// test's, the agent stopped (its pods keep running), then `monitor cleanup` removes the
+/// pods it ran (processes, cgroups, records, logs) and what it made around them; while an
+/// agent answers, cleanup refuses.
+#[test]
+fn cleanup_removes_what_the_stopped_agent_left_and_nothing_while_it_runs() {
+    if !require("cleanup", &[Feature::Root]) {
+        return;
+    }
+    let _trees = TestTrees;
+    let cgroup_root = TestTrees::root("cli-cleanup");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("api.sock");
+    let pods = dir.path().join("pods");
+    std::fs::create_dir_all(&pods).unwrap();
+    for (name, text) in [
+        (
+            "web.yaml",
+            include_str!("../../packaging/examples/trial/pods/web.yaml"),
+        ),
+        (
+            "batch.yaml",
+            include_str!("../../packaging/examples/trial/pods/batch.yaml"),
+        ),
+    ] {
+        std::fs::write(pods.join(name), text).unwrap();
+    }
+    let (mut agent, log_path) = start_agent(dir.path(), &socket, &cgroup_root);
+    let config = dir.path().join("config.yaml");
+    let config_arg = config.to_string_lossy().to_string();
+    let socket_arg = socket.to_string_lossy().to_string();
+    let pids = || -> Vec<u32> {
+        let out = monitor(&["pods", "--json", "--socket", &socket_arg]);
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        value["pods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|p| p["containers"].as_array().cloned().unwrap_or_default())
+            .filter_map(|c| c["pid"].as_u64())
+            .map(|pid| pid as u32)
+            .collect()
+    };
+    wait_until("both trial pods running", Duration::from_secs(30), || {
+        pids().len() == 2
+    });
+    let running = pids();
+
+    let refused = monitor(&["cleanup", "--config", &config_arg]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("an agent is running"),
+        "{refused:?}"
+    );
+    assert!(
+        running.iter().all(|&pid| monitor_tests::node::alive(pid)),
+        "a refused cleanup touched a pod"
+    );
+
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let status = agent.wait().expect("agent exits");
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(&log_path).unwrap_or_default()
+    );
+    assert!(
+        running.iter().all(|&pid| monitor_tests::node::alive(pid)),
+        "the pods outlive the agent"
+    );
+
+    let out = monitor(&["cleanup", "--config", &config_arg]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    for pod in ["default/web", "default/batch"] {
+        assert!(
+            stdout.contains(&format!("removed: pod {pod}:")),
+            "{pod} not removed:\n{stdout}"
+        );
+    }
+    wait_until("the pods' processes to die", Duration::from_secs(5), || {
+        running.iter().all(|&pid| !monitor_tests::node::alive(pid))
+    });
+    let memory_root = monitor_tests::cgroup_mounts()
+        .into_iter()
+        .map(|mount| mount.join(&cgroup_root))
+        .find(|p| p.exists());
+    assert_eq!(
+        memory_root, None,
+        "the agent's cgroup tree is gone:\n{stdout}"
+    );
+    for gone in ["state", "logs", "api.sock"] {
+        assert!(
+            !dir.path().join(gone).exists(),
+            "{gone} is still there:\n{stdout}"
+        );
+    }
+    // The manifests and the configuration are the operator's: left.
+    assert!(pods.join("web.yaml").exists() && config.exists());
+    let again = monitor(&["cleanup", "--config", &config_arg]);
+    assert!(again.status.success(), "{again:?}");
+}
+
+/// The trial configuration of the README loads, and keeps everything under
+/// /tmp/monitor-trial and its own cgroup root.
+#[test]
+fn the_trial_configuration_stays_in_its_own_corner() {
+    // Embedded: the VM runs this test without the repository.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("trial.yaml");
+    std::fs::write(
+        &config,
+        include_str!("../../packaging/examples/trial/config.yaml"),
+    )
+    .unwrap();
+    let out = monitor(&[
+        "check-config",
+        "--config",
+        &config.to_string_lossy(),
+        "--output",
+        "json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let effective: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(effective["staticPodPath"], "/tmp/monitor-trial/pods");
+    assert_eq!(effective["monitor"]["cgroupRoot"], "monitor-trial");
+    assert!(
+        effective["monitor"]["podsMemoryLimit"].is_string(),
+        "{effective}"
+    );
+    for key in ["stateDir", "podLogDir", "socket"] {
+        let path = effective["monitor"][key].as_str().unwrap_or_default();
+        assert!(path.starts_with("/tmp/monitor-trial/"), "{key}: {path}");
+    }
+}

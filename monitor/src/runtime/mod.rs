@@ -21,6 +21,7 @@ use crate::state::SharedState;
 
 mod adopt;
 pub mod cgroups;
+pub mod cleanup;
 pub(crate) mod container;
 pub mod cri;
 mod exit_status;
