@@ -53,6 +53,7 @@ impl HotPath {
             first = Some(first.map_or(key, |f| f.min(key)));
             let mut pod = candidate.pod.clone();
             pod.stats.memory_working_set_bytes = Some(working_set);
+            fresh_container_memory(&mut pod, working_set);
             read.push((index, working_set));
             pods.push(pod);
         }
@@ -71,6 +72,21 @@ impl HotPath {
             signal,
             config,
         })
+    }
+}
+
+/// The containers' memory in the eviction message is that of the kill, not of the last
+/// synchronize: a pod's only container holds what the pod holds (beside, on containerd,
+/// its sandbox's pause process), and with several containers none is named, since none
+/// was read at the kill.
+fn fresh_container_memory(pod: &mut PodWithStats, working_set: u64) {
+    match pod.stats.containers.as_mut_slice() {
+        [only] => only.memory_working_set_bytes = Some(working_set),
+        containers => {
+            for container in containers {
+                container.memory_working_set_bytes = None;
+            }
+        }
     }
 }
 

@@ -128,6 +128,12 @@ impl Fixture {
                     pod: Arc::new(crate::policy::testing::pod(name, "", "")),
                     stats: PodStats {
                         memory_working_set_bytes: Some(*ws),
+                        // Its one container, as the synchronize read it.
+                        containers: vec![crate::policy::stats::ContainerStats {
+                            name: "c".into(),
+                            memory_working_set_bytes: Some(*ws),
+                            ..Default::default()
+                        }],
                         ..PodStats::default()
                     },
                 }
@@ -242,6 +248,14 @@ fn the_victim_is_picked_on_the_working_sets_read_at_the_crossing() {
         kill.decision.message
     );
     assert_eq!(kill.signal_available, Some(1 << 30));
+    // Its container's memory as read at the kill (800 bytes), not the synchronize's (100).
+    assert!(
+        kill.decision
+            .message
+            .contains("Container c was using 800, request is 0"),
+        "{}",
+        kill.decision.message
+    );
 }
 
 #[test]
