@@ -54,6 +54,10 @@ pub struct LastSync {
     /// step (NTP, a manual `date`) cannot make a stalled loop look fresh.
     #[serde(skip)]
     pub finished_ns: u64,
+    /// The same instant on the wall clock, in seconds since the Unix epoch (the metric
+    /// alert rules compare with `time()`).
+    #[serde(skip)]
+    pub finished_unix_seconds: f64,
 }
 
 impl LastSync {

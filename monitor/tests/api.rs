@@ -86,6 +86,7 @@ fn filled_state() -> SharedState {
         ];
         s.conditions = vec!["MemoryPressure".into()];
         s.last_sync = Some(LastSync {
+            finished_unix_seconds: 0.0,
             sequence: 31,
             at: "2025-06-01T12:00:00Z".into(),
             wake_sources: vec![WakeSource::Ebpf],

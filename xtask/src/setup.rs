@@ -1,7 +1,8 @@
 //! `cargo xtask setup`: installs, idempotently, what building the eBPF object needs on a
 //! fresh machine of this kind: nightly's rust-src (for `-Z build-std=core`), LLVM 22
 //! (Debian's llvm-22-dev) and bpf-linker 0.13 built against it; and, for the integration
-//! tests' private containerd, Debian's containerd, runc and busybox-static. Each step
+//! tests' private containerd, Debian's containerd, runc and busybox-static; and promtool
+//! (Debian's prometheus package) for the alert rules' tests. Each step
 //! checks first and does nothing when its tool is already there. cargo-fuzz is installed
 //! the same way, by `cargo xtask fuzz` when it runs (nothing else needs it).
 use std::process::Command;
@@ -20,6 +21,29 @@ pub fn ensure() -> Result<()> {
     ensure_llvm()?;
     ensure_bpf_linker()?;
     ensure_containerd()?;
+    ensure_promtool()?;
+    Ok(())
+}
+
+/// promtool, which checks and tests the alert rules of packaging/prometheus: Debian's
+/// prometheus package, installed as containerd is (no service started, the unit it
+/// enabled disabled on a systemd host).
+fn ensure_promtool() -> Result<()> {
+    if succeeds(Command::new("promtool").arg("--version")) {
+        println!("setup: promtool: present");
+        return Ok(());
+    }
+    println!("setup: promtool: installing Debian's prometheus package with apt-get");
+    {
+        let _no_starts = NoServiceStarts::install(std::path::Path::new(POLICY_RC_D))?;
+        apt_install(&["prometheus"])?;
+    }
+    if std::path::Path::new("/run/systemd/system").exists() {
+        run(Command::new("systemctl").args(["disable", "prometheus.service"]))?;
+    }
+    if !succeeds(Command::new("promtool").arg("--version")) {
+        bail!("the prometheus package was installed but promtool does not run");
+    }
     Ok(())
 }
 

@@ -217,6 +217,28 @@ pub fn run(args: TestArgs) -> Result<()> {
         fuzz.success(),
     );
 
+    // The shipped alert rules: valid, and each fires when and only when its test says.
+    println!("== alert rules (promtool check rules, promtool test rules)");
+    let rules_dir = root.join("packaging/prometheus");
+    let rules_ok = std::process::Command::new("promtool")
+        .current_dir(&rules_dir)
+        .args(["check", "rules", "monitor.rules.yaml"])
+        .status()
+        .context("starting promtool (cargo xtask setup installs it)")?
+        .success()
+        && std::process::Command::new("promtool")
+            .current_dir(&rules_dir)
+            .args(["test", "rules", "monitor.rules.test.yaml"])
+            .status()
+            .context("starting promtool")?
+            .success();
+    count_check(
+        &mut totals,
+        &mut failures,
+        "alert rules (promtool)",
+        rules_ok,
+    );
+
     println!("== unit tests (pure policy, parsers, readers)");
     let (ok, t) = run_counted(cargo().current_dir(&root).args([
         "test",

@@ -85,6 +85,7 @@ mod tests {
         AgentState {
             housekeeping: Duration::from_secs(10),
             last_sync: synced_at_ns.map(|finished_ns| LastSync {
+                finished_unix_seconds: 0.0,
                 sequence: 1,
                 at: String::new(),
                 wake_sources: Vec::new(),

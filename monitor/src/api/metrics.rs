@@ -192,6 +192,15 @@ pub fn render_metrics(state: &AgentState) -> String {
     out.family(&SYNCHRONIZE_PANICS_TOTAL);
     out.sample(&[], m.synchronize_panics);
 
+    out.family(&LAST_SYNCHRONIZE_TIMESTAMP_SECONDS);
+    out.sample(
+        &[],
+        state
+            .last_sync
+            .as_ref()
+            .map_or(0.0, |s| s.finished_unix_seconds),
+    );
+
     out.family(&SYNC_DURATION_SECONDS);
     out.histogram(&[], &m.sync_duration);
 

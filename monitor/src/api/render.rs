@@ -500,6 +500,7 @@ mod tests {
         ];
         s.signals = vec![memory, signal("pid.available", 4_000_000, 4_194_304)];
         s.last_sync = Some(LastSync {
+            finished_unix_seconds: 0.0,
             sequence: 17,
             at: "2025-01-02T03:04:05Z".into(),
             wake_sources: vec![WakeSource::Psi, WakeSource::Ebpf],

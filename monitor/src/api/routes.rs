@@ -447,6 +447,7 @@ mod tests {
         }
         let mut s = state(1, 0);
         s.last_sync = Some(LastSync {
+            finished_unix_seconds: 0.0,
             sequence: 1,
             at: String::new(),
             wake_sources: vec![],
@@ -481,6 +482,7 @@ mod tests {
     fn status_json_carries_the_age_of_the_last_synchronize() {
         let mut s = state(1, 0);
         s.last_sync = Some(LastSync {
+            finished_unix_seconds: 0.0,
             sequence: 4,
             at: "2025-01-02T03:04:05Z".into(),
             wake_sources: vec![],

@@ -295,6 +295,9 @@ impl<O: Observe> SyncLoop<O> {
             duration_us: u64::try_from(duration.as_micros()).unwrap_or(u64::MAX),
             summary: report.summary.clone(),
             finished_ns: monotonic_ns(),
+            finished_unix_seconds: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
         });
         state.observation = report.observation.as_ref().ok().cloned();
     }

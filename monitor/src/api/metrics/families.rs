@@ -48,6 +48,7 @@ pub(super) const FAMILIES: &[Family] = &[
     GC_FREED_BYTES_TOTAL,
     SYNCHRONIZES_TOTAL,
     SYNCHRONIZE_PANICS_TOTAL,
+    LAST_SYNCHRONIZE_TIMESTAMP_SECONDS,
     SYNC_DURATION_SECONDS,
     WAKE_TO_SYNC_SECONDS,
     CROSSING_TO_KILL_SECONDS,
@@ -151,6 +152,13 @@ pub(super) const SYNCHRONIZES_TOTAL: Family = Family {
     name: "monitor_synchronizes_total",
     kind: FamilyType::Counter,
     help: "Synchronize passes (observe, decide, act) run by the synchronize loop.",
+    labels: &[],
+};
+
+pub(super) const LAST_SYNCHRONIZE_TIMESTAMP_SECONDS: Family = Family {
+    name: "monitor_last_synchronize_timestamp_seconds",
+    kind: FamilyType::Gauge,
+    help: "When the last synchronize pass ended, in seconds since the Unix epoch (0 before the first): time() minus it is how long the loop has been quiet.",
     labels: &[],
 };
 

@@ -599,3 +599,18 @@ fn formats_floats(#[case] value: f64, #[case] text: &str) {
 fn signals_have_one_unit(#[case] signal: &str, #[case] unit: Option<&str>) {
     assert_eq!(signal_unit(signal), unit);
 }
+
+/// The shipped alert rules name only metrics `/metrics` serves.
+#[test]
+fn the_alert_rules_name_only_served_metrics() {
+    let rules = include_str!("../../../../packaging/prometheus/monitor.rules.yaml");
+    let served: Vec<&str> = super::families::FAMILIES.iter().map(|f| f.name).collect();
+    let mut named = 0;
+    for word in rules.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if word.starts_with("monitor_") {
+            named += 1;
+            assert!(served.contains(&word), "{word} is not served by /metrics");
+        }
+    }
+    assert!(named >= 6, "the rules name {named} metrics");
+}
