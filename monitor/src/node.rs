@@ -169,6 +169,9 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
             cgroup_options: CgroupOptions {
                 pod_pids_limit: loaded.kubelet.pod_pids_limit,
                 memory_qos: memory_qos_on_node(&loaded, layout.version, &allocatable),
+                // The kubelet's default on cgroup v2: an OOM kill ends the whole container.
+                oom_group: layout.version == crate::observe::CgroupVersion::V2
+                    && !loaded.kubelet.single_process_oom_kill.unwrap_or(false),
                 ..CgroupOptions::default()
             },
             qos_reserved_memory_percent: loaded

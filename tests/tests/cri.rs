@@ -396,6 +396,12 @@ fn containerised_pods_run_in_their_qos_cgroups_log_and_restart() {
         "{}",
         container_dir.display()
     );
+    // On v2 the whole container goes when the OOM killer picks one of its processes
+    // (memory.oom.group in the CRI unified map, as the kubelet sends it).
+    if layout.version == CgroupVersion::V2 {
+        let group = std::fs::read_to_string(container_dir.join("memory.oom.group")).unwrap();
+        assert_eq!(group.trim(), "1", "{}", container_dir.display());
+    }
     // Its log is where the kubelet puts it, in the CRI log format, with env and workdir.
     let log = node
         .path("logs")

@@ -135,6 +135,16 @@ fn pods_start_in_their_qos_cgroups_with_the_right_values() {
                 read_trim(&cpu.join(format!("pod{}/cpu.max", g.uid))),
                 "20000 100000"
             );
+            // The kubelet's group OOM kill (singleProcessOOMKill unset): on each
+            // container's cgroup, not the pod's.
+            assert_eq!(
+                read_trim(&memory.join(format!("pod{}/main/memory.oom.group", g.uid))),
+                "1"
+            );
+            assert_eq!(
+                read_trim(&memory.join(format!("pod{}/memory.oom.group", g.uid))),
+                "0"
+            );
         }
     }
     let oom = |r: &PodRecord| read_trim(Path::new(&format!("/proc/{}/oom_score_adj", pid(r))));

@@ -82,6 +82,9 @@ pub struct ResourceConfig {
     pub memory_min: Option<i64>,
     /// cgroup v2 `memory.low` in bytes (Memory QoS); 0 is written, as a reset.
     pub memory_low: Option<i64>,
+    /// cgroup v2 `memory.oom.group` = 1: the kernel's OOM killer, choosing a process of
+    /// this cgroup, kills all of them (see [`CgroupOptions::oom_group`]); never on v1.
+    pub memory_oom_group: bool,
 }
 
 impl ResourceConfig {
@@ -105,6 +108,11 @@ pub struct CgroupOptions {
     /// checks both (kuberuntime generateContainerResources, qos container manager
     /// UpdateCgroups).
     pub memory_qos: Option<NodeMemoryQos>,
+    /// `memory.oom.group` = 1 on every container's cgroup, so that an OOM kill ends the
+    /// whole container and not one of its processes: the kubelet's default on cgroup v2
+    /// since 1.32 (kuberuntime generateLinuxContainerResources), off with
+    /// `singleProcessOOMKill: true` and always off on v1.
+    pub oom_group: bool,
 }
 
 impl Default for CgroupOptions {
@@ -114,6 +122,7 @@ impl Default for CgroupOptions {
             cpu_cfs_quota_period_us: QUOTA_PERIOD_US,
             pod_pids_limit: None,
             memory_qos: None,
+            oom_group: false,
         }
     }
 }
@@ -200,6 +209,7 @@ pub fn container_resource_config(container: &Container, options: &CgroupOptions)
         cpu_period: cpu_quota.map(|_| period),
         memory_limit,
         pids_limit: None,
+        memory_oom_group: options.oom_group,
         ..ResourceConfig::default()
     }
 }

@@ -57,7 +57,6 @@ const IGNORED_KUBELET_KEYS: &[&str] = &[
     "cgroupsPerQOS",
     "cgroupDriver",
     "cpuManagerPolicy",
-    "singleProcessOOMKill",
     "cpuManagerPolicyOptions",
     "cpuManagerReconcilePeriod",
     "memoryManagerPolicy",
@@ -146,9 +145,6 @@ fn meaning_here(key: &str, value: &Value) -> Option<String> {
         }
         "cgroupsPerQOS" if flag == Some(false) => {
             "not followed: the agent always puts pods under their QoS class's cgroup (kubepods/burstable, kubepods/besteffort)"
-        }
-        "singleProcessOOMKill" if flag == Some(false) => {
-            "not followed: the agent sets no memory.oom.group on cgroup v2, so the kernel's OOM killer ends one process of a container, not all of them"
         }
         "memorySwap" => "not followed: the agent writes no swap limit for its pods",
         "logging" => {
@@ -284,6 +280,9 @@ pub(super) fn parse_document(
             "memoryReservationPolicy" => {
                 config.memory_qos.reservation_policy =
                     memory_qos::parse_reservation_policy(origin, &value)?
+            }
+            "singleProcessOOMKill" => {
+                config.single_process_oom_kill = Some(field.bool(k, &value)?)
             }
             "podPidsLimit" => {
                 config.pod_pids_limit = Some(field.int(k, &value)?).filter(|limit| *limit >= 0)

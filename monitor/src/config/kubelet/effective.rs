@@ -121,6 +121,9 @@ pub(crate) fn effective_document(config: &KubeletConfig) -> Mapping {
     );
     put("maxPods", config.max_pods.into());
     put("podPidsLimit", config.pod_pids_limit.unwrap_or(-1).into());
+    if let Some(single) = config.single_process_oom_kill {
+        put("singleProcessOOMKill", single.into());
+    }
     put("cgroupRoot", config.cgroup_root.as_str().into());
     if let Some(path) = &config.static_pod_path {
         put("staticPodPath", path.as_str().into());

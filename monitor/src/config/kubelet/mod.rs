@@ -94,6 +94,10 @@ pub struct KubeletConfig {
     pub(crate) max_pods: i64,
     /// Per-pod pid limit; `None` for unlimited (the kubelet's -1 or unset).
     pub(crate) pod_pids_limit: Option<i64>,
+    /// `singleProcessOOMKill`: `Some(true)` keeps the kernel's OOM killer to one process
+    /// of a container; unset or false, the whole container goes on cgroup v2
+    /// (`memory.oom.group`), the kubelet's default there.
+    pub(crate) single_process_oom_kill: Option<bool>,
     /// `featureGates` (and `--feature-gates`) as given; see [`KubeletConfig::feature_gate`]
     /// for the ones the agent follows and their defaults.
     pub(crate) feature_gates: BTreeMap<String, bool>,
@@ -335,6 +339,7 @@ pub fn default_kubelet_config() -> KubeletConfig {
         enforce_node_allocatable: vec![ENFORCE_PODS.to_string()],
         max_pods: 110,
         pod_pids_limit: None,
+        single_process_oom_kill: None,
         feature_gates: BTreeMap::new(),
         contention_thresholds: ContentionThresholds::default(),
         memory_qos: MemoryQos::default(),

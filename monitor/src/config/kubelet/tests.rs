@@ -691,7 +691,7 @@ fn the_kubelets_configz_answer_is_read_as_the_configuration_inside() {
 #[case::systemd_driver("cgroupDriver: systemd", Some("cgroupfs driver"))]
 #[case::cgroupfs_driver("cgroupDriver: cgroupfs", None)]
 #[case::no_qos_cgroups("cgroupsPerQOS: false", Some("QoS class"))]
-#[case::group_oom_kill("singleProcessOOMKill: false", Some("memory.oom.group"))]
+#[case::group_oom_kill("singleProcessOOMKill: false", None)]
 #[case::single_oom_kill("singleProcessOOMKill: true", None)]
 #[case::swap("memorySwap: {swapBehavior: LimitedSwap}", Some("swap limit"))]
 #[case::logging("logging: {format: json}", Some("--log-format"))]

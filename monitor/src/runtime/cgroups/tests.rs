@@ -140,6 +140,13 @@ const UNLIMITED: ResourceConfig = ResourceConfig {
 #[case::v1_ignores_memory_qos(CgroupVersion::V1,
     ResourceConfig { memory_high: Some(900 << 20), memory_min: Some(GI), memory_low: Some(GI), ..ResourceConfig::default() },
     vec![])]
+// The OOM killer ends the whole container on v2; v1 has no group kill.
+#[case::v2_oom_group(CgroupVersion::V2,
+    ResourceConfig { memory_oom_group: true, ..ResourceConfig::default() },
+    vec![w(Controller::Memory, "memory.oom.group", "1")])]
+#[case::v1_no_oom_group(CgroupVersion::V1,
+    ResourceConfig { memory_oom_group: true, ..ResourceConfig::default() },
+    vec![])]
 fn values_per_version(
     #[case] version: CgroupVersion,
     #[case] config: ResourceConfig,

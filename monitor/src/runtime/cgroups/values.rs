@@ -210,6 +210,9 @@ pub(super) fn resource_writes(version: CgroupVersion, config: &ResourceConfig) -
             if let Some(v) = config.memory_high {
                 push(Controller::Memory, "memory.high", limit(v, "max"));
             }
+            if config.memory_oom_group {
+                push(Controller::Memory, "memory.oom.group", "1".to_string());
+            }
             if let Some(weight) = config.cpu_weight().filter(|w| *w != 0) {
                 push(Controller::Cpu, "cpu.weight", weight.to_string());
             }

@@ -294,17 +294,21 @@ fn container_config(
     }
 }
 
-/// The Memory QoS values of a container's resources as CRI `unified` entries (cgroup v2
-/// file name to value; kubelet: cm.Cgroup2MemoryMin / MemoryLow / MemoryHigh).
+/// The cgroup v2 values of a container's resources as CRI `unified` entries (file name to
+/// value; kubelet: cm.Cgroup2MemoryMin / MemoryLow / MemoryHigh, and memory.oom.group).
 fn memory_qos_unified(resources: &ResourceConfig) -> std::collections::HashMap<String, String> {
-    [
+    let mut unified: std::collections::HashMap<String, String> = [
         ("memory.min", resources.memory_min),
         ("memory.low", resources.memory_low),
         ("memory.high", resources.memory_high),
     ]
     .into_iter()
     .filter_map(|(file, value)| Some((file.to_string(), value?.max(0).to_string())))
-    .collect()
+    .collect();
+    if resources.memory_oom_group {
+        unified.insert("memory.oom.group".to_string(), "1".to_string());
+    }
+    unified
 }
 
 /// Makes sure the image is there as the container's pull policy asks.

@@ -165,4 +165,15 @@ fn memory_qos_values_go_in_the_unified_map_only_when_on() {
     );
     assert_eq!(map.get("memory.low").map(String::as_str), Some("67108864"));
     assert_eq!(map.get("memory.min").map(String::as_str), Some("0"));
+    assert_eq!(map.get("memory.oom.group"), None);
+    // The group OOM kill of cgroup v2 goes the same way, as the kubelet sends it.
+    let group = unified(&CgroupOptions {
+        oom_group: true,
+        ..CgroupOptions::default()
+    });
+    assert_eq!(
+        group.get("memory.oom.group").map(String::as_str),
+        Some("1"),
+        "{group:?}"
+    );
 }
