@@ -377,15 +377,7 @@ struct Unit {
 impl Unit {
     fn read(path: &Path) -> Unit {
         let text = std::fs::read_to_string(path).unwrap();
-        let values = |key: &str| -> Vec<String> {
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.starts_with('#'))
-                .filter_map(|l| l.split_once('='))
-                .filter(|(k, _)| *k == key)
-                .map(|(_, v)| v.to_string())
-                .collect()
-        };
+        let values = |key: &str| monitor_bench::util::unit_values(&text, key);
         let one = |key: &str| -> Option<String> {
             let all = values(key);
             assert!(all.len() <= 1, "{key} set {} times in {UNIT}", all.len());

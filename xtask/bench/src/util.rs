@@ -28,6 +28,18 @@ pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     }
 }
 
+/// The values of `key` in a systemd unit's text (`Key=value` lines, comments left out),
+/// in their order: the packaged unit as the package's checks read it.
+pub fn unit_values(unit: &str, key: &str) -> Vec<String> {
+    unit.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .filter(|(k, _)| *k == key)
+        .map(|(_, v)| v.to_string())
+        .collect()
+}
+
 /// Waits until `check` returns true, checking every 10 ms; fails naming `what` after
 /// `timeout`.
 pub fn wait(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Result<()> {

@@ -321,15 +321,9 @@ mod tests {
     use super::*;
     use crate::cmd::workspace_root;
 
-    /// `Key=value` lines of one section of the unit, comments and blank lines left out.
+    /// The packaged unit's values of `key`.
     fn unit_values(key: &str) -> Vec<String> {
-        UNIT.lines()
-            .map(str::trim)
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| l.split_once('='))
-            .filter(|(k, _)| *k == key)
-            .map(|(_, v)| v.to_string())
-            .collect()
+        monitor_bench::util::unit_values(UNIT, key)
     }
 
     #[test]
