@@ -793,7 +793,7 @@ fn journald_run(by: JournalBy) {
     command
         .args(["--mount", "--propagation", "private", "sh", "-c"])
         .arg(
-            "mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/journal \
+            "mkdir -p /run && mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/journal \
              && mount --bind \"$1\" /run/systemd/journal \
              && exec \"$2\" \"$4\" run --config \"$3\"",
         )
@@ -829,6 +829,11 @@ fn journald_run(by: JournalBy) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut buf = vec![0u8; 64 * 1024];
     while Instant::now() < deadline && !started_web(&records) {
+        // An agent that could not start (the namespace's mounts, its configuration)
+        // says why on stderr: no use waiting.
+        if matches!(agent.try_wait(), Ok(Some(_))) {
+            break;
+        }
         // The layer's first datagram is empty, a probe the journal discards.
         if let Ok(n) = journal.recv(&mut buf)
             && n > 0
