@@ -471,6 +471,7 @@ mod tests {
             cpu_cfs_quota_period_us: 10_000,
             pod_pids_limit: Some(1024),
             memory_qos: None,
+            oom_group: false,
         };
         let config = pod_resource_config(&guaranteed, &options);
         assert_eq!(config.cpu_quota, Some(-1), "quota disabled means unlimited");

@@ -281,9 +281,7 @@ pub(super) fn parse_document(
                 config.memory_qos.reservation_policy =
                     memory_qos::parse_reservation_policy(origin, &value)?
             }
-            "singleProcessOOMKill" => {
-                config.single_process_oom_kill = Some(field.bool(k, &value)?)
-            }
+            "singleProcessOOMKill" => config.single_process_oom_kill = Some(field.bool(k, &value)?),
             "podPidsLimit" => {
                 config.pod_pids_limit = Some(field.int(k, &value)?).filter(|limit| *limit >= 0)
             }

@@ -76,6 +76,7 @@ const GUARANTEED: ResourceConfig = ResourceConfig {
     memory_high: None,
     memory_min: None,
     memory_low: None,
+    memory_oom_group: false,
 };
 
 const UNLIMITED: ResourceConfig = ResourceConfig {
@@ -87,6 +88,7 @@ const UNLIMITED: ResourceConfig = ResourceConfig {
     memory_high: None,
     memory_min: None,
     memory_low: None,
+    memory_oom_group: false,
 };
 
 #[rstest]
