@@ -43,10 +43,7 @@ impl Agent {
         ports: Ports,
         state: SharedState,
     ) -> anyhow::Result<Agent> {
-        let layout = match config.layout.clone() {
-            Some(layout) => layout,
-            None => CgroupLayout::detect()?,
-        };
+        let layout = CgroupLayout::given_or_detected(config.layout.as_ref())?;
         let settings = &config.settings;
         let reader = CgroupReader::new(layout.version, layout.memory_root.clone());
         let observer = Observer::new(

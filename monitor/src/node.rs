@@ -124,10 +124,8 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
         Ok(limit) => tracing::debug!("open file limit {limit}"),
         Err(err) => tracing::warn!("cannot raise the open file limit: {err}"),
     }
-    let layout = match loaded.agent.layout.clone() {
-        Some(layout) => layout,
-        None => CgroupLayout::detect().context("detecting the cgroup layout")?,
-    };
+    let layout = CgroupLayout::given_or_detected(loaded.agent.layout.as_ref())
+        .context("detecting the cgroup layout")?;
     loaded.agent.layout = Some(layout.clone());
     let settings = loaded.agent.settings.clone();
     state.lock().housekeeping = loaded.kubelet.housekeeping_interval;

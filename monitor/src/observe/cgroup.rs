@@ -30,6 +30,14 @@ pub struct CgroupLayout {
 }
 
 impl CgroupLayout {
+    /// `given` (a configuration's, or a test's), else the running host's.
+    pub fn given_or_detected(given: Option<&CgroupLayout>) -> Result<Self, ObserveError> {
+        match given {
+            Some(layout) => Ok(layout.clone()),
+            None => CgroupLayout::detect(),
+        }
+    }
+
     /// Detects the layout of the running host.
     pub fn detect() -> Result<Self, ObserveError> {
         let path = Path::new("/proc/self/mountinfo");

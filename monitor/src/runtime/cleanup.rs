@@ -5,7 +5,7 @@
 //! `cgroupRoot`, the state and log directories, the socket) go only when nothing else is
 //! left in them. A pod cgroup without a record, another agent's or a kubelet's, is left
 //! alone.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -42,10 +42,8 @@ pub fn cleanup(config: &LoadedConfig) -> anyhow::Result<CleanupReport> {
             "monitor.runtime is cri: the pods are containerd's sandboxes; cleanup removes the process runtime's pods only"
         );
     }
-    let layout = match config.agent.layout.clone() {
-        Some(layout) => layout,
-        None => CgroupLayout::detect().context("detecting the cgroup layout")?,
-    };
+    let layout = CgroupLayout::given_or_detected(config.agent.layout.as_ref())
+        .context("detecting the cgroup layout")?;
     let tree = CgroupTree::new(&layout, &settings.cgroup_root)
         .with_context(|| format!("the cgroup tree under {}", settings.cgroup_root))?;
     let mut report = CleanupReport::default();
@@ -116,8 +114,7 @@ pub fn cleanup(config: &LoadedConfig) -> anyhow::Result<CleanupReport> {
 
 /// Removes `dir` if it exists and holds nothing; says so either way.
 fn remove_if_empty(dir: &Path, report: &mut CleanupReport) {
-    let dir: PathBuf = dir.to_path_buf();
-    match std::fs::remove_dir(&dir) {
+    match std::fs::remove_dir(dir) {
         Ok(()) => report.removed.push(format!("{}", dir.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => report
