@@ -374,7 +374,13 @@ fn print_stdout(bytes: &[u8], command: &str) -> ExitCode {
 /// Installs the log subscriber on stderr. The filter is RUST_LOG when it parses, else
 /// `--log`. A `--log` that does not parse is returned as an error after a subscriber
 /// (errors only) is installed, so that it is reported in the chosen format.
-fn init_logging(log: &str, format: LogFormat) -> anyhow::Result<()> {
+///
+/// `auto` chooses the journal when stderr is its stream; when the journal's socket then
+/// cannot be reached (a unit with a private /run, a container that forwards only the
+/// stream) the lines go to stderr as text, which the journal still records, with one
+/// warning. An explicit `journald` fails instead.
+fn init_logging(log: &str, requested: LogFormat) -> anyhow::Result<()> {
+    let format = requested.resolved();
     let (filter, bad_filter) = match tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(log))
     {
@@ -394,22 +400,38 @@ fn init_logging(log: &str, format: LogFormat) -> anyhow::Result<()> {
         // `Auto` comes resolved; text if not.
         LogFormat::Auto | LogFormat::Text => builder().with_ansi(colour_stderr()).try_init(),
         LogFormat::Json => builder().json().with_ansi(false).try_init(),
-        LogFormat::Journald => {
-            use tracing_subscriber::layer::SubscriberExt;
-            use tracing_subscriber::util::SubscriberInitExt;
-            let journal = tracing_journald::layer()
-                .context("--log-format journald: connecting to the journal's socket (/run/systemd/journal/socket)")?
+        LogFormat::Journald => match tracing_journald::layer() {
+            Ok(journal) => {
+                use tracing_subscriber::layer::SubscriberExt;
+                use tracing_subscriber::util::SubscriberInitExt;
                 // Our fields as they are named (POD=, not F_POD=): none of them is one of
                 // the journal's own.
-                .with_field_prefix(None)
-                .with_syslog_identifier("monitor".to_string());
-            tracing_subscriber::registry()
-                .with(filter)
-                .with(journal)
-                .try_init()
-                .map_err(|err| anyhow::anyhow!("{err}"))
-                .map_err(Into::into)
-        }
+                let journal = journal
+                    .with_field_prefix(None)
+                    .with_syslog_identifier("monitor".to_string());
+                tracing_subscriber::registry()
+                    .with(filter)
+                    .with(journal)
+                    .try_init()
+                    .map_err(|err| anyhow::anyhow!("{err}"))
+                    .map_err(Into::into)
+            }
+            Err(err) if matches!(requested, LogFormat::Auto) => {
+                let installed = builder().with_ansi(false).try_init();
+                if installed.is_ok() {
+                    tracing::warn!(
+                        "--log-format auto: stderr is the journal's stream but its socket \
+                         ({JOURNAL_SOCKET}) cannot be reached ({err}); logging text on stderr"
+                    );
+                }
+                installed
+            }
+            Err(err) => {
+                return Err(anyhow::Error::new(err).context(format!(
+                    "--log-format journald: connecting to the journal's socket ({JOURNAL_SOCKET})"
+                )));
+            }
+        },
     };
     installed.map_err(|err| anyhow::anyhow!("installing the log subscriber: {err}"))?;
     match bad_filter {
@@ -435,6 +457,9 @@ impl LogFormat {
     }
 }
 
+/// Where journald takes native log records.
+const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
+
 /// Whether stderr is the journal's stream: systemd sets JOURNAL_STREAM to the
 /// "device:inode" of the stream it connects stdout and stderr to (a redirection in the
 /// unit, or a shell's, changes stderr and not the variable).
@@ -453,7 +478,7 @@ fn stderr_is_the_journal() -> bool {
 
 fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
     one_malloc_arena();
-    init_logging(&args.log, log_format.resolved())?;
+    init_logging(&args.log, log_format)?;
     let path = monitor::config::config_path(args.config.as_deref());
     match &path {
         Some(path) => tracing::info!("configuration: {}", path.display()),

@@ -750,23 +750,16 @@ enum JournalBy {
     JournalStream,
 }
 
-fn journald_run(by: JournalBy) {
-    let _trees = TestTrees;
-    let cgroup_root = TestTrees::root("cli-journal");
+/// A directory with a one-pod static pod path and a configuration for it (with one
+/// unknown key, warned about at start) in `config.yaml`, for an agent under `cgroup_root`.
+fn journal_agent_dir(cgroup_root: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let journal_dir = dir.path().join("journal");
-    std::fs::create_dir_all(&journal_dir).unwrap();
-    let journal = std::os::unix::net::UnixDatagram::bind(journal_dir.join("socket")).unwrap();
-    journal
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
     std::fs::create_dir_all(dir.path().join("pods")).unwrap();
     std::fs::write(
         dir.path().join("pods/web.yaml"),
         "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  - {name: main, image: none, command: [/bin/sleep, '1000']}\n",
     )
     .unwrap();
-    // An unknown key: one warning at start.
     let config = format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnotAKubeletKey: 1\nstaticPodPath: {}\n\
          evictionHard: {{allocatableMemory.available: 50Mi}}\nmonitor:\n  podsMemoryLimit: 256Mi\n  cgroupRoot: {cgroup_root}\n  \
@@ -777,33 +770,129 @@ fn journald_run(by: JournalBy) {
         dir.path().join("api.sock").display(),
     );
     std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+    dir
+}
+
+/// `"$2" "$4" run --config "$3"` in a mount namespace of its own with an empty /run, after
+/// `extra` (shell, may use "$1"): `sh -c` arguments for `unshare`.
+fn in_private_run(
+    command: &mut Command,
+    extra: &str,
+    journal_dir: &std::path::Path,
+    dir: &std::path::Path,
+    format_flag: &str,
+) {
+    command
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mkdir -p /run && mount -t tmpfs tmpfs /run {extra} \
+             && exec \"$2\" \"$4\" run --config \"$3\""
+        ))
+        .arg("sh")
+        .arg(journal_dir)
+        .arg(helper_binary("monitor"))
+        .arg(dir.join("config.yaml"))
+        .arg(format_flag)
+        .env_remove("RUST_LOG")
+        .env_remove("JOURNAL_STREAM");
+}
+
+/// The "device:inode" systemd would put in JOURNAL_STREAM for `file`.
+fn journal_stream_of(file: &std::fs::File) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata().unwrap();
+    format!("{}:{}", m.dev(), m.ino())
+}
+
+/// Stderr is the journal's stream but the journal's socket is out of reach (a private
+/// /run): `auto` logs text on stderr with one warning and the agent runs; an explicit
+/// `journald` refuses to start and names the socket.
+#[test]
+fn auto_log_format_falls_back_to_text_when_the_journal_is_out_of_reach() {
+    if !require("auto_log_format_falls_back", &[Feature::Root]) {
+        return;
+    }
+    let _trees = TestTrees;
+    let cgroup_root = TestTrees::root("cli-nojournal");
+    let dir = journal_agent_dir(&cgroup_root);
+    let empty = dir.path().join("no-journal");
+    std::fs::create_dir_all(&empty).unwrap();
+    for flag in ["--log-format=auto", "--log-format=journald"] {
+        let stderr_path = dir.path().join("stderr.log");
+        let stderr_file = std::fs::File::create(&stderr_path).unwrap();
+        let mut command = Command::new("unshare");
+        in_private_run(&mut command, "", &empty, dir.path(), flag);
+        command.env("JOURNAL_STREAM", journal_stream_of(&stderr_file));
+        let mut agent = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr_file)
+            .spawn()
+            .expect("start monitor run in a mount namespace");
+        let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline
+            && !stderr().contains("agent running")
+            && matches!(agent.try_wait(), Ok(None))
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(agent.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let status = agent.wait().expect("agent exits");
+        let stderr = stderr();
+        if flag == "--log-format=auto" {
+            assert!(status.success(), "{status:?}\n{stderr}");
+            assert!(stderr.contains("agent running"), "{stderr}");
+            assert_eq!(
+                stderr.matches("cannot be reached").count(),
+                1,
+                "one warning about the journal:\n{stderr}"
+            );
+            assert!(
+                stderr.contains("WARN") && stderr.contains("/run/systemd/journal/socket"),
+                "{stderr}"
+            );
+        } else {
+            assert!(!status.success(), "{status:?}\n{stderr}");
+            assert!(!stderr.contains("agent running"), "{stderr}");
+            assert!(
+                stderr.contains("--log-format journald")
+                    && stderr.contains("/run/systemd/journal/socket"),
+                "{stderr}"
+            );
+        }
+    }
+}
+
+fn journald_run(by: JournalBy) {
+    let _trees = TestTrees;
+    let cgroup_root = TestTrees::root("cli-journal");
+    let dir = journal_agent_dir(&cgroup_root);
+    let journal_dir = dir.path().join("journal");
+    std::fs::create_dir_all(&journal_dir).unwrap();
+    let journal = std::os::unix::net::UnixDatagram::bind(journal_dir.join("socket")).unwrap();
+    journal
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     let stderr_path = dir.path().join("stderr.log");
     let stderr_file = std::fs::File::create(&stderr_path).unwrap();
-    let journal_stream = {
-        use std::os::unix::fs::MetadataExt;
-        let m = stderr_file.metadata().unwrap();
-        format!("{}:{}", m.dev(), m.ino())
-    };
+    let journal_stream = journal_stream_of(&stderr_file);
     let format_flag = match by {
         JournalBy::Flag => "--log-format=journald",
         // A harmless global flag in its place.
         JournalBy::JournalStream => "--log-format=auto",
     };
     let mut command = Command::new("unshare");
-    command
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(
-            "mkdir -p /run && mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/journal \
-             && mount --bind \"$1\" /run/systemd/journal \
-             && exec \"$2\" \"$4\" run --config \"$3\"",
-        )
-        .arg("sh")
-        .arg(&journal_dir)
-        .arg(helper_binary("monitor"))
-        .arg(dir.path().join("config.yaml"))
-        .arg(format_flag)
-        .env_remove("RUST_LOG")
-        .env_remove("JOURNAL_STREAM");
+    in_private_run(
+        &mut command,
+        "&& mkdir -p /run/systemd/journal && mount --bind \"$1\" /run/systemd/journal",
+        &journal_dir,
+        dir.path(),
+        format_flag,
+    );
     if by == JournalBy::JournalStream {
         command.env("JOURNAL_STREAM", &journal_stream);
     }
