@@ -884,7 +884,7 @@ fn private_config(dir: &Path) -> Result<String> {
     }
     let d = dir.display();
     const CRI: &str = r#"[plugins."io.containerd.grpc.v1.cri"]"#;
-    let edits: Vec<(Option<&str>, &str, String)> = vec![
+    let mut edits: Vec<(Option<&str>, &str, String)> = vec![
         (
             None,
             r#"root = "/var/lib/containerd""#,
@@ -938,6 +938,15 @@ fn private_config(dir: &Path) -> Result<String> {
             format!(r#"path = "{d}/opt""#),
         ),
     ];
+    // pivot_root(2) cannot leave the initramfs (the test VM's root): runc then changes root
+    // with a mount move instead, as it does for any runtime on such a root.
+    if root_is_initramfs() {
+        edits.push((
+            Some(r#"[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]"#),
+            "NoPivotRoot = false",
+            "NoPivotRoot = true".into(),
+        ));
+    }
     let mut lines: Vec<String> = String::from_utf8(out.stdout)
         .context("containerd's default config is not UTF-8")?
         .lines()
@@ -960,6 +969,19 @@ fn private_config(dir: &Path) -> Result<String> {
     let mut text = lines.join("\n");
     text.push('\n');
     Ok(text)
+}
+
+/// Whether `/` is the kernel's initial root filesystem (type `rootfs`), which
+/// pivot_root(2) refuses to move.
+fn root_is_initramfs() -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|text| {
+        text.lines()
+            .filter(|line| line.split_whitespace().nth(4) == Some("/"))
+            .next_back()
+            .and_then(|line| line.split_once(" - "))
+            .and_then(|(_, tail)| tail.split_whitespace().next())
+            == Some("rootfs")
+    })
 }
 
 /// The index of the first line equal (trimmed) to `setting`: among the top-level settings

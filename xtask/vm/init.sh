@@ -22,6 +22,10 @@ setup() { "$@" || echo "$M SETUP-FAILED $*"; }
 setup mount -t cgroup2 cgroup2 /sys/fs/cgroup
 setup mount -t bpf bpf /sys/fs/bpf
 setup mount -t tracefs tracefs /sys/kernel/tracing
+# Modules the payload carries for this kernel (overlayfs, for containerd's snapshotter).
+for module in /lib/modules/"$(uname -r)"/*.ko; do
+    [ -e "$module" ] && setup insmod "$module"
+done
 for c in memory pids cpu; do
     echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control || echo "$M SETUP-FAILED enable +$c in cgroup.subtree_control"
 done

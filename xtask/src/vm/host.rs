@@ -1,5 +1,5 @@
-//! Installs, idempotently, what the VM run needs on the host: qemu, a static busybox and
-//! the musl Rust target. Each item is checked first; nothing is installed twice.
+//! Installs, idempotently, what the VM run needs on the host: qemu, a static busybox,
+//! containerd and runc (copied into the guest) and the musl Rust target. Each item is checked first; nothing is installed twice.
 //!
 //! qemu-system-x86 comes from bookworm-backports through a private apt configuration under
 //! `target/vm/apt/`: the build machines carry qemu-utils 10.x from backports, and
@@ -29,6 +29,9 @@ pub fn ensure(vm_dir: &Path) -> Result<()> {
     }
     if !dpkg_installed("busybox-static") || !Path::new(BUSYBOX).exists() {
         apt_packages.push("busybox-static".to_string());
+    }
+    if !super::containers::installed() {
+        apt_packages.extend(super::containers::PACKAGES.iter().map(|p| p.to_string()));
     }
     if !apt_packages.is_empty() {
         eprintln!("vm: installing {}", apt_packages.join(" "));

@@ -1,5 +1,6 @@
 //! Assembles the guest's root filesystem as an initramfs: busybox, the init script, the
-//! test binaries in `/tests`, helper programs in `/bin`, and the test filter.
+//! test binaries in `/tests`, helper programs in `/bin`, other files where the payload
+//! names them (containerd and its libraries, kernel modules), and the test filter.
 use std::{
     fs::File,
     io::{BufWriter, Write},
@@ -50,7 +51,23 @@ pub fn write(out: &Path, payload: &Payload, test_args: &[String], env: &[String]
     for test in &payload.tests {
         add_host_file(&mut archive, &format!("tests/{}", test.name), &test.path)?;
     }
+    // The kernel's unpacker creates no missing parents: each comes first, once.
+    let mut made: std::collections::BTreeSet<String> = DIRS.iter().map(|d| d.to_string()).collect();
     for file in &payload.files {
+        let mut parent = String::new();
+        for part in Path::new(&file.name)
+            .parent()
+            .into_iter()
+            .flat_map(Path::components)
+        {
+            if !parent.is_empty() {
+                parent.push('/');
+            }
+            parent.push_str(&part.as_os_str().to_string_lossy());
+            if made.insert(parent.clone()) {
+                archive.dir(&parent, 0o755).with_context(context)?;
+            }
+        }
         add_host_file(&mut archive, &file.name, &file.path)?;
     }
     let args = test_args_file(test_args);

@@ -84,7 +84,14 @@ pub struct Kernel {
     pub vmlinuz: PathBuf,
     /// `CONFIG_PSI_DEFAULT_DISABLED=y`: PSI must be switched on with `psi=1`.
     pub psi_off_by_default: bool,
+    /// Modules the guest loads at boot ([`GUEST_MODULES`]), as the package ships them
+    /// (possibly compressed).
+    pub modules: Vec<PathBuf>,
 }
+
+/// Where, inside an image package, the modules the guest loads at boot are: overlayfs,
+/// which containerd's default snapshotter needs and Debian builds as a module.
+const GUEST_MODULES: &str = "./lib/modules/*/kernel/fs/overlayfs/*";
 
 /// Resolves `wanted` to an image package and makes sure it is unpacked in the cache.
 pub fn fetch(wanted: &Wanted, kernels_dir: &Path) -> Result<Kernel> {
@@ -93,7 +100,8 @@ pub fn fetch(wanted: &Wanted, kernels_dir: &Path) -> Result<Kernel> {
         Wanted::Series(series) => resolve_meta(series.meta_package)?,
     };
     let dir = kernels_dir.join(&package);
-    if find_vmlinuz(&dir).is_none() {
+    // A cache from before the guest's modules were kept is unpacked again.
+    if find_vmlinuz(&dir).is_none() || find_modules(&dir).is_empty() {
         download(&package, kernels_dir, &dir)?;
     }
     let vmlinuz = find_vmlinuz(&dir).with_context(|| {
@@ -111,12 +119,33 @@ pub fn fetch(wanted: &Wanted, kernels_dir: &Path) -> Result<Kernel> {
     let config = dir.join("boot").join(format!("config-{release}"));
     let psi_off_by_default = fs::read_to_string(&config)
         .is_ok_and(|text| text.lines().any(|l| l == "CONFIG_PSI_DEFAULT_DISABLED=y"));
+    let modules = find_modules(&dir);
     Ok(Kernel {
         package,
         release,
         vmlinuz,
         psi_off_by_default,
+        modules,
     })
+}
+
+/// The unpacked modules of [`GUEST_MODULES`] under `dir` (`overlay.ko`, `overlay.ko.xz`).
+fn find_modules(dir: &Path) -> Vec<PathBuf> {
+    let Ok(releases) = fs::read_dir(dir.join("lib/modules")) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = releases
+        .flatten()
+        .filter_map(|release| fs::read_dir(release.path().join("kernel/fs/overlayfs")).ok())
+        .flat_map(|entries| entries.flatten().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.contains(".ko"))
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// The image package a meta package depends on, from apt's local lists (refreshed once if
@@ -172,7 +201,8 @@ fn find_vmlinuz(dir: &Path) -> Option<PathBuf> {
     found.into_iter().next()
 }
 
-/// `apt-get download` into a scratch directory, unpack `./boot`, then move it into place
+/// `apt-get download` into a scratch directory, unpack `./boot` and the guest's modules,
+/// then move them into place
 /// so an interrupted run never leaves a half-unpacked kernel that looks cached.
 fn download(package: &str, kernels_dir: &Path, dest: &Path) -> Result<()> {
     let scratch = kernels_dir.join(format!(".download-{package}"));
@@ -215,7 +245,7 @@ fn download(package: &str, kernels_dir: &Path, dest: &Path) -> Result<()> {
         // GNU tar applies -C only to the member names after it.
         .arg("-C")
         .arg(&unpacked)
-        .args(["-x", "--wildcards", "./boot/*"])
+        .args(["-x", "--wildcards", "./boot/*", GUEST_MODULES])
         .stdin(tar_input)
         .status()
         .context("running tar")?;

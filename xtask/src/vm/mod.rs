@@ -16,6 +16,7 @@ use anyhow::{Context, Result, bail};
 use crate::cmd::{target_dir, workspace_root};
 
 pub(crate) mod bench;
+mod containers;
 mod cpio;
 pub(crate) mod host;
 pub(crate) mod initramfs;
@@ -110,6 +111,9 @@ pub fn run(args: VmArgs) -> Result<()> {
                 bail!("{tool} is missing (run without --no-install to install it)");
             }
         }
+        if !containers::installed() {
+            bail!("containerd or runc is missing (run without --no-install to install them)");
+        }
     } else {
         host::ensure(&vm_dir)?;
     }
@@ -123,7 +127,12 @@ pub fn run(args: VmArgs) -> Result<()> {
         release: !args.debug,
         test_targets: args.tests.clone(),
     };
-    let payload = payload::build(&workspace, &options)?;
+    let mut payload = payload::build(&workspace, &options)?;
+    // Containers in the guest, as on the host: the CRI tests run on cgroup v2 too.
+    payload.files.extend(containers::programs()?);
+    payload
+        .files
+        .extend(containers::modules(&kernels, &vm_dir.join("modules"))?);
     // One archive per run, so runs sharing a target directory do not overwrite each
     // other's; removed when the run ends.
     let initramfs = RemoveOnDrop(vm_dir.join(format!("initramfs-{}.cpio", std::process::id())));

@@ -39,8 +39,9 @@ pub struct Executable {
 pub struct Payload {
     pub tests: Vec<Executable>,
     pub bins: Vec<Executable>,
-    /// Other files for the guest: the Debian package the `package` test installs,
-    /// named by its path inside the guest.
+    /// Other files for the guest: the Debian package the `package` test installs, the
+    /// container programs and kernel modules ([`super::containers`]); each named by its
+    /// path inside the guest.
     pub files: Vec<Executable>,
 }
 
