@@ -973,7 +973,7 @@ fn private_config(dir: &Path) -> Result<String> {
 
 /// Whether `/` is the kernel's initial root filesystem (type `rootfs`), which
 /// pivot_root(2) refuses to move.
-fn root_is_initramfs() -> bool {
+pub fn root_is_initramfs() -> bool {
     std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|text| {
         text.lines()
             .filter(|line| line.split_whitespace().nth(4) == Some("/"))

@@ -98,7 +98,7 @@ pub fn require(test: &str, features: &[Feature]) -> bool {
     let required: Vec<String> = std::env::var("MONITOR_TEST_REQUIRE")
         .unwrap_or_else(|_| {
             if in_vm {
-                "root,cgroup-v2-memory,psi,ebpf".into()
+                "root,cgroup-v2-memory,psi,ebpf,containerd".into()
             } else {
                 String::new()
             }

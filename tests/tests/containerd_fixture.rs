@@ -27,6 +27,10 @@ fn run_args(containerd: &Containerd, detach: bool, id: &str, command: &[&str]) -
     args.push(containerd.runc_root().to_string_lossy().into_owned());
     args.push("--cgroup".into());
     args.push(format!("/{parent}/{id}"));
+    if monitor_tests::containerd::root_is_initramfs() {
+        // As the fixture's CRI configuration does: pivot_root cannot leave an initramfs.
+        args.push("--no-pivot".into());
+    }
     args.push(BUSYBOX_IMAGE.into());
     args.push(id.into());
     args.extend(command.iter().map(|s| s.to_string()));

@@ -30,6 +30,14 @@ for c in memory pids cpu; do
     echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control || echo "$M SETUP-FAILED enable +$c in cgroup.subtree_control"
 done
 
+# Loopback, as on any node: the image registry the CRI tests serve listens on 127.0.0.1.
+setup ip link set lo up
+
+# What a node's /etc has and containerd's CRI copies into every host-network sandbox.
+echo "127.0.0.1 localhost" > /etc/hosts
+: > /etc/resolv.conf
+echo guest > /etc/hostname
+
 # Tests that need cgroup v2 fail (instead of skipping) when they see this variable.
 export MONITOR_TEST_VM="$(uname -r)"
 echo "$M KERNEL $(uname -r)"
