@@ -20,6 +20,8 @@ const CONFIG: &str = include_str!("../../../packaging/config.yaml");
 const POSTINST: &str = include_str!("../../../packaging/debian/postinst");
 const PRERM: &str = include_str!("../../../packaging/debian/prerm");
 const POSTRM: &str = include_str!("../../../packaging/debian/postrm");
+/// Debian's changelog of the package; its top entry's version must be the workspace's.
+const CHANGELOG: &str = include_str!("../../../packaging/debian/changelog");
 
 /// The package's version: the workspace's.
 fn version(workspace: &Path) -> Result<String> {
@@ -35,10 +37,23 @@ fn version(workspace: &Path) -> Result<String> {
         .context("cargo metadata lists no version of the monitor package")
 }
 
+/// The version of the changelog's top entry: `monitor (VERSION) suite; urgency=...`.
+fn changelog_version(changelog: &str) -> Option<&str> {
+    let first = changelog.lines().next()?;
+    let rest = first.strip_prefix("monitor (")?;
+    Some(&rest[..rest.find(')')?])
+}
+
 /// Writes `out/monitor`, `out/monitor.service` and `out/monitor_<version>_amd64.deb`
 /// for `binary` (a static build of the agent); returns the package's path.
 pub fn package(workspace: &Path, binary: &Path, out: &Path) -> Result<PathBuf> {
     let version = version(workspace)?;
+    if changelog_version(CHANGELOG) != Some(version.as_str()) {
+        bail!(
+            "packaging/debian/changelog: its top entry is not for version {version} (the \
+             workspace's): add an entry for it"
+        );
+    }
     fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     copy(binary, &out.join("monitor"), 0o755)?;
     write(&out.join("monitor.service"), UNIT.as_bytes(), 0o644)?;
@@ -94,6 +109,11 @@ fn stage(workspace: &Path, binary: &Path, root: &Path, version: &str) -> Result<
     write(
         &root.join("usr/share/doc/monitor/copyright"),
         copyright(workspace)?.as_bytes(),
+        0o644,
+    )?;
+    write(
+        &root.join("usr/share/doc/monitor/changelog.Debian.gz"),
+        &gzip(CHANGELOG.as_bytes())?,
         0o644,
     )?;
 
@@ -441,11 +461,137 @@ mod tests {
                 .status()
                 .expect("sh");
             assert!(status.success(), "{name} does not parse");
-            // Without systemd (a container, the VM) the scripts must not fail.
-            for line in script.lines().filter(|l| l.contains("systemctl ")) {
-                let guarded = script.contains("[ -d /run/systemd/system ]");
+            // Without systemd (a container, the VM) the scripts must not fail, and into
+            // another root (DPKG_ROOT: an image being built) they start nothing.
+            for line in script
+                .lines()
+                .filter(|l| l.contains("systemctl ") || l.contains("deb-systemd-invoke "))
+            {
+                let guarded = script.contains("[ -d /run/systemd/system ]")
+                    && script.contains("[ -z \"${DPKG_ROOT:-}\" ]");
                 assert!(guarded, "{name}: {line} runs without checking for systemd");
             }
+        }
+    }
+
+    /// Runs a maintainer script as dpkg runs it into an image being built: DPKG_ROOT set,
+    /// no systemd running there.
+    fn maintainer_script(root: &Path, name: &str, script: &str, args: &[&str]) {
+        let out = Command::new("sh")
+            .args(["-c", script, name])
+            .args(args)
+            .env("DPKG_ROOT", root)
+            .env("DPKG_MAINTSCRIPT_PACKAGE", "monitor")
+            .env("DPKG_MAINTSCRIPT_NAME", name)
+            .output()
+            .expect("sh");
+        assert!(
+            out.status.success(),
+            "{name} {args:?}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The link `etc/systemd/system/<relative>` points to, if it is a link.
+    fn unit_link(root: &Path, relative: &str) -> Option<PathBuf> {
+        fs::read_link(root.join("etc/systemd/system").join(relative)).ok()
+    }
+
+    /// Installed into an image (a chroot, debootstrap: DPKG_ROOT, no systemd), the unit is
+    /// enabled; an admin's disable survives an upgrade, a mask set before the install
+    /// stays; removed, it is masked; purged, its state and the agent's files are gone.
+    #[test]
+    fn maintainer_scripts_enable_into_an_image_and_keep_the_admins_choice() {
+        if !Path::new("/usr/bin/deb-systemd-helper").exists() {
+            println!(
+                "SKIP: maintainer_scripts_enable_into_an_image: deb-systemd-helper \
+                 (init-system-helpers) is not installed"
+            );
+            return;
+        }
+        const WANTS: &str = "multi-user.target.wants/monitor.service";
+        let image = |masked: bool| {
+            let root = tempfile::tempdir().expect("tempdir");
+            write(
+                &root.path().join("lib/systemd/system/monitor.service"),
+                UNIT.as_bytes(),
+                0o644,
+            )
+            .unwrap();
+            mkdir(&root.path().join("etc/systemd/system")).unwrap();
+            if masked {
+                std::os::unix::fs::symlink(
+                    "/dev/null",
+                    root.path().join("etc/systemd/system/monitor.service"),
+                )
+                .unwrap();
+            }
+            root
+        };
+        // A first install enables it.
+        let root = image(false);
+        let root = root.path();
+        maintainer_script(root, "postinst", POSTINST, &["configure", ""]);
+        assert_eq!(
+            unit_link(root, WANTS),
+            Some(PathBuf::from("/lib/systemd/system/monitor.service"))
+        );
+        // The admin disables it (`systemctl disable` removes the link); an upgrade keeps
+        // it disabled.
+        fs::remove_file(root.join("etc/systemd/system").join(WANTS)).unwrap();
+        maintainer_script(root, "postinst", POSTINST, &["configure", "0.0.9"]);
+        assert_eq!(unit_link(root, WANTS), None, "an upgrade re-enabled it");
+        // Removed: masked, so that nothing starts a unit whose binary is gone.
+        maintainer_script(root, "prerm", PRERM, &["remove"]);
+        maintainer_script(root, "postrm", POSTRM, &["remove"]);
+        assert_eq!(
+            unit_link(root, "monitor.service"),
+            Some(PathBuf::from("/dev/null"))
+        );
+        // Purged: the mask, the helper's state and the agent's files go.
+        mkdir(&root.join("var/lib/monitor/pods")).unwrap();
+        maintainer_script(root, "postrm", POSTRM, &["purge"]);
+        assert_eq!(unit_link(root, "monitor.service"), None);
+        assert!(!root.join("var/lib/monitor").exists());
+        assert!(
+            !root
+                .join("var/lib/systemd/deb-systemd-helper-enabled/monitor.service.dsh-also")
+                .exists()
+        );
+
+        // Masked by the admin before the install: it stays masked.
+        let masked = image(true);
+        maintainer_script(masked.path(), "postinst", POSTINST, &["configure", ""]);
+        assert_eq!(
+            unit_link(masked.path(), "monitor.service"),
+            Some(PathBuf::from("/dev/null"))
+        );
+    }
+
+    #[test]
+    fn the_changelog_is_for_the_packaged_version() {
+        let version = version(&workspace_root()).unwrap();
+        assert_eq!(changelog_version(CHANGELOG), Some(version.as_str()));
+        assert_eq!(changelog_version("monitor (1.2-3) unstable"), Some("1.2-3"));
+        assert_eq!(changelog_version("other (1.0) unstable"), None);
+        // dpkg's own parser agrees, where it is installed.
+        if let Ok(out) = Command::new("dpkg-parsechangelog")
+            .args(["-l", "-", "-S", "Version"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                child
+                    .stdin
+                    .take()
+                    .expect("stdin")
+                    .write_all(CHANGELOG.as_bytes())?;
+                child.wait_with_output()
+            })
+        {
+            assert!(out.status.success(), "dpkg-parsechangelog: {}", out.status);
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), version);
         }
     }
 
