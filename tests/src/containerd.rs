@@ -976,8 +976,7 @@ fn private_config(dir: &Path) -> Result<String> {
 pub fn root_is_initramfs() -> bool {
     std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|text| {
         text.lines()
-            .filter(|line| line.split_whitespace().nth(4) == Some("/"))
-            .next_back()
+            .rfind(|line| line.split_whitespace().nth(4) == Some("/"))
             .and_then(|line| line.split_once(" - "))
             .and_then(|(_, tail)| tail.split_whitespace().next())
             == Some("rootfs")

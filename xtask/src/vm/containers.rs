@@ -13,23 +13,12 @@ use anyhow::{Context, Result, bail};
 
 use super::{host, kernel::Kernel, payload::Executable};
 
-/// The programs, looked up on the host's PATH and copied into the guest's `/bin`.
-const PROGRAMS: &[&str] = &["containerd", "ctr", "containerd-shim-runc-v2", "runc"];
-
-/// The Debian packages that hold [`PROGRAMS`].
-pub const PACKAGES: &[&str] = &["containerd", "runc"];
-
-/// Whether every program of [`PROGRAMS`] is on the host's PATH.
-pub fn installed() -> bool {
-    PROGRAMS.iter().all(|p| host::which(p).is_some())
-}
-
 /// The programs and the libraries they load, as guest files (`bin/containerd`,
 /// `lib/x86_64-linux-gnu/libc.so.6`, ...).
 pub fn programs() -> Result<Vec<Executable>> {
     let mut files = Vec::new();
     let mut libraries = BTreeSet::new();
-    for program in PROGRAMS {
+    for program in host::CONTAINER_PROGRAMS {
         let path = host::which(program).with_context(|| {
             format!("{program} is not on PATH (`cargo xtask setup` installs containerd and runc)")
         })?;

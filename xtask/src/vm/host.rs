@@ -30,8 +30,8 @@ pub fn ensure(vm_dir: &Path) -> Result<()> {
     if !dpkg_installed("busybox-static") || !Path::new(BUSYBOX).exists() {
         apt_packages.push("busybox-static".to_string());
     }
-    if !super::containers::installed() {
-        apt_packages.extend(super::containers::PACKAGES.iter().map(|p| p.to_string()));
+    if !containers_installed() {
+        apt_packages.extend(["containerd".to_string(), "runc".to_string()]);
     }
     if !apt_packages.is_empty() {
         eprintln!("vm: installing {}", apt_packages.join(" "));
@@ -163,6 +163,14 @@ fn dpkg_installed(package: &str) -> bool {
 }
 
 /// The first executable called `name` on PATH.
+/// The container programs the guest gets from the host (Debian's containerd and runc).
+pub const CONTAINER_PROGRAMS: &[&str] = &["containerd", "ctr", "containerd-shim-runc-v2", "runc"];
+
+/// Whether every program of [`CONTAINER_PROGRAMS`] is on the host's PATH.
+pub fn containers_installed() -> bool {
+    CONTAINER_PROGRAMS.iter().all(|p| which(p).is_some())
+}
+
 pub fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?

@@ -117,7 +117,7 @@ pub fn run(args: VmArgs) -> Result<()> {
                 bail!("{tool} is missing (run without --no-install to install it)");
             }
         }
-        if !containers::installed() {
+        if !host::containers_installed() {
             bail!("containerd or runc is missing (run without --no-install to install them)");
         }
     } else {
