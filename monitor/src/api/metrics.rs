@@ -35,6 +35,11 @@ use families::*;
 /// The `Content-Type` Prometheus expects for this format.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// The running build, for `monitor_build_info`: the package's version and the git commit
+/// monitor/build.rs found ("unknown" without one).
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+const REVISION: &str = env!("MONITOR_REVISION");
+
 /// Pod phases (Kubernetes' `v1.PodPhase`, less the deprecated Unknown).
 const POD_PHASES: [&str; 4] = ["Pending", "Running", "Succeeded", "Failed"];
 
@@ -92,6 +97,9 @@ pub fn render_metrics(state: &AgentState) -> String {
     let mut out = Metrics::default();
     let m = &state.metrics;
     let configured = || state.signals.iter().map(|s| s.signal.as_str());
+
+    out.family(&BUILD_INFO);
+    out.sample(&[VERSION, REVISION], 1);
 
     out.family(&EVICTIONS_TOTAL);
     for (signal, count) in with_known(configured(), &m.evictions) {

@@ -34,6 +34,7 @@ pub(super) struct Family {
 
 /// Every family, in the order `/metrics` renders them.
 pub(super) const FAMILIES: &[Family] = &[
+    BUILD_INFO,
     EVICTIONS_TOTAL,
     EVICTION_OUTCOMES_TOTAL,
     RUNTIME_UNRESPONSIVE_CALLS_TOTAL,
@@ -63,6 +64,13 @@ pub(super) const FAMILIES: &[Family] = &[
     SOURCE_UP,
     PODS,
 ];
+
+pub(super) const BUILD_INFO: Family = Family {
+    name: "monitor_build_info",
+    kind: FamilyType::Gauge,
+    help: "Always 1; its labels name the running build: version (the package's) and revision (the git commit built, unknown when the build had no git).",
+    labels: &["version", "revision"],
+};
 
 pub(super) const EVICTIONS_TOTAL: Family = Family {
     name: "monitor_evictions_total",

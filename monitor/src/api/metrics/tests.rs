@@ -285,6 +285,46 @@ fn a_prometheus_parser_reads_every_line() {
     );
 }
 
+/// `monitor_build_info` names the build the test runs in: its package version and, where
+/// git answers, the commit checked out.
+#[test]
+fn build_info_names_this_build() {
+    let samples = parse(&render_metrics(&AgentState::default()));
+    let info: Vec<&Parsed> = samples
+        .iter()
+        .filter(|s| s.name == "monitor_build_info")
+        .collect();
+    let [info] = &info[..] else {
+        panic!("one monitor_build_info sample: {info:?}");
+    };
+    assert_eq!(info.value, 1.0);
+    let label = |name: &str| {
+        info.labels
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("no {name} label: {info:?}"))
+    };
+    assert_eq!(label("version"), env!("CARGO_PKG_VERSION"));
+    let revision = label("revision");
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--verify", "--quiet", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string());
+    match head {
+        Some(head) => assert_eq!(revision, head, "the commit built"),
+        // Built elsewhere, or no git here: a commit or "unknown", nothing else.
+        None => assert!(
+            revision == "unknown"
+                || (revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit())),
+            "revision {revision:?}"
+        ),
+    }
+}
+
 #[test]
 fn contention_conditions_join_the_node_conditions() {
     use crate::policy::contention::{ContentionCondition, ContentionStatus, StallAverages};
