@@ -1,10 +1,12 @@
 //! `/metrics`: the agent's state in the Prometheus text exposition format 0.0.4
 //! (<https://prometheus.io/docs/instrumenting/exposition_formats/>).
 //!
-//! Naming: every family is `monitor_` and a name. Where the kubelet exports the same
-//! measure (pkg/kubelet/metrics/metrics.go), the name is the kubelet's without its
-//! `kubelet_` prefix, with `_total` added to a counter that lacks it, and the labels are
-//! the kubelet's, names and values: `kubelet_evictions{eviction_signal}` is
+//! Naming: every family is `monitor_` and a name, but for the `process_` families that
+//! every Prometheus client library exports, under their standard names ([`process`]).
+//! Where the kubelet exports the same measure (pkg/kubelet/metrics/metrics.go), the name
+//! is the kubelet's without its `kubelet_` prefix, with `_total` added to a counter that
+//! lacks it, and the labels are the kubelet's, names and values:
+//! `kubelet_evictions{eviction_signal}` is
 //! `monitor_evictions_total{eviction_signal}`, `kubelet_preemptions{preemption_signal}` is
 //! `monitor_preemptions_total{preemption_signal}`,
 //! `kubelet_eviction_stats_age_seconds{eviction_signal}` and
@@ -18,7 +20,7 @@
 //! signals, admission reasons, preemption resources) are always exported, at 0 when idle,
 //! so that alerts and `rate()` see a series from the start instead of an absent one. A
 //! family with no series at all (a histogram nothing has been observed for, a unit no
-//! configured signal has) is left out.
+//! configured signal has) is left out, and so is a process metric /proc did not give.
 use std::collections::BTreeMap;
 
 use crate::notify::{SourceState, WakeSource};
@@ -29,8 +31,10 @@ use crate::state::{
 };
 
 mod families;
+mod process;
 
 use families::*;
+use process::ProcessMetrics;
 
 /// The `Content-Type` Prometheus expects for this format.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -94,6 +98,11 @@ fn with_known<'a>(
 
 /// Renders every metric family, each as HELP, TYPE and its samples in one group.
 pub fn render_metrics(state: &AgentState) -> String {
+    render(state, &ProcessMetrics::read())
+}
+
+/// [`render_metrics`] with the process metrics given.
+fn render(state: &AgentState, process: &ProcessMetrics) -> String {
     let mut out = Metrics::default();
     let m = &state.metrics;
     let configured = || state.signals.iter().map(|s| s.signal.as_str());
@@ -276,6 +285,32 @@ pub fn render_metrics(state: &AgentState) -> String {
     }
     for (phase, n) in phases {
         out.sample(&[phase], n);
+    }
+
+    // What could not be read is left out (its family too), not rendered as 0.
+    let count = |n: Option<u64>| n.map(|n| n.to_string());
+    let process_samples = [
+        (
+            &PROCESS_CPU_SECONDS_TOTAL,
+            process.cpu_seconds.map(format_float),
+        ),
+        (
+            &PROCESS_RESIDENT_MEMORY_BYTES,
+            count(process.resident_bytes),
+        ),
+        (&PROCESS_VIRTUAL_MEMORY_BYTES, count(process.virtual_bytes)),
+        (
+            &PROCESS_START_TIME_SECONDS,
+            process.start_time_seconds.map(format_float),
+        ),
+        (&PROCESS_OPEN_FDS, count(process.open_fds)),
+        (&PROCESS_MAX_FDS, count(process.max_fds)),
+    ];
+    for (family, value) in process_samples {
+        out.family(family);
+        if let Some(value) = value {
+            out.sample(&[], value);
+        }
     }
 
     out.text

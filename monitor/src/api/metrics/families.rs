@@ -63,6 +63,12 @@ pub(super) const FAMILIES: &[Family] = &[
     NODE_CONDITION,
     SOURCE_UP,
     PODS,
+    PROCESS_CPU_SECONDS_TOTAL,
+    PROCESS_RESIDENT_MEMORY_BYTES,
+    PROCESS_VIRTUAL_MEMORY_BYTES,
+    PROCESS_START_TIME_SECONDS,
+    PROCESS_OPEN_FDS,
+    PROCESS_MAX_FDS,
 ];
 
 pub(super) const BUILD_INFO: Family = Family {
@@ -266,4 +272,50 @@ pub(super) const PODS: Family = Family {
     kind: FamilyType::Gauge,
     help: "Pods the agent runs, by phase.",
     labels: &["phase"],
+};
+
+// The standard process metrics of the Prometheus client libraries, with their names and
+// HELP texts (client_golang's process collector), so that the dashboards and alerts
+// written for any process work for the agent.
+
+pub(super) const PROCESS_CPU_SECONDS_TOTAL: Family = Family {
+    name: "process_cpu_seconds_total",
+    kind: FamilyType::Counter,
+    help: "Total user and system CPU time spent in seconds.",
+    labels: &[],
+};
+
+pub(super) const PROCESS_RESIDENT_MEMORY_BYTES: Family = Family {
+    name: "process_resident_memory_bytes",
+    kind: FamilyType::Gauge,
+    help: "Resident memory size in bytes.",
+    labels: &[],
+};
+
+pub(super) const PROCESS_VIRTUAL_MEMORY_BYTES: Family = Family {
+    name: "process_virtual_memory_bytes",
+    kind: FamilyType::Gauge,
+    help: "Virtual memory size in bytes.",
+    labels: &[],
+};
+
+pub(super) const PROCESS_START_TIME_SECONDS: Family = Family {
+    name: "process_start_time_seconds",
+    kind: FamilyType::Gauge,
+    help: "Start time of the process since unix epoch in seconds.",
+    labels: &[],
+};
+
+pub(super) const PROCESS_OPEN_FDS: Family = Family {
+    name: "process_open_fds",
+    kind: FamilyType::Gauge,
+    help: "Number of open file descriptors.",
+    labels: &[],
+};
+
+pub(super) const PROCESS_MAX_FDS: Family = Family {
+    name: "process_max_fds",
+    kind: FamilyType::Gauge,
+    help: "Maximum number of open file descriptors.",
+    labels: &[],
 };

@@ -325,6 +325,82 @@ fn build_info_names_this_build() {
     }
 }
 
+/// The value of the one sample of an unlabelled family, if there is one.
+fn unlabelled(samples: &[Parsed], name: &str) -> Option<f64> {
+    let found: Vec<&Parsed> = samples.iter().filter(|s| s.name == name).collect();
+    match &found[..] {
+        [] => None,
+        [one] if one.labels.is_empty() => Some(one.value),
+        more => panic!("{name}: {more:?}"),
+    }
+}
+
+/// The process metrics of this very test process, scraped as Prometheus would.
+#[test]
+fn process_metrics_describe_this_process() {
+    let text = render_metrics(&AgentState::default());
+    if let Err(e) = check_exposition(&text) {
+        panic!("{e}\n{text}");
+    }
+    let samples = parse(&text);
+    let get =
+        |name: &str| unlabelled(&samples, name).unwrap_or_else(|| panic!("no {name} in\n{text}"));
+    let cpu = get("process_cpu_seconds_total");
+    assert!(cpu >= 0.0 && cpu.is_finite(), "cpu {cpu}");
+    let resident = get("process_resident_memory_bytes");
+    let virtual_bytes = get("process_virtual_memory_bytes");
+    assert!(resident > 0.0, "rss {resident}");
+    assert!(
+        virtual_bytes >= resident,
+        "vsize {virtual_bytes} < rss {resident}"
+    );
+    // stdin, stdout and stderr at least.
+    let open = get("process_open_fds");
+    assert!(open >= 3.0, "open fds {open}");
+    assert!(get("process_max_fds") >= open, "{text}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    let start = get("process_start_time_seconds");
+    // btime is whole seconds, so the start may read up to a second late.
+    assert!(
+        start > now - 3600.0 && start <= now + 1.0,
+        "started at {start}, now {now}"
+    );
+}
+
+/// What /proc did not give is left out, family and all: no sample says 0 for it.
+#[test]
+fn process_metrics_not_read_are_left_out() {
+    let none = render(&state(), &ProcessMetrics::default());
+    assert!(!none.contains("process_"), "{none}");
+    let some = ProcessMetrics {
+        open_fds: Some(12),
+        max_fds: Some(u64::MAX),
+        ..ProcessMetrics::default()
+    };
+    let text = render(&state(), &some);
+    if let Err(e) = check_exposition(&text) {
+        panic!("{e}\n{text}");
+    }
+    let samples = parse(&text);
+    assert_eq!(unlabelled(&samples, "process_open_fds"), Some(12.0));
+    assert_eq!(
+        unlabelled(&samples, "process_max_fds"),
+        Some(u64::MAX as f64),
+        "an unlimited soft limit is RLIM_INFINITY"
+    );
+    for absent in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_start_time_seconds",
+    ] {
+        assert!(!text.contains(absent), "{absent} in\n{text}");
+    }
+}
+
 #[test]
 fn contention_conditions_join_the_node_conditions() {
     use crate::policy::contention::{ContentionCondition, ContentionStatus, StallAverages};
