@@ -34,6 +34,9 @@ mod families;
 mod process;
 
 use families::*;
+pub(crate) use families::{
+    CROSSING_TO_KILL_BUCKETS, STATS_AGE_BUCKETS, SYNC_DURATION_BUCKETS, WAKE_TO_SYNC_BUCKETS,
+};
 use process::ProcessMetrics;
 
 /// The `Content-Type` Prometheus expects for this format.
@@ -138,8 +141,8 @@ fn render(state: &AgentState, process: &ProcessMetrics) -> String {
     out.sample(&[], m.hot_watch_cpu_seconds);
 
     out.family(&EVICTION_STATS_AGE_SECONDS);
-    let idle = Histogram::default();
-    let mut ages: BTreeMap<&str, &Histogram> = configured().map(|s| (s, &idle)).collect();
+    let idle_age = Histogram::new(STATS_AGE_BUCKETS);
+    let mut ages: BTreeMap<&str, &Histogram> = configured().map(|s| (s, &idle_age)).collect();
     for (signal, histogram) in &m.eviction_stats_age {
         ages.insert(signal, histogram);
     }
@@ -222,8 +225,9 @@ fn render(state: &AgentState, process: &ProcessMetrics) -> String {
     out.histogram(&[], &m.sync_duration);
 
     out.family(&WAKE_TO_SYNC_SECONDS);
+    let idle_wake = Histogram::new(WAKE_TO_SYNC_BUCKETS);
     for source in WakeSource::ALL {
-        let histogram = m.wake_latency.get(&source).unwrap_or(&idle);
+        let histogram = m.wake_latency.get(&source).unwrap_or(&idle_wake);
         out.histogram(&[source.name()], histogram);
     }
 
@@ -368,7 +372,11 @@ impl Metrics {
     /// order).
     fn sample(&mut self, values: &[&str], value: impl std::fmt::Display) {
         let family = self.current();
-        debug_assert_ne!(family.kind, FamilyType::Histogram, "{}", family.name);
+        debug_assert!(
+            !matches!(family.kind, FamilyType::Histogram(_)),
+            "{}",
+            family.name
+        );
         let labels = named(family, values);
         self.line(family.name, "", &labels, value);
     }
@@ -394,7 +402,11 @@ impl Metrics {
     /// renders as a valid histogram (a scrape that fails to parse loses every metric).
     fn histogram(&mut self, values: &[&str], h: &Histogram) {
         let family = self.current();
-        debug_assert_eq!(family.kind, FamilyType::Histogram, "{}", family.name);
+        debug_assert!(
+            matches!(family.kind, FamilyType::Histogram(_)),
+            "{}",
+            family.name
+        );
         let name = family.name;
         let labels = &named(family, values)[..];
         let mut bounds: Vec<(f64, u64)> = h

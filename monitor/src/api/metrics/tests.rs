@@ -100,21 +100,15 @@ fn state() -> AgentState {
         .insert("StopPodSandbox".into(), 3);
     s.metrics.sync_duration.observe(0.0002);
     s.metrics.sync_duration.observe(20.0);
-    let mut psi = Histogram::default();
-    psi.observe(3e-5);
-    psi.observe(0.002);
-    s.metrics.wake_latency.insert(WakeSource::Psi, psi);
-    let mut age = Histogram::default();
-    age.observe(0.004);
-    s.metrics
-        .eviction_stats_age
-        .insert("memory.available".into(), age);
+    s.metrics.observe_wake_to_sync(WakeSource::Psi, 3e-5);
+    s.metrics.observe_wake_to_sync(WakeSource::Psi, 0.002);
+    s.metrics.observe_stats_age("memory.available", 0.004);
     s.metrics.preemptions.insert("memory".into(), 2);
     s.metrics
         .admission_rejections
         .insert("OutOfmemory".into(), 4);
     s.metrics.kernel_oom_kills.insert("default/batch".into(), 1);
-    let mut kill = Histogram::default();
+    let mut kill = Histogram::new(CROSSING_TO_KILL_BUCKETS);
     kill.observe(2.3e-4);
     s.metrics
         .crossing_to_kill
@@ -693,6 +687,93 @@ fn a_malformed_histogram_still_renders_valid() {
         text.contains("monitor_sync_duration_seconds_sum NaN\n"),
         "{text}"
     );
+}
+
+/// The `le` bounds of every series of the histogram `family` in `samples`, by series.
+fn bounds_by_series(samples: &[Parsed], family: &str) -> BTreeMap<String, Vec<(f64, f64)>> {
+    let bucket = format!("{family}_bucket");
+    let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.name == bucket) {
+        let mut key = String::new();
+        let mut le = None;
+        for (k, v) in &s.labels {
+            if k == "le" {
+                le = Some(v.parse::<f64>().unwrap_or_else(|_| panic!("le={v}")));
+            } else {
+                key += &format!("{k}={v},");
+            }
+        }
+        let le = le.unwrap_or_else(|| panic!("{bucket} without le"));
+        series.entry(key).or_default().push((le, s.value));
+    }
+    series
+}
+
+/// Two kills of the hot path 60 µs apart, at 120 µs and 180 µs, land in different
+/// buckets: the ladder tells a path that got slower by that much.
+#[test]
+fn the_hot_path_histogram_tells_120_from_180_microseconds() {
+    let mut s = AgentState::default();
+    // Memcg eventfds carry no stamp: the crossing is when the hot path was called.
+    s.metrics
+        .observe_hot_kill(WakeSource::MemcgThreshold, 1_000_000, 1_120_000, &[]);
+    s.metrics
+        .observe_hot_kill(WakeSource::MemcgThreshold, 2_000_000, 2_180_000, &[]);
+    let samples = parse(&render_metrics(&s));
+    let series = bounds_by_series(&samples, "monitor_crossing_to_kill_seconds");
+    let buckets = series
+        .get("source=memcg_threshold,stamp=notifier,")
+        .unwrap_or_else(|| panic!("{series:?}"));
+    assert!(
+        buckets.iter().any(|(_, count)| *count == 1.0),
+        "no bound between 120 µs and 180 µs: {buckets:?}"
+    );
+}
+
+/// Every histogram series renders the buckets of its family's entry: the state makes each
+/// histogram with its family's ladder, observed or idle.
+#[test]
+fn each_histogram_renders_the_buckets_of_its_family() {
+    let mut s = state();
+    s.metrics
+        .observe_hot_kill(WakeSource::Psi, 1_000, 5_000, &[]);
+    s.metrics.observe_stats_age("pid.available", 1.5);
+    let samples = parse(&render_metrics(&s));
+    let mut histograms = 0;
+    for family in FAMILIES {
+        let FamilyType::Histogram(ladder) = family.kind else {
+            continue;
+        };
+        histograms += 1;
+        let series = bounds_by_series(&samples, family.name);
+        assert!(!series.is_empty(), "{}: no series", family.name);
+        for (labels, buckets) in series {
+            let bounds: Vec<f64> = buckets.iter().map(|(le, _)| *le).collect();
+            let expected: Vec<f64> = ladder.iter().copied().chain([f64::INFINITY]).collect();
+            assert_eq!(bounds, expected, "{}{{{labels}}}", family.name);
+        }
+    }
+    assert_eq!(histograms, 4);
+}
+
+/// A ladder is bounds in seconds, increasing, and none is `+Inf` (rendered on its own).
+#[test]
+fn histogram_ladders_are_increasing_finite_bounds() {
+    for family in FAMILIES {
+        if let FamilyType::Histogram(ladder) = family.kind {
+            assert!(ladder.len() >= 10, "{}: {ladder:?}", family.name);
+            assert!(
+                ladder.iter().all(|b| b.is_finite() && *b > 0.0),
+                "{}: {ladder:?}",
+                family.name
+            );
+            assert!(
+                ladder.windows(2).all(|pair| pair[0] < pair[1]),
+                "{}: {ladder:?}",
+                family.name
+            );
+        }
+    }
 }
 
 #[rstest]
