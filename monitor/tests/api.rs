@@ -308,7 +308,8 @@ fn metrics_pass_the_format_checker() {
         "monitor_signal_available_inodes{eviction_signal=\"nodefs.inodesFree\"} 900000",
         "monitor_signal_capacity_bytes{eviction_signal=\"memory.available\"} 4294967296",
         "monitor_admission_rejections_total{reason=\"OutOfmemory\"} 0",
-        "monitor_source_up{source=\"memcg_threshold\",state=\"unsupported\"} 0",
+        "monitor_source_up{source=\"memcg_threshold\"} 0",
+        "monitor_source_state{source=\"memcg_threshold\",state=\"unsupported\"} 1",
         "monitor_pods{phase=\"Failed\"} 1",
     ] {
         assert!(

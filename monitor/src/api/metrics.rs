@@ -166,7 +166,8 @@ fn render(state: &AgentState, process: &ProcessMetrics) -> String {
     out.family(&KERNEL_OOM_KILLS_TOTAL);
     let pods = state.pods.iter().map(|p| p.key.as_str()).chain([""]);
     for (pod, count) in with_known(pods, &m.kernel_oom_kills) {
-        out.sample(&[pod], count);
+        let (namespace, name) = namespace_and_name(pod);
+        out.sample(&[namespace, name], count);
     }
     if let Some(node) = node_oom_kills() {
         out.family(&NODE_OOM_KILLS_TOTAL);
@@ -276,9 +277,18 @@ fn render(state: &AgentState, process: &ProcessMetrics) -> String {
     out.family(&SOURCE_UP);
     for s in &state.sources {
         out.sample(
-            &[s.source.name(), source_state(s.state)],
+            &[s.source.name()],
             u8::from(s.state == SourceState::Running),
         );
+    }
+    out.family(&SOURCE_STATE);
+    for s in &state.sources {
+        for each in SOURCE_STATES {
+            out.sample(
+                &[s.source.name(), source_state(each)],
+                u8::from(s.state == each),
+            );
+        }
     }
 
     out.family(&PODS);
@@ -318,6 +328,20 @@ fn render(state: &AgentState, process: &ProcessMetrics) -> String {
     }
 
     out.text
+}
+
+/// Every state of a source: `monitor_source_state` has a series for each.
+const SOURCE_STATES: [SourceState; 4] = [
+    SourceState::Running,
+    SourceState::Disabled,
+    SourceState::Failed,
+    SourceState::Unsupported,
+];
+
+/// A pod's `namespace` and `pod` labels from its "namespace/name" key; a key without a
+/// namespace (the "" of the unattributed OOM kills) has an empty one.
+fn namespace_and_name(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
 }
 
 pub(crate) fn source_state(state: SourceState) -> &'static str {

@@ -64,6 +64,7 @@ pub(super) const FAMILIES: &[Family] = &[
     THRESHOLD_MET,
     NODE_CONDITION,
     SOURCE_UP,
+    SOURCE_STATE,
     PODS,
     PROCESS_CPU_SECONDS_TOTAL,
     PROCESS_RESIDENT_MEMORY_BYTES,
@@ -173,8 +174,8 @@ pub(super) const ADMISSION_REJECTIONS_TOTAL: Family = Family {
 pub(super) const KERNEL_OOM_KILLS_TOTAL: Family = Family {
     name: "monitor_kernel_oom_kills_total",
     kind: FamilyType::Counter,
-    help: "Victims of the kernel OOM killer (eBPF oom:mark_victim), by pod; pod=\"\" is outside any pod, gone before its pod was known, or held back by the in-kernel rate limit. Every one is a kill the agent did not prevent.",
-    labels: &["pod"],
+    help: "Victims of the kernel OOM killer (eBPF oom:mark_victim), by the namespace and name of their pod (the labels of cAdvisor and kube-state-metrics); both empty for a victim outside any pod, gone before its pod was known, or held back by the in-kernel rate limit. Every one is a kill the agent did not prevent.",
+    labels: &["namespace", "pod"],
 };
 
 pub(super) const NODE_OOM_KILLS_TOTAL: Family = Family {
@@ -299,7 +300,14 @@ pub(super) const NODE_CONDITION: Family = Family {
 pub(super) const SOURCE_UP: Family = Family {
     name: "monitor_source_up",
     kind: FamilyType::Gauge,
-    help: "1 when the event source started and runs, else 0; the state label says why not (running, disabled, failed, unsupported). A source that ends or panics later turns failed.",
+    help: "1 when the event source started and runs, else 0 (monitor_source_state says why not). A source that ends or panics later turns 0.",
+    labels: &["source"],
+};
+
+pub(super) const SOURCE_STATE: Family = Family {
+    name: "monitor_source_state",
+    kind: FamilyType::Gauge,
+    help: "The event source's state: a series for each of running, disabled, failed and unsupported, 1 for the state it is in and 0 for the others, so that a change of state changes values, not series.",
     labels: &["source", "state"],
 };
 

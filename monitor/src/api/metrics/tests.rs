@@ -395,6 +395,50 @@ fn process_metrics_not_read_are_left_out() {
     }
 }
 
+/// A source that fails keeps its series, names and labels alike: only values change, so
+/// that alerts and graphs follow one series through the failure.
+#[test]
+fn a_failing_source_keeps_its_series() {
+    let series = |state: &AgentState| -> BTreeMap<String, f64> {
+        parse(&render_metrics(state))
+            .into_iter()
+            .filter(|s| s.name.starts_with("monitor_source_"))
+            .map(|s| {
+                let labels: Vec<String> =
+                    s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                (format!("{}{{{}}}", s.name, labels.join(",")), s.value)
+            })
+            .collect()
+    };
+    let running = state();
+    let mut failed = state();
+    failed.sources[0] = SourceStatus::failed(WakeSource::Psi, "the watch ended");
+    let (before, after) = (series(&running), series(&failed));
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "the same series"
+    );
+    let values = |series: &BTreeMap<String, f64>| {
+        [
+            "monitor_source_up{source=psi}",
+            "monitor_source_state{source=psi,state=running}",
+            "monitor_source_state{source=psi,state=failed}",
+        ]
+        .map(|key| series.get(key).copied())
+    };
+    assert_eq!(
+        values(&before),
+        [Some(1.0), Some(1.0), Some(0.0)],
+        "{before:?}"
+    );
+    assert_eq!(
+        values(&after),
+        [Some(0.0), Some(0.0), Some(1.0)],
+        "{after:?}"
+    );
+}
+
 #[test]
 fn contention_conditions_join_the_node_conditions() {
     use crate::policy::contention::{ContentionCondition, ContentionStatus, StallAverages};
@@ -553,9 +597,9 @@ fn a_family_without_samples_is_left_out() {
 #[case::rejections("monitor_admission_rejections_total{reason=\"OutOfmemory\"} 4")]
 #[case::rejections_idle("monitor_admission_rejections_total{reason=\"Evicted\"} 0")]
 #[case::rejections_other("monitor_admission_rejections_total{reason=\"Other\"} 0")]
-#[case::kernel_oom("monitor_kernel_oom_kills_total{pod=\"default/batch\"} 1")]
-#[case::kernel_oom_idle("monitor_kernel_oom_kills_total{pod=\"default/web\"} 0")]
-#[case::kernel_oom_unattributed("monitor_kernel_oom_kills_total{pod=\"\"} 0")]
+#[case::kernel_oom("monitor_kernel_oom_kills_total{namespace=\"default\",pod=\"batch\"} 1")]
+#[case::kernel_oom_idle("monitor_kernel_oom_kills_total{namespace=\"default\",pod=\"web\"} 0")]
+#[case::kernel_oom_unattributed("monitor_kernel_oom_kills_total{namespace=\"\",pod=\"\"} 0")]
 #[case::available_bytes(
     "monitor_signal_available_bytes{eviction_signal=\"memory.available\"} 419430400"
 )]
@@ -575,8 +619,12 @@ fn a_family_without_samples_is_left_out() {
 )]
 #[case::condition_on("monitor_node_condition{condition=\"MemoryPressure\"} 1")]
 #[case::condition_off("monitor_node_condition{condition=\"DiskPressure\"} 0")]
-#[case::source_up("monitor_source_up{source=\"psi\",state=\"running\"} 1")]
-#[case::source_down("monitor_source_up{source=\"memcg_threshold\",state=\"unsupported\"} 0")]
+#[case::source_up("monitor_source_up{source=\"psi\"} 1")]
+#[case::source_down("monitor_source_up{source=\"memcg_threshold\"} 0")]
+#[case::source_state("monitor_source_state{source=\"memcg_threshold\",state=\"unsupported\"} 1")]
+#[case::source_state_not("monitor_source_state{source=\"memcg_threshold\",state=\"running\"} 0")]
+#[case::source_state_running("monitor_source_state{source=\"psi\",state=\"running\"} 1")]
+#[case::source_state_not_failed("monitor_source_state{source=\"psi\",state=\"failed\"} 0")]
 #[case::pods_running("monitor_pods{phase=\"Running\"} 2")]
 #[case::pods_pending_zero("monitor_pods{phase=\"Pending\"} 0")]
 #[case::wake_bucket("monitor_wake_to_sync_seconds_bucket{source=\"psi\",le=\"0.00005\"} 1")]
@@ -609,6 +657,10 @@ fn exports_sample(#[case] line: &str) {
 #[case::mixed_units("monitor_signal_available{")]
 #[case::mixed_capacity("monitor_signal_capacity{")]
 #[case::old_label("{signal=")]
+// Replaced: pods were labelled pod="namespace/name"; a source's state was a label of
+// monitor_source_up, so a failing source made a new series.
+#[case::pod_key("pod=\"default/")]
+#[case::source_up_state("monitor_source_up{source=\"psi\",state=")]
 // Containers' and sandboxes' space is not measured: no series that would stay 0.
 #[case::unmeasured_bytes("monitor_gc_freed_bytes_total{trigger=\"periodic\",kind=\"container\"}")]
 fn does_not_export(#[case] text: &str) {
