@@ -1,15 +1,17 @@
 //! Builds the kernel-side programs (`monitor-ebpf`) for the bpf target with aya-build and
 //! leaves the object at `$OUT_DIR/monitor-ebpf`, which `src/notify/ebpf.rs` embeds; and
 //! generates the CRI v1 client (`src/runtime/cri`) from `proto/runtime/v1/api.proto` with a
-//! protoc that ships as a crate.
+//! protoc that ships as a crate; and names the git commit being built for
+//! `monitor_build_info` (`MONITOR_REVISION`).
 //!
 //! `AYA_BUILD_SKIP=1` skips the eBPF build (for machines without the nightly toolchain
 //! and bpf-linker, and for quick policy-only work): an empty object is embedded and the
 //! agent reports at startup that its eBPF source is unavailable.
-use std::{env, fs, path::PathBuf};
+use std::{env, fs, path::PathBuf, process::Command};
 
 fn main() -> anyhow::Result<()> {
     compile_cri()?;
+    git_revision();
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let object = out_dir.join("monitor-ebpf");
     let skip = env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
@@ -29,6 +31,41 @@ fn main() -> anyhow::Result<()> {
         }],
         aya_build::Toolchain::default(),
     )
+}
+
+/// Sets `MONITOR_REVISION` for the crate: the commit checked out, or "unknown" where no git
+/// answers (a source tarball, no git installed, a repository of another owner). Asks git
+/// itself rather than reading `.git`: a worktree's HEAD and its branch live in different
+/// directories, and a branch may be packed.
+fn git_revision() {
+    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&manifest_dir)
+            .output()
+            .ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        let text = text.trim();
+        (out.status.success() && !text.is_empty()).then(|| text.to_string())
+    };
+    let revision = git(&["rev-parse", "--verify", "--quiet", "HEAD"]);
+    // Built again when HEAD moves: HEAD itself (a checkout), the branch it names (a commit)
+    // and packed-refs. Only files that exist: cargo reruns a script for a missing one
+    // on every build.
+    let branch = git(&["symbolic-ref", "--quiet", "HEAD"]);
+    for name in ["HEAD", "packed-refs"].into_iter().chain(branch.as_deref()) {
+        if let Some(path) = git(&["rev-parse", "--git-path", name]) {
+            let path = manifest_dir.join(path);
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
+        }
+    }
+    let revision = revision
+        .filter(|r| r.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_else(|| "unknown".to_string());
+    println!("cargo:rustc-env=MONITOR_REVISION={revision}");
 }
 
 /// The CRI v1 client: message types and the RuntimeService/ImageService clients (no server).

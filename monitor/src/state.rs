@@ -8,6 +8,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use monitor_common::{EventKind, LEVEL_HARD};
 use serde::Serialize;
 
+// Each histogram's buckets are its family's, written beside the family in the metrics'
+// table.
+use crate::api::{
+    CROSSING_TO_KILL_BUCKETS, STATS_AGE_BUCKETS, SYNC_DURATION_BUCKETS, WAKE_TO_SYNC_BUCKETS,
+};
 use crate::events::{EventReason, EventType};
 use crate::notify::{SourceStatus, Wake, WakeDetail, WakeSource};
 use crate::observe::NodeObservation;
@@ -125,8 +130,9 @@ pub struct Event {
 }
 
 /// Counters and histograms for `/metrics`. Where the kubelet has the metric, the keys are
-/// its label values (see `api/metrics.rs`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+/// its label values (see `api/metrics.rs`). Histograms are observed through the methods
+/// below, which make each with its family's buckets.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Metrics {
     /// Evictions carried out, by the kubelet's `eviction_signal`: the signal whose threshold
@@ -268,7 +274,48 @@ impl CrossingStamp {
     }
 }
 
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            evictions: BTreeMap::new(),
+            eviction_outcomes: BTreeMap::new(),
+            ineffective_evictions: BTreeMap::new(),
+            runtime_unresponsive_calls: BTreeMap::new(),
+            hot_watch_cpu_seconds: 0.0,
+            eviction_stats_age: BTreeMap::new(),
+            preemptions: BTreeMap::new(),
+            admission_rejections: BTreeMap::new(),
+            wake_latency: BTreeMap::new(),
+            crossing_to_kill: BTreeMap::new(),
+            sync_duration: Histogram::new(SYNC_DURATION_BUCKETS),
+            synchronizes: 0,
+            synchronize_panics: 0,
+            kernel_oom_kills: BTreeMap::new(),
+            gc_removed: BTreeMap::new(),
+            gc_freed_bytes: BTreeMap::new(),
+        }
+    }
+}
+
 impl Metrics {
+    /// Records the time from a wake of `source` reaching the agent to the start of the
+    /// synchronize it caused.
+    pub fn observe_wake_to_sync(&mut self, source: WakeSource, seconds: f64) {
+        self.wake_latency
+            .entry(source)
+            .or_insert_with(|| Histogram::new(WAKE_TO_SYNC_BUCKETS))
+            .observe(seconds);
+    }
+
+    /// Records the age of the observation an eviction was decided on, for one threshold
+    /// of `signal` met.
+    pub(crate) fn observe_stats_age(&mut self, signal: &str, seconds: f64) {
+        self.eviction_stats_age
+            .entry(signal.to_string())
+            .or_insert_with(|| Histogram::new(STATS_AGE_BUCKETS))
+            .observe(seconds);
+    }
+
     /// Counts an eviction carried out (the pod is gone).
     pub(crate) fn count_eviction(&mut self, decision: &EvictionDecision) {
         *self
@@ -291,7 +338,7 @@ impl Metrics {
             .entry(source)
             .or_default()
             .entry(stamp.as_str().to_string())
-            .or_default()
+            .or_insert_with(|| Histogram::new(CROSSING_TO_KILL_BUCKETS))
             .observe(killed_ns.saturating_sub(crossing_ns) as f64 / 1e9);
     }
 }
@@ -306,22 +353,16 @@ pub struct Histogram {
     pub(crate) count: u64,
 }
 
-/// Bucket bounds from 10 µs to 10 s: wake latencies live at the bottom, polling at the top.
-pub(crate) const LATENCY_BUCKETS: [f64; 13] = [
-    1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 5.0, 10.0,
-];
-
-impl Default for Histogram {
-    fn default() -> Self {
+impl Histogram {
+    /// An empty histogram with buckets at `bounds` (increasing, `+Inf` implied).
+    pub(crate) fn new(bounds: &[f64]) -> Histogram {
         Histogram {
-            buckets: LATENCY_BUCKETS.iter().map(|b| (*b, 0)).collect(),
+            buckets: bounds.iter().map(|b| (*b, 0)).collect(),
             sum: 0.0,
             count: 0,
         }
     }
-}
 
-impl Histogram {
     pub fn observe(&mut self, seconds: f64) {
         for (bound, count) in &mut self.buckets {
             if seconds <= *bound {
@@ -480,10 +521,7 @@ impl SharedState {
         for m in met.iter().filter(|m| m.grace_period_met) {
             state
                 .metrics
-                .eviction_stats_age
-                .entry(m.threshold.signal.as_str().to_string())
-                .or_default()
-                .observe(age);
+                .observe_stats_age(m.threshold.signal.as_str(), age);
         }
     }
 

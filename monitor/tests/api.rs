@@ -16,7 +16,7 @@ use monitor::events::EventReason;
 use monitor::notify::{SourceStatus, WakeSource};
 use monitor::policy::condition::PodCondition;
 use monitor::state::{
-    ContainerView, Histogram, LastSync, PodView, SharedState, SignalStatus, ThresholdStatus,
+    ContainerView, LastSync, PodView, SharedState, SignalStatus, ThresholdStatus,
 };
 use rstest::rstest;
 use serde_json::Value;
@@ -142,13 +142,9 @@ fn filled_state() -> SharedState {
         s.metrics.synchronizes = 31;
         s.metrics.sync_duration.observe(0.0019);
         s.metrics.sync_duration.observe(0.03);
-        let mut ebpf = Histogram::default();
-        ebpf.observe(85e-6);
-        ebpf.observe(2e-5);
-        s.metrics.wake_latency.insert(WakeSource::Ebpf, ebpf);
-        let mut timer = Histogram::default();
-        timer.observe(0.004);
-        s.metrics.wake_latency.insert(WakeSource::Timer, timer);
+        s.metrics.observe_wake_to_sync(WakeSource::Ebpf, 85e-6);
+        s.metrics.observe_wake_to_sync(WakeSource::Ebpf, 2e-5);
+        s.metrics.observe_wake_to_sync(WakeSource::Timer, 0.004);
     }
     shared
 }
@@ -312,7 +308,8 @@ fn metrics_pass_the_format_checker() {
         "monitor_signal_available_inodes{eviction_signal=\"nodefs.inodesFree\"} 900000",
         "monitor_signal_capacity_bytes{eviction_signal=\"memory.available\"} 4294967296",
         "monitor_admission_rejections_total{reason=\"OutOfmemory\"} 0",
-        "monitor_source_up{source=\"memcg_threshold\",state=\"unsupported\"} 0",
+        "monitor_source_up{source=\"memcg_threshold\"} 0",
+        "monitor_source_state{source=\"memcg_threshold\",state=\"unsupported\"} 1",
         "monitor_pods{phase=\"Failed\"} 1",
     ] {
         assert!(

@@ -235,12 +235,14 @@ fn run_logs_its_sources_and_answers_status_pods_events_metrics() {
         };
         let counted = poll_every(Duration::from_secs(30), Duration::from_millis(50), || {
             oom_lines().iter().any(|l| {
-                l.starts_with("monitor_kernel_oom_kills_total{pod=\"default/oomer\"} ")
-                    && !l.ends_with(" 0")
+                l.starts_with(
+                    "monitor_kernel_oom_kills_total{namespace=\"default\",pod=\"oomer\"} ",
+                ) && !l.ends_with(" 0")
             })
         });
         // On failure, what the agent counted and logged: an OOM kill counted under
-        // pod="" (the pod not known yet) reads differently from none at all.
+        // an empty namespace and pod (the pod not known yet) reads differently from none
+        // at all.
         assert!(
             counted,
             "the kernel OOM kill of default/oomer never reached the metrics: {:?}\n{}",

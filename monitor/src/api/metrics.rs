@@ -1,10 +1,12 @@
 //! `/metrics`: the agent's state in the Prometheus text exposition format 0.0.4
 //! (<https://prometheus.io/docs/instrumenting/exposition_formats/>).
 //!
-//! Naming: every family is `monitor_` and a name. Where the kubelet exports the same
-//! measure (pkg/kubelet/metrics/metrics.go), the name is the kubelet's without its
-//! `kubelet_` prefix, with `_total` added to a counter that lacks it, and the labels are
-//! the kubelet's, names and values: `kubelet_evictions{eviction_signal}` is
+//! Naming: every family is `monitor_` and a name, but for the `process_` families that
+//! every Prometheus client library exports, under their standard names ([`process`]).
+//! Where the kubelet exports the same measure (pkg/kubelet/metrics/metrics.go), the name
+//! is the kubelet's without its `kubelet_` prefix, with `_total` added to a counter that
+//! lacks it, and the labels are the kubelet's, names and values:
+//! `kubelet_evictions{eviction_signal}` is
 //! `monitor_evictions_total{eviction_signal}`, `kubelet_preemptions{preemption_signal}` is
 //! `monitor_preemptions_total{preemption_signal}`,
 //! `kubelet_eviction_stats_age_seconds{eviction_signal}` and
@@ -18,7 +20,7 @@
 //! signals, admission reasons, preemption resources) are always exported, at 0 when idle,
 //! so that alerts and `rate()` see a series from the start instead of an absent one. A
 //! family with no series at all (a histogram nothing has been observed for, a unit no
-//! configured signal has) is left out.
+//! configured signal has) is left out, and so is a process metric /proc did not give.
 use std::collections::BTreeMap;
 
 use crate::notify::{SourceState, WakeSource};
@@ -29,11 +31,21 @@ use crate::state::{
 };
 
 mod families;
+mod process;
 
 use families::*;
+pub(crate) use families::{
+    CROSSING_TO_KILL_BUCKETS, STATS_AGE_BUCKETS, SYNC_DURATION_BUCKETS, WAKE_TO_SYNC_BUCKETS,
+};
+use process::ProcessMetrics;
 
 /// The `Content-Type` Prometheus expects for this format.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The running build, for `monitor_build_info`: the package's version and the git commit
+/// monitor/build.rs found ("unknown" without one).
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+const REVISION: &str = env!("MONITOR_REVISION");
 
 /// Pod phases (Kubernetes' `v1.PodPhase`, less the deprecated Unknown).
 const POD_PHASES: [&str; 4] = ["Pending", "Running", "Succeeded", "Failed"];
@@ -89,9 +101,17 @@ fn with_known<'a>(
 
 /// Renders every metric family, each as HELP, TYPE and its samples in one group.
 pub fn render_metrics(state: &AgentState) -> String {
+    render(state, &ProcessMetrics::read())
+}
+
+/// [`render_metrics`] with the process metrics given.
+fn render(state: &AgentState, process: &ProcessMetrics) -> String {
     let mut out = Metrics::default();
     let m = &state.metrics;
     let configured = || state.signals.iter().map(|s| s.signal.as_str());
+
+    out.family(&BUILD_INFO);
+    out.sample(&[VERSION, REVISION], 1);
 
     out.family(&EVICTIONS_TOTAL);
     for (signal, count) in with_known(configured(), &m.evictions) {
@@ -121,8 +141,8 @@ pub fn render_metrics(state: &AgentState) -> String {
     out.sample(&[], m.hot_watch_cpu_seconds);
 
     out.family(&EVICTION_STATS_AGE_SECONDS);
-    let idle = Histogram::default();
-    let mut ages: BTreeMap<&str, &Histogram> = configured().map(|s| (s, &idle)).collect();
+    let idle_age = Histogram::new(STATS_AGE_BUCKETS);
+    let mut ages: BTreeMap<&str, &Histogram> = configured().map(|s| (s, &idle_age)).collect();
     for (signal, histogram) in &m.eviction_stats_age {
         ages.insert(signal, histogram);
     }
@@ -146,7 +166,8 @@ pub fn render_metrics(state: &AgentState) -> String {
     out.family(&KERNEL_OOM_KILLS_TOTAL);
     let pods = state.pods.iter().map(|p| p.key.as_str()).chain([""]);
     for (pod, count) in with_known(pods, &m.kernel_oom_kills) {
-        out.sample(&[pod], count);
+        let (namespace, name) = namespace_and_name(pod);
+        out.sample(&[namespace, name], count);
     }
     if let Some(node) = node_oom_kills() {
         out.family(&NODE_OOM_KILLS_TOTAL);
@@ -205,8 +226,9 @@ pub fn render_metrics(state: &AgentState) -> String {
     out.histogram(&[], &m.sync_duration);
 
     out.family(&WAKE_TO_SYNC_SECONDS);
+    let idle_wake = Histogram::new(WAKE_TO_SYNC_BUCKETS);
     for source in WakeSource::ALL {
-        let histogram = m.wake_latency.get(&source).unwrap_or(&idle);
+        let histogram = m.wake_latency.get(&source).unwrap_or(&idle_wake);
         out.histogram(&[source.name()], histogram);
     }
 
@@ -255,9 +277,18 @@ pub fn render_metrics(state: &AgentState) -> String {
     out.family(&SOURCE_UP);
     for s in &state.sources {
         out.sample(
-            &[s.source.name(), source_state(s.state)],
+            &[s.source.name()],
             u8::from(s.state == SourceState::Running),
         );
+    }
+    out.family(&SOURCE_STATE);
+    for s in &state.sources {
+        for each in SOURCE_STATES {
+            out.sample(
+                &[s.source.name(), source_state(each)],
+                u8::from(s.state == each),
+            );
+        }
     }
 
     out.family(&PODS);
@@ -270,7 +301,47 @@ pub fn render_metrics(state: &AgentState) -> String {
         out.sample(&[phase], n);
     }
 
+    // What could not be read is left out (its family too), not rendered as 0.
+    let count = |n: Option<u64>| n.map(|n| n.to_string());
+    let process_samples = [
+        (
+            &PROCESS_CPU_SECONDS_TOTAL,
+            process.cpu_seconds.map(format_float),
+        ),
+        (
+            &PROCESS_RESIDENT_MEMORY_BYTES,
+            count(process.resident_bytes),
+        ),
+        (&PROCESS_VIRTUAL_MEMORY_BYTES, count(process.virtual_bytes)),
+        (
+            &PROCESS_START_TIME_SECONDS,
+            process.start_time_seconds.map(format_float),
+        ),
+        (&PROCESS_OPEN_FDS, count(process.open_fds)),
+        (&PROCESS_MAX_FDS, count(process.max_fds)),
+    ];
+    for (family, value) in process_samples {
+        out.family(family);
+        if let Some(value) = value {
+            out.sample(&[], value);
+        }
+    }
+
     out.text
+}
+
+/// Every state of a source: `monitor_source_state` has a series for each.
+const SOURCE_STATES: [SourceState; 4] = [
+    SourceState::Running,
+    SourceState::Disabled,
+    SourceState::Failed,
+    SourceState::Unsupported,
+];
+
+/// A pod's `namespace` and `pod` labels from its "namespace/name" key; a key without a
+/// namespace (the "" of the unattributed OOM kills) has an empty one.
+fn namespace_and_name(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
 }
 
 pub(crate) fn source_state(state: SourceState) -> &'static str {
@@ -325,7 +396,11 @@ impl Metrics {
     /// order).
     fn sample(&mut self, values: &[&str], value: impl std::fmt::Display) {
         let family = self.current();
-        debug_assert_ne!(family.kind, FamilyType::Histogram, "{}", family.name);
+        debug_assert!(
+            !matches!(family.kind, FamilyType::Histogram(_)),
+            "{}",
+            family.name
+        );
         let labels = named(family, values);
         self.line(family.name, "", &labels, value);
     }
@@ -351,7 +426,11 @@ impl Metrics {
     /// renders as a valid histogram (a scrape that fails to parse loses every metric).
     fn histogram(&mut self, values: &[&str], h: &Histogram) {
         let family = self.current();
-        debug_assert_eq!(family.kind, FamilyType::Histogram, "{}", family.name);
+        debug_assert!(
+            matches!(family.kind, FamilyType::Histogram(_)),
+            "{}",
+            family.name
+        );
         let name = family.name;
         let labels = &named(family, values)[..];
         let mut bounds: Vec<(f64, u64)> = h

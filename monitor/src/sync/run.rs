@@ -275,12 +275,7 @@ impl<O: Observe> SyncLoop<O> {
                 }
             }
             let latency = report.started_ns.saturating_sub(wake.received_ns) as f64 / 1e9;
-            state
-                .metrics
-                .wake_latency
-                .entry(wake.source)
-                .or_default()
-                .observe(latency);
+            state.metrics.observe_wake_to_sync(wake.source, latency);
         }
         state.metrics.sync_duration.observe(duration.as_secs_f64());
         state.metrics.synchronizes += 1;

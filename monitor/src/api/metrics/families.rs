@@ -1,14 +1,16 @@
 //! The metric families `/metrics` renders, in the order it renders them: the one place
-//! their names, types, HELP texts and label names are written. The renderer begins each
-//! family from its entry here, and docs/operation.md's metrics table is checked against
-//! this table.
+//! their names, types, HELP texts, label names and histogram buckets are written. The
+//! renderer begins each family from its entry here, the state makes each histogram with
+//! its family's buckets, and docs/operation.md's metrics table is checked against this
+//! table.
 
 /// The Prometheus type of a family (the 0.0.4 format's `# TYPE`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum FamilyType {
     Counter,
     Gauge,
-    Histogram,
+    /// With the upper bounds of its buckets, in seconds (`+Inf` is implied).
+    Histogram(&'static [f64]),
 }
 
 impl FamilyType {
@@ -17,14 +19,14 @@ impl FamilyType {
         match self {
             FamilyType::Counter => "counter",
             FamilyType::Gauge => "gauge",
-            FamilyType::Histogram => "histogram",
+            FamilyType::Histogram(_) => "histogram",
         }
     }
 }
 
 /// One metric family: its name, type, HELP text and the names of its labels, in the order
 /// its samples carry them (a histogram's buckets add `le`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Family {
     pub(crate) name: &'static str,
     pub(crate) kind: FamilyType,
@@ -34,6 +36,7 @@ pub(super) struct Family {
 
 /// Every family, in the order `/metrics` renders them.
 pub(super) const FAMILIES: &[Family] = &[
+    BUILD_INFO,
     EVICTIONS_TOTAL,
     EVICTION_OUTCOMES_TOTAL,
     RUNTIME_UNRESPONSIVE_CALLS_TOTAL,
@@ -61,8 +64,56 @@ pub(super) const FAMILIES: &[Family] = &[
     THRESHOLD_MET,
     NODE_CONDITION,
     SOURCE_UP,
+    SOURCE_STATE,
     PODS,
+    PROCESS_CPU_SECONDS_TOTAL,
+    PROCESS_RESIDENT_MEMORY_BYTES,
+    PROCESS_VIRTUAL_MEMORY_BYTES,
+    PROCESS_START_TIME_SECONDS,
+    PROCESS_OPEN_FDS,
+    PROCESS_MAX_FDS,
 ];
+
+// The histograms' buckets (upper bounds in seconds), each ladder fitted to its measure:
+// fine where its values gather and where a regression would show, coarse elsewhere, so
+// that quantiles mean something without a bucket per microsecond.
+
+/// Observation read to eviction decision: the synchronize reads a fresh observation per
+/// wake (well under a millisecond old), the housekeeping timer's may be up to its
+/// interval old. From 5 ms up these are the kubelet's bounds (DefBuckets), so that the
+/// two compare.
+pub(crate) const STATS_AGE_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// A synchronize pass: reading the node and its pods' cgroups and deciding take
+/// milliseconds; evicting and garbage collection under a slow runtime take seconds.
+pub(crate) const SYNC_DURATION_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Wake to synchronize: tens of microseconds for an idle loop, up to seconds for a wake
+/// that waited for a long pass to end.
+pub(crate) const WAKE_TO_SYNC_BUCKETS: &[f64] = &[
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The hot kill path, crossing to `cgroup.kill`: its point is to act within a few hundred
+/// microseconds, so there its bounds are 25 to 250 µs apart; milliseconds mean the path
+/// was delayed, and past 100 ms only that it was.
+pub(crate) const CROSSING_TO_KILL_BUCKETS: &[f64] = &[
+    0.00001, 0.000025, 0.00005, 0.000075, 0.0001, 0.00015, 0.0002, 0.0003, 0.0005, 0.00075, 0.001,
+    0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
+];
+
+pub(super) const BUILD_INFO: Family = Family {
+    name: "monitor_build_info",
+    kind: FamilyType::Gauge,
+    help: "Always 1; its labels name the running build: version (the package's) and revision (the git commit built, unknown when the build had no git).",
+    labels: &["version", "revision"],
+};
 
 pub(super) const EVICTIONS_TOTAL: Family = Family {
     name: "monitor_evictions_total",
@@ -101,7 +152,7 @@ pub(super) const HOT_WATCH_CPU_SECONDS_TOTAL: Family = Family {
 
 pub(super) const EVICTION_STATS_AGE_SECONDS: Family = Family {
     name: "monitor_eviction_stats_age_seconds",
-    kind: FamilyType::Histogram,
+    kind: FamilyType::Histogram(STATS_AGE_BUCKETS),
     help: "Age of the observation a threshold eviction was decided on, from its read to the decision, by the eviction_signal of each threshold met. The kubelet's kubelet_eviction_stats_age_seconds. Kills of the hot path are not in it: they are confirmed on the kernel's counters at the crossing (see monitor_crossing_to_kill_seconds).",
     labels: &["eviction_signal"],
 };
@@ -123,8 +174,8 @@ pub(super) const ADMISSION_REJECTIONS_TOTAL: Family = Family {
 pub(super) const KERNEL_OOM_KILLS_TOTAL: Family = Family {
     name: "monitor_kernel_oom_kills_total",
     kind: FamilyType::Counter,
-    help: "Victims of the kernel OOM killer (eBPF oom:mark_victim), by pod; pod=\"\" is outside any pod, gone before its pod was known, or held back by the in-kernel rate limit. Every one is a kill the agent did not prevent.",
-    labels: &["pod"],
+    help: "Victims of the kernel OOM killer (eBPF oom:mark_victim), by the namespace and name of their pod (the labels of cAdvisor and kube-state-metrics); both empty for a victim outside any pod, gone before its pod was known, or held back by the in-kernel rate limit. Every one is a kill the agent did not prevent.",
+    labels: &["namespace", "pod"],
 };
 
 pub(super) const NODE_OOM_KILLS_TOTAL: Family = Family {
@@ -171,21 +222,21 @@ pub(super) const SYNCHRONIZE_PANICS_TOTAL: Family = Family {
 
 pub(super) const SYNC_DURATION_SECONDS: Family = Family {
     name: "monitor_sync_duration_seconds",
-    kind: FamilyType::Histogram,
+    kind: FamilyType::Histogram(SYNC_DURATION_BUCKETS),
     help: "Time one synchronize pass took.",
     labels: &[],
 };
 
 pub(super) const WAKE_TO_SYNC_SECONDS: Family = Family {
     name: "monitor_wake_to_sync_seconds",
-    kind: FamilyType::Histogram,
+    kind: FamilyType::Histogram(WAKE_TO_SYNC_BUCKETS),
     help: "Time from a wake-up reaching userspace to the start of the synchronize it caused, by wake source (every wake a synchronize coalesced counts).",
     labels: &["source"],
 };
 
 pub(super) const CROSSING_TO_KILL_SECONDS: Family = Family {
     name: "monitor_crossing_to_kill_seconds",
-    kind: FamilyType::Histogram,
+    kind: FamilyType::Histogram(CROSSING_TO_KILL_BUCKETS),
     help: "Hot kill path: time from a hard memory threshold's crossing to the cgroup.kill write, by the source whose notifier fired the kill and by stamp: kernel when the crossing detector's record stamped the crossing in the kernel, notifier when the crossing is the moment the notifier reached the agent (memcg eventfds and memory.events carry no stamp).",
     labels: &["source", "stamp"],
 };
@@ -249,7 +300,14 @@ pub(super) const NODE_CONDITION: Family = Family {
 pub(super) const SOURCE_UP: Family = Family {
     name: "monitor_source_up",
     kind: FamilyType::Gauge,
-    help: "1 when the event source started and runs, else 0; the state label says why not (running, disabled, failed, unsupported). A source that ends or panics later turns failed.",
+    help: "1 when the event source started and runs, else 0 (monitor_source_state says why not). A source that ends or panics later turns 0.",
+    labels: &["source"],
+};
+
+pub(super) const SOURCE_STATE: Family = Family {
+    name: "monitor_source_state",
+    kind: FamilyType::Gauge,
+    help: "The event source's state: a series for each of running, disabled, failed and unsupported, 1 for the state it is in and 0 for the others, so that a change of state changes values, not series.",
     labels: &["source", "state"],
 };
 
@@ -258,4 +316,50 @@ pub(super) const PODS: Family = Family {
     kind: FamilyType::Gauge,
     help: "Pods the agent runs, by phase.",
     labels: &["phase"],
+};
+
+// The standard process metrics of the Prometheus client libraries, with their names and
+// HELP texts (client_golang's process collector), so that the dashboards and alerts
+// written for any process work for the agent.
+
+pub(super) const PROCESS_CPU_SECONDS_TOTAL: Family = Family {
+    name: "process_cpu_seconds_total",
+    kind: FamilyType::Counter,
+    help: "Total user and system CPU time spent in seconds.",
+    labels: &[],
+};
+
+pub(super) const PROCESS_RESIDENT_MEMORY_BYTES: Family = Family {
+    name: "process_resident_memory_bytes",
+    kind: FamilyType::Gauge,
+    help: "Resident memory size in bytes.",
+    labels: &[],
+};
+
+pub(super) const PROCESS_VIRTUAL_MEMORY_BYTES: Family = Family {
+    name: "process_virtual_memory_bytes",
+    kind: FamilyType::Gauge,
+    help: "Virtual memory size in bytes.",
+    labels: &[],
+};
+
+pub(super) const PROCESS_START_TIME_SECONDS: Family = Family {
+    name: "process_start_time_seconds",
+    kind: FamilyType::Gauge,
+    help: "Start time of the process since unix epoch in seconds.",
+    labels: &[],
+};
+
+pub(super) const PROCESS_OPEN_FDS: Family = Family {
+    name: "process_open_fds",
+    kind: FamilyType::Gauge,
+    help: "Number of open file descriptors.",
+    labels: &[],
+};
+
+pub(super) const PROCESS_MAX_FDS: Family = Family {
+    name: "process_max_fds",
+    kind: FamilyType::Gauge,
+    help: "Maximum number of open file descriptors.",
+    labels: &[],
 };

@@ -100,21 +100,15 @@ fn state() -> AgentState {
         .insert("StopPodSandbox".into(), 3);
     s.metrics.sync_duration.observe(0.0002);
     s.metrics.sync_duration.observe(20.0);
-    let mut psi = Histogram::default();
-    psi.observe(3e-5);
-    psi.observe(0.002);
-    s.metrics.wake_latency.insert(WakeSource::Psi, psi);
-    let mut age = Histogram::default();
-    age.observe(0.004);
-    s.metrics
-        .eviction_stats_age
-        .insert("memory.available".into(), age);
+    s.metrics.observe_wake_to_sync(WakeSource::Psi, 3e-5);
+    s.metrics.observe_wake_to_sync(WakeSource::Psi, 0.002);
+    s.metrics.observe_stats_age("memory.available", 0.004);
     s.metrics.preemptions.insert("memory".into(), 2);
     s.metrics
         .admission_rejections
         .insert("OutOfmemory".into(), 4);
     s.metrics.kernel_oom_kills.insert("default/batch".into(), 1);
-    let mut kill = Histogram::default();
+    let mut kill = Histogram::new(CROSSING_TO_KILL_BUCKETS);
     kill.observe(2.3e-4);
     s.metrics
         .crossing_to_kill
@@ -285,6 +279,166 @@ fn a_prometheus_parser_reads_every_line() {
     );
 }
 
+/// `monitor_build_info` names the build the test runs in: its package version and, where
+/// git answers, the commit checked out.
+#[test]
+fn build_info_names_this_build() {
+    let samples = parse(&render_metrics(&AgentState::default()));
+    let info: Vec<&Parsed> = samples
+        .iter()
+        .filter(|s| s.name == "monitor_build_info")
+        .collect();
+    let [info] = &info[..] else {
+        panic!("one monitor_build_info sample: {info:?}");
+    };
+    assert_eq!(info.value, 1.0);
+    let label = |name: &str| {
+        info.labels
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("no {name} label: {info:?}"))
+    };
+    assert_eq!(label("version"), env!("CARGO_PKG_VERSION"));
+    let revision = label("revision");
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--verify", "--quiet", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string());
+    match head {
+        Some(head) => assert_eq!(revision, head, "the commit built"),
+        // Built elsewhere, or no git here: a commit or "unknown", nothing else.
+        None => assert!(
+            revision == "unknown"
+                || (revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit())),
+            "revision {revision:?}"
+        ),
+    }
+}
+
+/// The value of the one sample of an unlabelled family, if there is one.
+fn unlabelled(samples: &[Parsed], name: &str) -> Option<f64> {
+    let found: Vec<&Parsed> = samples.iter().filter(|s| s.name == name).collect();
+    match &found[..] {
+        [] => None,
+        [one] if one.labels.is_empty() => Some(one.value),
+        more => panic!("{name}: {more:?}"),
+    }
+}
+
+/// The process metrics of this very test process, scraped as Prometheus would.
+#[test]
+fn process_metrics_describe_this_process() {
+    let text = render_metrics(&AgentState::default());
+    if let Err(e) = check_exposition(&text) {
+        panic!("{e}\n{text}");
+    }
+    let samples = parse(&text);
+    let get =
+        |name: &str| unlabelled(&samples, name).unwrap_or_else(|| panic!("no {name} in\n{text}"));
+    let cpu = get("process_cpu_seconds_total");
+    assert!(cpu >= 0.0 && cpu.is_finite(), "cpu {cpu}");
+    let resident = get("process_resident_memory_bytes");
+    let virtual_bytes = get("process_virtual_memory_bytes");
+    assert!(resident > 0.0, "rss {resident}");
+    assert!(
+        virtual_bytes >= resident,
+        "vsize {virtual_bytes} < rss {resident}"
+    );
+    // stdin, stdout and stderr at least.
+    let open = get("process_open_fds");
+    assert!(open >= 3.0, "open fds {open}");
+    assert!(get("process_max_fds") >= open, "{text}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    let start = get("process_start_time_seconds");
+    // btime is whole seconds, so the start may read up to a second late.
+    assert!(
+        start > now - 3600.0 && start <= now + 1.0,
+        "started at {start}, now {now}"
+    );
+}
+
+/// What /proc did not give is left out, family and all: no sample says 0 for it.
+#[test]
+fn process_metrics_not_read_are_left_out() {
+    let none = render(&state(), &ProcessMetrics::default());
+    assert!(!none.contains("process_"), "{none}");
+    let some = ProcessMetrics {
+        open_fds: Some(12),
+        max_fds: Some(u64::MAX),
+        ..ProcessMetrics::default()
+    };
+    let text = render(&state(), &some);
+    if let Err(e) = check_exposition(&text) {
+        panic!("{e}\n{text}");
+    }
+    let samples = parse(&text);
+    assert_eq!(unlabelled(&samples, "process_open_fds"), Some(12.0));
+    assert_eq!(
+        unlabelled(&samples, "process_max_fds"),
+        Some(u64::MAX as f64),
+        "an unlimited soft limit is RLIM_INFINITY"
+    );
+    for absent in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_start_time_seconds",
+    ] {
+        assert!(!text.contains(absent), "{absent} in\n{text}");
+    }
+}
+
+/// A source that fails keeps its series, names and labels alike: only values change, so
+/// that alerts and graphs follow one series through the failure.
+#[test]
+fn a_failing_source_keeps_its_series() {
+    let series = |state: &AgentState| -> BTreeMap<String, f64> {
+        parse(&render_metrics(state))
+            .into_iter()
+            .filter(|s| s.name.starts_with("monitor_source_"))
+            .map(|s| {
+                let labels: Vec<String> =
+                    s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                (format!("{}{{{}}}", s.name, labels.join(",")), s.value)
+            })
+            .collect()
+    };
+    let running = state();
+    let mut failed = state();
+    failed.sources[0] = SourceStatus::failed(WakeSource::Psi, "the watch ended");
+    let (before, after) = (series(&running), series(&failed));
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "the same series"
+    );
+    let values = |series: &BTreeMap<String, f64>| {
+        [
+            "monitor_source_up{source=psi}",
+            "monitor_source_state{source=psi,state=running}",
+            "monitor_source_state{source=psi,state=failed}",
+        ]
+        .map(|key| series.get(key).copied())
+    };
+    assert_eq!(
+        values(&before),
+        [Some(1.0), Some(1.0), Some(0.0)],
+        "{before:?}"
+    );
+    assert_eq!(
+        values(&after),
+        [Some(0.0), Some(0.0), Some(1.0)],
+        "{after:?}"
+    );
+}
+
 #[test]
 fn contention_conditions_join_the_node_conditions() {
     use crate::policy::contention::{ContentionCondition, ContentionStatus, StallAverages};
@@ -443,9 +597,9 @@ fn a_family_without_samples_is_left_out() {
 #[case::rejections("monitor_admission_rejections_total{reason=\"OutOfmemory\"} 4")]
 #[case::rejections_idle("monitor_admission_rejections_total{reason=\"Evicted\"} 0")]
 #[case::rejections_other("monitor_admission_rejections_total{reason=\"Other\"} 0")]
-#[case::kernel_oom("monitor_kernel_oom_kills_total{pod=\"default/batch\"} 1")]
-#[case::kernel_oom_idle("monitor_kernel_oom_kills_total{pod=\"default/web\"} 0")]
-#[case::kernel_oom_unattributed("monitor_kernel_oom_kills_total{pod=\"\"} 0")]
+#[case::kernel_oom("monitor_kernel_oom_kills_total{namespace=\"default\",pod=\"batch\"} 1")]
+#[case::kernel_oom_idle("monitor_kernel_oom_kills_total{namespace=\"default\",pod=\"web\"} 0")]
+#[case::kernel_oom_unattributed("monitor_kernel_oom_kills_total{namespace=\"\",pod=\"\"} 0")]
 #[case::available_bytes(
     "monitor_signal_available_bytes{eviction_signal=\"memory.available\"} 419430400"
 )]
@@ -465,8 +619,12 @@ fn a_family_without_samples_is_left_out() {
 )]
 #[case::condition_on("monitor_node_condition{condition=\"MemoryPressure\"} 1")]
 #[case::condition_off("monitor_node_condition{condition=\"DiskPressure\"} 0")]
-#[case::source_up("monitor_source_up{source=\"psi\",state=\"running\"} 1")]
-#[case::source_down("monitor_source_up{source=\"memcg_threshold\",state=\"unsupported\"} 0")]
+#[case::source_up("monitor_source_up{source=\"psi\"} 1")]
+#[case::source_down("monitor_source_up{source=\"memcg_threshold\"} 0")]
+#[case::source_state("monitor_source_state{source=\"memcg_threshold\",state=\"unsupported\"} 1")]
+#[case::source_state_not("monitor_source_state{source=\"memcg_threshold\",state=\"running\"} 0")]
+#[case::source_state_running("monitor_source_state{source=\"psi\",state=\"running\"} 1")]
+#[case::source_state_not_failed("monitor_source_state{source=\"psi\",state=\"failed\"} 0")]
 #[case::pods_running("monitor_pods{phase=\"Running\"} 2")]
 #[case::pods_pending_zero("monitor_pods{phase=\"Pending\"} 0")]
 #[case::wake_bucket("monitor_wake_to_sync_seconds_bucket{source=\"psi\",le=\"0.00005\"} 1")]
@@ -499,6 +657,10 @@ fn exports_sample(#[case] line: &str) {
 #[case::mixed_units("monitor_signal_available{")]
 #[case::mixed_capacity("monitor_signal_capacity{")]
 #[case::old_label("{signal=")]
+// Replaced: pods were labelled pod="namespace/name"; a source's state was a label of
+// monitor_source_up, so a failing source made a new series.
+#[case::pod_key("pod=\"default/")]
+#[case::source_up_state("monitor_source_up{source=\"psi\",state=")]
 // Containers' and sandboxes' space is not measured: no series that would stay 0.
 #[case::unmeasured_bytes("monitor_gc_freed_bytes_total{trigger=\"periodic\",kind=\"container\"}")]
 fn does_not_export(#[case] text: &str) {
@@ -577,6 +739,93 @@ fn a_malformed_histogram_still_renders_valid() {
         text.contains("monitor_sync_duration_seconds_sum NaN\n"),
         "{text}"
     );
+}
+
+/// The `le` bounds of every series of the histogram `family` in `samples`, by series.
+fn bounds_by_series(samples: &[Parsed], family: &str) -> BTreeMap<String, Vec<(f64, f64)>> {
+    let bucket = format!("{family}_bucket");
+    let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.name == bucket) {
+        let mut key = String::new();
+        let mut le = None;
+        for (k, v) in &s.labels {
+            if k == "le" {
+                le = Some(v.parse::<f64>().unwrap_or_else(|_| panic!("le={v}")));
+            } else {
+                key += &format!("{k}={v},");
+            }
+        }
+        let le = le.unwrap_or_else(|| panic!("{bucket} without le"));
+        series.entry(key).or_default().push((le, s.value));
+    }
+    series
+}
+
+/// Two kills of the hot path 60 µs apart, at 120 µs and 180 µs, land in different
+/// buckets: the ladder tells a path that got slower by that much.
+#[test]
+fn the_hot_path_histogram_tells_120_from_180_microseconds() {
+    let mut s = AgentState::default();
+    // Memcg eventfds carry no stamp: the crossing is when the hot path was called.
+    s.metrics
+        .observe_hot_kill(WakeSource::MemcgThreshold, 1_000_000, 1_120_000, &[]);
+    s.metrics
+        .observe_hot_kill(WakeSource::MemcgThreshold, 2_000_000, 2_180_000, &[]);
+    let samples = parse(&render_metrics(&s));
+    let series = bounds_by_series(&samples, "monitor_crossing_to_kill_seconds");
+    let buckets = series
+        .get("source=memcg_threshold,stamp=notifier,")
+        .unwrap_or_else(|| panic!("{series:?}"));
+    assert!(
+        buckets.iter().any(|(_, count)| *count == 1.0),
+        "no bound between 120 µs and 180 µs: {buckets:?}"
+    );
+}
+
+/// Every histogram series renders the buckets of its family's entry: the state makes each
+/// histogram with its family's ladder, observed or idle.
+#[test]
+fn each_histogram_renders_the_buckets_of_its_family() {
+    let mut s = state();
+    s.metrics
+        .observe_hot_kill(WakeSource::Psi, 1_000, 5_000, &[]);
+    s.metrics.observe_stats_age("pid.available", 1.5);
+    let samples = parse(&render_metrics(&s));
+    let mut histograms = 0;
+    for family in FAMILIES {
+        let FamilyType::Histogram(ladder) = family.kind else {
+            continue;
+        };
+        histograms += 1;
+        let series = bounds_by_series(&samples, family.name);
+        assert!(!series.is_empty(), "{}: no series", family.name);
+        for (labels, buckets) in series {
+            let bounds: Vec<f64> = buckets.iter().map(|(le, _)| *le).collect();
+            let expected: Vec<f64> = ladder.iter().copied().chain([f64::INFINITY]).collect();
+            assert_eq!(bounds, expected, "{}{{{labels}}}", family.name);
+        }
+    }
+    assert_eq!(histograms, 4);
+}
+
+/// A ladder is bounds in seconds, increasing, and none is `+Inf` (rendered on its own).
+#[test]
+fn histogram_ladders_are_increasing_finite_bounds() {
+    for family in FAMILIES {
+        if let FamilyType::Histogram(ladder) = family.kind {
+            assert!(ladder.len() >= 10, "{}: {ladder:?}", family.name);
+            assert!(
+                ladder.iter().all(|b| b.is_finite() && *b > 0.0),
+                "{}: {ladder:?}",
+                family.name
+            );
+            assert!(
+                ladder.windows(2).all(|pair| pair[0] < pair[1]),
+                "{}: {ladder:?}",
+                family.name
+            );
+        }
+    }
 }
 
 #[rstest]
