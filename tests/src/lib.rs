@@ -418,6 +418,32 @@ impl Drop for TestTrees {
     }
 }
 
+/// A child process killed (SIGKILL) and reaped when dropped, unless it has already
+/// exited: a test that fails halfway leaves no agent running behind it.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// `monitor run --config CONFIG`, uncoloured, stdin closed, stdout and stderr appended
 /// to `log`; the caller adds what else it needs and spawns it.
 pub fn monitor_run(config: &Path, log: &std::fs::File) -> Command {

@@ -6,7 +6,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use monitor_tests::node::poll_every;
-use monitor_tests::{Feature, TestTrees, helper_binary, monitor_run, require, wait_until};
+use monitor_tests::{
+    Feature, KillOnDrop, TestTrees, helper_binary, monitor_run, require, wait_until,
+};
 
 fn monitor(args: &[&str]) -> std::process::Output {
     Command::new(helper_binary("monitor"))
@@ -17,11 +19,7 @@ fn monitor(args: &[&str]) -> std::process::Output {
 
 /// `monitor run` on a 256 MiB bounded node whose manifests, state, logs and socket are in
 /// `dir`; returns the agent and the path of its log.
-fn start_agent(
-    dir: &Path,
-    socket: &Path,
-    cgroup_root: &str,
-) -> (std::process::Child, std::path::PathBuf) {
+fn start_agent(dir: &Path, socket: &Path, cgroup_root: &str) -> (KillOnDrop, std::path::PathBuf) {
     let config = format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
          evictionHard: {{allocatableMemory.available: 50Mi}}\nmonitor:\n  podsMemoryLimit: 256Mi\n  cgroupRoot: {cgroup_root}\n  \
@@ -37,7 +35,7 @@ fn start_agent(
     let agent = monitor_run(&dir.join("config.yaml"), &log)
         .spawn()
         .expect("start monitor run");
-    (agent, log_path)
+    (KillOnDrop(agent), log_path)
 }
 
 #[test]
