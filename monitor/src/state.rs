@@ -8,15 +8,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use monitor_common::{EventKind, LEVEL_HARD};
 use serde::Serialize;
 
-// Each histogram's buckets are its family's, written beside the family in the metrics'
-// table.
-use crate::api::{
-    CROSSING_TO_KILL_BUCKETS, STATS_AGE_BUCKETS, SYNC_DURATION_BUCKETS, WAKE_TO_SYNC_BUCKETS,
-};
+pub(crate) mod buckets;
 use crate::events::{EventReason, EventType};
 use crate::notify::{SourceStatus, Wake, WakeDetail, WakeSource};
 use crate::observe::NodeObservation;
 use crate::policy::eviction::{EvictionDecision, EvictionReason, ThresholdMet};
+use buckets::{
+    CROSSING_TO_KILL_BUCKETS, STATS_AGE_BUCKETS, SYNC_DURATION_BUCKETS, WAKE_TO_SYNC_BUCKETS,
+};
 
 /// One threshold of one signal, as `monitor status` shows it.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -33,10 +33,10 @@ use crate::state::{
 mod families;
 mod process;
 
+#[cfg(test)]
+use crate::state::buckets::CROSSING_TO_KILL_BUCKETS;
+use crate::state::buckets::{STATS_AGE_BUCKETS, WAKE_TO_SYNC_BUCKETS};
 use families::*;
-pub(crate) use families::{
-    CROSSING_TO_KILL_BUCKETS, STATS_AGE_BUCKETS, SYNC_DURATION_BUCKETS, WAKE_TO_SYNC_BUCKETS,
-};
 use process::ProcessMetrics;
 
 /// The `Content-Type` Prometheus expects for this format.

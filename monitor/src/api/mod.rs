@@ -42,9 +42,6 @@ pub use client::{
 };
 pub use error::ApiError;
 pub use health::{Health, health};
-pub(crate) use metrics::{
-    CROSSING_TO_KILL_BUCKETS, STATS_AGE_BUCKETS, SYNC_DURATION_BUCKETS, WAKE_TO_SYNC_BUCKETS,
-};
 pub use metrics::{METRICS_CONTENT_TYPE, render_metrics};
 pub use routes::{Reply, Scope, respond};
 pub use server::{ApiServer, serve, serve_connection};
