@@ -17,11 +17,11 @@ fn monitor(args: &[&str]) -> std::process::Output {
         .expect("run monitor")
 }
 
-/// `monitor run` on a 256 MiB bounded node whose manifests, state, logs and socket are in
-/// `dir`; returns the agent and the path of its log.
-fn start_agent(dir: &Path, socket: &Path, cgroup_root: &str) -> (KillOnDrop, std::path::PathBuf) {
+/// Writes `dir/config.yaml`: a 256 MiB bounded node whose manifests, state, logs and
+/// socket are in `dir`, under `cgroup_root`; `extra` (whole lines) goes at the top level.
+fn write_config(dir: &Path, socket: &Path, cgroup_root: &str, extra: &str) {
     let config = format!(
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{extra}staticPodPath: {}\n\
          evictionHard: {{allocatableMemory.available: 50Mi}}\nmonitor:\n  podsMemoryLimit: 256Mi\n  cgroupRoot: {cgroup_root}\n  \
          stateDir: {}\n  podLogDir: {}\n  socket: {}\n",
         dir.join("pods").display(),
@@ -30,6 +30,12 @@ fn start_agent(dir: &Path, socket: &Path, cgroup_root: &str) -> (KillOnDrop, std
         socket.display(),
     );
     std::fs::write(dir.join("config.yaml"), config).unwrap();
+}
+
+/// `monitor run` on a 256 MiB bounded node whose manifests, state, logs and socket are in
+/// `dir`; returns the agent and the path of its log.
+fn start_agent(dir: &Path, socket: &Path, cgroup_root: &str) -> (KillOnDrop, std::path::PathBuf) {
+    write_config(dir, socket, cgroup_root, "");
     let log_path = dir.join("agent.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let agent = monitor_run(&dir.join("config.yaml"), &log)
@@ -760,16 +766,12 @@ fn journal_agent_dir(cgroup_root: &str) -> tempfile::TempDir {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  - {name: main, image: none, command: [/bin/sleep, '1000']}\n",
     )
     .unwrap();
-    let config = format!(
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnotAKubeletKey: 1\nstaticPodPath: {}\n\
-         evictionHard: {{allocatableMemory.available: 50Mi}}\nmonitor:\n  podsMemoryLimit: 256Mi\n  cgroupRoot: {cgroup_root}\n  \
-         stateDir: {}\n  podLogDir: {}\n  socket: {}\n",
-        dir.path().join("pods").display(),
-        dir.path().join("state").display(),
-        dir.path().join("logs").display(),
-        dir.path().join("api.sock").display(),
+    write_config(
+        dir.path(),
+        &dir.path().join("api.sock"),
+        cgroup_root,
+        "notAKubeletKey: 1\n",
     );
-    std::fs::write(dir.path().join("config.yaml"), config).unwrap();
     dir
 }
 
