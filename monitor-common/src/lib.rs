@@ -153,7 +153,8 @@ pub struct PressureEvent {
     pub cgroup_id: u64,
     /// How many events of this (cgroup, kind) the rate limit suppressed before this one.
     pub suppressed: u32,
-    /// [`EventKind::Crossing`]: the [`LEVEL_HARD`] flag of the level that was reached.
+    /// [`EventKind::Crossing`]: the flags ([`LEVEL_HARD`], [`LEVEL_EARLY`]) of the level
+    /// that was reached.
     pub level_flags: u32,
     /// [`EventKind::Crossing`]: the cgroup's charged memory (`page_counter` usage, as
     /// memory.current / memory.usage_in_bytes show it) when the program saw the crossing.
@@ -169,8 +170,9 @@ pub const PRESSURE_EVENT_SIZE: usize = core::mem::size_of::<PressureEvent>();
 pub const LEVELS_MAP: &str = "CROSSING_LEVELS";
 /// How many memory cgroups can carry levels at once.
 pub const LEVELS_ENTRIES: u32 = 64;
-/// Levels per cgroup: hard and soft thresholds of the node and of allocatable.
-pub const LEVELS_PER_CGROUP: usize = 4;
+/// Levels per cgroup: hard and soft thresholds of the node and of allocatable, and an
+/// early level below each hard one.
+pub const LEVELS_PER_CGROUP: usize = 6;
 /// How many ancestors (the charged cgroup included) the detector looks at. A pod's
 /// container sits four or five levels below the memory root on a kubelet node.
 pub const MAX_CGROUP_DEPTH: u32 = 12;
@@ -180,7 +182,8 @@ pub const LEVEL_EMPTY: u32 = 0;
 /// Armed: the first usage at or above the level fires it (one record) and moves it to
 /// [`LEVEL_FIRED`].
 pub const LEVEL_ARMED: u32 = 1;
-/// Fired; stays silent until the agent arms it again after its synchronize.
+/// Fired; stays silent until the agent arms it again after its synchronize. (An early
+/// level goes to [`LEVEL_WAIT_BELOW`] instead: it fires again on the next way up.)
 pub const LEVEL_FIRED: u32 = 2;
 /// Armed while usage was already above the level: silent until usage falls below
 /// [`ArmedLevel::rearm_below_bytes`], then [`LEVEL_ARMED`] (hysteresis: a usage that
@@ -188,6 +191,12 @@ pub const LEVEL_FIRED: u32 = 2;
 pub const LEVEL_WAIT_BELOW: u32 = 3;
 /// [`ArmedLevel::flags`]: the level belongs to a hard eviction threshold.
 pub const LEVEL_HARD: u32 = 1;
+/// [`ArmedLevel::flags`]: an early level, a little below a hard one. Its record is a head
+/// start (the agent watches the cgroup's counter closely and kills at the hard level
+/// itself), never a crossing of its own. Once fired it waits for usage to fall below
+/// [`ArmedLevel::rearm_below_bytes`] and then arms again by itself, so every rise through
+/// it is told, as the memcg v1 eventfd tells every crossing.
+pub const LEVEL_EARLY: u32 = 2;
 
 /// One usage level on one memory cgroup.
 #[repr(C)]

@@ -65,7 +65,7 @@ impl Agent {
         // The hot kill path: the memory notifiers tell it of hard crossings first.
         let hot = settings.hot_kill.then(|| Arc::new(HotPath::new()));
         if let Some(hot) = &hot {
-            match hot.start_watcher() {
+            match hot.start_watcher(wakes.clone()) {
                 Ok(scheduling) => {
                     tracing::info!("hot path watcher thread started ({scheduling})")
                 }
@@ -99,6 +99,21 @@ impl Agent {
             .and_then(|e| e.detector.as_ref().ok())
             .cloned();
         let (memcg_status, levels_tx) = sources.memcg_thresholds(detector.is_some());
+        if let Some(detector) = &detector {
+            // The detector's record comes up to a sample late, read by the ring thread:
+            // early levels give the hot path a head start, as the memcg v1 eventfd's do.
+            // Where those run (v1 with the memcg source), one head start is enough.
+            let memcg_early = layout.version == CgroupVersion::V1 && levels_tx.is_some();
+            if hot.is_some() && !memcg_early {
+                let margin = notify::memcg::early_margin();
+                detector.set_early_margin(margin);
+                tracing::info!(
+                    margin_bytes = margin,
+                    "crossing detector: early levels {} KiB below each hard level start the hot path's watch",
+                    margin / 1024
+                );
+            }
+        }
         let statuses = vec![
             ebpf_status,
             memcg_status,

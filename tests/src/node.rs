@@ -27,6 +27,8 @@ pub struct Node {
     pub disk: Option<PathBuf>,
     /// Log in JSON lines (`--log-format json`), for tests that read the events back.
     pub json_logs: bool,
+    /// The agent's RUST_LOG (`info` when `None`).
+    pub log_filter: Option<String>,
     // Dropped last: kills whatever the agent left running in our cgroups, removes them.
     _trees: TestTrees,
 }
@@ -89,6 +91,7 @@ impl Node {
             runs: 0,
             disk,
             json_logs: false,
+            log_filter: None,
             _trees,
         }
     }
@@ -113,7 +116,7 @@ impl Node {
             command.args(["--log-format", "json"]);
         }
         let child = command
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", self.log_filter.as_deref().unwrap_or("info"))
             .spawn()
             .expect("start monitor run");
         self.agent = Some(child);

@@ -2,6 +2,7 @@
 //! charge path. Run as root, one test at a time (`cargo xtask test`).
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use monitor::agent::Agent;
@@ -10,13 +11,13 @@ use monitor::notify::arming::{MemoryThreshold, MemoryThresholds};
 use monitor::notify::detector::{AttachPoint, cgroup_id};
 use monitor::notify::ebpf::{EbpfSettings, EbpfSource};
 use monitor::notify::memcg::{HIGH_XATTR, ThresholdSpec};
-use monitor::notify::{SourceState, Wake, WakeDetail, WakeSource, wake_channel};
+use monitor::notify::{CrossingHook, SourceState, Wake, WakeDetail, WakeSource, wake_channel};
 use monitor::observe::CgroupVersion;
 use monitor::policy::quantity::{Quantity, QuantityOrPercent};
 use monitor::runtime::port::Ports;
 use monitor::state::SharedState;
 use monitor::sync::SyncReport;
-use monitor_common::{EventKind, LEVEL_HARD, PressureEvent};
+use monitor_common::{EventKind, LEVEL_EARLY, LEVEL_HARD, PressureEvent};
 use monitor_tests::memory_only_kubelet_config;
 use monitor_tests::{Feature, TestCgroup, hog, init_tracing, join_before_exec, require};
 use tokio::sync::{broadcast, mpsc};
@@ -174,6 +175,99 @@ async fn detector_fires_once_per_arming_at_the_level_on_the_cgroup_and_its_ances
     tokio::time::sleep(Duration::from_millis(300)).await;
     let again = crossings(&mut rx);
     assert_eq!(again.len(), 1, "re-armed level fires once more: {again:?}");
+    drop(source);
+}
+
+/// What the ring reader told the hot path, in order: `early` (with its margin) or `hard`.
+#[derive(Default)]
+struct ToldHook(std::sync::Mutex<Vec<(&'static str, u64)>>);
+
+impl ToldHook {
+    fn take(&self) -> Vec<(&'static str, u64)> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+impl CrossingHook for ToldHook {
+    fn hard_crossing(&self, _source: WakeSource) {
+        self.0.lock().unwrap().push(("hard", 0));
+    }
+
+    fn early_crossing(&self, _source: WakeSource, margin: u64, _level: u64) -> bool {
+        self.0.lock().unwrap().push(("early", margin));
+        false
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_level_fires_below_its_hard_level_and_again_on_every_rise() {
+    if !require(
+        "an_early_level_fires_below_its_hard_level",
+        &[Feature::Root, Feature::Ebpf],
+    ) {
+        return;
+    }
+    init_tracing();
+    let pods = TestCgroup::new("pods", 512 * MIB);
+    let pod = child(&pods, "pod");
+    let (wakes, mut rx) = wake_channel();
+    let told = Arc::new(ToldHook::default());
+    let settings = EbpfSettings {
+        detector: AttachPoint::ALL.to_vec(),
+        ..EbpfSettings::default()
+    };
+    let source = monitor::notify::ebpf::start(&settings, wakes, Some(told.clone()))
+        .expect("eBPF source starts");
+    let detector = source
+        .detector
+        .as_ref()
+        .expect("a detector attaches on this kernel");
+    let margin = 8 * MIB;
+    detector.set_early_margin(margin);
+    let base = usage(&pods.memory_dir, pods.version);
+    let level = base + 40 * MIB;
+    let early = level - margin;
+    detector.arm(&[spec(&pods.memory_dir, level, true)]);
+    let armed = detector.armed(&pods.memory_dir).expect("armed");
+    assert!(
+        armed
+            .levels
+            .iter()
+            .any(|l| l.level_bytes == early && l.flags == LEVEL_EARLY),
+        "an early level {margin} below the hard one: {armed:?}"
+    );
+
+    let run_hog = |mib: &str| {
+        let mut command = hog(&["anon", mib, "1", "2", "0"]);
+        command.stdout(Stdio::null());
+        join_before_exec(&mut command, &[pod.join("cgroup.procs")]);
+        let _ = command.spawn().expect("hog").wait();
+    };
+    // Up to 60 MiB: the early level tells the hot path, then the hard one does; only the
+    // hard one wakes the loop.
+    run_hog("60");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(told.take(), vec![("early", margin), ("hard", 0)]);
+    let records = crossings(&mut rx);
+    assert_eq!(
+        records
+            .iter()
+            .map(|r| (r.level_bytes, r.level_flags))
+            .collect::<Vec<_>>(),
+        vec![(level, LEVEL_HARD)],
+        "{records:?}"
+    );
+
+    // The hog is gone and usage fell: without any re-arming, the early level tells the
+    // next rise too; the hard level, fired, waits for the agent to arm it again.
+    run_hog("60");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(told.take(), vec![("early", margin)]);
+    assert_eq!(crossings(&mut rx), vec![]);
+    // Below the early level: nothing.
+    run_hog("20");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(told.take(), vec![]);
     drop(source);
 }
 

@@ -345,6 +345,87 @@ fn a_fast_best_effort_hog_is_evicted_before_the_oom_killer() {
     );
 }
 
+#[test]
+fn the_detector_alone_gives_the_hot_path_a_head_start_and_the_kill_comes_at_the_level() {
+    if !require(
+        "the_detector_alone_gives_the_hot_path_a_head_start",
+        &[Feature::Root, Feature::Ebpf],
+    ) {
+        return;
+    }
+    // The crossing detector is the only notifier (as on a cgroup v2 node, where no memcg
+    // eventfd exists): its early level, a little below the hard one, starts the hot
+    // path's watch, and the watch kills once the level itself is reached.
+    let mut node = Node::with_agent_keys(
+        "evictionHard: {allocatableMemory.available: 150Mi}\nhousekeepingInterval: 1s",
+        "  sources:\n    memcgThresholds: false\n    memoryEvents: false\n    psi: false\n",
+    );
+    let hog = helper_binary("hog").display().to_string();
+    let go = node.path("go");
+    node.manifest(
+        "batch.yaml",
+        &pod(
+            "batch",
+            "",
+            &[
+                &hog,
+                "after",
+                &go.display().to_string(),
+                "anon",
+                "700",
+                "1",
+                "2",
+                "60",
+            ],
+            "",
+        ),
+    );
+    node.log_filter = Some("info,monitor::sync::hot=debug".into());
+    node.start();
+    // Grown only once a synchronize has seen it running and armed the hot path with it.
+    node.wait_running("batch");
+    std::thread::sleep(Duration::from_millis(1500));
+    std::fs::write(&go, "").expect("start file");
+    let evicted = node.wait_phase("batch", Phase::Failed, Duration::from_secs(30));
+    assert_eq!(evicted.reason.as_deref(), Some("Evicted"), "{evicted:?}");
+    let log = node.log(1);
+    assert_eq!(
+        node.pods_oom_kills(),
+        0,
+        "the OOM killer fired first\n{log}"
+    );
+    assert!(
+        log.contains("crossing detector: early levels"),
+        "the early levels are armed\n{log}"
+    );
+    // The early record started a watch (the agent logs it at debug level)...
+    let early = log
+        .lines()
+        .position(|l| l.contains("hot path: an early notifier fired") && l.contains("source=ebpf"))
+        .unwrap_or_else(|| panic!("no watch from an early record\n{log}"));
+    let (at, kill) = log
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains("hot path: cgroup.kill written") && l.contains("pod=demo/batch"))
+        .unwrap_or_else(|| panic!("the hot path killed the batch pod\n{log}"));
+    assert!(early < at, "the watch started before the kill\n{log}");
+    let number = |key: &str| -> u64 {
+        monitor_bench::util::field(kill, key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} in {kill}"))
+    };
+    // ...and the kill came at the level itself, not at the early one.
+    assert_eq!(
+        monitor_bench::util::field(kill, "source"),
+        Some("ebpf"),
+        "{kill}"
+    );
+    assert!(
+        number("working_set_bytes") >= number("level_bytes"),
+        "killed at the level, not before: {kill}"
+    );
+}
+
 /// The hog's log: "allocated <MiB> <ns>" lines; returns when it first held `mib`.
 fn reached(log: &Path, mib: u64) -> Option<u64> {
     let file = std::fs::File::open(log).ok()?;

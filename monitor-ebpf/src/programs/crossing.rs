@@ -15,6 +15,10 @@
 //! one map lookup per ancestor) off most hits. A crossing is then seen a few pages late
 //! at most, and a huge page is looked at at once.
 //!
+//! A level flagged `LEVEL_EARLY` (a little below a hard one: the agent's head start)
+//! re-arms itself once usage falls below its `rearm_below_bytes`, so it tells every rise
+//! through it; the other levels fire once per arming.
+//!
 //! Kernel structures are read with `bpf_probe_read_kernel` at offsets the agent took
 //! from the running kernel's BTF (`MEMCG_LAYOUT`); a zero layout disables the check.
 //! A failed read or a full ring buffer is logged once the walk is over (never inside
@@ -28,8 +32,9 @@ use aya_ebpf::{
 use aya_log_ebpf::{error, warn};
 use monitor_common::{
     COUNTER_READ_FAILED, DEFAULT_SAMPLE_EVERY_CHARGE, DEFAULT_SAMPLE_EVERY_LRUVEC, EventKind,
-    LEVEL_ARMED, LEVEL_FIRED, LEVEL_WAIT_BELOW, LEVELS_PER_CGROUP, LOG_TARGET_CROSSING_CHARGE,
-    LOG_TARGET_CROSSING_LRUVEC, MAX_CGROUP_DEPTH, MemcgLayout, PressureEvent,
+    LEVEL_ARMED, LEVEL_EARLY, LEVEL_FIRED, LEVEL_WAIT_BELOW, LEVELS_PER_CGROUP,
+    LOG_TARGET_CROSSING_CHARGE, LOG_TARGET_CROSSING_LRUVEC, MAX_CGROUP_DEPTH, MemcgLayout,
+    PressureEvent,
 };
 
 use crate::emit::{count, dropped, worth_logging};
@@ -183,7 +188,13 @@ fn walk(memcg: *const u8, layout: &MemcgLayout, drops: &mut u64) -> Option<()> {
             for index in 0..LEVELS_PER_CGROUP {
                 let level = &mut levels[index];
                 if level.state == LEVEL_ARMED && usage >= level.level_bytes {
-                    level.state = LEVEL_FIRED;
+                    // An early level tells every rise through it; the others once per
+                    // arming.
+                    level.state = if level.flags & LEVEL_EARLY != 0 {
+                        LEVEL_WAIT_BELOW
+                    } else {
+                        LEVEL_FIRED
+                    };
                     let n = emit(id, usage, level.level_bytes, level.flags);
                     if n != 0 {
                         *drops = n;

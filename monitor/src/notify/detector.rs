@@ -8,12 +8,13 @@
 //! the cgroup's id, the inode number of its directory.
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use aya::maps::{HashMap, MapData};
 use btf_rs::{Btf, Type};
 use monitor_common::{
-    ArmedLevel, ArmedLevels, LEVEL_ARMED, LEVEL_EMPTY, LEVEL_HARD, LEVEL_WAIT_BELOW,
+    ArmedLevel, ArmedLevels, LEVEL_ARMED, LEVEL_EARLY, LEVEL_EMPTY, LEVEL_HARD, LEVEL_WAIT_BELOW,
     LEVELS_PER_CGROUP, MemcgLayout,
 };
 
@@ -175,40 +176,81 @@ fn strip(btf: &Btf, mut ty: Type) -> Option<Type> {
     None
 }
 
-/// The levels to write, per cgroup directory: hard thresholds first, then the lowest,
-/// at most [`LEVELS_PER_CGROUP`] per cgroup (more are left out and counted in the
-/// second value). A level the observation had already passed waits for usage to fall
-/// below it by `hysteresis(level)` before it arms.
-pub(crate) fn levels_by_cgroup(specs: &[ThresholdSpec]) -> (Vec<(PathBuf, ArmedLevels)>, usize) {
-    let mut sorted: Vec<&ThresholdSpec> = specs.iter().collect();
-    sorted.sort_by_key(|s| (!s.hard, s.usage_bytes));
+/// The levels to write, per cgroup directory: hard thresholds first, then soft ones,
+/// then the early levels, each group lowest first, at most [`LEVELS_PER_CGROUP`] per
+/// cgroup (more are left out and counted in the second value). A level the observation
+/// had already passed waits for usage to fall below it by `hysteresis(level)` before it
+/// arms.
+///
+/// With an `early_margin`, each hard level not yet passed gets an early level that much
+/// below it ([`LEVEL_EARLY`]): a head start for the hot path, which then watches the
+/// counter itself. `usage_of` gives a cgroup's usage now: an early level usage is already
+/// above waits below it (it tells a rise, as the memcg v1 eventfd does, not a level).
+pub(crate) fn levels_by_cgroup(
+    specs: &[ThresholdSpec],
+    early_margin: u64,
+    usage_of: impl Fn(&Path) -> Option<u64>,
+) -> (Vec<(PathBuf, ArmedLevels)>, usize) {
+    // (order, cgroup, level): 0 hard, 1 soft, 2 early.
+    let mut wanted: Vec<(u8, &Path, ArmedLevel)> = Vec::new();
+    for spec in specs {
+        wanted.push((
+            if spec.hard { 0 } else { 1 },
+            &spec.cgroup,
+            ArmedLevel {
+                level_bytes: spec.usage_bytes,
+                rearm_below_bytes: spec
+                    .usage_bytes
+                    .saturating_sub(hysteresis(spec.usage_bytes)),
+                state: if spec.passed_when_armed {
+                    LEVEL_WAIT_BELOW
+                } else {
+                    LEVEL_ARMED
+                },
+                flags: if spec.hard { LEVEL_HARD } else { 0 },
+            },
+        ));
+        if early_margin == 0 || !spec.hard || spec.passed_when_armed {
+            continue;
+        }
+        let Some(early) = spec
+            .usage_bytes
+            .checked_sub(early_margin)
+            .filter(|b| *b > 0)
+        else {
+            continue;
+        };
+        let above = usage_of(&spec.cgroup).is_some_and(|usage| usage >= early);
+        wanted.push((
+            2,
+            &spec.cgroup,
+            ArmedLevel {
+                level_bytes: early,
+                rearm_below_bytes: early.saturating_sub(hysteresis(early)),
+                state: if above { LEVEL_WAIT_BELOW } else { LEVEL_ARMED },
+                flags: LEVEL_EARLY,
+            },
+        ));
+    }
+    wanted.sort_by_key(|(order, _, level)| (*order, level.level_bytes));
     let mut out: Vec<(PathBuf, ArmedLevels)> = Vec::new();
     let mut left_out = 0;
-    for spec in sorted {
-        let index = match out.iter().position(|(c, _)| *c == spec.cgroup) {
+    for (_, cgroup, level) in wanted {
+        let index = match out.iter().position(|(c, _)| c == cgroup) {
             Some(index) => index,
             None => {
-                out.push((spec.cgroup.clone(), ArmedLevels::default()));
+                out.push((cgroup.to_path_buf(), ArmedLevels::default()));
                 out.len() - 1
             }
         };
         let levels = &mut out[index].1.levels;
-        let Some(slot) = levels.iter_mut().find(|l| l.state == LEVEL_EMPTY) else {
-            left_out += 1;
+        if levels.iter().any(|l| l.state != LEVEL_EMPTY && *l == level) {
             continue;
-        };
-        *slot = ArmedLevel {
-            level_bytes: spec.usage_bytes,
-            rearm_below_bytes: spec
-                .usage_bytes
-                .saturating_sub(hysteresis(spec.usage_bytes)),
-            state: if spec.passed_when_armed {
-                LEVEL_WAIT_BELOW
-            } else {
-                LEVEL_ARMED
-            },
-            flags: if spec.hard { LEVEL_HARD } else { 0 },
-        };
+        }
+        match levels.iter_mut().find(|l| l.state == LEVEL_EMPTY) {
+            Some(slot) => *slot = level,
+            None => left_out += 1,
+        }
     }
     (out, left_out)
 }
@@ -217,6 +259,15 @@ pub(crate) fn levels_by_cgroup(specs: &[ThresholdSpec]) -> (Vec<(PathBuf, ArmedL
 /// memcg charge batch (64 pages), or 1/128 of the level when that is more.
 pub(crate) fn hysteresis(level_bytes: u64) -> u64 {
     (64 * 4096u64).max(level_bytes / 128)
+}
+
+/// A memory cgroup's charged memory as the detector reads it (its page counter):
+/// memory.current on v2, memory.usage_in_bytes on v1.
+fn page_counter_usage(dir: &Path) -> Option<u64> {
+    ["memory.current", "memory.usage_in_bytes"]
+        .iter()
+        .find_map(|file| std::fs::read_to_string(dir.join(file)).ok())
+        .and_then(|text| text.trim().parse().ok())
 }
 
 /// The inode number of a cgroup directory: the id the kernel gives the cgroup.
@@ -228,6 +279,10 @@ pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
 pub struct Detector {
     pub attach: AttachPoint,
     levels: Mutex<HashMap<MapData, u64, ArmedLevels>>,
+    /// How far below each hard level an early level is armed (0: none). Set by the agent
+    /// when the hot path runs and no memcg v1 eventfd arms early thresholds already.
+    /// Shared with the ring reader, which hands it to the hot path with an early record.
+    early_margin: Arc<AtomicU64>,
     /// The ids written last time, to delete those no longer armed.
     written: Mutex<Vec<u64>>,
 }
@@ -237,14 +292,34 @@ impl Detector {
         Detector {
             attach,
             levels: Mutex::new(levels),
+            early_margin: Arc::default(),
             written: Mutex::new(Vec::new()),
         }
     }
 
+    /// Arms an early level `margin` bytes below each hard level from the next
+    /// [`Detector::arm`] on (0: none).
+    pub fn set_early_margin(&self, margin: u64) {
+        self.early_margin.store(margin, Ordering::Relaxed);
+    }
+
+    /// The margin, shared (the ring reader reads it at each early record).
+    pub(crate) fn early_margin_cell(&self) -> Arc<AtomicU64> {
+        self.early_margin.clone()
+    }
+
+    /// The margin of the early levels (0: none armed).
+    pub fn early_margin(&self) -> u64 {
+        self.early_margin.load(Ordering::Relaxed)
+    }
+
     /// Arms `specs`, replacing every level armed before: called after every synchronize,
     /// so a fired level arms again (or waits below, when the synchronize found it passed).
+    /// Early levels (see [`Detector::set_early_margin`]) are armed from the cgroup's
+    /// usage now, one read per cgroup.
     pub fn arm(&self, specs: &[ThresholdSpec]) {
-        let (by_cgroup, left_out) = levels_by_cgroup(specs);
+        let (by_cgroup, left_out) =
+            levels_by_cgroup(specs, self.early_margin(), page_counter_usage);
         if left_out > 0 {
             tracing::warn!(
                 "crossing detector: {left_out} level(s) left out, at most {LEVELS_PER_CGROUP} per cgroup"
@@ -302,7 +377,7 @@ mod tests {
             spec("/pods", 800 << 20, true, true),
             spec("/other", 10 << 20, true, false),
         ];
-        let (out, left_out) = levels_by_cgroup(&specs);
+        let (out, left_out) = levels_by_cgroup(&specs, 0, |_| None);
         assert_eq!(left_out, 0);
         assert_eq!(out.len(), 2);
         let (dir, pods) = &out[0];
@@ -311,7 +386,7 @@ mod tests {
         let pods = &out[1].1.levels;
         assert_eq!(
             pods.iter().map(|l| l.level_bytes).collect::<Vec<_>>(),
-            vec![800 << 20, 1000 << 20, 900 << 20, 0]
+            vec![800 << 20, 1000 << 20, 900 << 20, 0, 0, 0]
         );
         assert_eq!(pods[0].state, LEVEL_WAIT_BELOW);
         assert_eq!(pods[0].rearm_below_bytes, (800 << 20) - (800 << 20) / 128);
@@ -323,15 +398,81 @@ mod tests {
 
     #[test]
     fn levels_beyond_the_slots_are_counted_and_soft_ones_go_first() {
-        let mut specs: Vec<ThresholdSpec> = (1..=4)
+        let mut specs: Vec<ThresholdSpec> = (1..=LEVELS_PER_CGROUP as u64)
             .map(|i| spec("/pods", i << 20, false, false))
             .collect();
         specs.push(spec("/pods", 50 << 20, true, false));
-        let (out, left_out) = levels_by_cgroup(&specs);
+        let (out, left_out) = levels_by_cgroup(&specs, 0, |_| None);
         assert_eq!(left_out, 1);
         let levels = &out[0].1.levels;
         assert_eq!(levels[0].level_bytes, 50 << 20, "the hard level is kept");
-        assert!(levels.iter().all(|l| l.level_bytes != 4 << 20));
+        assert!(
+            levels
+                .iter()
+                .all(|l| l.level_bytes != (LEVELS_PER_CGROUP as u64) << 20)
+        );
+    }
+
+    #[test]
+    fn hard_levels_get_an_early_level_below_them_that_waits_when_usage_is_past_it() {
+        let margin = 4 << 20;
+        let specs = vec![
+            spec("/pods", 100 << 20, true, false),
+            spec("/pods", 90 << 20, false, false),
+            // Passed already: the synchronize at hand acts; no head start to give.
+            spec("/pods", 80 << 20, true, true),
+            // Usage (see below) is between this one's early level and the level.
+            spec("/other", 50 << 20, true, false),
+            // Too low for the margin.
+            spec("/small", 2 << 20, true, false),
+        ];
+        let usage = |dir: &Path| match dir.to_str() {
+            Some("/other") => Some(47 << 20),
+            _ => Some(1 << 20),
+        };
+        let (out, left_out) = levels_by_cgroup(&specs, margin, usage);
+        assert_eq!(left_out, 0);
+        let of = |dir: &str| &out.iter().find(|(c, _)| c == Path::new(dir)).unwrap().1;
+        let pods = of("/pods").levels;
+        assert_eq!(
+            pods.iter()
+                .map(|l| (l.level_bytes >> 20, l.flags, l.state))
+                .collect::<Vec<_>>(),
+            vec![
+                (80, LEVEL_HARD, LEVEL_WAIT_BELOW),
+                (100, LEVEL_HARD, LEVEL_ARMED),
+                (90, 0, LEVEL_ARMED),
+                (96, LEVEL_EARLY, LEVEL_ARMED),
+                (0, 0, LEVEL_EMPTY),
+                (0, 0, LEVEL_EMPTY),
+            ]
+        );
+        assert_eq!(pods[3].rearm_below_bytes, (96 << 20) - (96 << 20) / 128);
+        let other = of("/other").levels;
+        assert_eq!(other[1].level_bytes, 46 << 20);
+        assert_eq!(other[1].flags, LEVEL_EARLY);
+        assert_eq!(other[1].state, LEVEL_WAIT_BELOW, "usage is past it already");
+        assert!(of("/small").levels.iter().all(|l| l.flags != LEVEL_EARLY));
+        // Without a margin (no hot path, or the memcg eventfd arms early ones): none.
+        let (out, _) = levels_by_cgroup(&specs, 0, usage);
+        assert!(
+            out.iter()
+                .all(|(_, levels)| levels.levels.iter().all(|l| l.flags != LEVEL_EARLY))
+        );
+    }
+
+    #[test]
+    fn early_levels_are_the_first_left_out_when_slots_run_short() {
+        let mut specs: Vec<ThresholdSpec> = (1..=LEVELS_PER_CGROUP as u64 - 1)
+            .map(|i| spec("/pods", (i * 100) << 20, false, false))
+            .collect();
+        specs.push(spec("/pods", 1000 << 20, true, false));
+        specs.push(spec("/pods", 2000 << 20, true, false));
+        let (out, left_out) = levels_by_cgroup(&specs, 1 << 20, |_| Some(0));
+        // Two hard, four soft fill the six slots; both early levels are left out.
+        assert_eq!(left_out, 3);
+        assert!(out[0].1.levels.iter().all(|l| l.flags != LEVEL_EARLY));
+        assert_eq!(out[0].1.levels[0].level_bytes, 1000 << 20);
     }
 
     #[test]

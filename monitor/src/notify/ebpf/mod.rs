@@ -11,6 +11,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, FExit, TracePoint};
@@ -21,8 +22,8 @@ use monitor_common::{
     DEFAULT_SIGNAL_PID_OFFSET, DEFAULT_SIGNAL_SIG_OFFSET, EVENTS_MAP, EventKind, GLOBAL_AGENT_TGID,
     GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MEMCG_LAYOUT, GLOBAL_MIN_INTERVAL_NS, GLOBAL_PODS_PATH,
     GLOBAL_SAMPLE_EVERY_CHARGE, GLOBAL_SAMPLE_EVERY_LRUVEC, GLOBAL_SIGNAL_PID_OFFSET,
-    GLOBAL_SIGNAL_SIG_OFFSET, KIND_COUNT, LEVEL_HARD, LEVELS_MAP, MemcgLayout, PRESSURE_EVENT_SIZE,
-    PodsPath, PressureEvent,
+    GLOBAL_SIGNAL_SIG_OFFSET, KIND_COUNT, LEVEL_EARLY, LEVEL_HARD, LEVELS_MAP, MemcgLayout,
+    PRESSURE_EVENT_SIZE, PodsPath, PressureEvent,
 };
 
 use crate::clock::monotonic_ns;
@@ -286,9 +287,6 @@ pub fn start(
         .ok_or_else(|| EbpfError::RingBuf(format!("{COUNTERS_MAP} not in the object")))?;
     let counters =
         PerCpuArray::try_from(counters).map_err(|e| EbpfError::RingBuf(e.to_string()))?;
-    let (consumer, polled) = spawn_consumer(ring, wakes, hook)
-        .map_err(|e| EbpfError::RingBuf(format!("starting its consumer thread: {e}")))?;
-
     let detector = detector.and_then(|(attach, tried)| {
         let map = ebpf
             .take_map(LEVELS_MAP)
@@ -296,6 +294,12 @@ pub fn start(
         let map = HashMap::try_from(map).map_err(|e| format!("{LEVELS_MAP}: {e}"))?;
         Ok((Arc::new(Detector::new(attach, map)), tried))
     });
+    let early_margin = match &detector {
+        Ok((detector, _)) => detector.early_margin_cell(),
+        Err(_) => Arc::default(),
+    };
+    let (consumer, polled) = spawn_consumer(ring, wakes, hook, early_margin)
+        .map_err(|e| EbpfError::RingBuf(format!("starting its consumer thread: {e}")))?;
     let mut detail = match &detector {
         Ok((detector, refused)) => {
             let every = match detector.attach {
@@ -438,9 +442,13 @@ fn spawn_consumer(
     mut ring: RingBuf<MapData>,
     wakes: WakeSender,
     hook: Hook,
+    early_margin: Arc<AtomicU64>,
 ) -> std::io::Result<(realtime::Waiter, OwnedFd)> {
     let polled = ring.as_fd().try_clone_to_owned()?;
-    let mut reader = Drain::default();
+    let mut reader = Drain {
+        early_margin,
+        ..Drain::default()
+    };
     let waiter = realtime::Waiter::start(CONSUMER_THREAD, realtime::RING_PRIORITY, move |_| {
         let mut batch = std::mem::take(&mut reader.batch);
         while let Some(item) = ring.next() {
@@ -486,6 +494,8 @@ pub(crate) const RECLAIM_WAKE_INTERVAL_MAX_NS: u64 = 2_000_000_000;
 /// The ring reader's state between drains.
 #[derive(Debug, Default)]
 struct Drain {
+    /// How far below its hard level an early level is armed (the detector's margin).
+    early_margin: Arc<AtomicU64>,
     /// The last crossing record, to drop its duplicates.
     last_crossing: Option<PressureEvent>,
     /// CLOCK_MONOTONIC ns of the last wake a reclaim record caused.
@@ -502,6 +512,9 @@ struct Drain {
 struct Actions {
     /// Whether the hot path looks at its levels (at most once per drain).
     hot_check: bool,
+    /// The early level whose record starts the hot path's watch (at most one per drain:
+    /// one watch covers every level), by (cgroup id, level).
+    early: Option<(u64, u64)>,
     /// The records that wake the loop, in ring order (crossings, OOM victims, and at most
     /// one reclaim record).
     wakes: Vec<PressureEvent>,
@@ -528,6 +541,13 @@ impl Drain {
                         continue;
                     }
                     self.last_crossing = Some(*event);
+                    if event.level_flags & LEVEL_EARLY != 0 {
+                        // A head start, not a crossing: the hot path watches the level
+                        // itself, and only its kill calls for a synchronize (the record at
+                        // the hard level wakes one for the rest).
+                        actions.early = Some((event.cgroup_id, event.level_bytes));
+                        continue;
+                    }
                     // The detector's record carries the kernel's own numbers: a hard
                     // level goes to the hot path first, which confirms it.
                     actions.hot_check |= event.level_flags & LEVEL_HARD != 0;
@@ -572,10 +592,21 @@ impl Drain {
     /// Carries out [`Drain::plan`]: the hot path first, then the wakes.
     fn handle(&mut self, batch: &[PressureEvent], now_ns: u64, wakes: &WakeSender, hook: &Hook) {
         let actions = self.plan(batch, now_ns);
-        if actions.hot_check
-            && let Some(hook) = hook
-        {
-            hook.hard_crossing(WakeSource::Ebpf);
+        if let Some(hook) = hook {
+            if actions.hot_check {
+                hook.hard_crossing(WakeSource::Ebpf);
+            }
+            // After the hard look: a level already reached needs no watch.
+            if let Some((cgroup_id, level)) = actions.early
+                && hook.early_crossing(
+                    WakeSource::Ebpf,
+                    self.early_margin.load(Ordering::Relaxed),
+                    cgroup_id ^ level,
+                )
+            {
+                // Watched and killed here (no watcher thread): book it.
+                wakes.wake(WakeSource::Ebpf, WakeDetail::None);
+            }
         }
         for event in actions.kills {
             // The kernel's stamp of one of our kills: logged, nothing to wake for.

@@ -156,6 +156,74 @@ fn kernel_kill_stamps_wake_nothing_and_duplicated_crossings_are_dropped() {
     assert_eq!(alone.wakes.len(), 1);
 }
 
+/// A hook that counts what it is told.
+#[derive(Default)]
+struct Told {
+    hard: std::sync::atomic::AtomicU32,
+    early: std::sync::Mutex<Vec<(u64, u64)>>,
+    kills: bool,
+}
+
+impl super::super::CrossingHook for Told {
+    fn hard_crossing(&self, _source: WakeSource) {
+        self.hard.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn early_crossing(&self, _source: WakeSource, margin: u64, level: u64) -> bool {
+        self.early.lock().unwrap().push((margin, level));
+        self.kills
+    }
+}
+
+#[test]
+fn an_early_record_starts_a_watch_and_wakes_the_loop_only_when_the_watch_kills() {
+    let early = PressureEvent {
+        level_flags: LEVEL_EARLY,
+        level_bytes: 96 << 20,
+        ..record(EventKind::Crossing, 100)
+    };
+    let mut drain = Drain::default();
+    drain.early_margin.store(4 << 20, Ordering::Relaxed);
+    let actions = drain.plan(&[early], 1_000);
+    assert_eq!(actions.early, Some((7, 96 << 20)));
+    assert!(!actions.hot_check, "not a crossing of a hard level");
+    assert!(
+        actions.wakes.is_empty(),
+        "a head start wakes nothing itself"
+    );
+
+    for kills in [false, true] {
+        let told = Arc::new(Told {
+            kills,
+            ..Told::default()
+        });
+        let hook: Hook = Some(told.clone());
+        let (wakes, mut rx) = super::super::wake_channel();
+        let mut drain = Drain::default();
+        drain.early_margin.store(4 << 20, Ordering::Relaxed);
+        // The early record and, in the same drain, the hard level's: one hard look, then
+        // the watch.
+        let hard = PressureEvent {
+            level_bytes: 100 << 20,
+            ..record(EventKind::Crossing, 101)
+        };
+        drain.handle(&[early, hard], 1_000, &wakes, &hook);
+        assert_eq!(told.hard.load(Ordering::Relaxed), 1);
+        assert_eq!(*told.early.lock().unwrap(), vec![(4 << 20, 7 ^ (96 << 20))]);
+        let mut woken = Vec::new();
+        while let Ok(wake) = rx.try_recv() {
+            woken.push(wake.detail.kernel_kind());
+        }
+        // The watch's kill is booked first, then the hard level's record wakes.
+        let expected = if kills {
+            vec![None, Some(EventKind::Crossing)]
+        } else {
+            vec![Some(EventKind::Crossing)]
+        };
+        assert_eq!(woken, expected, "kills: {kills}");
+    }
+}
+
 #[test]
 fn the_pods_path_holds_each_directory_id_and_its_filter_keeps_the_pods_and_their_path() {
     use std::os::unix::fs::MetadataExt;

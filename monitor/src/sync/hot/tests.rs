@@ -486,7 +486,8 @@ fn the_ring_readers_watch_runs_on_the_watcher_thread_and_the_reader_returns_at_o
     // machine until its budget is spent. Sleeping between looks, it cannot.
     f.hot.spin = false;
     let hot = Arc::new(f.hot);
-    hot.start_watcher().expect("watcher thread");
+    let (wakes, mut woken) = crate::notify::wake_channel();
+    hot.start_watcher(wakes).expect("watcher thread");
     // The usage level is reached, the working set not yet: a watch is needed.
     std::fs::write(f.dir.path().join("memory.usage_in_bytes"), "1000\n").expect("usage");
     std::fs::write(
@@ -515,4 +516,17 @@ fn the_ring_readers_watch_runs_on_the_watcher_thread_and_the_reader_returns_at_o
     }
     assert_eq!(fired.len(), 1, "killed by the watcher thread");
     assert_eq!(fired[0].decision.pod_key, "default/a");
+    // The kill wakes the loop, which books it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    let wake = loop {
+        match woken.try_recv() {
+            Ok(wake) => break wake,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(err) => panic!("no wake after the watcher's kill: {err}"),
+        }
+    };
+    assert_eq!(wake.source, WakeSource::Ebpf);
+    assert!(woken.try_recv().is_err(), "one wake for one kill");
 }

@@ -49,9 +49,13 @@ impl HotPath {
     /// Starts the thread that runs the watches the eBPF ring reader would otherwise run
     /// itself (a watch lasts up to [`WATCH_WINDOW`], and meanwhile crossing and OOM
     /// records would wait in the ring). It runs at the memcg notifier's real-time
-    /// priority where the kernel permits it; returns what it got. The thread ends when
-    /// the hot path is dropped.
-    pub(crate) fn start_watcher(self: &Arc<Self>) -> std::io::Result<String> {
+    /// priority where the kernel permits it; returns what it got. A watch that kills
+    /// wakes the loop through `wakes`, which books the kill (an early record wakes
+    /// nothing itself). The thread ends when the hot path is dropped.
+    pub(crate) fn start_watcher(
+        self: &Arc<Self>,
+        wakes: crate::notify::WakeSender,
+    ) -> std::io::Result<String> {
         let (tx, rx) = std::sync::mpsc::channel::<WatchRequest>();
         let (got_tx, got_rx) = std::sync::mpsc::channel();
         let hot = Arc::downgrade(self);
@@ -63,7 +67,9 @@ impl HotPath {
                 ));
                 while let Ok(request) = rx.recv() {
                     let Some(hot) = hot.upgrade() else { return };
-                    hot.watch(request.source, request.margin, request.told_ns);
+                    if hot.watch(request.source, request.margin, request.told_ns) {
+                        wakes.wake(request.source, crate::notify::WakeDetail::None);
+                    }
                 }
             })?;
         *self.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
@@ -131,6 +137,7 @@ impl CrossingHook for HotPath {
                 tracing::debug!(source = %source, level, "hot path: an early notifier keeps firing; resting it until the next synchronize");
             }
         }
+        tracing::debug!(source = %source, told_ns = now_ns, margin, "hot path: an early notifier fired; watching the levels");
         self.watch_from(source, margin, now_ns)
     }
 }
