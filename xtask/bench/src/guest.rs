@@ -49,6 +49,12 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
         keep: false,
         level: Level::Pods,
     };
+    // The detector's cost first, on a quiet guest; its lines go to the console as they
+    // are, for the host to read back (`detector_cost`).
+    match crate::detector_cost::output(&bin, crate::detector_cost::GUEST) {
+        Ok(text) => print!("{text}"),
+        Err(err) => println!("bench: guest: the detector's cost FAILED: {err:#}"),
+    }
     let races = |setup: &race::Setup, modes: &[&Mode], label: &str| {
         for mode in modes {
             for n in 1..=trials {
@@ -97,6 +103,11 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
         None => println!("bench: guest: no dynamic loader in /bin: earlyoom not run"),
     }
     Ok(())
+}
+
+/// The detector's cost rows in the guest's console output.
+pub(crate) fn detector_cost(console: &[String]) -> Vec<crate::detector_cost::DetectorCost> {
+    crate::detector_cost::parse(&console.join("\n"))
 }
 
 /// The trials in the guest's console output.

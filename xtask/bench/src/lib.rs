@@ -19,6 +19,7 @@ mod adversarial;
 mod bpf;
 mod costs;
 pub mod demo;
+mod detector_cost;
 mod guest;
 mod harness;
 mod logparse;
@@ -88,6 +89,10 @@ pub struct BenchArgs {
     /// (`--race-pods` alone skips it).
     #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = [10usize, 110, 1000])]
     pub race_pods: Vec<usize>,
+    /// The agent's sources in the races beside many pods: all (every kernel notifier) and
+    /// ebpf (the crossing detector alone, as on a cgroup v2 node).
+    #[arg(long, value_delimiter = ',', default_values_t = ["all".to_string(), "ebpf".to_string()])]
+    pub race_modes: Vec<String>,
     /// The hard threshold's headroom (MiB) in the races beside many pods.
     #[arg(long, value_delimiter = ',', default_values_t = [200u64, 50])]
     pub race_headrooms: Vec<u64>,
@@ -104,6 +109,10 @@ pub struct BenchArgs {
     /// Run only the "agent under adversarial load" rows, print their table, and stop.
     #[arg(long)]
     pub adversarial_only: bool,
+    /// Measure the crossing detector's cost to an allocating hog (attached and detached
+    /// alternating, per attach point), on the host and in the VM.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub detector_cost: bool,
     /// Skip the criterion benchmark of the policy.
     #[arg(long)]
     pub no_criterion: bool,
@@ -217,6 +226,21 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         }
     }
 
+    let detector_cost = if args.detector_cost {
+        println!(
+            "bench: the crossing detector's cost to an allocating hog, attached and detached alternating"
+        );
+        detector_cost::run(&bin, detector_cost::HOST).unwrap_or_else(|err| {
+            println!("bench: the detector's cost FAILED: {err:#}");
+            Vec::new()
+        })
+    } else {
+        Vec::new()
+    };
+    for line in detector_cost::lines(&detector_cost, "on this host") {
+        println!("bench: {line}");
+    }
+
     let adversarial = if args.adversarial_seconds > 0 {
         adversarial::run(&bin, args.adversarial_seconds, args.keep)
     } else {
@@ -224,14 +248,26 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
     };
 
     let mut races_at_scale = Vec::new();
-    for pods in &args.race_pods {
-        for headroom in &args.race_headrooms {
-            println!("bench: pressure race beside {pods} idle pods, {headroom} MiB headroom");
-            let limit = Duration::from_secs(args.pod_start_seconds);
-            match scaling::run(&bin, *pods, *headroom, args.race_trials, limit, args.keep) {
-                Ok(run) => races_at_scale.push(run),
-                Err(err) => {
-                    println!("bench: race beside {pods} pods, {headroom} MiB FAILED: {err:#}")
+    let race_modes = pick(
+        scaling::SCALE_MODES,
+        &args.race_modes,
+        |m| m.name,
+        "race mode",
+    )?;
+    for mode in &race_modes {
+        for pods in &args.race_pods {
+            for headroom in &args.race_headrooms {
+                let sources = mode.name;
+                println!(
+                    "bench: pressure race beside {pods} idle pods, {headroom} MiB headroom, sources: {sources}"
+                );
+                let limit = Duration::from_secs(args.pod_start_seconds);
+                let trials = args.race_trials;
+                match scaling::run(&bin, mode, *pods, *headroom, trials, limit, args.keep) {
+                    Ok(run) => races_at_scale.push(run),
+                    Err(err) => println!(
+                        "bench: race beside {pods} pods, {headroom} MiB, {sources} FAILED: {err:#}"
+                    ),
                 }
             }
         }
@@ -247,6 +283,9 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
                 let trials = guest::collect(&run.console);
                 for t in &trials {
                     println!("{}", report::trial_line(t));
+                }
+                for line in detector_cost::lines(&guest::detector_cost(&run.console), "in the VM") {
+                    println!("bench: {line}");
                 }
                 Some((run, trials))
             }
@@ -336,6 +375,11 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         races_at_scale,
         policy_bench: policy,
         adversarial,
+        detector_cost,
+        detector_cost_vm: vm_run
+            .as_ref()
+            .map(|(run, _)| guest::detector_cost(&run.console))
+            .unwrap_or_default(),
         trials,
     };
     let mut results = results;

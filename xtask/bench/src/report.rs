@@ -564,6 +564,12 @@ pub(crate) struct Results {
     /// The agent's CPU beside workloads that poke at its notifiers.
     #[serde(default)]
     pub(crate) adversarial: Vec<adversarial::Row>,
+    /// The crossing detector's cost to an allocating hog, per attach point, on the host
+    /// and in the VM.
+    #[serde(default)]
+    pub(crate) detector_cost: Vec<crate::detector_cost::DetectorCost>,
+    #[serde(default)]
+    pub(crate) detector_cost_vm: Vec<crate::detector_cost::DetectorCost>,
     pub(crate) trials: Vec<Trial>,
 }
 
@@ -572,9 +578,21 @@ pub(crate) fn full_table(results: &Results) -> String {
     let mut table = table(results);
     if !results.races_at_scale.is_empty() {
         table.push_str(
-            "\nPressure race beside idle pods (all sources, full speed; µs from the crossing probe's kernel-stamped record, a look at every charge; SIGKILL stamped by the kernel's signal_generate):\n\n",
+            "\nPressure race beside idle pods (full speed; µs from the crossing probe's kernel-stamped record, a look at every charge; SIGKILL stamped by the kernel's signal_generate):\n\n",
         );
         table.push_str(&scaling::table(&results.races_at_scale));
+    }
+    let cost = [
+        crate::detector_cost::lines(&results.detector_cost, "on this host"),
+        crate::detector_cost::lines(&results.detector_cost_vm, "in the VM"),
+    ]
+    .concat();
+    if !cost.is_empty() {
+        table.push_str(
+            "\nThe crossing detector's cost as the pods see it (a hog's allocation throughput, the same eBPF programs loaded with and without the detector, alternating round by round):\n\n",
+        );
+        table.push_str(&cost.join("\n"));
+        table.push('\n');
     }
     if !results.adversarial.is_empty() {
         table.push_str(&format!(

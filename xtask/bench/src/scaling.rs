@@ -36,17 +36,28 @@ use crate::probe::Probe;
 use crate::stats::{Spread, percentile};
 use crate::util;
 
-/// Every kernel source that can tell the hot path of a crossing (PSI only wakes the
-/// loop, so it is left off: the race measures the kill); the housekeeping timer at the
-/// kubelet's default.
-const ALL_SOURCES: Mode = Mode {
-    name: "all",
-    ebpf: true,
-    memcg_thresholds: true,
-    memory_events: true,
-    psi: false,
-    housekeeping: "10s",
-};
+/// The sources of the races beside many pods, by name: every kernel source that can tell
+/// the hot path of a crossing (PSI only wakes the loop, so it is left off: the race
+/// measures the kill), and the eBPF programs alone (the crossing detector, as on a cgroup
+/// v2 node where no memcg eventfd exists); the housekeeping timer at the kubelet's default.
+pub(crate) const SCALE_MODES: &[Mode] = &[
+    Mode {
+        name: "all",
+        ebpf: true,
+        memcg_thresholds: true,
+        memory_events: true,
+        psi: false,
+        housekeeping: "10s",
+    },
+    Mode {
+        name: "ebpf",
+        ebpf: true,
+        memcg_thresholds: false,
+        memory_events: false,
+        psi: false,
+        housekeeping: "10s",
+    },
+];
 
 /// What the ballast holds.
 const BALLAST_MIB: u64 = 600;
@@ -79,9 +90,12 @@ pub(crate) struct ScaleTrial {
     pub(crate) agent_killed: bool,
 }
 
-/// One (pods, headroom) run.
+/// One (sources, pods, headroom) run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ScaleRun {
+    /// The sources on ([`SCALE_MODES`]); runs recorded before there was a choice had all.
+    #[serde(default = "all_sources")]
+    pub(crate) sources: String,
     pub(crate) pods: usize,
     pub(crate) running: usize,
     pub(crate) headroom_mib: u64,
@@ -100,10 +114,15 @@ pub(crate) struct ScaleRun {
     pub(crate) synchronize_ms: Spread,
 }
 
+fn all_sources() -> String {
+    "all".into()
+}
+
 /// Runs `trials` races with `pods` idle pods and a hard threshold `headroom_mib` below the
-/// node's size.
+/// node's size, the agent's sources as `mode` says.
 pub(crate) fn run(
     bin: &Path,
+    mode: &Mode,
     pods: usize,
     headroom_mib: u64,
     trials: u32,
@@ -111,8 +130,9 @@ pub(crate) fn run(
     keep: bool,
 ) -> Result<ScaleRun> {
     let id = format!(
-        "monitor-bench-{}-scale-{pods}-{headroom_mib}",
-        std::process::id()
+        "monitor-bench-{}-scale-{}-{pods}-{headroom_mib}",
+        std::process::id(),
+        mode.name
     );
     let pods_mib = u64::try_from(pods).unwrap_or(u64::MAX) * IDLE_POD_MIB;
     let bounds = Bounds {
@@ -120,8 +140,7 @@ pub(crate) fn run(
         headroom_mib,
     };
     let extra = format!("maxPods: {}\n", pods.saturating_add(10));
-    let (guard, dir) =
-        harness::start_agent(bin, &id, &ALL_SOURCES, &extra, keep, Level::Pods, bounds)?;
+    let (guard, dir) = harness::start_agent(bin, &id, mode, &extra, keep, Level::Pods, bounds)?;
     costs::write_idle_pods(
         &dir,
         pods,
@@ -201,7 +220,9 @@ pub(crate) fn run(
         .filter_map(|s| s.duration_ns)
         .map(|d| d as f64 / 1e6)
         .collect();
-    Ok(summarize(pods, running, headroom_mib, trials, out, &syncs))
+    let mut run = summarize(pods, running, headroom_mib, trials, out, &syncs);
+    run.sources = mode.name.into();
+    Ok(run)
 }
 
 fn summarize(
@@ -218,6 +239,7 @@ fn summarize(
         [|t| t.crossing_to_told_us, |t| t.told_to_signal_us];
     let crossing_to_signal = Spread::of(&values(|t| t.crossing_to_signal_us));
     ScaleRun {
+        sources: all_sources(),
         pods,
         running,
         headroom_mib,
@@ -401,12 +423,13 @@ pub(crate) fn table(runs: &[ScaleRun]) -> String {
     let us = |v: Option<f64>| v.map_or("none".to_string(), |v| format!("{v:.0}"));
     let ms = |v: Option<f64>| crate::stats::ms(v);
     let mut out = String::from(
-        "| pods | headroom MiB | OOM killer avoided | crossing→SIGKILL p50 / p99 / max µs | crossing→hot path told p50 / p99 µs | told→SIGKILL p50 / p99 µs | SIGKILL→freed p50 / p99 ms | SIGKILL→uncharged p50 / p99 ms | synchronize p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| sources | pods | headroom MiB | OOM killer avoided | crossing→SIGKILL p50 / p99 / max µs | crossing→hot path told p50 / p99 µs | told→SIGKILL p50 / p99 µs | SIGKILL→freed p50 / p99 ms | SIGKILL→uncharged p50 / p99 ms | synchronize p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in runs {
         let stage = |i: usize| format!("{} / {}", us(r.stage_p50_us[i]), us(r.stage_p99_us[i]));
         out.push_str(&format!(
-            "| {} ({} running) | {} | {}/{} | {} / {} / {} | {} | {} | {} / {} | {} / {} | {} / {} |\n",
+            "| {} | {} ({} running) | {} | {}/{} | {} / {} / {} | {} | {} | {} / {} | {} / {} | {} / {} |\n",
+            r.sources,
             r.pods,
             r.running.saturating_sub(1),
             r.headroom_mib,

@@ -26,6 +26,8 @@ pub(crate) fn run(root: &Path, target: &Path, modes: &[String], trials: u32) -> 
         ("monitor-tests", "hog"),
         // The kernel's stamps of each crossing.
         ("monitor-tests", "crossing-probe"),
+        // The detector's cost to an allocating hog.
+        ("monitor-tests", "detector-cost"),
         ("xtask", "xtask"),
     ] {
         bins.push(payload::Executable {

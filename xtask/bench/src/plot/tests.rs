@@ -183,6 +183,7 @@ fn groups_keep_the_order_of_the_run() {
 fn run(pods: usize, stages: [Option<f64>; 2], freed_ms: Option<f64>) -> ScaleRun {
     let spread = |v: Option<f64>| crate::stats::Spread::of(&v.into_iter().collect::<Vec<_>>());
     ScaleRun {
+        sources: "all".into(),
         pods,
         running: pods + 1,
         headroom_mib: 50,
