@@ -179,6 +179,10 @@ pub struct Metrics {
     /// Bytes garbage collection freed, by (trigger, kind): images by their size, logs by
     /// their disk usage (containers and sandboxes are not measured).
     pub(crate) gc_freed_bytes: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Images garbage collection removed, by the kubelet's reason: "age" (unused longer
+    /// than imageMaximumGCAge) or "space" (the image filesystem's thresholds, or
+    /// node-level reclaim under pressure).
+    pub(crate) images_collected: BTreeMap<String, u64>,
 }
 
 /// The kubelet's `eviction_signal` of an eviction: the signal whose threshold drove it, or
@@ -292,6 +296,7 @@ impl Default for Metrics {
             kernel_oom_kills: BTreeMap::new(),
             gc_removed: BTreeMap::new(),
             gc_freed_bytes: BTreeMap::new(),
+            images_collected: BTreeMap::new(),
         }
     }
 }
@@ -486,6 +491,14 @@ impl SharedState {
     /// A snapshot.
     pub fn read(&self) -> AgentState {
         self.lock().clone()
+    }
+
+    /// Counts the images one garbage collection removed, by the kubelet's reason.
+    pub(crate) fn record_images_collected(&self, by_age: u64, for_space: u64) {
+        let mut state = self.lock();
+        let collected = &mut state.metrics.images_collected;
+        *collected.entry("age".into()).or_default() += by_age;
+        *collected.entry("space".into()).or_default() += for_space;
     }
 
     /// Counts what one garbage collection removed: `removed` as (kind, count, bytes freed).

@@ -651,6 +651,17 @@ fn image_gc_frees_the_least_recently_used_unused_images_down_to_the_low_threshol
         node.logs().contains("ImageGC"),
         "an event reports the collection"
     );
+    // Counted under the kubelet's own name and reason: both went for space.
+    let metrics = node.metrics();
+    for line in [
+        "kubelet_image_garbage_collected_total{reason=\"space\"} 2",
+        "kubelet_image_garbage_collected_total{reason=\"age\"} 0",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line} in\n{metrics}"
+        );
+    }
 }
 
 #[test]
@@ -725,6 +736,7 @@ fn imagefs_pressure_removes_dead_containers_and_unused_images_before_evicting() 
     for line in [
         "monitor_gc_removed_total{trigger=\"eviction\",kind=\"image\"} 1",
         "monitor_gc_removed_total{trigger=\"eviction\",kind=\"container\"} 1",
+        "kubelet_image_garbage_collected_total{reason=\"space\"} 1",
     ] {
         assert!(
             metrics.lines().any(|l| l == line),

@@ -207,6 +207,15 @@ fn render(state: &AgentState, process: &ProcessMetrics) -> String {
         out.sample(&[trigger, kind], bytes);
     }
 
+    // Both reasons always, so that the series set is stable from the start.
+    out.family(&IMAGE_GARBAGE_COLLECTED_TOTAL);
+    for reason in ["age", "space"] {
+        out.sample(
+            &[reason],
+            m.images_collected.get(reason).copied().unwrap_or(0),
+        );
+    }
+
     out.family(&SYNCHRONIZES_TOTAL);
     out.sample(&[], m.synchronizes);
 

@@ -208,6 +208,11 @@ fn record_gc(shared: &Shared, trigger: &str, containers: &cri::Collected, images
             ),
         ],
     );
+    let by_age = images.images_by_age.min(images.images.len());
+    shared.state.record_images_collected(
+        u64::try_from(by_age).unwrap_or(u64::MAX),
+        u64::try_from(images.images.len() - by_age).unwrap_or(u64::MAX),
+    );
 }
 
 /// The image collector's period: a pass every `monitor.imageGcPeriod`.

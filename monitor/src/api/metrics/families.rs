@@ -53,6 +53,7 @@ pub(super) const FAMILIES: &[Family] = &[
     NODE_OOM_KILLS_TOTAL,
     GC_REMOVED_TOTAL,
     GC_FREED_BYTES_TOTAL,
+    IMAGE_GARBAGE_COLLECTED_TOTAL,
     SYNCHRONIZES_TOTAL,
     SYNCHRONIZE_PANICS_TOTAL,
     LAST_SYNCHRONIZE_TIMESTAMP_SECONDS,
@@ -167,6 +168,13 @@ pub(super) const GC_FREED_BYTES_TOTAL: Family = Family {
     kind: FamilyType::Counter,
     help: "Bytes garbage collection freed, by trigger and kind: images by their size, logs by their disk usage (the space of removed containers is not measured).",
     labels: &["trigger", "kind"],
+};
+
+pub(super) const IMAGE_GARBAGE_COLLECTED_TOTAL: Family = Family {
+    name: "kubelet_image_garbage_collected_total",
+    kind: FamilyType::Counter,
+    help: "Images garbage collection removed, by reason: age (unused longer than imageMaximumGCAge) or space (the image filesystem's thresholds, or node-level reclaim under pressure); the kubelet's own name and labels.",
+    labels: &["reason"],
 };
 
 pub(super) const SYNCHRONIZES_TOTAL: Family = Family {

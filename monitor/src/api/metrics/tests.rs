@@ -59,6 +59,7 @@ fn state() -> AgentState {
         .entry("eviction".into())
         .or_default()
         .insert("image".into(), 79_126_188);
+    s.metrics.images_collected.insert("space".into(), 3);
     s.signals = vec![
         SignalStatus {
             signal: "memory.available".into(),
@@ -644,6 +645,8 @@ fn a_family_without_samples_is_left_out() {
 )]
 #[case::gc_idle("monitor_gc_removed_total{trigger=\"periodic\",kind=\"sandbox\"} 0")]
 #[case::gc_log_bytes_idle("monitor_gc_freed_bytes_total{trigger=\"periodic\",kind=\"log\"} 0")]
+#[case::images_for_space("kubelet_image_garbage_collected_total{reason=\"space\"} 3")]
+#[case::images_by_age_idle("kubelet_image_garbage_collected_total{reason=\"age\"} 0")]
 fn exports_sample(#[case] line: &str) {
     let text = render_metrics(&state());
     assert!(

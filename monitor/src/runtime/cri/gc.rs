@@ -18,6 +18,9 @@ pub(crate) struct Collected {
     pub(crate) containers: Vec<String>,
     pub(crate) sandboxes: Vec<String>,
     pub(crate) images: Vec<String>,
+    /// How many of `images` the age pass removed (`imageMaximumGCAge`); the others were
+    /// removed for space, as the kubelet's `image_garbage_collected_total` tells them.
+    pub(crate) images_by_age: usize,
     pub(crate) image_bytes: i64,
     pub(crate) errors: Vec<String>,
 }
@@ -234,8 +237,9 @@ pub(in crate::runtime) async fn collect_images_periodic(
     };
     match plan {
         Ok(plan) => {
-            let ids: Vec<String> = plan.images().cloned().collect();
-            remove_images(cri, ids, &mut collected).await;
+            remove_images(cri, plan.by_age.images, &mut collected).await;
+            collected.images_by_age = collected.images.len();
+            remove_images(cri, plan.by_space.plan.images, &mut collected).await;
         }
         Err(err) => collected.errors.push(err.to_string()),
     }
