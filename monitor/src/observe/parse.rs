@@ -150,6 +150,36 @@ pub fn memory_cgroup_of(proc_cgroup: &str) -> Option<String> {
     unified
 }
 
+/// `/proc/<pid>/stat` text, its fields numbered as proc(5) numbers them. The command
+/// name (field 2) is in parentheses and may hold anything, spaces and ')' included, so the
+/// fields from 3 on are those after the last ')'; fields 1 and 2 are not offered.
+#[derive(Clone, Debug)]
+pub(crate) struct ProcStat<'a> {
+    /// Field 3 onwards.
+    fields: Vec<&'a str>,
+}
+
+impl<'a> ProcStat<'a> {
+    /// `None` when the text has no command name in parentheses.
+    pub(crate) fn parse(text: &'a str) -> Option<ProcStat<'a>> {
+        let (_, rest) = text.rsplit_once(')')?;
+        Some(ProcStat {
+            fields: rest.split_ascii_whitespace().collect(),
+        })
+    }
+
+    /// Field `number` (3 and up) as text; `None` past the last field (older kernels print
+    /// fewer).
+    pub(crate) fn field(&self, number: usize) -> Option<&'a str> {
+        self.fields.get(number.checked_sub(3)?).copied()
+    }
+
+    /// Field `number` as a number; `None` when absent or not one.
+    pub(crate) fn number<T: std::str::FromStr>(&self, number: usize) -> Option<T> {
+        self.field(number)?.parse().ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use rstest::rstest;
@@ -231,5 +261,20 @@ mod tests {
     #[case("3:cpu:/c\n", None)]
     fn memory_cgroup_lines(#[case] text: &str, #[case] expected: Option<&str>) {
         assert_eq!(memory_cgroup_of(text).as_deref(), expected);
+    }
+
+    #[test]
+    fn proc_stat_fields_are_numbered_past_a_command_name_with_spaces_and_parens() {
+        let text = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 7 3\n";
+        let stat = ProcStat::parse(text).expect("a stat line");
+        assert_eq!(stat.field(3), Some("S"));
+        assert_eq!(stat.number::<u64>(4), Some(1));
+        assert_eq!(stat.number::<i64>(8), Some(-1));
+        assert_eq!(stat.number::<u64>(14), Some(7));
+        assert_eq!(stat.number::<u64>(15), Some(3));
+        assert_eq!(stat.field(16), None, "past the last field");
+        assert_eq!(stat.field(2), None, "the command name is not a field here");
+        assert_eq!(stat.number::<u64>(3), None, "not a number");
+        assert!(ProcStat::parse("no parentheses").is_none());
     }
 }

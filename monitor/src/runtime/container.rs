@@ -174,12 +174,11 @@ mod tests {
     use super::*;
     use crate::runtime::inherited::Limit;
 
-    /// A field of `/proc/<pid>/stat` by its number in proc(5) (1-based; the command, field
-    /// 2, may hold spaces and parentheses, so fields are counted after its last ')').
+    /// A field of `/proc/<pid>/stat` by its number in proc(5).
     fn stat_field(process: &str, field: usize) -> String {
         let stat = std::fs::read_to_string(format!("/proc/{process}/stat")).unwrap();
-        let (_, rest) = stat.rsplit_once(')').unwrap();
-        rest.split_whitespace().nth(field - 3).unwrap().to_string()
+        let stat = crate::observe::parse::ProcStat::parse(&stat).unwrap();
+        stat.field(field).unwrap().to_string()
     }
 
     /// The soft and hard values of one line of `/proc/<pid>/limits`.

@@ -34,16 +34,11 @@ pub(super) fn exit_code(wait_status: i32) -> Option<i32> {
 /// The wait status in `/proc/<pid>/stat` text: `Some` only for a zombie (state `Z`) that
 /// shows field 52 (`exit_code`, Linux 3.5).
 pub(super) fn zombie_wait_status(stat: &str) -> Option<i32> {
-    // The command name (field 2) is in parentheses and may hold anything, ')' included:
-    // the fields after it start past the last ')'.
-    let (_, rest) = stat.rsplit_once(')')?;
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?; // field 3
-    if state != "Z" {
+    let stat = crate::observe::parse::ProcStat::parse(stat)?;
+    if stat.field(3)? != "Z" {
         return None;
     }
-    // Fields 4 .. 52: exit_code is the 49th after the state.
-    fields.nth(48)?.parse().ok()
+    stat.number(52)
 }
 
 /// A process the agent did not spawn, held by a pidfd from while it ran.

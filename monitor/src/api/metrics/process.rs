@@ -19,18 +19,13 @@ pub(super) struct Stat {
 
 /// Reads `/proc/<pid>/stat` text; `None` when it is not that.
 pub(super) fn parse_stat(text: &str) -> Option<Stat> {
-    // The command name (field 2) is in parentheses and may hold anything, spaces and ')'
-    // included: the fields after it start past the last ')'.
-    let (_, rest) = text.rsplit_once(')')?;
-    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    // fields[0] is field 3 (the state).
-    let field = |number: usize| -> Option<u64> { fields.get(number - 3)?.parse().ok() };
+    let stat = crate::observe::parse::ProcStat::parse(text)?;
     Some(Stat {
-        utime_ticks: field(14)?,
-        stime_ticks: field(15)?,
-        start_ticks: field(22)?,
-        vsize_bytes: field(23)?,
-        rss_pages: field(24)?,
+        utime_ticks: stat.number(14)?,
+        stime_ticks: stat.number(15)?,
+        start_ticks: stat.number(22)?,
+        vsize_bytes: stat.number(23)?,
+        rss_pages: stat.number(24)?,
     })
 }
 
