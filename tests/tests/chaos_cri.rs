@@ -1,4 +1,4 @@
-//! Chaos on a real container runtime (a private containerd, tests/src/containerd.rs).
+//! Chaos on a real container runtime (a private containerd, tests/src/containerd/).
 //! The normal suite runs a short version; `MONITOR_CHAOS_CYCLES` sets the cycles (the
 //! two-agent scenario runs at most 10).
 use std::io::Write;

@@ -1,4 +1,4 @@
-//! The private containerd fixture itself (tests/src/containerd.rs): it starts with its
+//! The private containerd fixture itself (tests/src/containerd/): it starts with its
 //! images, imports more, runs containers, leaves nothing behind, and two instances do not
 //! see each other. Run as root, one at a time:
 //! `cargo test -p monitor-tests --test containerd_fixture -- --test-threads=1`.

@@ -1,5 +1,5 @@
 //! The agent on a real container runtime: `monitor run` with `monitor.runtime: cri`
-//! against a private containerd (tests/src/containerd.rs) whose images are built here.
+//! against a private containerd (tests/src/containerd/) whose images are built here.
 //! Pods become sandboxes and containers; eviction, container GC and image GC act on
 //! the runtime's real containers and images. Run as root, one test at a time
 //! (`cargo xtask test`).

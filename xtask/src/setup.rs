@@ -114,7 +114,7 @@ fn apt_install(packages: &[&str]) -> Result<()> {
 
 /// containerd (with ctr and containerd-shim-runc-v2), runc and a statically linked
 /// /bin/busybox: the integration tests run a private containerd with images built from
-/// that busybox (tests/src/containerd.rs). Installing them starts nothing: on a host run
+/// that busybox (tests/src/containerd/). Installing them starts nothing: on a host run
 /// by systemd, Debian's containerd package would enable and start the node's own
 /// containerd.service, so the install runs with a `policy-rc.d` that refuses every start
 /// (Debian's mechanism for image builds), and the unit it enabled is disabled after.

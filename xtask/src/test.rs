@@ -102,7 +102,7 @@ pub fn machine_features() -> Vec<&'static str> {
     if std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
         features.push("ebpf");
     }
-    // The tests' private containerd (tests/src/containerd.rs), installed by `cargo xtask
+    // The tests' private containerd (tests/src/containerd/), installed by `cargo xtask
     // setup`.
     let runs =
         |program: &str| crate::cmd::succeeds(std::process::Command::new(program).arg("--version"));
