@@ -4,7 +4,7 @@
 //! a full-speed pressure race, and hostile input is replayed at it; each place prints a
 //! table of losses (pods lost, double evictions, orphan cgroups, stale memory.high, OOM
 //! kills, panics) and the command fails on any. The logic is the `chaos` test target of
-//! monitor-tests (`tests/src/chaos.rs`), which `cargo xtask test` runs in a short version.
+//! monitor-tests (`tests/src/chaos/`), which `cargo xtask test` runs in a short version.
 //!
 //! `--soak 1h` runs the soak instead, on this host: a pressure race every half minute,
 //! with the agent's RSS and open descriptors printed every minute.
