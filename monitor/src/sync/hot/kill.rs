@@ -192,15 +192,12 @@ pub(super) enum Look {
 impl HotPath {
     /// Kills the victim picked on fresh working sets if a hard level is reached now.
     /// `watched_from_ns`: when the notifier that started a watch told the hot path (for
-    /// the log). `estimate`: a watch's crossing on a page cache figure read shortly
-    /// before; without it, or when the levels have been set again since, the levels are
-    /// read here.
+    /// the log).
     pub(super) fn kill_if_crossed(
         &self,
         source: WakeSource,
         detected_ns: u64,
         watched_from_ns: Option<u64>,
-        estimate: Option<Estimate>,
     ) -> Look {
         let mut armed = self.lock();
         if armed.candidates.is_empty() {
@@ -208,13 +205,7 @@ impl HotPath {
             return Look::Disarmed;
         }
         let locked_ns = monotonic_ns();
-        let estimate = estimate.filter(|e| e.levels_generation == armed.levels_generation);
-        let page_cache_age_us = estimate.map_or(0, |e| e.page_cache_age_us);
-        let crossed = match estimate {
-            Some(estimate) => Ok(estimate.crossing),
-            None => Self::crossed(&armed.levels),
-        };
-        let crossing = match crossed {
+        let crossing = match Self::crossed(&armed.levels) {
             Ok(crossing) => crossing,
             Err(nearest) => {
                 if watched_from_ns.is_some() {
@@ -256,7 +247,6 @@ impl HotPath {
                     killed_ns,
                     level_bytes: crossing.level_working_set,
                     working_set_bytes: crossing.working_set,
-                    page_cache_age_us,
                     victim_working_set_bytes: victim_working_set,
                     signal_available: crossing
                         .threshold
@@ -279,9 +269,6 @@ impl HotPath {
                     // of the cgroup in it).
                     lock_us = locked_ns.saturating_sub(detected_ns) / 1000,
                     confirm_us = confirmed_ns.saturating_sub(locked_ns) / 1000,
-                    // 0: the page cache was read at the kill; else the age of the
-                    // watch's figure.
-                    page_cache_age_us,
                     pick_us = picked_ns.saturating_sub(confirmed_ns) / 1000,
                     candidates_read = pick.input.pods.len(),
                     write_us = killed_ns.saturating_sub(picked_ns) / 1000,

@@ -32,10 +32,6 @@
 //! Only immediate evictions take this path (a hard threshold with a grace period of 0);
 //! soft thresholds, disk and pid signals, and a 1 s hard grace period keep the normal one.
 //!
-//! A watch confirms on the usage read at the moment and the page cache it read at most
-//! [`PAGE_CACHE_REFRESH`] before (a read of memory.stat costs 100-200 µs); when that
-//! figure does not show the crossing, the levels are read again, exactly.
-//!
 //! CPU: a watch (after an early notifier, or a crossing short of its working set) reads
 //! in a loop. All watches draw on one budget of the notifier thread's CPU time
 //! ([`WATCH_BUDGET`], refilled at [`WATCH_REFILL_PER_SEC`]), whatever ends them; an early
@@ -94,22 +90,6 @@ impl Level {
     fn usage_now(&self) -> Option<u64> {
         self.cgroup.usage_bytes("").ok()
     }
-
-    /// The cgroup's inactive page cache now (its memory.stat, the costly read).
-    fn inactive_file_now(&self) -> Option<u64> {
-        let (_, inactive) = self.cgroup.usage_and_inactive_file("").ok()?;
-        Some(inactive.unwrap_or(0))
-    }
-}
-
-/// A crossing a watch found on the usage read now and the page cache it read at most
-/// [`PAGE_CACHE_REFRESH`] before, against the levels of one setting.
-#[derive(Clone, Copy, Debug)]
-struct Estimate {
-    crossing: Crossing,
-    levels_generation: u64,
-    /// How old the page cache figure was, µs.
-    page_cache_age_us: u64,
 }
 
 /// A level found reached, with the working set that reached it.
@@ -152,12 +132,6 @@ pub(crate) const WATCH_POLL: Duration = Duration::from_micros(25);
 /// preemption, 250–700 µs was seen). Never where only one CPU is usable: the spin would
 /// keep the allocating task itself from running.
 pub(crate) const WATCH_SPIN: Duration = Duration::from_millis(10);
-/// How often a watch reads the levels' page cache again while it watches their usage. At
-/// the crossing, the working set is the usage read then less the page cache read at most
-/// this long before, so the kill does not wait on a read of memory.stat (100-200 µs:
-/// the kernel flushes its statistics first). The kubelet's own figures are up to a
-/// housekeeping interval old. A crossing the estimate does not show is read again, exactly.
-pub(crate) const PAGE_CACHE_REFRESH: Duration = Duration::from_millis(1);
 /// After a watch that ran out its window, an early notifier starts no new one for this
 /// long; the notifiers at the levels themselves still tell.
 pub(crate) const WATCH_REST: Duration = Duration::from_millis(100);
@@ -182,13 +156,9 @@ pub(crate) struct HotKill {
     /// CLOCK_MONOTONIC ns when the source told the hot path, and when the kill was written.
     pub(crate) detected_ns: u64,
     pub(crate) killed_ns: u64,
-    /// The crossing: the level's working set, and the working set read at the kill (its
-    /// usage then, less its page cache read then or, in a watch, up to
-    /// [`PAGE_CACHE_REFRESH`] before).
+    /// The crossing: the level's working set, and the working set read at the kill.
     pub(crate) level_bytes: u64,
     pub(crate) working_set_bytes: u64,
-    /// How old that page cache figure was, µs (0: read at the kill).
-    pub(crate) page_cache_age_us: u64,
     /// The victim's working set as read at the kill (usage less its page cache at the
     /// last synchronize).
     pub(crate) victim_working_set_bytes: u64,
@@ -263,9 +233,6 @@ struct Armed {
     /// Per early notifier (its key): when it started its last watches without a kill,
     /// since the levels were last set.
     early_fires: HashMap<u64, Vec<u64>>,
-    /// Counts the settings of `levels`: a watch's estimate holds only for the levels it
-    /// was made against.
-    levels_generation: u64,
 }
 
 /// Shared between the eviction pass (which arms it) and the sources (which fire it).
@@ -351,7 +318,6 @@ impl HotPath {
         let old = {
             let mut armed = self.lock();
             armed.early_fires.clear();
-            armed.levels_generation += 1;
             std::mem::replace(&mut armed.levels, levels)
         };
         drop(old);

@@ -366,56 +366,6 @@ fn an_early_notifier_is_followed_by_a_close_watch_that_kills_at_the_level() {
 }
 
 #[test]
-fn a_watch_kills_on_the_usage_of_the_moment_and_the_page_cache_it_read_just_before() {
-    let f = Fixture::new(1000);
-    f.arm("default/a");
-    f.set_usage(950);
-    f.set_inactive(0);
-    let raise = f.rewrite_later("memory.usage_in_bytes", "1000\n");
-    assert!(f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
-    raise.join().expect("raise");
-    let fired = f.hot.take_fired();
-    assert_eq!(fired.len(), 1);
-    assert_eq!(fired[0].working_set_bytes, 1000);
-    assert!(
-        (1..=PAGE_CACHE_REFRESH.as_micros() as u64 * 20).contains(&fired[0].page_cache_age_us),
-        "the kill used the watch's page cache figure: {} µs old",
-        fired[0].page_cache_age_us
-    );
-    // Told at the level itself, with no watch: the page cache is read at the kill.
-    f.hot.take_fired();
-    f.arm("default/b");
-    f.set_usage(1000);
-    f.hot.hard_crossing(WakeSource::MemcgThreshold);
-    let fired = f.hot.take_fired();
-    assert_eq!(fired.len(), 1);
-    assert_eq!(fired[0].page_cache_age_us, 0);
-}
-
-#[test]
-fn a_watch_whose_page_cache_figure_says_no_reads_it_again_at_the_level() {
-    // Armed with 300 of page cache: the working set level is 700.
-    let f = Fixture::with_page_cache_at_arming();
-    f.set_usage(950);
-    f.set_inactive(400);
-    // The usage reaches the level while the page cache shrinks to 200: the working set
-    // (800) is past 700, which the figure read at the watch's start (400) does not show.
-    let shrink = f.rewrite_later("memory.stat", "cache 1\ntotal_inactive_file 200\n");
-    let raise = f.rewrite_later("memory.usage_in_bytes", "1000\n");
-    f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1);
-    shrink.join().expect("shrink");
-    raise.join().expect("raise");
-    let deadline = std::time::Instant::now() + WATCH_WINDOW * 2;
-    let mut fired = Vec::new();
-    while fired.is_empty() && std::time::Instant::now() < deadline {
-        fired = f.hot.take_fired();
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert_eq!(fired.len(), 1, "killed once the working set got there");
-    assert_eq!(fired[0].working_set_bytes, 800);
-}
-
-#[test]
 fn a_watch_that_sees_no_crossing_ends_by_its_window_or_its_budget() {
     let f = Fixture::new(1000);
     f.arm("default/a");

@@ -106,7 +106,7 @@ impl CrossingHook for HotPath {
     /// notifier will not fire again for it.
     fn hard_crossing(&self, source: WakeSource) {
         let told_ns = monotonic_ns();
-        if self.kill_if_crossed(source, told_ns, None, None) == Look::NotReached {
+        if self.kill_if_crossed(source, told_ns, None) == Look::NotReached {
             self.watch_from(source, 0, told_ns);
         }
     }
@@ -142,17 +142,6 @@ impl CrossingHook for HotPath {
     }
 }
 
-/// What one watch looks at.
-#[derive(Clone, Copy)]
-pub(super) struct Watch<'a> {
-    source: WakeSource,
-    margin: u64,
-    told_ns: u64,
-    levels: &'a [Level],
-    /// The setting of the levels they were taken from.
-    generation: u64,
-}
-
 impl HotPath {
     /// Reads every level's usage, back to back for [`WATCH_SPIN`] (where more than
     /// one CPU is usable) and then every [`WATCH_POLL`], for up to
@@ -160,12 +149,12 @@ impl HotPath {
     /// set is checked and the victim killed once it is there too. Stops when usage is
     /// `margin` or more below every level. Whether it killed.
     pub(super) fn watch(&self, source: WakeSource, margin: u64, told_ns: u64) -> bool {
-        let (levels, generation) = {
+        let levels = {
             let armed = self.lock();
             if armed.candidates.is_empty() {
                 return false;
             }
-            (armed.levels.clone(), armed.levels_generation)
+            armed.levels.clone()
         };
         let allowance = {
             let mut budget = self.budget.lock().unwrap_or_else(|p| p.into_inner());
@@ -176,14 +165,7 @@ impl HotPath {
             return false;
         }
         let cpu_start = thread_cpu_ns();
-        let watch = Watch {
-            source,
-            margin,
-            told_ns,
-            levels: &levels,
-            generation,
-        };
-        let killed = self.watch_levels(&watch, cpu_start, allowance);
+        let killed = self.watch_levels(source, margin, told_ns, &levels, cpu_start, allowance);
         let used = thread_cpu_ns().saturating_sub(cpu_start);
         self.watch_cpu_ns
             .fetch_add(used, std::sync::atomic::Ordering::Relaxed);
@@ -193,14 +175,15 @@ impl HotPath {
         killed
     }
 
-    fn watch_levels(&self, watch: &Watch, cpu_start: u64, allowance: u64) -> bool {
-        let Watch {
-            source,
-            margin,
-            told_ns,
-            levels,
-            generation,
-        } = *watch;
+    fn watch_levels(
+        &self,
+        source: WakeSource,
+        margin: u64,
+        told_ns: u64,
+        levels: &[Level],
+        cpu_start: u64,
+        allowance: u64,
+    ) -> bool {
         let started = std::time::Instant::now();
         let spin_until = started
             + if self.spin {
@@ -210,43 +193,19 @@ impl HotPath {
             };
         let until = started + WATCH_WINDOW;
         let mut looks = 0u32;
-        // Each level's page cache, and when it was read (see PAGE_CACHE_REFRESH).
-        let mut page_cache: Vec<Option<u64>> = vec![None; levels.len()];
-        let mut page_cache_at: Option<std::time::Instant> = None;
         loop {
-            if page_cache_at.is_none_or(|at| at.elapsed() >= PAGE_CACHE_REFRESH) {
-                page_cache = levels.iter().map(Level::inactive_file_now).collect();
-                page_cache_at = Some(std::time::Instant::now());
-            }
             let (mut reached, mut all_below) = (false, true);
-            let mut estimate = None;
-            for (level, inactive) in levels.iter().zip(&page_cache) {
+            for level in levels {
                 let Some(usage) = level.usage_now() else {
                     continue;
                 };
                 reached |= usage >= level.usage;
                 all_below &= usage < level.usage.saturating_sub(margin);
-                if let Some(inactive) = inactive
-                    && estimate.is_none()
-                    && usage.saturating_sub(*inactive) >= level.working_set
-                {
-                    estimate = Some(Estimate {
-                        crossing: Crossing {
-                            threshold: level.threshold,
-                            level_working_set: level.working_set,
-                            working_set: usage.saturating_sub(*inactive),
-                        },
-                        levels_generation: generation,
-                        page_cache_age_us: page_cache_at
-                            .map_or(0, |at| at.elapsed().as_micros() as u64)
-                            .max(1),
-                    });
-                }
             }
             // After the reads: the moment the crossing was seen.
             let now_ns = monotonic_ns();
             if reached {
-                match self.kill_if_crossed(source, now_ns, Some(told_ns), estimate) {
+                match self.kill_if_crossed(source, now_ns, Some(told_ns)) {
                     Look::Killed => return true,
                     Look::Disarmed => return false,
                     Look::NotReached => {}
