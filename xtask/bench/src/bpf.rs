@@ -9,50 +9,34 @@ use serde::{Deserialize, Serialize};
 
 const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
-/// Turns the statistics on for the benchmark and restores the old value when dropped.
-pub(crate) struct StatsEnabled {
+/// The statistics set to a value while it lives; the old value is put back when dropped.
+pub(crate) struct StatsSetting {
     previous: Option<String>,
 }
 
-impl StatsEnabled {
-    pub(crate) fn enable() -> Result<StatsEnabled> {
+impl StatsSetting {
+    fn set(value: &str) -> Result<StatsSetting> {
         let previous =
             std::fs::read_to_string(SYSCTL).with_context(|| format!("reading {SYSCTL}"))?;
-        std::fs::write(SYSCTL, "1").with_context(|| format!("writing 1 to {SYSCTL}"))?;
-        Ok(StatsEnabled {
+        std::fs::write(SYSCTL, value).with_context(|| format!("writing {value} to {SYSCTL}"))?;
+        Ok(StatsSetting {
             previous: Some(previous.trim().to_string()),
         })
     }
-}
 
-impl Drop for StatsEnabled {
-    fn drop(&mut self) {
-        if let Some(previous) = self.previous.take() {
-            let _ = std::fs::write(SYSCTL, previous);
-        }
+    /// On, for the benchmark's per-program figures.
+    pub(crate) fn enable() -> Result<StatsSetting> {
+        StatsSetting::set("1")
+    }
+
+    /// Off where it can be (they cost every program run two clock reads, which a
+    /// measurement of the programs' cost to the pods must not count).
+    pub(crate) fn pause() -> StatsSetting {
+        StatsSetting::set("0").unwrap_or(StatsSetting { previous: None })
     }
 }
 
-/// Turns the statistics off while it lives (they cost every program run two clock reads,
-/// which a measurement of the programs' cost to the pods must not count), then restores
-/// the old value.
-pub(crate) struct StatsPaused {
-    previous: Option<String>,
-}
-
-impl StatsPaused {
-    pub(crate) fn pause() -> StatsPaused {
-        let previous = std::fs::read_to_string(SYSCTL)
-            .ok()
-            .map(|v| v.trim().to_string());
-        if previous.is_some() {
-            let _ = std::fs::write(SYSCTL, "0");
-        }
-        StatsPaused { previous }
-    }
-}
-
-impl Drop for StatsPaused {
+impl Drop for StatsSetting {
     fn drop(&mut self) {
         if let Some(previous) = self.previous.take() {
             let _ = std::fs::write(SYSCTL, previous);

@@ -58,7 +58,7 @@ pub(crate) fn run(bin: &Path, size: Size) -> Result<Vec<DetectorCost>> {
 /// Runs the helper from `bin`; its output.
 pub(crate) fn output(bin: &Path, size: Size) -> Result<String> {
     let helper = bin.join("detector-cost");
-    let _paused = crate::bpf::StatsPaused::pause();
+    let _paused = crate::bpf::StatsSetting::pause();
     let output = Command::new(&helper)
         .arg(bin.join("hog"))
         .arg(size.rounds.to_string())

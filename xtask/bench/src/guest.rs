@@ -43,7 +43,7 @@ fn loader(bin: &Path) -> Option<PathBuf> {
 pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
     let bin = PathBuf::from("/bin");
     // Statistics are for the host's table; the guest goes on without them.
-    let _stats = bpf::StatsEnabled::enable().ok();
+    let _stats = bpf::StatsSetting::enable().ok();
     let mut setup = race::Setup {
         bin: &bin,
         keep: false,

@@ -174,7 +174,7 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         );
         return Ok(());
     }
-    let _stats = bpf::StatsEnabled::enable()?;
+    let _stats = bpf::StatsSetting::enable()?;
     let (_, _, v1) = util::cgroup_mounts();
     let setup = race::Setup {
         bin: &bin,

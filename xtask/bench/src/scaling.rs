@@ -220,12 +220,19 @@ pub(crate) fn run(
         .filter_map(|s| s.duration_ns)
         .map(|d| d as f64 / 1e6)
         .collect();
-    let mut run = summarize(pods, running, headroom_mib, trials, out, &syncs);
-    run.sources = mode.name.into();
-    Ok(run)
+    Ok(summarize(
+        mode.name,
+        pods,
+        running,
+        headroom_mib,
+        trials,
+        out,
+        &syncs,
+    ))
 }
 
 fn summarize(
+    sources: &str,
     pods: usize,
     running: usize,
     headroom_mib: u64,
@@ -239,7 +246,7 @@ fn summarize(
         [|t| t.crossing_to_told_us, |t| t.told_to_signal_us];
     let crossing_to_signal = Spread::of(&values(|t| t.crossing_to_signal_us));
     ScaleRun {
-        sources: all_sources(),
+        sources: sources.to_string(),
         pods,
         running,
         headroom_mib,
@@ -481,7 +488,7 @@ mod tests {
             // Killed by the agent, but the crossing got no kernel stamp: avoided all the same.
             trial(5, None, 0),
         ];
-        let run = summarize(110, 111, 50, 5, trials, &[1.0, 3.0]);
+        let run = summarize("all", 110, 111, 50, 5, trials, &[1.0, 3.0]);
         assert_eq!(run.avoided, 3);
         assert_eq!(run.crossing_to_signal_us.count, 3);
         assert_eq!(run.crossing_to_signal_us.p50_ms, Some(200.0));
