@@ -143,14 +143,7 @@ pub(crate) fn detector_specs(
     memory_root: &Path,
     pods_cgroup: Option<&str>,
 ) -> Vec<ThresholdSpec> {
-    let pods = pods_cgroup
-        .zip(observation.allocatable.as_ref())
-        .map(|(cgroup, pods)| {
-            (
-                memory_root.join(cgroup.trim_start_matches('/')),
-                pods.stats.usage_bytes,
-            )
-        });
+    let pods = pods_usage(observation, memory_root, pods_cgroup);
     let node_usage = observation.memory.usage_bytes;
     let mut out: Vec<ThresholdSpec> = Vec::new();
     for spec in specs {
@@ -178,6 +171,22 @@ pub(crate) fn detector_specs(
         }
     }
     out
+}
+
+/// The pods cgroup's directory and its usage in `observation`, when there is one.
+pub(crate) fn pods_usage(
+    observation: &NodeObservation,
+    memory_root: &Path,
+    pods_cgroup: Option<&str>,
+) -> Option<(PathBuf, u64)> {
+    pods_cgroup
+        .zip(observation.allocatable.as_ref())
+        .map(|(cgroup, pods)| {
+            (
+                memory_root.join(cgroup.trim_start_matches('/')),
+                pods.stats.usage_bytes,
+            )
+        })
 }
 
 /// A zero level would fire on every charge.

@@ -261,15 +261,6 @@ pub(crate) fn hysteresis(level_bytes: u64) -> u64 {
     (64 * 4096u64).max(level_bytes / 128)
 }
 
-/// A memory cgroup's charged memory as the detector reads it (its page counter):
-/// memory.current on v2, memory.usage_in_bytes on v1.
-fn page_counter_usage(dir: &Path) -> Option<u64> {
-    ["memory.current", "memory.usage_in_bytes"]
-        .iter()
-        .find_map(|file| std::fs::read_to_string(dir.join(file)).ok())
-        .and_then(|text| text.trim().parse().ok())
-}
-
 /// The inode number of a cgroup directory: the id the kernel gives the cgroup.
 pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
     Ok(std::fs::metadata(dir)?.ino())
@@ -315,11 +306,21 @@ impl Detector {
 
     /// Arms `specs`, replacing every level armed before: called after every synchronize,
     /// so a fired level arms again (or waits below, when the synchronize found it passed).
-    /// Early levels (see [`Detector::set_early_margin`]) are armed from the cgroup's
-    /// usage now, one read per cgroup.
+    /// Early levels (see [`Detector::set_early_margin`]) all arm: see
+    /// [`Detector::arm_seen`] to have those usage is already past wait below.
     pub fn arm(&self, specs: &[ThresholdSpec]) {
-        let (by_cgroup, left_out) =
-            levels_by_cgroup(specs, self.early_margin(), page_counter_usage);
+        self.arm_seen(specs, |_| None);
+    }
+
+    /// [`Detector::arm`], with each cgroup's usage as the synchronize observed it
+    /// (`usage_of`; `None` where it did not): an early level that usage is already past
+    /// waits below it.
+    pub(crate) fn arm_seen(
+        &self,
+        specs: &[ThresholdSpec],
+        usage_of: impl Fn(&Path) -> Option<u64>,
+    ) {
+        let (by_cgroup, left_out) = levels_by_cgroup(specs, self.early_margin(), usage_of);
         if left_out > 0 {
             tracing::warn!(
                 "crossing detector: {left_out} level(s) left out, at most {LEVELS_PER_CGROUP} per cgroup"

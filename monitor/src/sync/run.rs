@@ -19,7 +19,9 @@ use super::eviction::{EvictionPass, EvictionSync, summarize};
 use super::hot::HotPath;
 use crate::clock::monotonic_ns;
 use crate::events::EventReason;
-use crate::notify::arming::{MemoryThresholds, detector_specs, notifier_specs, threshold_specs};
+use crate::notify::arming::{
+    MemoryThresholds, detector_specs, notifier_specs, pods_usage, threshold_specs,
+};
 use crate::notify::detector::Detector;
 use crate::notify::memcg::ThresholdSpec;
 use crate::notify::{Wake, WakeDetail, WakeSource};
@@ -68,7 +70,13 @@ impl Arming {
         );
         let detector_levels = self.detector.as_ref().map(|detector| {
             let specs = detector_specs(&thresholds, observation, &self.memory_root, pods_cgroup);
-            detector.arm(&specs);
+            // Its levels all sit on the pods cgroup, whose usage was just observed.
+            let pods = pods_usage(observation, &self.memory_root, pods_cgroup);
+            detector.arm_seen(&specs, |dir| {
+                pods.as_ref()
+                    .filter(|(pods_dir, _)| pods_dir == dir)
+                    .map(|(_, usage)| *usage)
+            });
             specs
         });
         let specs = notifier_specs(
