@@ -63,7 +63,13 @@ impl Agent {
         let (wakes, wake_rx) = notify::wake_channel();
         let (reports, _) = broadcast::channel(REPORT_BUFFER);
         // The hot kill path: the memory notifiers tell it of hard crossings first.
-        let hot = settings.hot_kill.then(|| Arc::new(HotPath::new()));
+        let hot = settings.hot_kill.then(|| {
+            Arc::new(if settings.shadow {
+                HotPath::shadow()
+            } else {
+                HotPath::new()
+            })
+        });
         if let Some(hot) = &hot {
             match hot.start_watcher(wakes.clone()) {
                 Ok(scheduling) => {
@@ -138,7 +144,13 @@ impl Agent {
         let sync_loop = SyncLoop {
             observer,
             eviction: {
-                let eviction = EvictionSync::new(kubelet, ports, state.clone(), wakes.clone());
+                let mut eviction = EvictionSync::new(kubelet, ports, state.clone(), wakes.clone());
+                if settings.shadow {
+                    tracing::info!(
+                        "shadow mode: every decision is reported (WouldEvict, WouldKill, WouldReclaim) and none carried out"
+                    );
+                    eviction = eviction.shadow();
+                }
                 match &hot {
                     Some(hot) => eviction.with_hot_path(hot.clone()),
                     None => eviction,
@@ -220,6 +232,8 @@ impl Agent {
 const MEMCG_LEFT_TO_DETECTOR: &str = "cgroup v2: the eBPF crossing detector carries the memory thresholds; memory.high is left alone";
 /// The memory threshold source on cgroup v2 with memory.high standing in.
 const MEMCG_HIGH_STANDS_IN: &str = "cgroup v2 without the eBPF crossing detector: memory.high of the pods cgroup stands in for the nearest hard memory threshold (allocatable, or the node's while the rest of the node holds still) and THROTTLES the pods there; re-armed after every synchronize, lifted at stop and at the next start after a crash; crossings wake through memory.events";
+/// The memory threshold source on cgroup v2 beside a kubelet, or in shadow mode.
+const MEMCG_NOT_OURS_V2: &str = "cgroup v2: memory.high cannot stand in for the thresholds, since the pods cgroup is the kubelet's (monitor.podList) or the agent is a shadow; the eBPF crossing detector and the synchronize carry them";
 /// The memory threshold source on cgroup v2 where memory.high cannot stand in.
 const MEMCG_UNSUPPORTED_V2: &str = "cgroup v2 has no usage thresholds; memory.high stands in only with a pods cgroup and the memory.events source";
 /// memory.events on a host whose memory controller is on cgroup v1.
@@ -286,7 +300,9 @@ impl Sources<'_> {
     ) -> (SourceStatus, Option<watch::Sender<Vec<ThresholdSpec>>>) {
         let settings = &self.config.settings;
         let layout = self.layout;
-        if layout.version == CgroupVersion::V2 {
+        // A kubelet's pods cgroup is the kubelet's to write; a shadow agent writes none.
+        let may_write = settings.pod_list.is_none() && !settings.shadow;
+        if layout.version == CgroupVersion::V2 && may_write {
             // A memory.high that a previous run set and could not lift (killed with -9).
             if let Some(cgroup) = &settings.pods_cgroup {
                 notify::memcg::lift_stale_high(&self.reader.dir(cgroup));
@@ -320,6 +336,12 @@ impl Sources<'_> {
         if detector {
             return (
                 SourceStatus::disabled_because(source, MEMCG_LEFT_TO_DETECTOR),
+                None,
+            );
+        }
+        if !may_write {
+            return (
+                SourceStatus::disabled_because(source, MEMCG_NOT_OURS_V2),
                 None,
             );
         }

@@ -107,6 +107,20 @@ pub enum EventReason {
     /// The records of image use could not be read.
     ImageRecordsUnreadable,
 
+    // Pods a kubelet runs (monitor.podList), and the shadow mode.
+    /// The pod list cannot be read or parsed: the previous one stays in use.
+    PodListUnreadable,
+    /// A listed pod with no cgroup under the kubelet's tree: not protected, not ranked.
+    PodCgroupMissing,
+    /// A pod cgroup under the kubelet's tree that no listed pod claims: left alone.
+    UnlistedPodCgroup,
+    /// An eviction a shadow agent would have carried out.
+    WouldEvict,
+    /// A hot kill a shadow agent would have made at a hard memory crossing.
+    WouldKill,
+    /// A node-level reclaim a shadow agent would have run.
+    WouldReclaim,
+
     // The agent itself.
     /// An event source ended; the agent runs on the others.
     SourceFailed,
@@ -156,6 +170,12 @@ impl EventReason {
             EventReason::ImageGC => "ImageGC",
             EventReason::FailedGC => "FailedGC",
             EventReason::ImageRecordsUnreadable => "ImageRecordsUnreadable",
+            EventReason::PodListUnreadable => "PodListUnreadable",
+            EventReason::PodCgroupMissing => "PodCgroupMissing",
+            EventReason::UnlistedPodCgroup => "UnlistedPodCgroup",
+            EventReason::WouldEvict => "WouldEvict",
+            EventReason::WouldKill => "WouldKill",
+            EventReason::WouldReclaim => "WouldReclaim",
             EventReason::SourceFailed => "SourceFailed",
             EventReason::TaskFailed => "TaskFailed",
             EventReason::SynchronizeFailed => "SynchronizeFailed",
@@ -178,8 +198,14 @@ impl EventReason {
             | EventReason::Contention { present: false, .. }
             | EventReason::Exited { failed: false }
             | EventReason::BackOff { failed: false }
-            | EventReason::ManifestDir { watched: true } => EventType::Normal,
+            | EventReason::ManifestDir { watched: true }
+            | EventReason::WouldReclaim => EventType::Normal,
             EventReason::Evicted
+            | EventReason::WouldEvict
+            | EventReason::WouldKill
+            | EventReason::PodListUnreadable
+            | EventReason::PodCgroupMissing
+            | EventReason::UnlistedPodCgroup
             | EventReason::Preempted
             | EventReason::EvictionFailed
             | EventReason::EvictionIneffective

@@ -133,6 +133,11 @@ struct RunArgs {
     /// Log filter (tracing EnvFilter syntax), overridden by RUST_LOG.
     #[arg(long, default_value = "info")]
     log: String,
+    /// Decide as usual and act never: each eviction, hot kill or reclaim is reported
+    /// (WouldEvict, WouldKill, WouldReclaim) instead (as `monitor.shadow: true`; needs
+    /// `runPods: false`).
+    #[arg(long)]
+    shadow: bool,
     /// Kubelet flags applied over the file, e.g. `--eviction-hard=memory.available<500Mi`.
     #[arg(
         trailing_var_arg = true,
@@ -484,11 +489,18 @@ fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
         Some(path) => tracing::info!("configuration: {}", path.display()),
         None => tracing::info!("configuration: the embedded default"),
     }
-    let config = monitor::config::load_agent_config(
+    let mut config = monitor::config::load_agent_config(
         path.as_deref(),
         args.config_dir.as_deref(),
         &args.kubelet_flags,
     )?;
+    if args.shadow {
+        anyhow::ensure!(
+            !config.agent.settings.run_pods,
+            "--shadow needs runPods: false in the monitor: block (a shadow agent runs no pods of its own; monitor.podList lists a kubelet's)"
+        );
+        config.agent.settings.shadow = true;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

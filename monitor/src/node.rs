@@ -219,9 +219,39 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
     } else {
         None
     };
-    let ports = match &runtime {
-        Some(runtime) => Ports::of(std::sync::Arc::new(runtime.clone())),
-        None => Ports::none(),
+    // Without pods of its own, the agent may protect the pods a kubelet runs here.
+    let kubelet_pods = match (&runtime, &settings.pod_list) {
+        (None, Some(list)) => {
+            let naming = crate::runtime::kubelet_pods::naming::KubeletTree::new(
+                loaded.kubelet.cgroup_driver,
+                &loaded.kubelet.cgroup_root,
+            );
+            let pods = crate::runtime::kubelet_pods::KubeletPods::new(
+                &list.file,
+                naming,
+                &layout,
+                state.clone(),
+            )
+            .context("monitor.podList")?;
+            if loaded.agent.settings.pods_cgroup.is_none() {
+                loaded.agent.settings.pods_cgroup = Some(pods.pods_cgroup());
+            }
+            tracing::info!(
+                file = %list.file.display(),
+                pods = pods.listed(),
+                driver = loaded.kubelet.cgroup_driver.as_str(),
+                pods_cgroup = %pods.pods_cgroup(),
+                shadow = settings.shadow,
+                "protecting the pods a kubelet runs, as listed in the pod list"
+            );
+            Some(pods)
+        }
+        _ => None,
+    };
+    let ports = match (&runtime, kubelet_pods) {
+        (Some(runtime), _) => Ports::of(std::sync::Arc::new(runtime.clone())),
+        (None, Some(pods)) => Ports::of(std::sync::Arc::new(pods)),
+        (None, None) => Ports::none(),
     };
     let agent = Agent::start(
         loaded.agent.clone(),

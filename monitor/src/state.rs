@@ -140,6 +140,8 @@ pub struct Metrics {
     pub evictions: BTreeMap<String, u64>,
     /// Eviction attempts by how they ended ([`crate::runtime::port::EvictionOutcome::name`]).
     pub(crate) eviction_outcomes: BTreeMap<String, u64>,
+    /// Shadow mode: the actions decided and not carried out, by (action, eviction_signal).
+    pub(crate) shadow_actions: BTreeMap<(String, String), u64>,
     /// Evictions that freed far less of their signal than the victim held (its page cache
     /// stayed charged, tmpfs, shared pages), by eviction_signal: each one paces the
     /// signal's next evictions to one per housekeeping interval.
@@ -282,6 +284,7 @@ impl Default for Metrics {
         Metrics {
             evictions: BTreeMap::new(),
             eviction_outcomes: BTreeMap::new(),
+            shadow_actions: BTreeMap::new(),
             ineffective_evictions: BTreeMap::new(),
             runtime_unresponsive_calls: BTreeMap::new(),
             hot_watch_cpu_seconds: 0.0,
@@ -325,6 +328,15 @@ impl Metrics {
         *self
             .evictions
             .entry(eviction_signal(decision).to_string())
+            .or_default() += 1;
+    }
+
+    /// Counts one action a shadow agent decided and did not carry out: `action` is
+    /// `evict`, `kill` (the hot path) or `reclaim`.
+    pub(crate) fn count_shadow_action(&mut self, action: &str, eviction_signal: &str) {
+        *self
+            .shadow_actions
+            .entry((action.to_string(), eviction_signal.to_string()))
             .or_default() += 1;
     }
 

@@ -14,6 +14,7 @@ use monitor::observe::{CgroupLayout, CgroupVersion};
 
 pub mod chaos;
 pub mod containerd;
+pub mod kubelet_laid;
 pub mod node;
 pub mod oci;
 pub mod registry;
@@ -202,13 +203,49 @@ pub fn memcg_oom_kills(dir: &Path, version: CgroupVersion) -> u64 {
         .unwrap_or(0)
 }
 
-/// The OOM kill counter of an agent's pods root (`<cgroupRoot>/kubepods`).
-pub fn pods_oom_kills(cgroup_root: &str) -> u64 {
-    let layout = monitor::observe::CgroupLayout::detect().expect("cgroup layout");
-    memcg_oom_kills(
-        &layout.memory_root.join(cgroup_root).join("kubepods"),
-        layout.version,
-    )
+/// OOM kills on the whole node since boot (`oom_kill` of /proc/vmstat).
+pub fn node_oom_kills() -> u64 {
+    let text = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Counts the kernel's OOM kills among pods from the moment it is made.
+///
+/// cgroup v2 counts a kill in the victim's cgroup and every ancestor (memory.events), so
+/// the pods cgroup's counter holds them all. cgroup v1 counts it only in the victim's
+/// own cgroup, which goes with its pod: there the node's count since the start stands in
+/// (the integration tests run one at a time; a kill elsewhere on the node fails a test,
+/// never hides one).
+#[derive(Clone, Debug)]
+pub struct OomCounter {
+    /// The pods cgroup's directory in the memory hierarchy.
+    pods_dir: PathBuf,
+    version: CgroupVersion,
+    /// v1: the node's count when made.
+    node_at_start: u64,
+}
+
+impl OomCounter {
+    /// For the pods cgroup `pods_relative` (relative to the memory hierarchy's root).
+    pub fn new(pods_relative: &str) -> OomCounter {
+        let layout = monitor::observe::CgroupLayout::detect().expect("cgroup layout");
+        OomCounter {
+            pods_dir: layout.memory_root.join(pods_relative),
+            version: layout.version,
+            node_at_start: node_oom_kills(),
+        }
+    }
+
+    /// OOM kills among the pods so far (v1: on the node since this counter was made).
+    pub fn kills(&self) -> u64 {
+        match self.version {
+            CgroupVersion::V2 => memcg_oom_kills(&self.pods_dir, self.version),
+            CgroupVersion::V1 => node_oom_kills().saturating_sub(self.node_at_start),
+        }
+    }
 }
 
 /// Stops an agent the test started: SIGTERM (pods keep running, as with the kubelet),

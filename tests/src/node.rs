@@ -29,6 +29,7 @@ pub struct Node {
     pub json_logs: bool,
     /// The agent's RUST_LOG (`info` when `None`).
     pub log_filter: Option<String>,
+    oom: crate::OomCounter,
     // Dropped last: kills whatever the agent left running in our cgroups, removes them.
     _trees: TestTrees,
 }
@@ -86,6 +87,7 @@ impl Node {
         std::fs::write(dir.path().join("config.yaml"), config).unwrap();
         Node {
             dir,
+            oom: crate::OomCounter::new(&format!("{cgroup_root}/kubepods")),
             cgroup_root,
             agent: None,
             runs: 0,
@@ -222,8 +224,10 @@ impl Node {
     }
 
     /// The pods root's OOM kill counter (hierarchical: any pod's OOM kill counts).
+    /// The kernel's OOM kills among the pods since this node was made (see
+    /// [`crate::OomCounter`]).
     pub fn pods_oom_kills(&self) -> u64 {
-        crate::pods_oom_kills(&self.cgroup_root)
+        self.oom.kills()
     }
 
     /// The node's cgroup root in the memory hierarchy.

@@ -26,6 +26,7 @@ struct Node {
     cgroup_root: String,
     agent: Option<Child>,
     runs: u32,
+    oom: monitor_tests::OomCounter,
     // Dropped in this order: the agent is stopped (above, in Drop), containerd removes
     // its containers and images, then the test's cgroup trees go.
     containerd: Containerd,
@@ -75,6 +76,7 @@ impl Node {
         std::fs::write(dir.path().join("config.yaml"), config).unwrap();
         Node {
             dir,
+            oom: monitor_tests::OomCounter::new(&format!("{cgroup_root}/kubepods")),
             cgroup_root,
             agent: None,
             runs: 0,
@@ -269,9 +271,9 @@ impl Node {
         std::fs::write(&ballast, bytes).unwrap();
     }
 
-    /// The pods root's OOM kill counter (hierarchical: any pod's OOM kill counts).
+    /// The kernel's OOM kills among the pods since the node was made.
     fn pods_oom_kills(&self) -> u64 {
-        monitor_tests::pods_oom_kills(&self.cgroup_root)
+        self.oom.kills()
     }
 }
 

@@ -165,6 +165,7 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
     }
 
     // Pods: a Guaranteed service and a best-effort hog that runs past the bounded node.
+    let oom = monitor_tests::OomCounter::new(&format!("{CGROUP_ROOT}/kubepods"));
     manifest(
         "web.yaml",
         &pod(
@@ -182,7 +183,7 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
     });
     assert_eq!(evicted.reason.as_deref(), Some("Evicted"), "{evicted:?}");
     assert_eq!(
-        monitor_tests::pods_oom_kills(CGROUP_ROOT),
+        oom.kills(),
         0,
         "the kernel OOM killer fired in the pods cgroup\n{}",
         read(&log_path)

@@ -124,6 +124,19 @@ fn render(state: &AgentState, process: &ProcessMetrics) -> String {
         out.sample(&[outcome], count);
     }
 
+    out.family(&SHADOW_ACTIONS_TOTAL);
+    // Every action for every configured signal, 0 until counted.
+    let mut shadow: BTreeMap<(&str, &str), u64> = ["evict", "kill", "reclaim"]
+        .into_iter()
+        .flat_map(|action| configured().map(move |signal| ((action, signal), 0)))
+        .collect();
+    for ((action, signal), count) in &m.shadow_actions {
+        shadow.insert((action.as_str(), signal.as_str()), *count);
+    }
+    for ((action, signal), count) in shadow {
+        out.sample(&[action, signal], count);
+    }
+
     out.family(&RUNTIME_UNRESPONSIVE_CALLS_TOTAL);
     for (call, count) in with_known(
         ["StopContainer", "StopPodSandbox", "RemovePodSandbox"],

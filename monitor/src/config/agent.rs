@@ -195,6 +195,21 @@ pub struct AgentSettings {
     /// How often the image garbage collector runs on a CRI runtime (the kubelet: 5m).
     #[serde(deserialize_with = "go_duration", serialize_with = "go_duration_text")]
     pub image_gc_period: Duration,
+    /// Pods a kubelet runs on this node, which the agent protects instead of pods of its
+    /// own (with `runPods: false`).
+    pub pod_list: Option<PodListSettings>,
+    /// Decide as usual, act never: each eviction, kill or reclaim the agent would have
+    /// carried out is reported (event, metric, log) instead (with `runPods: false`).
+    pub shadow: bool,
+}
+
+/// `monitor.podList`: where the pods a kubelet runs are listed.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodListSettings {
+    /// A PodList as `kubectl get pods -o json` (or the kubelet's `/pods`) writes it; read
+    /// again whenever it changes.
+    pub file: PathBuf,
 }
 
 /// What runs the pods (`monitor.runtime`).
@@ -228,6 +243,8 @@ impl Default for AgentSettings {
             hot_kill: true,
             runtime: RuntimeKind::Process,
             image_gc_period: Duration::from_secs(300),
+            pod_list: None,
+            shadow: false,
         }
     }
 }
@@ -303,6 +320,14 @@ impl AgentSettings {
                 key: "sources.crossingDetector",
                 value: unknown.clone(),
                 reason: "must list fexit/try_charge_memcg and/or tp_btf/mod_memcg_lruvec_state",
+            });
+        }
+        if self.run_pods && (self.pod_list.is_some() || self.shadow) {
+            return Err(SettingsError::Invalid {
+                origin: origin.to_string(),
+                key: if self.shadow { "shadow" } else { "podList" },
+                value: "true".to_string(),
+                reason: "needs runPods: false (the pods are a kubelet's, listed by monitor.podList, not the agent's own)",
             });
         }
         if self.image_gc_period < Duration::from_secs(1) {

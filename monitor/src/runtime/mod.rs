@@ -26,6 +26,7 @@ pub(crate) mod container;
 pub mod cri;
 mod exit_status;
 pub mod inherited;
+pub(crate) mod kubelet_pods;
 mod lifecycle;
 pub(crate) mod logs;
 pub(crate) mod manifests;

@@ -450,6 +450,7 @@ fn memory_race(monitor: &Path, keep: bool) -> Result<()> {
     node.start(monitor)?;
     let service = node.wait_running("service")?;
     let (pods_dir, v1) = node.pods_memory_dir()?;
+    let oom = monitor_tests::OomCounter::new(&format!("{}/kubepods", node.cgroup_root));
     let stop = Arc::new(AtomicBool::new(false));
     let dir = pods_dir.clone();
     let samples = sampler(stop.clone(), move || working_set(&dir, v1));
@@ -483,14 +484,7 @@ fn memory_race(monitor: &Path, keep: bool) -> Result<()> {
     })?;
     let removed_at = monotonic_ns();
     let log = node.log();
-    let oom_kills = monitor_tests::memcg_oom_kills(
-        &pods_dir,
-        if v1 {
-            monitor::observe::CgroupVersion::V1
-        } else {
-            monitor::observe::CgroupVersion::V2
-        },
-    );
+    let oom_kills = oom.kills();
 
     let threshold = (1024 - THRESHOLD_MIB) * MIB;
     let sampled = samples

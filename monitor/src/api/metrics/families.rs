@@ -43,6 +43,7 @@ pub(super) const FAMILIES: &[Family] = &[
     BUILD_INFO,
     EVICTIONS_TOTAL,
     EVICTION_OUTCOMES_TOTAL,
+    SHADOW_ACTIONS_TOTAL,
     RUNTIME_UNRESPONSIVE_CALLS_TOTAL,
     INEFFECTIVE_EVICTIONS_TOTAL,
     HOT_WATCH_CPU_SECONDS_TOTAL,
@@ -98,6 +99,13 @@ pub(super) const EVICTION_OUTCOMES_TOTAL: Family = Family {
     kind: FamilyType::Counter,
     help: "Evictions ended, by outcome: evicted, already_gone, timed_out or kill_failed (after retries).",
     labels: &["outcome"],
+};
+
+pub(super) const SHADOW_ACTIONS_TOTAL: Family = Family {
+    name: "monitor_shadow_actions_total",
+    kind: FamilyType::Counter,
+    help: "Shadow mode (monitor.shadow): actions decided and not carried out, by action (evict: an eviction of the synchronize; kill: a hot kill at a hard memory crossing; reclaim: node-level reclaim) and eviction_signal. Each is also a WouldEvict, WouldKill or WouldReclaim event.",
+    labels: &["action", "eviction_signal"],
 };
 
 pub(super) const RUNTIME_UNRESPONSIVE_CALLS_TOTAL: Family = Family {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_yaml_ng::Value;
 
 use super::{
-    API_VERSION, ConfigError, ConfigWarning, KIND, KubeletConfig, RawMap, Scalars,
+    API_VERSION, CgroupDriver, ConfigError, ConfigWarning, KIND, KubeletConfig, RawMap, Scalars,
     format_go_duration, memory_qos, parse_go_duration, parse_qos_reserved, parse_reservation,
     validate_enforce_node_allocatable,
 };
@@ -141,7 +141,7 @@ fn meaning_here(key: &str, value: &Value) -> Option<String> {
     let flag = value.as_bool();
     let message = match key {
         "cgroupDriver" if text != Some("cgroupfs") => {
-            "not followed: the agent names its pods' cgroups as the cgroupfs driver does (<cgroupRoot>/kubepods/<qos>/pod<uid>) whatever the driver"
+            "followed only to find the pods of monitor.podList: the agent names its own pods' cgroups as the cgroupfs driver does (<cgroupRoot>/kubepods/<qos>/pod<uid>) whatever the driver"
         }
         "cgroupsPerQOS" if flag == Some(false) => {
             "not followed: the agent always puts pods under their QoS class's cgroup (kubepods/burstable, kubepods/besteffort)"
@@ -198,6 +198,15 @@ pub(super) fn parse_document(
                 .contention_thresholds
                 .set(condition, field.fraction(k, &value)?);
             continue;
+        }
+        if k == "cgroupDriver" {
+            config.cgroup_driver = match field.string(k, &value)?.as_str() {
+                "cgroupfs" => CgroupDriver::Cgroupfs,
+                "systemd" => CgroupDriver::Systemd,
+                other => {
+                    return Err(field.invalid(k, other, "must be cgroupfs or systemd"));
+                }
+            };
         }
         if let Some(message) = meaning_here(k, &value) {
             warnings.push(ConfigWarning {

@@ -89,6 +89,10 @@ pub struct KubeletConfig {
     pub(crate) container_runtime_endpoint: Option<String>,
     /// Root of the pod cgroup hierarchy (default "/").
     pub(crate) cgroup_root: String,
+    /// How the kubelet names its pods' cgroups (`cgroupDriver`): followed to find the
+    /// pods of a pod list (`monitor.podList`); the agent's own pods are always named as
+    /// the cgroupfs driver does.
+    pub(crate) cgroup_driver: CgroupDriver,
     /// Where node allocatable is enforced (default ["pods"]).
     pub(crate) enforce_node_allocatable: Vec<String>,
     pub(crate) max_pods: i64,
@@ -112,6 +116,25 @@ pub struct KubeletConfig {
     /// The eviction settings as written, kept so flags can override them and the
     /// thresholds be rebuilt and validated after flags are applied.
     source: EvictionSource,
+}
+
+/// The kubelet's `cgroupDriver`: how a pod's cgroup is named under `cgroupRoot`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CgroupDriver {
+    /// `kubepods/burstable/pod<uid>`.
+    #[default]
+    Cgroupfs,
+    /// `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid, '-' as '_'>.slice`.
+    Systemd,
+}
+
+impl CgroupDriver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupDriver::Cgroupfs => "cgroupfs",
+            CgroupDriver::Systemd => "systemd",
+        }
+    }
 }
 
 /// The kubelet feature gates the agent follows, with the kubelet's default (1.36 and later)
@@ -336,6 +359,7 @@ pub fn default_kubelet_config() -> KubeletConfig {
         static_pod_path: None,
         container_runtime_endpoint: None,
         cgroup_root: "/".to_string(),
+        cgroup_driver: CgroupDriver::Cgroupfs,
         enforce_node_allocatable: vec![ENFORCE_PODS.to_string()],
         max_pods: 110,
         pod_pids_limit: None,

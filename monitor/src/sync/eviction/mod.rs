@@ -85,6 +85,10 @@ pub(crate) struct EvictionSync {
     contention: Option<crate::policy::contention::ContentionConditions>,
     finished_tx: mpsc::UnboundedSender<FinishedEviction>,
     finished_rx: mpsc::UnboundedReceiver<FinishedEviction>,
+    /// Shadow mode: decisions are reported, never carried out. Holds, per pod, when its
+    /// last would-be eviction was reported (one report per housekeeping interval while
+    /// the pressure lasts, as the kubelet's loop would have decided again).
+    shadow: Option<std::collections::HashMap<String, Time>>,
 }
 
 impl EvictionSync {
@@ -113,7 +117,15 @@ impl EvictionSync {
             unavailable: std::collections::BTreeSet::new(),
             finished_tx,
             finished_rx,
+            shadow: None,
         }
+    }
+
+    /// Shadow mode: every decision is made as usual and reported as the action it would
+    /// have been (event, metric, log); nothing is evicted or reclaimed.
+    pub(crate) fn shadow(mut self) -> Self {
+        self.shadow = Some(Default::default());
+        self
     }
 
     /// Arms `hot` after every pass with the pod a hard memory threshold would evict.
@@ -153,7 +165,7 @@ impl EvictionSync {
             self.state.lock().metrics.hot_watch_cpu_seconds = hot.watch_cpu().as_secs_f64();
         }
         for kill in &hot_kills {
-            self.book_hot_kill(kill, wakes);
+            self.book_hot_kill(kill, wakes, now);
         }
         // The process runtime keeps no images: with an imagefs path configured, it is a
         // dedicated image filesystem in the kubelet's sense.
@@ -217,6 +229,10 @@ impl EvictionSync {
         let mut started = Vec::new();
         let mut deferred = Vec::new();
         for decision in outcome.evictions.iter().cloned() {
+            if self.shadow.is_some() {
+                self.would_evict(&decision, node, now);
+                continue;
+            }
             if !self.may_start(&decision, now) {
                 deferred.push(decision);
                 continue;
@@ -312,7 +328,11 @@ impl EvictionSync {
     /// metric, and its eviction (record, the judging of its effect, the cleanup awaited),
     /// which from now on runs as any eviction does. A pod already being evicted keeps
     /// that eviction.
-    fn book_hot_kill(&mut self, kill: &HotKill, wakes: &[Wake]) {
+    fn book_hot_kill(&mut self, kill: &HotKill, wakes: &[Wake], now: Time) {
+        if kill.shadow {
+            self.book_would_kill(kill, now);
+            return;
+        }
         self.state.event(
             crate::events::EventReason::HotKill,
             &kill.decision.pod_key,
@@ -424,12 +444,28 @@ impl EvictionSync {
     }
 
     /// Node-level reclaim on a blocking thread: it deletes files, and nothing of the
-    /// runtime stays locked meanwhile.
+    /// runtime stays locked meanwhile. In shadow mode only reported.
     async fn reclaim(
         &self,
         resource: crate::policy::types::Resource,
         signal: Signal,
     ) -> ReclaimResult {
+        if self.shadow.is_some() {
+            self.state.event(
+                crate::events::EventReason::WouldReclaim,
+                "node",
+                format!(
+                    "shadow: would reclaim {} at node level for {} (dead containers, unused images)",
+                    resource.as_str(),
+                    signal.as_str()
+                ),
+            );
+            self.state
+                .lock()
+                .metrics
+                .count_shadow_action("reclaim", signal.as_str());
+            return ReclaimResult::default();
+        }
         let port = self.ports.reclaim.clone();
         match tokio::task::spawn_blocking(move || port.reclaim(resource, signal)).await {
             Ok(freed) => freed,
@@ -581,7 +617,12 @@ pub(crate) fn summarize(pass: &EvictionPass) -> String {
     }
     for kill in &pass.hot_kills {
         parts.push(format!(
-            "hot path killed {} ({} µs after the notifier)",
+            "hot path {} {} ({} µs after the notifier)",
+            if kill.shadow {
+                "would have killed (shadow)"
+            } else {
+                "killed"
+            },
             kill.decision.pod_key,
             kill.killed_ns.saturating_sub(kill.detected_ns) / 1000
         ));
@@ -601,6 +642,7 @@ pub(crate) fn summarize(pass: &EvictionPass) -> String {
 
 mod carry;
 mod pacing;
+mod shadow;
 
 #[cfg(test)]
 pub(crate) use carry::MAX_KILL_ATTEMPTS;

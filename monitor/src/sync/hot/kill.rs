@@ -231,7 +231,12 @@ impl HotPath {
         };
         let (index, victim_working_set) = (pick.index, pick.working_set);
         let picked_ns = monotonic_ns();
-        let fired = armed.candidates[index].switch.fire();
+        // Shadow mode: the same pick, and the same timings up to here; nothing written.
+        let fired = if self.shadow {
+            Ok(())
+        } else {
+            armed.candidates[index].switch.fire()
+        };
         let killed_ns = monotonic_ns();
         let decision = pick.decision();
         match (fired, decision) {
@@ -253,9 +258,25 @@ impl HotPath {
                         .and_then(|t| crossing.observations().get(&t.signal).map(|o| o.available)),
                     candidates_read: pick.input.pods.len(),
                     path: path.clone(),
+                    shadow: self.shadow,
                 });
                 drop(armed);
                 drop(candidates);
+                if self.shadow {
+                    tracing::info!(
+                        pod = %decision.pod_key,
+                        source = %source,
+                        detected_ns,
+                        at_ns = killed_ns,
+                        decision_us = killed_ns.saturating_sub(detected_ns) / 1000,
+                        candidates_read = pick.input.pods.len(),
+                        level_bytes = crossing.level_working_set,
+                        working_set_bytes = crossing.working_set,
+                        victim_working_set_bytes = victim_working_set,
+                        "hot path (shadow): would kill; nothing written"
+                    );
+                    return Look::Killed;
+                }
                 reap(victim, decision.pod_key.clone(), killed_ns);
                 tracing::info!(
                     pod = %decision.pod_key,

@@ -167,8 +167,10 @@ pub(crate) struct HotKill {
     pub(crate) signal_available: Option<i64>,
     /// How many candidates' usage was read to pick the victim.
     pub(crate) candidates_read: usize,
-    /// The file the kill was written to.
+    /// The file the kill was written to (in shadow mode: would have been).
     pub(crate) path: std::path::PathBuf,
+    /// Shadow mode: the kill was decided, not written.
+    pub(crate) shadow: bool,
 }
 
 /// What the eviction pass hands the hot path after a synchronize.
@@ -254,6 +256,8 @@ pub(crate) struct HotPath {
     /// Where the ring reader hands its watches (see [`HotPath::start_watcher`]); `None`:
     /// every source watches on its own thread.
     watcher: Mutex<Option<std::sync::mpsc::Sender<WatchRequest>>>,
+    /// Shadow mode: everything runs, the kill is decided and booked, nothing is written.
+    shadow: bool,
 }
 
 /// A watch the ring reader hands over instead of running it itself.
@@ -278,6 +282,17 @@ impl HotPath {
             spin: more_than_one_cpu(),
             watch_cpu_ns: std::sync::atomic::AtomicU64::new(0),
             watcher: Mutex::new(None),
+            shadow: false,
+        }
+    }
+
+    /// A hot path that decides its kills as usual and writes none (shadow mode): each
+    /// is booked as the kill it would have been, and the path stays disarmed until the
+    /// next synchronize, as after a kill.
+    pub(crate) fn shadow() -> HotPath {
+        HotPath {
+            shadow: true,
+            ..HotPath::new()
         }
     }
 

@@ -1,0 +1,193 @@
+//! The agent beside a kubelet (`runPods: false` with `monitor.podList`): pods it did not
+//! start, in cgroups laid out as the kubelet's cgroupfs driver lays them out, listed in a
+//! PodList file. In shadow mode it reports the kill it would make and touches nothing;
+//! in act mode it kills the hog's cgroup and nothing else. Run as root.
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::time::Duration;
+
+use monitor_tests::kubelet_laid::{KubeletNode, SETTLE};
+use monitor_tests::node::alive;
+use monitor_tests::{Feature, agent_metrics, hog, require, wait_until};
+
+/// Eviction keys: a hard threshold 150 MiB under the pods cgroup's 512 MiB.
+const EVICTION: &str =
+    "evictionHard: {allocatableMemory.available: 150Mi}\nhousekeepingInterval: 1s";
+
+/// The node both tests start from: a Guaranteed sleeper, a BestEffort hog waiting for
+/// `go`, a cgroup no listed pod claims (with a process in it), and a listed pod without
+/// a cgroup. Returns the node, the hog's pid and the bystanders' pids.
+fn laid_node() -> (KubeletNode, u32, Vec<u32>, std::path::PathBuf) {
+    let mut node = KubeletNode::new(512);
+    let go = node.dir.path().join("go");
+    let db = node.pod("db", "Guaranteed", true, true);
+    let batch = node.pod("batch", "BestEffort", true, true);
+    let stray = node.pod("stray", "BestEffort", false, true);
+    node.pod("ghost", "Burstable", true, false);
+    let sleep = || {
+        let mut command = Command::new("sleep");
+        command.arg("600");
+        command
+    };
+    let db_pid = node.run_in(db, sleep());
+    let stray_pid = node.run_in(stray, sleep());
+    let hog_pid = node.run_in(
+        batch,
+        hog(&[
+            "after",
+            &go.display().to_string(),
+            "anon",
+            "700",
+            "8",
+            "20",
+            "60",
+        ]),
+    );
+    node.write_pod_list();
+    (node, hog_pid, vec![db_pid, stray_pid], go)
+}
+
+/// Starts the agent, lets it read the list and arm, then lets the hog grow.
+fn run(
+    node: &KubeletNode,
+    go: &std::path::Path,
+    monitor_keys: &str,
+    args: &[&str],
+) -> monitor_tests::KillOnDrop {
+    let config = node.config(EVICTION, monitor_keys);
+    let agent = node.start_agent(&config, args, "info");
+    wait_until(
+        "the agent reads the pod list",
+        Duration::from_secs(20),
+        || node.log().contains("pod list read"),
+    );
+    std::thread::sleep(SETTLE);
+    std::fs::write(go, "").expect("start file");
+    agent
+}
+
+/// The hog's exit, once it has one.
+fn hog_status(node: &mut KubeletNode, pid: u32) -> Option<std::process::ExitStatus> {
+    node.processes
+        .iter_mut()
+        .find(|p| p.id() == pid)
+        .and_then(|p| p.try_wait().ok().flatten())
+}
+
+/// The listing's reports: the listed pod without a cgroup, the cgroup without a pod.
+fn assert_reports(node: &KubeletNode, log: &str) {
+    assert!(
+        log.lines()
+            .any(|l| l.contains("PodCgroupMissing") && l.contains("shop/ghost")),
+        "the listed pod without a cgroup is reported\n{log}"
+    );
+    let stray = &node.pods[2].uid;
+    assert!(
+        log.lines()
+            .any(|l| l.contains("UnlistedPodCgroup") && l.contains(stray.as_str())),
+        "the cgroup no listed pod claims is reported\n{log}"
+    );
+}
+
+#[test]
+fn a_shadow_agent_reports_the_kill_it_would_make_and_touches_nothing() {
+    if !require(
+        "a_shadow_agent_reports_the_kill_it_would_make",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    let (mut node, hog_pid, bystanders, go) = laid_node();
+    let before = node.settings();
+    let agent = run(&node, &go, "", &["--shadow"]);
+    // Nothing stops the hog: it runs on to the pods cgroup's limit, where the kernel's
+    // OOM killer ends it.
+    wait_until(
+        "the kernel OOM-kills the hog",
+        Duration::from_secs(60),
+        || hog_status(&mut node, hog_pid).is_some(),
+    );
+    wait_until(
+        "the would-be kill is booked",
+        Duration::from_secs(10),
+        || node.log().contains("WouldKill") || node.log().contains("WouldEvict"),
+    );
+    let log = node.log();
+    assert!(node.oom_kills() >= 1, "the hog ran to its limit\n{log}");
+    assert!(
+        log.lines()
+            .any(|l| (l.contains("WouldKill") || l.contains("WouldEvict"))
+                && l.contains("shop/batch")),
+        "the would-be action names the hog's pod\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("hot path (shadow): would kill")
+                && l.contains("pod=shop/batch")
+                && l.contains("decision_us=")),
+        "the hot path decided the kill at the crossing, with its time\n{log}"
+    );
+    assert!(
+        !log.contains("cgroup.kill written") && !log.contains("Evicted"),
+        "a shadow agent kills nobody\n{log}"
+    );
+    assert_reports(&node, &log);
+    for pid in &bystanders {
+        assert!(alive(*pid), "bystander {pid} untouched");
+    }
+    assert_eq!(node.settings(), before, "no cgroup setting written");
+    let socket = node.dir.path().join("monitor.sock");
+    let metrics = agent_metrics(&socket);
+    let shadowed: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("monitor_shadow_actions_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(shadowed >= 1, "counted in the metric\n{metrics}");
+    stop(agent);
+}
+
+#[test]
+fn an_acting_agent_kills_the_hog_cgroup_of_a_kubelet_pod_and_nothing_else() {
+    if !require(
+        "an_acting_agent_kills_the_hog_cgroup_of_a_kubelet_pod",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    let (mut node, hog_pid, bystanders, go) = laid_node();
+    let before = node.settings();
+    let agent = run(&node, &go, "", &[]);
+    wait_until("the hog is killed", Duration::from_secs(60), || {
+        hog_status(&mut node, hog_pid).is_some()
+    });
+    let status = hog_status(&mut node, hog_pid).unwrap();
+    let log = node.log();
+    assert_eq!(status.signal(), Some(9), "{status:?}\n{log}");
+    assert_eq!(
+        node.oom_kills(),
+        0,
+        "the agent killed before the kernel\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("hot path: cgroup.kill written") && l.contains("pod=shop/batch")),
+        "the hot path killed the hog's pod through its cgroup\n{log}"
+    );
+    assert_reports(&node, &log);
+    std::thread::sleep(Duration::from_secs(2));
+    for pid in &bystanders {
+        assert!(alive(*pid), "bystander {pid} untouched\n{}", node.log());
+    }
+    assert_eq!(node.settings(), before, "no cgroup setting written");
+    stop(agent);
+}
+
+/// SIGTERM, then up to 10 s for the agent to stop (SIGKILL on drop after that).
+fn stop(mut agent: monitor_tests::KillOnDrop) {
+    let pid = nix::unistd::Pid::from_raw(agent.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let _ = monitor_tests::node::poll(Duration::from_secs(10), || {
+        agent.try_wait().ok().flatten().is_some()
+    });
+}
