@@ -120,6 +120,8 @@ pub enum EventReason {
     WouldKill,
     /// A node-level reclaim a shadow agent would have run.
     WouldReclaim,
+    /// The decision record had a torn line cut off or a file set aside at start.
+    DecisionRecordRepaired,
 
     // The agent itself.
     /// An event source ended; the agent runs on the others.
@@ -176,6 +178,7 @@ impl EventReason {
             EventReason::WouldEvict => "WouldEvict",
             EventReason::WouldKill => "WouldKill",
             EventReason::WouldReclaim => "WouldReclaim",
+            EventReason::DecisionRecordRepaired => "DecisionRecordRepaired",
             EventReason::SourceFailed => "SourceFailed",
             EventReason::TaskFailed => "TaskFailed",
             EventReason::SynchronizeFailed => "SynchronizeFailed",
@@ -204,6 +207,7 @@ impl EventReason {
             | EventReason::WouldEvict
             | EventReason::WouldKill
             | EventReason::PodListUnreadable
+            | EventReason::DecisionRecordRepaired
             | EventReason::PodCgroupMissing
             | EventReason::UnlistedPodCgroup
             | EventReason::Preempted

@@ -21,6 +21,7 @@ pub mod agent;
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod decisions;
 pub mod events;
 pub mod node;
 pub mod notify;

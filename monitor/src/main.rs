@@ -57,6 +57,11 @@ enum Command {
     /// whether it is met, the pod's usage and request, its rank (1 = evicted first) and
     /// the rule that orders it against its neighbours, on the last synchronize's stats.
     Explain(monitor::api::ExplainArgs),
+    /// List what the agent decided (evictions, hot kills, node-level reclaim, preemptions,
+    /// admission rejections; in shadow mode what it would have done), each with the
+    /// observation it was decided on, from its decision record (the last 1000, kept
+    /// across restarts in its state directory).
+    Decisions(monitor::api::DecisionsArgs),
     /// Remove what the stopped agent of a configuration left on the host: the pods its
     /// records name (processes killed, cgroups, records and logs removed), then its cgroup
     /// tree, state and log directories and socket where nothing else is in them.
@@ -160,6 +165,7 @@ fn main() -> ExitCode {
             monitor::api::run_client(monitor::api::ClientCommand::Metrics, &args)
         }
         Command::Explain(args) => monitor::api::run_explain(&args),
+        Command::Decisions(args) => monitor::api::run_decisions(&args),
         Command::CheckConfig(args) => check_config(&args),
         Command::Cleanup(args) => cleanup(&args),
         Command::Completions(args) => completions(args.shell),

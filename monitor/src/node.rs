@@ -141,6 +141,14 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
     let api = crate::api::serve(state.clone(), &settings.socket, metrics_addr)
         .await
         .context("starting the API")?;
+    // Every decision from now on is kept in the state directory; one that cannot be
+    // opened costs the record, not the agent.
+    if let Err(err) = state.open_decision_record(&settings.state_dir) {
+        tracing::warn!(
+            "decision record in {}: {err}; decisions are kept in memory only",
+            settings.state_dir.display()
+        );
+    }
     let runtime = if settings.run_pods {
         let node_memory = crate::observe::Observer::new(
             crate::observe::CgroupReader::new(layout.version, layout.memory_root.clone()),

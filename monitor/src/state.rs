@@ -420,6 +420,10 @@ pub struct AgentState {
     /// (`/healthz` calls it stalled past a few of them). Zero until the agent starts.
     #[serde(skip)]
     pub(crate) housekeeping: std::time::Duration,
+    /// The last decisions, oldest first, at most [`crate::decisions::KEPT`] (also in the
+    /// record file, which outlives the agent).
+    #[serde(skip)]
+    pub(crate) decisions: VecDeque<Arc<crate::decisions::Decision>>,
 }
 
 /// The inputs of the last eviction pass: the pods and stats it read, the observations and
@@ -489,6 +493,8 @@ pub(crate) const EVENTS_KEPT: usize = 1000;
 #[derive(Clone, Debug, Default)]
 pub struct SharedState {
     inner: Arc<Mutex<AgentState>>,
+    /// The decision record's file, once opened ([`SharedState::open_decision_record`]).
+    record: Arc<Mutex<Option<crate::decisions::DecisionFile>>>,
 }
 
 impl SharedState {
@@ -503,6 +509,35 @@ impl SharedState {
     /// A snapshot.
     pub fn read(&self) -> AgentState {
         self.lock().clone()
+    }
+
+    /// Opens the decision record in `dir` and takes back the decisions it holds; what
+    /// had to be repaired or set aside is a `DecisionRecordRepaired` event.
+    pub(crate) fn open_decision_record(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        let (file, loaded) = crate::decisions::DecisionFile::open(dir)?;
+        for note in loaded.notes {
+            self.event(EventReason::DecisionRecordRepaired, "node", note);
+        }
+        self.lock().decisions = loaded.decisions.into_iter().map(Arc::new).collect();
+        *self.record.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
+        Ok(())
+    }
+
+    /// Records a decision: kept for the API and appended to the record file. A write
+    /// that fails is logged; the decision stays in memory.
+    pub(crate) fn record_decision(&self, decision: crate::decisions::Decision) {
+        let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(file) = record.as_mut()
+            && let Err(err) = file.append(&decision)
+        {
+            tracing::warn!("decision record: {err}");
+        }
+        drop(record);
+        let mut state = self.lock();
+        if state.decisions.len() >= crate::decisions::KEPT {
+            state.decisions.pop_front();
+        }
+        state.decisions.push_back(Arc::new(decision));
     }
 
     /// Counts the images one garbage collection removed, by the kubelet's reason.

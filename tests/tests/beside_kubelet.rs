@@ -180,7 +180,56 @@ fn an_acting_agent_kills_the_hog_cgroup_of_a_kubelet_pod_and_nothing_else() {
         assert!(alive(*pid), "bystander {pid} untouched\n{}", node.log());
     }
     assert_eq!(node.settings(), before, "no cgroup setting written");
+    let decisions = cli(&node, &["decisions", "--pod", "shop/batch"]);
+    assert!(
+        decisions.contains("hotKill") && decisions.contains("crossing to kill"),
+        "{decisions}"
+    );
     stop(agent);
+
+    // The pod is gone from the list (its controller deleted it); after a restart the
+    // agent still says what it decided about it, and why.
+    node.pods[1].listed = false;
+    node.write_pod_list();
+    let agent = node.start_agent(&node.dir.path().join("config.yaml"), &[], "info");
+    wait_until(
+        "the agent reads the pod list again",
+        Duration::from_secs(20),
+        || node.log().contains("pod list read"),
+    );
+    let mut explained = String::new();
+    wait_until("explain answers", Duration::from_secs(20), || {
+        explained = cli(&node, &["explain", "shop/batch"]);
+        explained.contains("not running here")
+    });
+    assert!(
+        explained.contains("hotKill") && explained.contains("allocatableMemory.available"),
+        "{explained}"
+    );
+    let json = cli(&node, &["decisions", "--json", "--since", "1h"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect(&json);
+    assert!(
+        v["decisions"].as_array().is_some_and(|d| d
+            .iter()
+            .any(|d| d["pod"] == "shop/batch" && d["action"] == "hotKill")),
+        "{json}"
+    );
+    stop(agent);
+}
+
+/// `monitor ARGS --socket <the node's>`: its stdout (and stderr, for the failure).
+fn cli(node: &KubeletNode, args: &[&str]) -> String {
+    let out = Command::new(monitor_tests::helper_binary("monitor"))
+        .args(args)
+        .arg("--socket")
+        .arg(node.dir.path().join("monitor.sock"))
+        .output()
+        .expect("running monitor");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// SIGTERM, then up to 10 s for the agent to stop (SIGKILL on drop after that).

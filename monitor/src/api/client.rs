@@ -213,6 +213,60 @@ pub struct ExplainArgs {
     pub(crate) client: ClientArgs,
 }
 
+/// `monitor decisions`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DecisionsArgs {
+    /// Only the decisions about this pod: NAMESPACE/NAME, or NAME in any namespace.
+    #[arg(long)]
+    pub(crate) pod: Option<String>,
+    /// Only those of the last DURATION (e.g. 30m, 2h) or since a time (RFC 3339).
+    #[arg(long)]
+    pub(crate) since: Option<String>,
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+}
+
+/// `monitor decisions`: what the agent decided, from its decision record (which outlives
+/// the pods and the agent's restarts).
+pub fn run_decisions(args: &DecisionsArgs) -> ExitCode {
+    match decisions_route(args, time::OffsetDateTime::now_utc()) {
+        Ok(route) => print_answer(&route, &args.client),
+        Err(why) => {
+            eprintln!("monitor decisions: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn decisions_route(args: &DecisionsArgs, now: time::OffsetDateTime) -> Result<String, String> {
+    let mut route = String::from(if args.client.json {
+        "/decisions?pretty=true"
+    } else {
+        "/decisions?format=text"
+    });
+    if let Some(pod) = &args.pod {
+        check_pod_name(pod)?;
+        route.push_str(&format!("&pod={pod}"));
+    }
+    if let Some(since) = &args.since {
+        let rfc3339 = &time::format_description::well_known::Rfc3339;
+        let at = match crate::config::kubelet::parse_go_duration(since) {
+            Ok(ago) => now - ago,
+            Err(_) => time::OffsetDateTime::parse(since, rfc3339).map_err(|_| {
+                format!("--since {since:?}: neither a duration (30m, 2h) nor an RFC 3339 time")
+            })?,
+        };
+        let at = at.to_offset(time::UtcOffset::UTC);
+        let text = at
+            .replace_nanosecond(0)
+            .unwrap_or(at)
+            .format(rfc3339)
+            .map_err(|e| e.to_string())?;
+        route.push_str(&format!("&after={text}"));
+    }
+    Ok(route)
+}
+
 /// Runs one client subcommand: prints the answer on stdout, or the problem on stderr and
 /// fails.
 pub fn run_client(cmd: ClientCommand, args: &ClientArgs) -> ExitCode {
@@ -233,17 +287,24 @@ pub fn run_explain(args: &ExplainArgs) -> ExitCode {
 /// The request target for `pod`. Pod names and namespaces are DNS labels and subdomains,
 /// so anything else is refused here rather than encoded.
 fn explain_route(pod: &str, json: bool) -> Result<String, String> {
+    check_pod_name(pod)?;
+    Ok(if json {
+        format!("/explain?pod={pod}&pretty=true")
+    } else {
+        format!("/explain?pod={pod}&format=text")
+    })
+}
+
+/// Pod names and namespaces are DNS labels and subdomains: anything else is refused
+/// rather than encoded into a request target.
+fn check_pod_name(pod: &str) -> Result<(), String> {
     let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '/');
     if pod.is_empty() || !pod.chars().all(allowed) || pod.matches('/').count() > 1 {
         return Err(format!(
             "{pod:?} is not a pod name: NAMESPACE/NAME or NAME (letters, digits, '-', '.')"
         ));
     }
-    Ok(if json {
-        format!("/explain?pod={pod}&pretty=true")
-    } else {
-        format!("/explain?pod={pod}&format=text")
-    })
+    Ok(())
 }
 
 fn print_answer(route: &str, args: &ClientArgs) -> ExitCode {
@@ -362,6 +423,38 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
+
+    #[rstest]
+    #[case::ago(
+        Some("30m"),
+        "/decisions?format=text&pod=shop/web&after=2026-11-27T09:30:00Z"
+    )]
+    #[case::at(
+        Some("2026-11-27T12:00:00+02:00"),
+        "/decisions?format=text&pod=shop/web&after=2026-11-27T10:00:00Z"
+    )]
+    #[case::all(None, "/decisions?format=text&pod=shop/web")]
+    fn decisions_since_becomes_a_utc_time(#[case] since: Option<&str>, #[case] route: &str) {
+        let args = DecisionsArgs {
+            pod: Some("shop/web".into()),
+            since: since.map(str::to_string),
+            client: ClientArgs {
+                socket: DEFAULT_SOCKET.into(),
+                json: false,
+            },
+        };
+        let now = time::OffsetDateTime::parse(
+            "2026-11-27T10:00:00Z",
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap();
+        assert_eq!(decisions_route(&args, now).as_deref(), Ok(route));
+        let bad = DecisionsArgs {
+            since: Some("yesterday".into()),
+            ..args
+        };
+        assert!(decisions_route(&bad, now).unwrap_err().contains("--since"));
+    }
 
     /// Serves one connection on a real unix socket with `answer` as the raw bytes of the
     /// response, and returns the socket's path.

@@ -37,8 +37,8 @@ mod routes;
 mod server;
 
 pub use client::{
-    ClientArgs, ClientCommand, DEFAULT_SOCKET, EventsArgs, ExplainArgs, SOCKET_ENV, StatusArgs,
-    get, run_client, run_events, run_explain, run_status,
+    ClientArgs, ClientCommand, DEFAULT_SOCKET, DecisionsArgs, EventsArgs, ExplainArgs, SOCKET_ENV,
+    StatusArgs, get, run_client, run_decisions, run_events, run_explain, run_status,
 };
 pub use error::ApiError;
 pub use health::{Health, health};

@@ -214,6 +214,80 @@ fn pod_status(p: &crate::state::PodView) -> String {
     status
 }
 
+/// Decisions from the record, oldest first: a head line each (time, action, pod, signal),
+/// then the kubelet's words, what was met and observed, the first pods of the ranking and
+/// the timings.
+pub(crate) fn render_decisions(decisions: &[&crate::decisions::Decision]) -> String {
+    if decisions.is_empty() {
+        return "No decisions.\n".to_string();
+    }
+    let mut out = String::new();
+    for d in decisions {
+        out.push_str(&format!(
+            "{}  {}{}  {}  {}\n",
+            d.at,
+            d.action,
+            if d.shadow {
+                " (shadow: not carried out)"
+            } else {
+                ""
+            },
+            d.pod.as_deref().unwrap_or("node"),
+            d.signal.as_deref().unwrap_or("-"),
+        ));
+        out.push_str(&format!("  {}\n", d.message));
+        if !d.thresholds_met.is_empty() {
+            out.push_str(&format!(
+                "  thresholds met: {}\n",
+                d.thresholds_met.join(", ")
+            ));
+        }
+        let signals: Vec<String> = d
+            .signals
+            .iter()
+            .filter(|s| d.signal.as_deref() == Some(s.signal.as_str()) || d.signal.is_none())
+            .map(|s| {
+                if s.capacity > 0 {
+                    format!(
+                        "{} {} of {}",
+                        s.signal,
+                        mebibytes(s.available as f64),
+                        mebibytes(s.capacity as f64)
+                    )
+                } else {
+                    format!("{} {}", s.signal, mebibytes(s.available as f64))
+                }
+            })
+            .collect();
+        if !signals.is_empty() {
+            out.push_str(&format!("  observed: {}\n", signals.join(", ")));
+        }
+        for (rank, r) in d.ranking.iter().enumerate() {
+            out.push_str(&format!(
+                "  {}. {} {} priority {} usage {} request {}\n",
+                rank + 1,
+                r.pod,
+                r.qos,
+                r.priority,
+                r.usage.map_or("-".to_string(), |u| u.to_string()),
+                r.request.map_or("-".to_string(), |q| q.to_string()),
+            ));
+        }
+        let t = &d.timings;
+        if let Some(us) = t.crossing_to_kill_us {
+            out.push_str(&format!(
+                "  crossing to kill {} ({})\n",
+                micros(us),
+                t.source.as_deref().unwrap_or("-")
+            ));
+        }
+        if let Some(us) = t.observed_to_decision_us {
+            out.push_str(&format!("  observation to decision {}\n", micros(us)));
+        }
+    }
+    out
+}
+
 /// TIME, TYPE, REASON, OBJECT, MESSAGE, oldest first.
 #[cfg(test)]
 pub(crate) fn render_events(state: &AgentState) -> String {

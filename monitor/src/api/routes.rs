@@ -4,7 +4,9 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::metrics::{METRICS_CONTENT_TYPE, render_metrics};
-use super::render::{render_event_list, render_explanation, render_pods, render_status};
+use super::render::{
+    render_decisions, render_event_list, render_explanation, render_pods, render_status,
+};
 use crate::notify::SourceStatus;
 use crate::observe::NodeObservation;
 use crate::state::{AgentState, Event, LastSync, SignalStatus};
@@ -36,7 +38,7 @@ pub(crate) const ALLOWED_METHODS: &str = "GET, HEAD";
 pub fn respond(state: &AgentState, scope: Scope, method: &str, target: &str) -> Reply {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let route = match (scope, path) {
-        (Scope::Full, "/status" | "/pods" | "/events" | "/explain")
+        (Scope::Full, "/status" | "/pods" | "/events" | "/explain" | "/decisions")
         | (_, "/metrics" | "/healthz") => path,
         _ => return error(404, &format!("no route {path}"), path),
     };
@@ -65,6 +67,17 @@ pub fn respond(state: &AgentState, scope: Scope, method: &str, target: &str) -> 
             _ => to_json(&json!({ "pods": state.pods }), query.pretty, route),
         },
         "/explain" => explain_reply(state, &query),
+        "/decisions" => {
+            let chosen = crate::decisions::select(
+                state.decisions.iter().map(|d| d.as_ref()),
+                query.pod.as_deref().filter(|p| !p.is_empty()),
+                query.after.as_deref(),
+            );
+            match query.format {
+                Some(Format::Text) => text(render_decisions(&chosen)),
+                _ => to_json(&json!({ "decisions": chosen }), query.pretty, route),
+            }
+        }
         "/healthz" => {
             let health = super::health::health(state, crate::clock::monotonic_ns());
             let mut reply = to_json(&health, query.pretty, route);
@@ -196,8 +209,10 @@ struct Query {
     pretty: bool,
     since: Option<u64>,
     limit: Option<usize>,
-    /// `/explain`: "namespace/name" or a name.
+    /// `/explain`, `/decisions`: "namespace/name" or a name.
     pod: Option<String>,
+    /// `/decisions`: only those at or after this time (RFC 3339, UTC).
+    after: Option<String>,
 }
 
 impl Query {
@@ -226,6 +241,20 @@ impl Query {
                 "since" => q.since = Some(value.parse().map_err(|_| bad())?),
                 "limit" => q.limit = Some(value.parse().map_err(|_| bad())?),
                 "pod" => q.pod = Some(value.to_string()),
+                "after" => {
+                    let at = time::OffsetDateTime::parse(
+                        value,
+                        &time::format_description::well_known::Rfc3339,
+                    )
+                    .map_err(|_| format!("{} (expected an RFC 3339 time)", bad()))?;
+                    // Compared as text with the records' own format (UTC, whole seconds).
+                    let at = at.to_offset(time::UtcOffset::UTC);
+                    let at = at.replace_nanosecond(0).unwrap_or(at);
+                    q.after = Some(
+                        at.format(&time::format_description::well_known::Rfc3339)
+                            .map_err(|_| bad())?,
+                    );
+                }
                 _ => {}
             }
         }
@@ -260,7 +289,10 @@ fn explain_reply(state: &AgentState, query: &Query) -> Reply {
         .collect();
     let key = match resolve_pod(asked, &known) {
         Ok(key) => key,
-        Err((status, why)) => return error(status, &why, ROUTE),
+        Err((status, why)) => {
+            return gone_pod_reply(state, asked, query)
+                .unwrap_or_else(|| error(status, &why, ROUTE));
+        }
     };
     let explanation = crate::policy::explain::explain(
         &snapshot.input,
@@ -274,7 +306,7 @@ fn explain_reply(state: &AgentState, query: &Query) -> Reply {
             Some(Format::Text) => text(render_explanation(&e)),
             _ => to_json(&e, query.pretty, ROUTE),
         },
-        None => {
+        None => gone_pod_reply(state, &key, query).unwrap_or_else(|| {
             let status = state
                 .pods
                 .iter()
@@ -291,8 +323,31 @@ fn explain_reply(state: &AgentState, query: &Query) -> Reply {
                 ),
                 ROUTE,
             )
-        }
+        }),
     }
+}
+
+/// `/explain` of a pod that is not running here: its decisions from the record, if any.
+fn gone_pod_reply(state: &AgentState, asked: &str, query: &Query) -> Option<Reply> {
+    let chosen = crate::decisions::select(
+        state.decisions.iter().map(|d| d.as_ref()),
+        Some(asked),
+        None,
+    );
+    if chosen.is_empty() {
+        return None;
+    }
+    Some(match query.format {
+        Some(Format::Text) => text(format!(
+            "{asked} is not running here (not among the candidates of the last synchronize); what the agent decided about it:\n\n{}",
+            render_decisions(&chosen)
+        )),
+        _ => to_json(
+            &json!({ "pod": asked, "running": false, "decisions": chosen }),
+            query.pretty,
+            "/explain",
+        ),
+    })
 }
 
 /// The pod key `asked` names: "namespace/name" as is, a bare name when exactly one known
@@ -668,6 +723,62 @@ mod tests {
         };
         let reply = respond(&ranked_state(), scope, "GET", target);
         assert_eq!(reply.status, status, "{}", reply.body);
+    }
+
+    fn recorded(at: &str, action: &str, pod: &str) -> std::sync::Arc<crate::decisions::Decision> {
+        std::sync::Arc::new(crate::decisions::Decision {
+            at: at.into(),
+            action: action.into(),
+            shadow: false,
+            pod: Some(pod.into()),
+            uid: None,
+            signal: Some("memory.available".into()),
+            message: format!("{action} of {pod}"),
+            signals: Vec::new(),
+            thresholds_met: vec!["memory.available<100Mi".into()],
+            ranking: Vec::new(),
+            timings: crate::decisions::Timings {
+                crossing_to_kill_us: Some(120),
+                source: Some("ebpf".into()),
+                ..Default::default()
+            },
+        })
+    }
+
+    #[test]
+    fn decisions_and_the_explanation_of_a_gone_pod_come_from_the_record() {
+        let mut s = ranked_state();
+        s.decisions
+            .push_back(recorded("2026-11-27T10:00:00Z", "hotKill", "shop/gone"));
+        s.decisions
+            .push_back(recorded("2026-11-27T11:00:00Z", "evict", "default/big"));
+        let v = body(&respond(&s, Scope::Full, "GET", "/decisions?pod=shop/gone"));
+        assert_eq!(v["decisions"].as_array().map(Vec::len), Some(1), "{v}");
+        assert_eq!(v["decisions"][0]["action"], "hotKill", "{v}");
+        let v = body(&respond(
+            &s,
+            Scope::Full,
+            "GET",
+            "/decisions?after=2026-11-27T10:30:00Z",
+        ));
+        assert_eq!(v["decisions"].as_array().map(Vec::len), Some(1), "{v}");
+        assert_eq!(v["decisions"][0]["pod"], "default/big", "{v}");
+        let bad = respond(&s, Scope::Full, "GET", "/decisions?after=yesterday");
+        assert_eq!(bad.status, 400, "{}", bad.body);
+        let gone = respond(&s, Scope::Full, "GET", "/explain?pod=shop/gone&format=text");
+        assert_eq!(gone.status, 200, "{}", gone.body);
+        assert!(
+            gone.body.contains("not running here")
+                && gone.body.contains("hotKill")
+                && gone.body.contains("crossing to kill 120µs (ebpf)"),
+            "{}",
+            gone.body
+        );
+        // A running pod is still explained from the ranking.
+        let live = body(&respond(&s, Scope::Full, "GET", "/explain?pod=default/big"));
+        assert_eq!(live["pod"], "default/big", "{live}");
+        let text = respond(&s, Scope::MetricsOnly, "GET", "/decisions");
+        assert_eq!(text.status, 404, "the TCP listener serves metrics only");
     }
 
     #[test]

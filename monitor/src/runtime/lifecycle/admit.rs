@@ -122,6 +122,14 @@ pub(super) fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
                     victims.join(", ")
                 ),
             );
+            for victim in &victims {
+                shared.state.record_decision(simple_decision(
+                    "preempt",
+                    victim,
+                    Some(&signal),
+                    format!("Preempted in order to admit critical pod {key}"),
+                ));
+            }
             // Hold the slot so a reconcile meanwhile does not admit it twice.
             insert(shared, &manifest, Phase::Pending, None, None);
             let shared = shared.clone();
@@ -159,6 +167,12 @@ pub(super) fn admit_and_start(shared: &Arc<Shared>, manifest: Manifest) {
         }
         AdmissionOutcome::Rejected(result) => {
             shared.state.record_admission_rejection(&result.reason);
+            shared.state.record_decision(simple_decision(
+                "rejectAdmission",
+                &key,
+                None,
+                format!("{}: {}", result.reason, result.message),
+            ));
             shared.state.event(
                 EventReason::FailedAdmission,
                 &key,
@@ -188,4 +202,26 @@ pub(super) fn held_by_unmanaged_cgroup(shared: &Arc<Shared>, manifest: &Manifest
     shared.lock().unmanaged.remove(&manifest.uid);
     remove_cgroups(shared, &manifest.pod.key(), &cgroup);
     false
+}
+
+/// A decision of admission for the decision record: the pod and the kubelet's words.
+fn simple_decision(
+    action: &str,
+    pod: &str,
+    resource: Option<&str>,
+    message: String,
+) -> crate::decisions::Decision {
+    crate::decisions::Decision {
+        at: crate::state::now_rfc3339(),
+        action: action.to_string(),
+        shadow: false,
+        pod: Some(pod.to_string()),
+        uid: None,
+        signal: resource.map(str::to_string),
+        message,
+        signals: Vec::new(),
+        thresholds_met: Vec::new(),
+        ranking: Vec::new(),
+        timings: Default::default(),
+    }
 }

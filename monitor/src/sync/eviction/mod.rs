@@ -212,6 +212,24 @@ impl EvictionSync {
             Step::Done(outcome) => outcome,
             Step::Reclaim(pending) => {
                 let freed = self.reclaim(pending.resource(), pending.signal()).await;
+                self.state.record_decision(crate::decisions::Decision {
+                    at: crate::state::now_rfc3339(),
+                    action: "reclaim".into(),
+                    shadow: self.shadow.is_some(),
+                    pod: None,
+                    uid: None,
+                    signal: Some(pending.signal().as_str().to_string()),
+                    message: format!(
+                        "node-level reclaim of {}: freed {} bytes, {} inodes",
+                        pending.resource().as_str(),
+                        freed.freed_bytes,
+                        freed.freed_inodes
+                    ),
+                    signals: record::signals_seen(&input.observations),
+                    thresholds_met: Vec::new(),
+                    ranking: Vec::new(),
+                    timings: Default::default(),
+                });
                 self.manager.after_reclaim(pending, &input, freed)
             }
         };
@@ -228,9 +246,18 @@ impl EvictionSync {
         // One at a time: each eviction started here counts as under way for the next.
         let mut started = Vec::new();
         let mut deferred = Vec::new();
+        let seen = record::Seen {
+            observations: &input.observations,
+            outcome: &outcome,
+            pods: &input.pods,
+            taken_at_ns: node.taken_at_ns,
+        };
         for decision in outcome.evictions.iter().cloned() {
             if self.shadow.is_some() {
-                self.would_evict(&decision, node, now);
+                if self.would_evict(&decision, node, now) {
+                    self.state
+                        .record_decision(seen.decision("evict", true, &decision));
+                }
                 continue;
             }
             if !self.may_start(&decision, now) {
@@ -241,6 +268,8 @@ impl EvictionSync {
             if let Some(at) = decision.signal.and_then(|s| self.paced.get_mut(&s)) {
                 *at = now + self.kubelet.housekeeping_interval;
             }
+            self.state
+                .record_decision(seen.decision("evict", false, &decision));
             self.start(decision.clone());
             started.push(decision);
         }
@@ -329,6 +358,7 @@ impl EvictionSync {
     /// which from now on runs as any eviction does. A pod already being evicted keeps
     /// that eviction.
     fn book_hot_kill(&mut self, kill: &HotKill, wakes: &[Wake], now: Time) {
+        self.state.record_decision(record::hot_kill(kill));
         if kill.shadow {
             self.book_would_kill(kill, now);
             return;
@@ -642,6 +672,7 @@ pub(crate) fn summarize(pass: &EvictionPass) -> String {
 
 mod carry;
 mod pacing;
+mod record;
 mod shadow;
 
 #[cfg(test)]

@@ -8,21 +8,22 @@ impl EvictionSync {
     /// Reports an eviction the policy decided at this pass. A pod is reported once per
     /// housekeeping interval while the pressure lasts: it is not gone, so each pass
     /// decides it again, where the kubelet's loop would have decided once per interval.
+    /// Returns whether it was reported (and is to be recorded).
     pub(super) fn would_evict(
         &mut self,
         decision: &EvictionDecision,
         node: &NodeObservation,
         now: Time,
-    ) {
+    ) -> bool {
         let interval = self.kubelet.housekeeping_interval;
         let Some(reported) = self.shadow.as_mut() else {
-            return;
+            return false;
         };
         if reported
             .get(&decision.pod_key)
             .is_some_and(|at| now < *at + interval)
         {
-            return;
+            return false;
         }
         reported.insert(decision.pod_key.clone(), now);
         let signal = crate::state::eviction_signal(decision);
@@ -47,6 +48,7 @@ impl EvictionSync {
             .lock()
             .metrics
             .count_shadow_action("evict", signal);
+        true
     }
 
     /// Reports a kill the hot path decided at a crossing (and did not write); the pass

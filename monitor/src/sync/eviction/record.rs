@@ -1,0 +1,135 @@
+//! The decisions of a pass, written into the decision record with the observation they
+//! were made on (see [`crate::decisions`]).
+use super::*;
+use crate::decisions::{Decision, RANKED_KEPT, Ranked, SignalSeen, Timings};
+use crate::policy::types::Resource;
+
+/// What a pass decided on, for its record.
+pub(super) struct Seen<'a> {
+    pub(super) observations: &'a Observations,
+    pub(super) outcome: &'a SyncOutcome,
+    pub(super) pods: &'a [PodWithStats],
+    /// When the observation was read (CLOCK_MONOTONIC ns; 0 unknown).
+    pub(super) taken_at_ns: u64,
+}
+
+impl Seen<'_> {
+    /// The record of `decision` (`action`: `evict`, `hotKill`, ...).
+    pub(super) fn decision(
+        &self,
+        action: &str,
+        shadow: bool,
+        decision: &EvictionDecision,
+    ) -> Decision {
+        let uid = self
+            .pods
+            .iter()
+            .find(|p| p.pod.key() == decision.pod_key)
+            .map(|p| p.pod.metadata.uid.clone());
+        Decision {
+            at: crate::state::now_rfc3339(),
+            action: action.to_string(),
+            shadow,
+            pod: Some(decision.pod_key.clone()),
+            uid,
+            signal: Some(crate::state::eviction_signal(decision).to_string()),
+            message: decision.message.trim_end().to_string(),
+            signals: signals_seen(self.observations),
+            thresholds_met: thresholds_met(self.outcome),
+            ranking: self.ranked(decision.resource),
+            timings: Timings {
+                observed_to_decision_us: (self.taken_at_ns != 0)
+                    .then(|| crate::clock::monotonic_ns().saturating_sub(self.taken_at_ns) / 1000),
+                ..Timings::default()
+            },
+        }
+    }
+
+    /// The first pods of the pass's ranking, with their use of `resource`.
+    fn ranked(&self, resource: Resource) -> Vec<Ranked> {
+        self.outcome
+            .ranking
+            .iter()
+            .take(RANKED_KEPT)
+            .filter_map(|key| self.pods.iter().find(|p| p.pod.key() == *key))
+            .map(|p| ranked(p, resource))
+            .collect()
+    }
+}
+
+/// A pod of a ranking, with its use and request of `resource`.
+pub(super) fn ranked(pod: &PodWithStats, resource: Resource) -> Ranked {
+    let (usage, request) = match resource {
+        Resource::Memory => (
+            pod.stats.memory_working_set_bytes,
+            Some(pod.pod.ranking_request("memory").value()),
+        ),
+        Resource::EphemeralStorage | Resource::Inodes => (
+            pod.stats.ephemeral_storage_used_bytes,
+            Some(pod.pod.ranking_request("ephemeral-storage").value()),
+        ),
+        Resource::Pids => (pod.stats.process_count, None),
+    };
+    Ranked {
+        pod: pod.pod.key(),
+        qos: pod.pod.qos_class().as_str().to_string(),
+        priority: pod.pod.priority(),
+        usage,
+        request: request.filter(|r| *r > 0),
+    }
+}
+
+pub(super) fn signals_seen(observations: &Observations) -> Vec<SignalSeen> {
+    observations
+        .iter()
+        .map(|(signal, o)| SignalSeen {
+            signal: signal.as_str().to_string(),
+            available: o.available,
+            capacity: o.capacity,
+        })
+        .collect()
+}
+
+pub(super) fn thresholds_met(outcome: &SyncOutcome) -> Vec<String> {
+    outcome
+        .thresholds_met
+        .iter()
+        .map(|m| {
+            format!(
+                "{}<{}",
+                m.threshold.signal.as_str(),
+                format_value(m.threshold.value)
+            )
+        })
+        .collect()
+}
+
+/// The record of a hot kill (or, in shadow mode, of the kill it would have been), on
+/// what the hot path read at the crossing.
+pub(super) fn hot_kill(kill: &HotKill) -> Decision {
+    let signals = match (kill.decision.signal, kill.signal_available) {
+        (Some(signal), Some(available)) => vec![SignalSeen {
+            signal: signal.as_str().to_string(),
+            available,
+            capacity: 0,
+        }],
+        _ => Vec::new(),
+    };
+    Decision {
+        at: crate::state::now_rfc3339(),
+        action: "hotKill".into(),
+        shadow: kill.shadow,
+        pod: Some(kill.decision.pod_key.clone()),
+        uid: None,
+        signal: Some(crate::state::eviction_signal(&kill.decision).to_string()),
+        message: kill.decision.message.trim_end().to_string(),
+        signals,
+        thresholds_met: Vec::new(),
+        ranking: Vec::new(),
+        timings: Timings {
+            crossing_to_kill_us: Some(kill.killed_ns.saturating_sub(kill.detected_ns) / 1000),
+            source: Some(kill.source.to_string()),
+            ..Timings::default()
+        },
+    }
+}
