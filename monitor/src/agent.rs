@@ -144,7 +144,8 @@ impl Agent {
         let sync_loop = SyncLoop {
             observer,
             eviction: {
-                let mut eviction = EvictionSync::new(kubelet, ports, state.clone(), wakes.clone());
+                let mut eviction = EvictionSync::new(kubelet, ports, state.clone(), wakes.clone())
+                    .with_pre_kill_hook(settings.pre_kill_hook.clone());
                 if settings.shadow {
                     tracing::info!(
                         "shadow mode: every decision is reported (WouldEvict, WouldKill, WouldReclaim) and none carried out"

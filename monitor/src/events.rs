@@ -122,6 +122,8 @@ pub enum EventReason {
     WouldReclaim,
     /// The decision record had a torn line cut off or a file set aside at start.
     DecisionRecordRepaired,
+    /// The pre-kill hook failed, hung or could not start; the eviction went on.
+    PreKillHookFailed,
 
     // The agent itself.
     /// An event source ended; the agent runs on the others.
@@ -179,6 +181,7 @@ impl EventReason {
             EventReason::WouldKill => "WouldKill",
             EventReason::WouldReclaim => "WouldReclaim",
             EventReason::DecisionRecordRepaired => "DecisionRecordRepaired",
+            EventReason::PreKillHookFailed => "PreKillHookFailed",
             EventReason::SourceFailed => "SourceFailed",
             EventReason::TaskFailed => "TaskFailed",
             EventReason::SynchronizeFailed => "SynchronizeFailed",
@@ -208,6 +211,7 @@ impl EventReason {
             | EventReason::WouldKill
             | EventReason::PodListUnreadable
             | EventReason::DecisionRecordRepaired
+            | EventReason::PreKillHookFailed
             | EventReason::PodCgroupMissing
             | EventReason::UnlistedPodCgroup
             | EventReason::Preempted

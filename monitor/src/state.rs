@@ -142,6 +142,8 @@ pub struct Metrics {
     pub(crate) eviction_outcomes: BTreeMap<String, u64>,
     /// Shadow mode: the actions decided and not carried out, by (action, eviction_signal).
     pub(crate) shadow_actions: BTreeMap<(String, String), u64>,
+    /// Runs of the pre-kill hook, by result (ok, failed, timed_out, error).
+    pub(crate) pre_kill_hooks: BTreeMap<String, u64>,
     /// Evictions that freed far less of their signal than the victim held (its page cache
     /// stayed charged, tmpfs, shared pages), by eviction_signal: each one paces the
     /// signal's next evictions to one per housekeeping interval.
@@ -285,6 +287,7 @@ impl Default for Metrics {
             evictions: BTreeMap::new(),
             eviction_outcomes: BTreeMap::new(),
             shadow_actions: BTreeMap::new(),
+            pre_kill_hooks: BTreeMap::new(),
             ineffective_evictions: BTreeMap::new(),
             runtime_unresponsive_calls: BTreeMap::new(),
             hot_watch_cpu_seconds: 0.0,

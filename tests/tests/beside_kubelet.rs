@@ -157,7 +157,13 @@ fn an_acting_agent_kills_the_hog_cgroup_of_a_kubelet_pod_and_nothing_else() {
     }
     let (mut node, hog_pid, bystanders, go) = laid_node();
     let before = node.settings();
-    let agent = run(&node, &go, "", &[]);
+    // A pre-kill hook that leaves a trace: the hot path never runs it.
+    let trace = node.dir.path().join("hook-ran");
+    let hook = format!(
+        "  preKillHook:\n    command: [/bin/sh, -c, \"cat > {}\"]\n",
+        trace.display()
+    );
+    let agent = run(&node, &go, &hook, &[]);
     wait_until("the hog is killed", Duration::from_secs(60), || {
         hog_status(&mut node, hog_pid).is_some()
     });
@@ -180,6 +186,7 @@ fn an_acting_agent_kills_the_hog_cgroup_of_a_kubelet_pod_and_nothing_else() {
         assert!(alive(*pid), "bystander {pid} untouched\n{}", node.log());
     }
     assert_eq!(node.settings(), before, "no cgroup setting written");
+    assert!(!trace.exists(), "no hook runs on the hot path\n{log}");
     let decisions = cli(&node, &["decisions", "--pod", "shop/batch"]);
     assert!(
         decisions.contains("hotKill") && decisions.contains("crossing to kill"),
@@ -239,4 +246,90 @@ fn stop(mut agent: monitor_tests::KillOnDrop) {
     let _ = monitor_tests::node::poll(Duration::from_secs(10), || {
         agent.try_wait().ok().flatten().is_some()
     });
+}
+
+#[test]
+fn a_hung_pre_kill_hook_delays_a_soft_eviction_by_at_most_its_timeout() {
+    if !require(
+        "a_hung_pre_kill_hook_delays_a_soft_eviction",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    let mut node = KubeletNode::new(512);
+    let batch = node.pod("batch", "BestEffort", true, true);
+    let term = node.dir.path().join("term");
+    let mut grow = hog(&["anon", "260", "8", "20", "600"]);
+    grow.env("HOG_TERM_FILE", &term);
+    let hog_pid = node.run_in(batch, grow);
+    node.write_pod_list();
+    let document = node.dir.path().join("document.json");
+    // The hook reads the decision, then hangs past its 1 s timeout.
+    let hook = format!(
+        "  preKillHook:\n    command: [/bin/sh, -c, \"cat > {}; sleep 30\"]\n    timeout: 1s\n",
+        document.display()
+    );
+    let config = node.config(
+        "evictionSoft: {allocatableMemory.available: 300Mi}\n\
+         evictionSoftGracePeriod: {allocatableMemory.available: 1s}\n\
+         evictionMaxPodGracePeriod: 10\n\
+         evictionHard: {allocatableMemory.available: 20Mi}\nhousekeepingInterval: 1s",
+        &hook,
+    );
+    let agent = node.start_agent(&config, &[], "info");
+    // The hook's document appears when the hook starts.
+    let mut started_ns = 0;
+    wait_until("the hook starts", Duration::from_secs(60), || {
+        let seen = std::fs::metadata(&document).is_ok_and(|m| m.len() > 0);
+        if seen {
+            started_ns = monitor_bench::util::monotonic_ns();
+        }
+        seen
+    });
+    wait_until("the pod gets SIGTERM", Duration::from_secs(20), || {
+        std::fs::read_to_string(&term).is_ok_and(|t| t.starts_with("term "))
+    });
+    let term_ns: u64 = std::fs::read_to_string(&term).unwrap()[5..]
+        .trim()
+        .parse()
+        .unwrap();
+    let waited_ms = term_ns.saturating_sub(started_ns) / 1_000_000;
+    let log = node.log();
+    // The hook's timeout, then the SIGTERM at once (the test sees the document up to a
+    // poll late, hence the lower bound's slack).
+    assert!(
+        (800..=1600).contains(&waited_ms),
+        "SIGTERM {waited_ms} ms after the hook started\n{log}"
+    );
+    let read: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&document).unwrap()).unwrap();
+    assert_eq!(read["pod"], "shop/batch", "{read}");
+    assert_eq!(read["rank"], 1, "{read}");
+    assert_eq!(read["signal"], "allocatableMemory.available", "{read}");
+    assert_eq!(
+        read["threshold"], "allocatableMemory.available<300Mi",
+        "{read}"
+    );
+    assert_eq!(read["gracePeriodSeconds"], 10, "{read}");
+    assert!(
+        read["observed"].as_i64().is_some_and(|o| o < 300 << 20),
+        "{read}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("PreKillHookFailed") && l.contains("killed")),
+        "the hung hook is reported\n{log}"
+    );
+    wait_until("the pod's process is gone", Duration::from_secs(15), || {
+        node.processes
+            .iter_mut()
+            .find(|p| p.id() == hog_pid)
+            .is_some_and(|p| p.try_wait().ok().flatten().is_some())
+    });
+    let metrics = agent_metrics(&node.dir.path().join("monitor.sock"));
+    assert!(
+        metrics.contains("monitor_pre_kill_hooks_total{result=\"timed_out\"} 1"),
+        "{metrics}"
+    );
+    stop(agent);
 }

@@ -137,6 +137,12 @@ fn render(state: &AgentState, process: &ProcessMetrics) -> String {
         out.sample(&[action, signal], count);
     }
 
+    out.family(&PRE_KILL_HOOKS_TOTAL);
+    for result in ["ok", "failed", "timed_out", "error"] {
+        let count = m.pre_kill_hooks.get(result).copied().unwrap_or(0);
+        out.sample(&[result], count);
+    }
+
     out.family(&RUNTIME_UNRESPONSIVE_CALLS_TOTAL);
     for (call, count) in with_known(
         ["StopContainer", "StopPodSandbox", "RemovePodSandbox"],

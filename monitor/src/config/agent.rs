@@ -201,6 +201,29 @@ pub struct AgentSettings {
     /// Decide as usual, act never: each eviction, kill or reclaim the agent would have
     /// carried out is reported (event, metric, log) instead (with `runPods: false`).
     pub shadow: bool,
+    /// A program run before each eviction the synchronize decides (never on the hot
+    /// path), with the decision as JSON on its stdin.
+    pub pre_kill_hook: Option<PreKillHookSettings>,
+}
+
+/// `monitor.preKillHook`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PreKillHookSettings {
+    /// The program (an absolute path) and its arguments, executed without a shell.
+    pub command: Vec<String>,
+    /// How long it may run; it comes out of the eviction's grace period, and a hook
+    /// still running then is killed and the eviction goes on.
+    #[serde(
+        default = "default_hook_timeout",
+        deserialize_with = "go_duration",
+        serialize_with = "go_duration_text"
+    )]
+    pub timeout: Duration,
+}
+
+fn default_hook_timeout() -> Duration {
+    Duration::from_secs(5)
 }
 
 /// `monitor.podList`: where the pods a kubelet runs are listed.
@@ -245,6 +268,7 @@ impl Default for AgentSettings {
             image_gc_period: Duration::from_secs(300),
             pod_list: None,
             shadow: false,
+            pre_kill_hook: None,
         }
     }
 }
@@ -329,6 +353,25 @@ impl AgentSettings {
                 value: "true".to_string(),
                 reason: "needs runPods: false (the pods are a kubelet's, listed by monitor.podList, not the agent's own)",
             });
+        }
+        if let Some(hook) = &self.pre_kill_hook {
+            let program = hook.command.first().map(String::as_str).unwrap_or("");
+            if !program.starts_with('/') {
+                return Err(SettingsError::Invalid {
+                    origin: origin.to_string(),
+                    key: "preKillHook.command",
+                    value: format!("{:?}", hook.command),
+                    reason: "must start with the program's absolute path (it is executed without a shell)",
+                });
+            }
+            if hook.timeout < Duration::from_millis(100) || hook.timeout > Duration::from_secs(300)
+            {
+                return Err(unsafe_value(
+                    "preKillHook.timeout",
+                    format!("{:?}", hook.timeout),
+                    "must be between 100ms and 5m",
+                ));
+            }
         }
         if self.image_gc_period < Duration::from_secs(1) {
             return Err(unsafe_value(

@@ -44,6 +44,7 @@ pub(super) const FAMILIES: &[Family] = &[
     EVICTIONS_TOTAL,
     EVICTION_OUTCOMES_TOTAL,
     SHADOW_ACTIONS_TOTAL,
+    PRE_KILL_HOOKS_TOTAL,
     RUNTIME_UNRESPONSIVE_CALLS_TOTAL,
     INEFFECTIVE_EVICTIONS_TOTAL,
     HOT_WATCH_CPU_SECONDS_TOTAL,
@@ -106,6 +107,13 @@ pub(super) const SHADOW_ACTIONS_TOTAL: Family = Family {
     kind: FamilyType::Counter,
     help: "Shadow mode (monitor.shadow): actions decided and not carried out, by action (evict: an eviction of the synchronize; kill: a hot kill at a hard memory crossing; reclaim: node-level reclaim) and eviction_signal. Each is also a WouldEvict, WouldKill or WouldReclaim event.",
     labels: &["action", "eviction_signal"],
+};
+
+pub(super) const PRE_KILL_HOOKS_TOTAL: Family = Family {
+    name: "monitor_pre_kill_hooks_total",
+    kind: FamilyType::Counter,
+    help: "Runs of the pre-kill hook (monitor.preKillHook) before an eviction, by result: ok (exit 0), failed (another exit), timed_out (killed at its deadline), error (could not start). The eviction went on in every case.",
+    labels: &["result"],
 };
 
 pub(super) const RUNTIME_UNRESPONSIVE_CALLS_TOTAL: Family = Family {

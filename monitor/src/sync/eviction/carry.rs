@@ -71,12 +71,20 @@ pub(super) fn settle(
 }
 
 impl EvictionSync {
-    pub(super) fn start(&mut self, decision: EvictionDecision) {
+    /// Starts `decision`'s eviction as a task of its own; with a `notice` for the
+    /// pre-kill hook, the hook runs first (see [`with_hook`]).
+    pub(super) fn start(&mut self, decision: EvictionDecision, notice: Option<hook::HookDocument>) {
         self.in_flight.push(decision.clone());
         let killer = self.ports.killer.clone();
         let finished = self.finished_tx.clone();
         let wakes = self.wakes.clone();
+        let hook = self.hook.clone().zip(notice);
+        let state = self.state.clone();
         tokio::spawn(async move {
+            let decision = match hook {
+                Some((hook, notice)) => with_hook(&hook, notice, decision, &state).await,
+                None => decision,
+            };
             let (outcome, attempts) = carry_out(killer.as_ref(), &decision).await;
             // The record first, then the wake: the pass the wake causes sees it.
             let _ = finished.send(FinishedEviction {
@@ -156,4 +164,79 @@ impl EvictionSync {
             finished_at: crate::state::now_rfc3339(),
         });
     }
+}
+
+/// Runs the pre-kill hook for `decision` and returns the decision to carry out. An
+/// eviction with a grace period waits for the hook at most its timeout or the grace
+/// period, whichever is shorter, and the hook's time comes out of the grace period (the
+/// pod is killed no later than without a hook). An immediate eviction does not wait: the
+/// hook runs beside the kill, as a notice.
+pub(super) async fn with_hook(
+    hook: &Arc<crate::config::agent::PreKillHookSettings>,
+    notice: hook::HookDocument,
+    mut decision: EvictionDecision,
+    state: &SharedState,
+) -> EvictionDecision {
+    let grace = Duration::from_secs(decision.grace_period_seconds.max(0).unsigned_abs());
+    if decision.immediate || grace.is_zero() {
+        let (hook, state) = (hook.clone(), state.clone());
+        tokio::spawn(async move {
+            let run = hook::run(&hook, &notice, hook.timeout).await;
+            report_hook(&state, &notice, &run, false);
+        });
+        return decision;
+    }
+    let run = hook::run(hook, &notice, hook.timeout.min(grace)).await;
+    report_hook(state, &notice, &run, true);
+    let left = grace.saturating_sub(run.took);
+    decision.grace_period_seconds = i64::try_from(left.as_secs()).unwrap_or(0);
+    decision
+}
+
+/// Logs and counts one run of the hook; a run that did not end well is a Warning event.
+fn report_hook(
+    state: &SharedState,
+    notice: &hook::HookDocument,
+    run: &hook::HookRun,
+    waited: bool,
+) {
+    let took_ms = run.took.as_millis();
+    let result = run.result.name();
+    match &run.result {
+        hook::HookResult::Ok => tracing::info!(
+            pod = %notice.pod,
+            result,
+            took_ms,
+            waited,
+            stdout = %run.stdout,
+            stderr = %run.stderr,
+            "pre-kill hook ran"
+        ),
+        other => {
+            let why = match other {
+                hook::HookResult::Failed(status) => format!("exited with {status}"),
+                hook::HookResult::TimedOut => "still running at its deadline: killed".into(),
+                hook::HookResult::Error(err) => err.clone(),
+                hook::HookResult::Ok => String::new(),
+            };
+            state.event(
+                crate::events::EventReason::PreKillHookFailed,
+                &notice.pod,
+                format!(
+                    "pre-kill hook {why} after {took_ms} ms; the eviction goes on{}",
+                    if run.stderr.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (stderr: {})", run.stderr)
+                    }
+                ),
+            );
+        }
+    }
+    *state
+        .lock()
+        .metrics
+        .pre_kill_hooks
+        .entry(result.to_string())
+        .or_default() += 1;
 }

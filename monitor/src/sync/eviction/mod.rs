@@ -85,6 +85,8 @@ pub(crate) struct EvictionSync {
     contention: Option<crate::policy::contention::ContentionConditions>,
     finished_tx: mpsc::UnboundedSender<FinishedEviction>,
     finished_rx: mpsc::UnboundedReceiver<FinishedEviction>,
+    /// The pre-kill hook, if configured.
+    hook: Option<Arc<crate::config::agent::PreKillHookSettings>>,
     /// Shadow mode: decisions are reported, never carried out. Holds, per pod, when its
     /// last would-be eviction was reported (one report per housekeeping interval while
     /// the pressure lasts, as the kubelet's loop would have decided again).
@@ -118,7 +120,17 @@ impl EvictionSync {
             finished_tx,
             finished_rx,
             shadow: None,
+            hook: None,
         }
+    }
+
+    /// Runs `hook` before each eviction a synchronize starts (see [`hook`]).
+    pub(crate) fn with_pre_kill_hook(
+        mut self,
+        hook: Option<crate::config::agent::PreKillHookSettings>,
+    ) -> Self {
+        self.hook = hook.map(Arc::new);
+        self
     }
 
     /// Shadow mode: every decision is made as usual and reported as the action it would
@@ -270,7 +282,8 @@ impl EvictionSync {
             }
             self.state
                 .record_decision(seen.decision("evict", false, &decision));
-            self.start(decision.clone());
+            let notice = self.hook.is_some().then(|| seen.notice(&decision));
+            self.start(decision.clone(), notice);
             started.push(decision);
         }
         if started.iter().any(|d| d.signal.is_some()) {
@@ -398,7 +411,8 @@ impl EvictionSync {
                 victim_bytes: kill.victim_working_set_bytes,
             });
         }
-        self.start(kill.decision.clone());
+        // The kill is written: the hook has nothing to come before.
+        self.start(kill.decision.clone(), None);
     }
 
     /// Whether the pass ranks pods by memory: a memory threshold is configured (the
@@ -671,6 +685,7 @@ pub(crate) fn summarize(pass: &EvictionPass) -> String {
 }
 
 mod carry;
+pub(crate) mod hook;
 mod pacing;
 mod record;
 mod shadow;

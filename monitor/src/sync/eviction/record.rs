@@ -45,6 +45,59 @@ impl Seen<'_> {
         }
     }
 
+    /// What the pre-kill hook reads about `decision`.
+    pub(super) fn notice(&self, decision: &EvictionDecision) -> super::hook::HookDocument {
+        let pod = self.pods.iter().find(|p| p.pod.key() == decision.pod_key);
+        let threshold = decision.signal.and_then(|signal| {
+            self.outcome
+                .thresholds_met
+                .iter()
+                .find(|m| m.threshold.signal == signal)
+        });
+        let (namespace, name) = decision
+            .pod_key
+            .split_once('/')
+            .map(|(ns, n)| (ns.to_string(), n.to_string()))
+            .unwrap_or_default();
+        let deadline = time::OffsetDateTime::now_utc()
+            + std::time::Duration::from_secs(decision.grace_period_seconds.max(0).unsigned_abs());
+        super::hook::HookDocument {
+            pod: decision.pod_key.clone(),
+            namespace,
+            name,
+            uid: pod.map(|p| p.pod.metadata.uid.clone()).unwrap_or_default(),
+            qos: pod
+                .map(|p| p.pod.qos_class().as_str().to_string())
+                .unwrap_or_default(),
+            priority: pod.map(|p| p.pod.priority()).unwrap_or_default(),
+            signal: crate::state::eviction_signal(decision).to_string(),
+            threshold: threshold.map(|m| {
+                format!(
+                    "{}<{}",
+                    m.threshold.signal.as_str(),
+                    format_value(m.threshold.value)
+                )
+            }),
+            observed: decision
+                .signal
+                .and_then(|s| self.observations.get(&s))
+                .map(|o| o.available),
+            rank: self
+                .outcome
+                .ranking
+                .iter()
+                .position(|k| *k == decision.pod_key)
+                .map(|i| i + 1),
+            grace_period_seconds: decision.grace_period_seconds,
+            deadline: deadline
+                .replace_nanosecond(0)
+                .unwrap_or(deadline)
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default(),
+            message: decision.message.trim_end().to_string(),
+        }
+    }
+
     /// The first pods of the pass's ranking, with their use of `resource`.
     fn ranked(&self, resource: Resource) -> Vec<Ranked> {
         self.outcome
