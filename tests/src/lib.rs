@@ -4,8 +4,6 @@
 //!
 //! Safety on a shared machine: every cgroup made here lives under `monitor-test-<pid>`;
 //! every process killed here was spawned here; every hog runs under a memory limit.
-use std::ffi::CString;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -146,7 +144,7 @@ pub fn parent_name() -> String {
     format!("monitor-test-{}", std::process::id())
 }
 
-pub use monitor_bench::util::{field as log_field, remove_cgroup_dir};
+pub use monitor_bench::util::{field as log_field, join_before_exec, remove_cgroup_dir};
 
 /// Mount points of every cgroup hierarchy (v1 controllers and cgroup2).
 pub fn cgroup_mounts() -> Vec<PathBuf> {
@@ -402,33 +400,6 @@ impl Drop for TestCgroup {
                 remove_tree(parent);
             }
         }
-    }
-}
-
-/// Makes `command`'s child write "0" into each `cgroup.procs` file before it execs: the
-/// child joins those cgroups, so not one page it touches is charged elsewhere.
-pub fn join_before_exec(command: &mut Command, procs_files: &[PathBuf]) {
-    let files: Vec<CString> = procs_files
-        .iter()
-        .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).expect("path without NUL"))
-        .collect();
-    // SAFETY: the closure runs in the forked child before exec and only calls
-    // async-signal-safe functions (open, write, close) on buffers prepared before fork.
-    unsafe {
-        command.pre_exec(move || {
-            for file in &files {
-                let fd = libc::open(file.as_ptr(), libc::O_WRONLY);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
-                libc::close(fd);
-                if !ok {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
     }
 }
 

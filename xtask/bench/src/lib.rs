@@ -22,6 +22,7 @@ pub mod demo;
 mod detector_cost;
 mod guest;
 mod harness;
+pub mod laid;
 mod logparse;
 mod memory;
 mod modes;

@@ -1,6 +1,8 @@
 //! Small helpers of the developer commands, the races, the demos and the privileged tests
 //! alike: the clock the agent stamps its log with, a field of its log lines, a bounded
 //! wait, the cgroup mounts, the teardown of a cgroup tree of our own, and cargo.
+use std::ffi::CString;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -179,5 +181,32 @@ mod tests {
         assert!(wait("now", Duration::ZERO, || true).is_ok());
         let err = wait("never", Duration::from_millis(20), || false).unwrap_err();
         assert!(err.to_string().contains("waiting for never"), "{err}");
+    }
+}
+
+/// Makes `command`'s child write "0" into each `cgroup.procs` file before it execs: the
+/// child joins those cgroups, so not one page it touches is charged elsewhere.
+pub fn join_before_exec(command: &mut Command, procs_files: &[PathBuf]) {
+    let files: Vec<CString> = procs_files
+        .iter()
+        .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).expect("path without NUL"))
+        .collect();
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // async-signal-safe functions (open, write, close) on buffers prepared before fork.
+    unsafe {
+        command.pre_exec(move || {
+            for file in &files {
+                let fd = libc::open(file.as_ptr(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+                libc::close(fd);
+                if !ok {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
     }
 }
