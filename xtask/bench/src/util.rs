@@ -147,6 +147,33 @@ pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
+/// Makes `command`'s child write "0" into each `cgroup.procs` file before it execs: the
+/// child joins those cgroups, so not one page it touches is charged elsewhere.
+pub fn join_before_exec(command: &mut Command, procs_files: &[PathBuf]) {
+    let files: Vec<CString> = procs_files
+        .iter()
+        .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).expect("path without NUL"))
+        .collect();
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // async-signal-safe functions (open, write, close) on buffers prepared before fork.
+    unsafe {
+        command.pre_exec(move || {
+            for file in &files {
+                let fd = libc::open(file.as_ptr(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+                libc::close(fd);
+                if !ok {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,32 +208,5 @@ mod tests {
         assert!(wait("now", Duration::ZERO, || true).is_ok());
         let err = wait("never", Duration::from_millis(20), || false).unwrap_err();
         assert!(err.to_string().contains("waiting for never"), "{err}");
-    }
-}
-
-/// Makes `command`'s child write "0" into each `cgroup.procs` file before it execs: the
-/// child joins those cgroups, so not one page it touches is charged elsewhere.
-pub fn join_before_exec(command: &mut Command, procs_files: &[PathBuf]) {
-    let files: Vec<CString> = procs_files
-        .iter()
-        .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).expect("path without NUL"))
-        .collect();
-    // SAFETY: the closure runs in the forked child before exec and only calls
-    // async-signal-safe functions (open, write, close) on buffers prepared before fork.
-    unsafe {
-        command.pre_exec(move || {
-            for file in &files {
-                let fd = libc::open(file.as_ptr(), libc::O_WRONLY);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
-                libc::close(fd);
-                if !ok {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
     }
 }
