@@ -32,6 +32,7 @@ mod probe;
 mod race;
 mod report;
 mod scaling;
+mod shadow;
 mod stats;
 mod trial;
 pub mod util;
@@ -114,6 +115,13 @@ pub struct BenchArgs {
     /// alternating, per attach point), on the host and in the VM.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub detector_cost: bool,
+    /// Trials per mode (act, shadow) of the shadow race beside a kubelet's pods (0 skips
+    /// it).
+    #[arg(long, default_value_t = 10)]
+    pub shadow_trials: u32,
+    /// Run only the shadow race, print its lines, and stop.
+    #[arg(long)]
+    pub shadow_only: bool,
     /// Skip the criterion benchmark of the policy.
     #[arg(long)]
     pub no_criterion: bool,
@@ -173,6 +181,14 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
             "\nAgent under adversarial load:\n\n{}",
             adversarial::table(&rows)
         );
+        return Ok(());
+    }
+    if args.shadow_only {
+        let trials = shadow::run(&bin, args.shadow_trials.max(1), args.keep);
+        println!("\nShadow mode beside a kubelet's pods:\n");
+        for line in shadow::lines(&trials) {
+            println!("{line}");
+        }
         return Ok(());
     }
     let _stats = bpf::StatsSetting::enable()?;
@@ -239,6 +255,19 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         Vec::new()
     };
     for line in detector_cost::lines(&detector_cost, "on this host") {
+        println!("bench: {line}");
+    }
+
+    let shadow_race = if args.shadow_trials > 0 {
+        println!(
+            "bench: the shadow race beside a kubelet's pods, act and shadow alternating, {} trials each",
+            args.shadow_trials
+        );
+        shadow::run(&bin, args.shadow_trials, args.keep)
+    } else {
+        Vec::new()
+    };
+    for line in shadow::lines(&shadow_race) {
         println!("bench: {line}");
     }
 
@@ -377,6 +406,7 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         policy_bench: policy,
         adversarial,
         detector_cost,
+        shadow_race,
         detector_cost_vm: vm_run
             .as_ref()
             .map(|(run, _)| guest::detector_cost(&run.console))

@@ -570,6 +570,9 @@ pub(crate) struct Results {
     pub(crate) detector_cost: Vec<crate::detector_cost::DetectorCost>,
     #[serde(default)]
     pub(crate) detector_cost_vm: Vec<crate::detector_cost::DetectorCost>,
+    /// The shadow race: act and shadow mode beside a kubelet's pods.
+    #[serde(default)]
+    pub(crate) shadow_race: Vec<crate::shadow::ShadowTrial>,
     pub(crate) trials: Vec<Trial>,
 }
 
@@ -592,6 +595,14 @@ pub(crate) fn full_table(results: &Results) -> String {
             "\nThe crossing detector's cost as the pods see it (a hog's allocation throughput, the same eBPF programs loaded with and without the detector, alternating round by round):\n\n",
         );
         table.push_str(&cost.join("\n"));
+        table.push('\n');
+    }
+    let shadow = crate::shadow::lines(&results.shadow_race);
+    if !shadow.is_empty() {
+        table.push_str(
+            "\nShadow mode beside a kubelet's pods (hard threshold, full speed; the crossing from the agent's detector record, the decision at the hot path's pick; SIGKILLs from the kernel's signal_generate records; cgroup settings of the whole tree compared before and after):\n\n",
+        );
+        table.push_str(&shadow.join("\n"));
         table.push('\n');
     }
     if !results.adversarial.is_empty() {

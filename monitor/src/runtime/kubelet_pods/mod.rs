@@ -15,6 +15,7 @@ pub(crate) mod naming;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -64,6 +65,9 @@ struct Listed {
     pods: Vec<Arc<Pod>>,
     /// Pod key -> its cgroup, as found at the last pass.
     cgroups: HashMap<String, PodCgroup>,
+    /// Pod key -> raised by the hot path's kill switch as it fires: the eviction it books
+    /// then waits for the processes to go instead of signalling them again.
+    hot_killed: HashMap<String, Arc<AtomicBool>>,
     /// The last error read from the file (said once until it changes).
     error: Option<String>,
     /// Pods already reported without a cgroup, and cgroups already reported without a
@@ -210,6 +214,12 @@ impl Inner {
             .iter()
             .map(|(pod, cgroup)| (pod.key(), cgroup.clone()))
             .collect();
+        let Listed {
+            cgroups,
+            hot_killed,
+            ..
+        } = listed;
+        hot_killed.retain(|key, _| cgroups.contains_key(key));
         found
     }
 
@@ -227,7 +237,15 @@ impl Inner {
             return EvictionOutcome::AlreadyGone;
         }
         let started = Instant::now();
-        if decision.grace_period_seconds > 0 {
+        let hot_killed = self
+            .lock()
+            .hot_killed
+            .get(&decision.pod_key)
+            .is_some_and(|flag| flag.swap(false, Ordering::SeqCst));
+        if hot_killed && self.wait_gone(&cgroup, started + decision.kill_timeout.max(EXIT_POLL)) {
+            return EvictionOutcome::Evicted;
+        }
+        if decision.grace_period_seconds > 0 && !hot_killed {
             if let Err(err) = self.tree.signal(&cgroup, UnixSignal::SIGTERM) {
                 tracing::warn!(pod = %decision.pod_key, "SIGTERM: {err}");
             }
@@ -310,7 +328,18 @@ impl PodKiller for KubeletPods {
         let cgroup = self.inner.cgroup_of(pod_key)?;
         let path = self.inner.tree.kill_file(&cgroup)?;
         let switch = KillSwitch::open(pod_key, &path).ok()?;
-        Some(switch.with_memory(self.inner.tree.pod_memory_reader(&cgroup)))
+        let flag = self
+            .inner
+            .lock()
+            .hot_killed
+            .entry(pod_key.to_string())
+            .or_default()
+            .clone();
+        Some(
+            switch
+                .with_memory(self.inner.tree.pod_memory_reader(&cgroup))
+                .with_evicting_flag(flag),
+        )
     }
 
     fn processes_left(&self, pod_key: &str) -> Option<usize> {
