@@ -93,6 +93,21 @@ impl KubeletNode {
         KillOnDrop(command.spawn().expect("starting the agent"))
     }
 
+    /// Starts the agent on `eviction` and `monitor_keys` with `args`, waits until it has
+    /// read the pod list and armed on it, then creates `go` (what the hog waits for).
+    pub fn race(&self, eviction: &str, monitor_keys: &str, args: &[&str], go: &Path) -> KillOnDrop {
+        let config = self.config(eviction, monitor_keys);
+        let agent = self.start_agent(&config, args, "info");
+        crate::wait_until(
+            "the agent reads the pod list",
+            Duration::from_secs(20),
+            || self.log().contains("pod list read"),
+        );
+        std::thread::sleep(SETTLE);
+        std::fs::write(go, "").expect("the start file");
+        agent
+    }
+
     pub fn log_path(&self) -> PathBuf {
         self.dir.path().join("agent.log")
     }

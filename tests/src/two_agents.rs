@@ -517,30 +517,14 @@ impl TwoAgents {
             labels.extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
             labels
         };
-        let sandbox = api::PodSandboxConfig {
-            metadata: Some(api::PodSandboxMetadata {
-                name: "older".into(),
-                uid: uid.into(),
-                namespace: "demo".into(),
-                attempt: 0,
-            }),
-            log_directory: pod_logs.display().to_string(),
-            labels: labels(&[]),
-            linux: Some(api::LinuxPodSandboxConfig {
-                cgroup_parent: format!("/{}/older-agent", parent_name()),
-                security_context: Some(api::LinuxSandboxSecurityContext {
-                    namespace_options: Some(api::NamespaceOption {
-                        network: api::NamespaceMode::Node as i32,
-                        pid: api::NamespaceMode::Container as i32,
-                        ipc: api::NamespaceMode::Pod as i32,
-                        ..api::NamespaceOption::default()
-                    }),
-                    ..api::LinuxSandboxSecurityContext::default()
-                }),
-                ..api::LinuxPodSandboxConfig::default()
-            }),
-            ..api::PodSandboxConfig::default()
-        };
+        let sandbox = crate::containerd::host_network_sandbox(
+            "older",
+            uid,
+            "demo",
+            &pod_logs,
+            &format!("{}/older-agent", parent_name()),
+            labels(&[]),
+        );
         let container = api::ContainerConfig {
             metadata: Some(api::ContainerMetadata {
                 name: "main".into(),

@@ -6,7 +6,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 use std::time::Duration;
 
-use monitor_tests::kubelet_laid::{KubeletNode, SETTLE};
+use monitor_tests::kubelet_laid::KubeletNode;
 use monitor_tests::node::alive;
 use monitor_tests::{Feature, agent_metrics, hog, require, wait_until};
 
@@ -47,25 +47,6 @@ fn laid_node() -> (KubeletNode, u32, Vec<u32>, std::path::PathBuf) {
     (node, hog_pid, vec![db_pid, stray_pid], go)
 }
 
-/// Starts the agent, lets it read the list and arm, then lets the hog grow.
-fn run(
-    node: &KubeletNode,
-    go: &std::path::Path,
-    monitor_keys: &str,
-    args: &[&str],
-) -> monitor_tests::KillOnDrop {
-    let config = node.config(EVICTION, monitor_keys);
-    let agent = node.start_agent(&config, args, "info");
-    wait_until(
-        "the agent reads the pod list",
-        Duration::from_secs(20),
-        || node.log().contains("pod list read"),
-    );
-    std::thread::sleep(SETTLE);
-    std::fs::write(go, "").expect("start file");
-    agent
-}
-
 /// The hog's exit, once it has one.
 fn hog_status(node: &mut KubeletNode, pid: u32) -> Option<std::process::ExitStatus> {
     node.processes
@@ -99,7 +80,7 @@ fn a_shadow_agent_reports_the_kill_it_would_make_and_touches_nothing() {
     }
     let (mut node, hog_pid, bystanders, go) = laid_node();
     let before = node.settings();
-    let agent = run(&node, &go, "", &["--shadow"]);
+    let agent = node.race(EVICTION, "", &["--shadow"], &go);
     // Nothing stops the hog: it runs on to the pods cgroup's limit, where the kernel's
     // OOM killer ends it.
     wait_until(
@@ -163,7 +144,7 @@ fn an_acting_agent_kills_the_hog_cgroup_of_a_kubelet_pod_and_nothing_else() {
         "  preKillHook:\n    command: [/bin/sh, -c, \"cat > {}\"]\n",
         trace.display()
     );
-    let agent = run(&node, &go, &hook, &[]);
+    let agent = node.race(EVICTION, &hook, &[], &go);
     wait_until("the hog is killed", Duration::from_secs(60), || {
         hog_status(&mut node, hog_pid).is_some()
     });

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use monitor::runtime::cri::{CriClient, api};
 use monitor_tests::containerd::{BUSYBOX_IMAGE, Containerd};
-use monitor_tests::kubelet_laid::{KubeletNode, SETTLE};
+use monitor_tests::kubelet_laid::KubeletNode;
 use monitor_tests::oci::OciImage;
 use monitor_tests::{Feature, parent_name, require, wait_until};
 
@@ -36,29 +36,14 @@ fn run_pod(node: &KubeletNode, containerd: &Containerd, index: usize, script: &s
     let pod = &node.pods[index];
     let logs = node.dir.path().join("logs").join(&pod.uid);
     std::fs::create_dir_all(&logs).unwrap();
-    let sandbox = api::PodSandboxConfig {
-        metadata: Some(api::PodSandboxMetadata {
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-            namespace: "shop".into(),
-            attempt: 0,
-        }),
-        log_directory: logs.display().to_string(),
-        linux: Some(api::LinuxPodSandboxConfig {
-            cgroup_parent: format!("/{}", pod.relative),
-            security_context: Some(api::LinuxSandboxSecurityContext {
-                namespace_options: Some(api::NamespaceOption {
-                    network: api::NamespaceMode::Node as i32,
-                    pid: api::NamespaceMode::Container as i32,
-                    ipc: api::NamespaceMode::Pod as i32,
-                    ..api::NamespaceOption::default()
-                }),
-                ..api::LinuxSandboxSecurityContext::default()
-            }),
-            ..api::LinuxPodSandboxConfig::default()
-        }),
-        ..api::PodSandboxConfig::default()
-    };
+    let sandbox = monitor_tests::containerd::host_network_sandbox(
+        &pod.name,
+        &pod.uid,
+        "shop",
+        &logs,
+        &pod.relative,
+        Default::default(),
+    );
     let container = api::ContainerConfig {
         metadata: Some(api::ContainerMetadata {
             name: "app".into(),
@@ -124,19 +109,6 @@ fn laid(containerd: &Containerd) -> (KubeletNode, String, String) {
     (node, db_id, batch_id)
 }
 
-fn race(node: &KubeletNode, monitor_keys: &str, args: &[&str]) -> monitor_tests::KillOnDrop {
-    let config = node.config(EVICTION, monitor_keys);
-    let agent = node.start_agent(&config, args, "info");
-    wait_until(
-        "the agent reads the pod list",
-        Duration::from_secs(20),
-        || node.log().contains("pod list read"),
-    );
-    std::thread::sleep(SETTLE);
-    std::fs::write(node.dir.path().join("go"), "").unwrap();
-    agent
-}
-
 fn start(test: &str) -> Option<Containerd> {
     if !require(test, &[Feature::Root, Feature::Containerd]) {
         return None;
@@ -151,7 +123,7 @@ fn an_acting_agent_kills_the_hog_container_of_a_kubelet_pod_on_containerd() {
     };
     let (node, db_id, batch_id) = laid(&containerd);
     let before = node.settings();
-    let agent = race(&node, "", &[]);
+    let agent = node.race(EVICTION, "", &[], &node.dir.path().join("go"));
     wait_until("the hog container ends", Duration::from_secs(60), || {
         !running(&containerd, &batch_id)
     });
@@ -184,7 +156,7 @@ fn a_shadow_agent_beside_containerd_pods_reports_the_kill_and_touches_nothing() 
     };
     let (node, db_id, batch_id) = laid(&containerd);
     let before = node.settings();
-    let agent = race(&node, "", &["--shadow"]);
+    let agent = node.race(EVICTION, "", &["--shadow"], &node.dir.path().join("go"));
     wait_until("the hog container ends", Duration::from_secs(60), || {
         !running(&containerd, &batch_id)
     });

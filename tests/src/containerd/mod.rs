@@ -684,3 +684,41 @@ fn on_path(name: &str) -> Option<PathBuf> {
 
 #[cfg(test)]
 mod tests;
+
+/// A sandbox config as the kubelet (and the agent's CRI runtime) gives a pod on the host's
+/// network: its own pid namespace, the pod's IPC, `cgroup_parent` (relative to the
+/// hierarchies' mounts) as its cgroup parent, its logs under `log_dir`.
+pub fn host_network_sandbox(
+    name: &str,
+    uid: &str,
+    namespace: &str,
+    log_dir: &Path,
+    cgroup_parent: &str,
+    labels: std::collections::HashMap<String, String>,
+) -> monitor::runtime::cri::api::PodSandboxConfig {
+    use monitor::runtime::cri::api;
+    api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: name.into(),
+            uid: uid.into(),
+            namespace: namespace.into(),
+            attempt: 0,
+        }),
+        log_directory: log_dir.display().to_string(),
+        labels,
+        linux: Some(api::LinuxPodSandboxConfig {
+            cgroup_parent: format!("/{}", cgroup_parent.trim_start_matches('/')),
+            security_context: Some(api::LinuxSandboxSecurityContext {
+                namespace_options: Some(api::NamespaceOption {
+                    network: api::NamespaceMode::Node as i32,
+                    pid: api::NamespaceMode::Container as i32,
+                    ipc: api::NamespaceMode::Pod as i32,
+                    ..api::NamespaceOption::default()
+                }),
+                ..api::LinuxSandboxSecurityContext::default()
+            }),
+            ..api::LinuxPodSandboxConfig::default()
+        }),
+        ..api::PodSandboxConfig::default()
+    }
+}
