@@ -379,16 +379,7 @@ impl EvictionSync {
         self.state.event(
             crate::events::EventReason::HotKill,
             &kill.decision.pod_key,
-            format!(
-                "hard memory threshold crossed ({}): working set {} at a level of {}; killed through {} in {} µs, the pod's working set read then {}. {}",
-                kill.source,
-                kill.working_set_bytes,
-                kill.level_bytes,
-                kill.path.display(),
-                kill.killed_ns.saturating_sub(kill.detected_ns) / 1000,
-                kill.victim_working_set_bytes,
-                kill.decision.message.trim_end()
-            ),
+            hot_kill_message(kill),
         );
         self.state.lock().metrics.observe_hot_kill(
             kill.source,
@@ -682,6 +673,29 @@ pub(crate) fn summarize(pass: &EvictionPass) -> String {
     } else {
         parts.join("; ")
     }
+}
+
+/// A hot kill in words (its event): the crossing, the kill (or in shadow mode the kill
+/// it would have been) and its time, the victim as read then, the kubelet's message.
+pub(super) fn hot_kill_message(kill: &HotKill) -> String {
+    let us = kill.killed_ns.saturating_sub(kill.detected_ns) / 1000;
+    let act = if kill.shadow {
+        format!(
+            "would have killed through {}, decided {us} µs after the crossing was told",
+            kill.path.display()
+        )
+    } else {
+        format!("killed through {} in {us} µs", kill.path.display())
+    };
+    format!(
+        "{}hard memory threshold crossed ({}): working set {} at a level of {}; {act}, the pod's working set read then {}. {}",
+        if kill.shadow { "shadow: " } else { "" },
+        kill.source,
+        kill.working_set_bytes,
+        kill.level_bytes,
+        kill.victim_working_set_bytes,
+        kill.decision.message.trim_end()
+    )
 }
 
 mod carry;

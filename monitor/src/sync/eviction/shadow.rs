@@ -61,16 +61,7 @@ impl EvictionSync {
         self.state.event(
             crate::events::EventReason::WouldKill,
             &kill.decision.pod_key,
-            format!(
-                "shadow: hard memory threshold crossed ({}): working set {} at a level of {}; would have killed through {}, decided {} µs after the crossing was told, the pod's working set read then {}. {}",
-                kill.source,
-                kill.working_set_bytes,
-                kill.level_bytes,
-                kill.path.display(),
-                kill.killed_ns.saturating_sub(kill.detected_ns) / 1000,
-                kill.victim_working_set_bytes,
-                kill.decision.message.trim_end()
-            ),
+            super::hot_kill_message(kill),
         );
         self.state
             .lock()
