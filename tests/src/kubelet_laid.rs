@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use monitor_bench::laid::{KubeletTree, LaidPod};
+use monitor_bench::laid::{Driver, KubeletTree, LaidPod};
 
 use crate::{KillOnDrop, TestTrees, monitor_run};
 
@@ -22,10 +22,16 @@ pub struct KubeletNode {
 }
 
 impl KubeletNode {
-    /// A `kubepods` cgroup limited to `allocatable_mib`.
+    /// A `kubepods` cgroup limited to `allocatable_mib`, in the cgroupfs driver's naming.
     pub fn new(allocatable_mib: u64) -> KubeletNode {
+        KubeletNode::with_driver(allocatable_mib, Driver::Cgroupfs)
+    }
+
+    /// The same in `driver`'s naming (systemd: under `monitor_test_<pid>.slice`, this test
+    /// process's parent in that naming, removed on drop as the other).
+    pub fn with_driver(allocatable_mib: u64, driver: Driver) -> KubeletNode {
         let _trees = TestTrees;
-        let tree = KubeletTree::new(&TestTrees::root("kubelet"), allocatable_mib)
+        let tree = KubeletTree::with_driver(&TestTrees::root("kubelet"), allocatable_mib, driver)
             .unwrap_or_else(|e| panic!("laying out the kubelet's tree: {e}"));
         KubeletNode {
             dir: tempfile::tempdir().expect("tempdir"),
@@ -71,10 +77,11 @@ impl KubeletNode {
     pub fn config(&self, eviction: &str, monitor_keys: &str) -> PathBuf {
         let text = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             cgroupDriver: cgroupfs\ncgroupRoot: /{root}\n{eviction}\n\
+             cgroupDriver: {driver}\ncgroupRoot: /{root}\n{eviction}\n\
              monitor:\n  runPods: false\n  podList:\n    file: {list}\n  stateDir: {state}\n  \
              socket: {sock}\n{monitor_keys}",
             root = self.tree.root,
+            driver = self.tree.driver.name(),
             list = self.dir.path().join("pods.json").display(),
             state = self.dir.path().join("state").display(),
             sock = self.dir.path().join("monitor.sock").display(),

@@ -163,8 +163,13 @@ pub fn cleanup_stale() {
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
+            // `monitor_test_<pid>.slice`: the same parent in the systemd driver's naming.
             let Some(pid) = name
                 .strip_prefix("monitor-test-")
+                .or_else(|| {
+                    name.strip_prefix("monitor_test_")
+                        .and_then(|n| n.strip_suffix(".slice"))
+                })
                 .and_then(|p| p.parse::<u32>().ok())
             else {
                 continue;

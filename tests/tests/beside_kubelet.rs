@@ -6,6 +6,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 use std::time::Duration;
 
+use monitor_bench::laid::Driver;
 use monitor_tests::kubelet_laid::KubeletNode;
 use monitor_tests::node::alive;
 use monitor_tests::{Feature, agent_metrics, hog, require, wait_until};
@@ -17,8 +18,8 @@ const EVICTION: &str =
 /// The node both tests start from: a Guaranteed sleeper, a BestEffort hog waiting for
 /// `go`, a cgroup no listed pod claims (with a process in it), and a listed pod without
 /// a cgroup. Returns the node, the hog's pid and the bystanders' pids.
-fn laid_node() -> (KubeletNode, u32, Vec<u32>, std::path::PathBuf) {
-    let mut node = KubeletNode::new(512);
+fn laid_node(driver: Driver) -> (KubeletNode, u32, Vec<u32>, std::path::PathBuf) {
+    let mut node = KubeletNode::with_driver(512, driver);
     let go = node.dir.path().join("go");
     let db = node.pod("db", "Guaranteed", true, true);
     let batch = node.pod("batch", "BestEffort", true, true);
@@ -78,7 +79,7 @@ fn a_shadow_agent_reports_the_kill_it_would_make_and_touches_nothing() {
     ) {
         return;
     }
-    let (mut node, hog_pid, bystanders, go) = laid_node();
+    let (mut node, hog_pid, bystanders, go) = laid_node(Driver::Cgroupfs);
     let before = node.settings();
     let agent = node.race(EVICTION, "", &["--shadow"], &go);
     // Nothing stops the hog: it runs on to the pods cgroup's limit, where the kernel's
@@ -136,7 +137,7 @@ fn an_acting_agent_kills_the_hog_cgroup_of_a_kubelet_pod_and_nothing_else() {
     ) {
         return;
     }
-    let (mut node, hog_pid, bystanders, go) = laid_node();
+    let (mut node, hog_pid, bystanders, go) = laid_node(Driver::Cgroupfs);
     let before = node.settings();
     // A pre-kill hook that leaves a trace: the hot path never runs it.
     let trace = node.dir.path().join("hook-ran");
@@ -312,5 +313,46 @@ fn a_hung_pre_kill_hook_delays_a_soft_eviction_by_at_most_its_timeout() {
         metrics.contains("monitor_pre_kill_hooks_total{result=\"timed_out\"} 1"),
         "{metrics}"
     );
+    stop(agent);
+}
+
+#[test]
+fn pods_named_as_the_systemd_driver_names_them_are_found_and_protected() {
+    if !require(
+        "pods_named_as_the_systemd_driver_names_them",
+        &[Feature::Root],
+    ) {
+        return;
+    }
+    // The same race as in act mode, the tree in the systemd driver's naming
+    // (`…kubepods.slice/…kubepods-besteffort.slice/…-pod<uid with '_'>.slice`).
+    let (mut node, hog_pid, bystanders, go) = laid_node(Driver::Systemd);
+    assert!(
+        node.pods[1].relative.ends_with(&format!(
+            "-kubepods-besteffort-pod{}.slice",
+            node.pods[1].uid.replace('-', "_")
+        )),
+        "{}",
+        node.pods[1].relative
+    );
+    let agent = node.race(EVICTION, "", &[], &go);
+    wait_until("the hog is killed", Duration::from_secs(60), || {
+        hog_status(&mut node, hog_pid).is_some()
+    });
+    let log = node.log();
+    assert_eq!(
+        node.oom_kills(),
+        0,
+        "the agent killed before the kernel\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("hot path: cgroup.kill written") && l.contains("pod=shop/batch")),
+        "the hot path killed the hog's pod through its cgroup\n{log}"
+    );
+    assert_reports(&node, &log);
+    for pid in &bystanders {
+        assert!(alive(*pid), "bystander {pid} untouched\n{log}");
+    }
     stop(agent);
 }

@@ -21,12 +21,45 @@ pub struct LaidPod {
     pub listed: bool,
 }
 
+/// How the kubelet names its cgroups (its `cgroupDriver`), written out from the kubelet's
+/// rules: cgroupfs joins the components with '/'; systemd makes each a slice named by
+/// every component up to it joined by '-', with '-' inside a component written '_'.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    Cgroupfs,
+    Systemd,
+}
+
+impl Driver {
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::Cgroupfs => "cgroupfs",
+            Driver::Systemd => "systemd",
+        }
+    }
+
+    /// The path of `components` (cgroupRoot's, then kubepods, tier, pod).
+    fn path(self, components: &[&str]) -> String {
+        match self {
+            Driver::Cgroupfs => components.join("/"),
+            Driver::Systemd => {
+                let escaped: Vec<String> = components.iter().map(|c| c.replace('-', "_")).collect();
+                (1..=escaped.len())
+                    .map(|n| format!("{}.slice", escaped[..n].join("-")))
+                    .collect::<Vec<_>>()
+                    .join("/")
+            }
+        }
+    }
+}
+
 /// The kubelet's tree under `root` in the memory hierarchy (and the cgroup2 one beside it
 /// on a v1 host, where `cgroup.kill` lives); removed, with whatever runs in it, on drop.
 #[derive(Debug)]
 pub struct KubeletTree {
     /// The KubeletConfiguration's cgroupRoot, relative (no leading '/').
     pub root: String,
+    pub driver: Driver,
     pub memory_root: PathBuf,
     pub v1: bool,
     unified: Option<PathBuf>,
@@ -34,8 +67,18 @@ pub struct KubeletTree {
 }
 
 impl KubeletTree {
-    /// `<root>/kubepods` (and its QoS tiers) with `allocatable_mib` of memory.
+    /// `<root>/kubepods` (and its QoS tiers) with `allocatable_mib` of memory, named as
+    /// the cgroupfs driver names them.
     pub fn new(root: &str, allocatable_mib: u64) -> std::io::Result<KubeletTree> {
+        KubeletTree::with_driver(root, allocatable_mib, Driver::Cgroupfs)
+    }
+
+    /// The same, named as `driver` names them.
+    pub fn with_driver(
+        root: &str,
+        allocatable_mib: u64,
+        driver: Driver,
+    ) -> std::io::Result<KubeletTree> {
         let (mounts, memory, v1) = cgroup_mounts();
         let memory_root = memory.ok_or_else(|| {
             std::io::Error::other("no cgroup hierarchy has the memory controller")
@@ -49,6 +92,7 @@ impl KubeletTree {
         };
         let tree = KubeletTree {
             root: root.trim_matches('/').to_string(),
+            driver,
             memory_root,
             v1,
             unified,
@@ -56,8 +100,8 @@ impl KubeletTree {
         };
         let kubepods = tree.kubepods();
         tree.make(&kubepods)?;
-        for tier in ["burstable", "besteffort"] {
-            tree.make(&format!("{kubepods}/{tier}"))?;
+        for tier in ["Burstable", "BestEffort"] {
+            tree.make(&tree.tier(tier))?;
         }
         let limit = (allocatable_mib << 20).to_string();
         tree.write(
@@ -74,7 +118,26 @@ impl KubeletTree {
 
     /// The pods cgroup, relative to a hierarchy's mount.
     pub fn kubepods(&self) -> String {
-        format!("{}/kubepods", self.root)
+        self.named(&["kubepods"])
+    }
+
+    /// The cgroup of the pods of class `qos` (Guaranteed pods sit in `kubepods`).
+    pub fn tier(&self, qos: &str) -> String {
+        match qos {
+            "Burstable" => self.named(&["kubepods", "burstable"]),
+            "BestEffort" => self.named(&["kubepods", "besteffort"]),
+            _ => self.kubepods(),
+        }
+    }
+
+    fn named(&self, components: &[&str]) -> String {
+        let all: Vec<&str> = self
+            .root
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .chain(components.iter().copied())
+            .collect();
+        self.driver.path(&all)
     }
 
     fn mounts(&self) -> Vec<PathBuf> {
@@ -136,12 +199,12 @@ impl KubeletTree {
             std::process::id(),
             self.pods.len() + 1
         );
-        let tier = match qos {
-            "Guaranteed" => String::new(),
-            "Burstable" => "/burstable".to_string(),
-            _ => "/besteffort".to_string(),
+        let pod = format!("pod{uid}");
+        let relative = match qos {
+            "Burstable" => self.named(&["kubepods", "burstable", &pod]),
+            "BestEffort" => self.named(&["kubepods", "besteffort", &pod]),
+            _ => self.named(&["kubepods", &pod]),
         };
-        let relative = format!("{}{tier}/pod{uid}", self.kubepods());
         if with_cgroup {
             self.make(&relative)?;
         }
@@ -221,7 +284,7 @@ impl KubeletTree {
             ]
         };
         let mut dirs = vec![self.kubepods()];
-        dirs.extend(["burstable", "besteffort"].map(|t| format!("{}/{t}", self.kubepods())));
+        dirs.extend(["Burstable", "BestEffort"].map(|t| self.tier(t)));
         dirs.extend(self.pods.iter().map(|p| p.relative.clone()));
         let mut settings = Vec::new();
         for dir in dirs {
@@ -241,13 +304,14 @@ impl KubeletTree {
         settings
     }
 
-    /// The first component of the root in each hierarchy, for removal.
+    /// The tree's first directory in each hierarchy, for removal.
     fn top_dirs(&self) -> Vec<PathBuf> {
-        let top = self.root.split('/').next().unwrap_or_default();
+        let kubepods = self.kubepods();
+        let top = kubepods.split('/').next().unwrap_or_default();
         self.mounts()
             .into_iter()
             .map(|m| m.join(top))
-            .filter(|_| !top.is_empty())
+            .filter(|_| !top.is_empty() && top != "kubepods" && top != "kubepods.slice")
             .collect()
     }
 }
@@ -261,5 +325,23 @@ impl Drop for KubeletTree {
                 eprintln!("warning: could not remove {}: {e}", dir.display());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drivers_name_as_the_kubelet_does() {
+        let parts = ["node-a", "kubepods", "besteffort", "pod0b5e-7d2f"];
+        assert_eq!(
+            Driver::Cgroupfs.path(&parts),
+            "node-a/kubepods/besteffort/pod0b5e-7d2f"
+        );
+        assert_eq!(
+            Driver::Systemd.path(&parts),
+            "node_a.slice/node_a-kubepods.slice/node_a-kubepods-besteffort.slice/node_a-kubepods-besteffort-pod0b5e_7d2f.slice"
+        );
     }
 }
