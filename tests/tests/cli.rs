@@ -665,7 +665,7 @@ fn check_config_prints_the_effective_configuration_of_a_configz_capture() {
     );
     // The key that does something else here is named on stderr.
     assert!(
-        stderr.contains("cgroupDriver") && stderr.contains("not followed"),
+        stderr.contains("cgroupDriver") && stderr.contains("monitor.podList"),
         "{stderr}"
     );
     // The printed YAML is a configuration `monitor run --config` takes, quietly, and

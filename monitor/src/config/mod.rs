@@ -54,6 +54,14 @@ pub fn config_path(given: Option<&Path>) -> Option<std::path::PathBuf> {
 /// Loading it again gives the same configuration.
 pub fn effective_config(loaded: &LoadedConfig) -> serde_yaml_ng::Value {
     let mut doc = kubelet::effective_document(&loaded.kubelet);
+    // The driver names only the cgroups of a kubelet's pods: in effect with a pod list,
+    // and the agent's own pods are named as cgroupfs names them whatever it says.
+    if loaded.agent.settings.pod_list.is_some() {
+        doc.insert(
+            "cgroupDriver".into(),
+            loaded.kubelet.cgroup_driver.as_str().into(),
+        );
+    }
     let settings = serde_yaml_ng::to_value(&loaded.agent.settings).unwrap_or_default();
     doc.insert("monitor".into(), settings);
     serde_yaml_ng::Value::Mapping(doc)
@@ -250,6 +258,48 @@ mod tests {
         // Printing again gives the same text.
         let again = serde_yaml_ng::to_string(&effective_config(&second)).expect("yaml");
         assert_eq!(printed, again);
+    }
+
+    #[test]
+    fn a_kubelets_driver_and_the_shadow_settings_survive_the_round_trip() {
+        let (first, second, printed) = round_trip(
+            "cgroupDriver: systemd\ncgroupRoot: /\n\
+             monitor:\n  runPods: false\n  podList: {file: /run/monitor/pods.json}\n  shadow: true\n  \
+             preKillHook: {command: [/usr/local/bin/notice, --pod], timeout: 2s}\n",
+            &[],
+        );
+        assert_eq!(
+            second.kubelet.cgroup_driver,
+            kubelet::CgroupDriver::Systemd,
+            "{printed}"
+        );
+        assert_eq!(first.agent.settings, second.agent.settings, "{printed}");
+        assert!(second.agent.settings.shadow, "{printed}");
+        // Without a pod list the driver names nothing: the agent's own pods are named as
+        // cgroupfs names them, and the printed configuration says nothing of it.
+        let (_, own, printed) = round_trip("cgroupDriver: systemd\n", &[]);
+        assert!(own.warnings.is_empty(), "{:?}\n{printed}", own.warnings);
+        assert!(!printed.contains("cgroupDriver"), "{printed}");
+    }
+
+    #[rstest::rstest]
+    #[case::shadow_with_own_pods("monitor: {shadow: true}\n", "monitor.shadow")]
+    #[case::list_with_own_pods("monitor: {podList: {file: /x.json}}\n", "monitor.podList")]
+    #[case::relative_hook(
+        "monitor: {runPods: false, preKillHook: {command: [notice]}}\n",
+        "preKillHook.command"
+    )]
+    #[case::hook_timeout(
+        "monitor: {runPods: false, preKillHook: {command: [/bin/true], timeout: 10m}}\n",
+        "preKillHook.timeout"
+    )]
+    #[case::bad_driver("cgroupDriver: upstart\n", "cgroupDriver")]
+    fn settings_that_cannot_work_are_refused_naming_the_key(#[case] text: &str, #[case] key: &str) {
+        let err = parse_agent_config(text, "node.yaml", &[])
+            .err()
+            .unwrap_or_else(|| panic!("{text} was accepted"))
+            .to_string();
+        assert!(err.contains("node.yaml") && err.contains(key), "{err}");
     }
 
     #[test]

@@ -125,7 +125,6 @@ pub(crate) fn effective_document(config: &KubeletConfig) -> Mapping {
         put("singleProcessOOMKill", single.into());
     }
     put("cgroupRoot", config.cgroup_root.as_str().into());
-    put("cgroupDriver", config.cgroup_driver.as_str().into());
     if let Some(path) = &config.static_pod_path {
         put("staticPodPath", path.as_str().into());
     }

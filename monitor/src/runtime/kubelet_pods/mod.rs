@@ -172,7 +172,9 @@ impl Inner {
                         relative,
                     },
                 ));
-            } else {
+            } else if pod.status.phase.as_deref() != Some("Pending") {
+                // A pending pod's cgroup may not be made yet: only a running one is
+                // missing it.
                 missing.insert(pod.key());
             }
         }
