@@ -230,6 +230,12 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
     // Without pods of its own, the agent may protect the pods a kubelet runs here.
     let kubelet_pods = match (&runtime, &settings.pod_list) {
         (None, Some(list)) => {
+            // The kubelet's tree is where the agent kills: it must stay under the mounts.
+            let root = &loaded.kubelet.cgroup_root;
+            anyhow::ensure!(
+                !root.split('/').any(|c| c == "." || c == ".."),
+                "KubeletConfiguration cgroupRoot {root:?}: '.' and '..' are not allowed (it names the kubelet's cgroup tree, where the agent kills)"
+            );
             let naming = crate::runtime::kubelet_pods::naming::KubeletTree::new(
                 loaded.kubelet.cgroup_driver,
                 &loaded.kubelet.cgroup_root,

@@ -393,14 +393,23 @@ fn read_pod_list(path: &Path) -> Result<Vec<Pod>, String> {
         ));
     }
     let pods = parse_pod_list(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
-    if let Some(pod) = pods.iter().find(|p| p.metadata.uid.is_empty()) {
+    // The uid becomes part of a cgroup path, which the agent kills through: anything but
+    // a Kubernetes UID (letters, digits, '-') could lead out of the kubelet's tree.
+    if let Some(pod) = pods.iter().find(|p| !is_uid(&p.metadata.uid)) {
         return Err(format!(
-            "{}: pod {} has no metadata.uid (its cgroup is named by it)",
+            "{}: pod {}: metadata.uid {:?} is not a UID of letters, digits and '-' (its cgroup is named by it)",
             path.display(),
-            pod.key()
+            pod.key(),
+            pod.metadata.uid
         ));
     }
     Ok(pods)
+}
+
+fn is_uid(uid: &str) -> bool {
+    !uid.is_empty()
+        && uid.len() <= 128
+        && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 #[cfg(test)]

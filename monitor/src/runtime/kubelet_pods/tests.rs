@@ -36,6 +36,16 @@ fn a_bad_pod_list_is_refused_naming_the_file_and_the_place() {
         err.contains("pods.json") && err.contains("metadata.uid") && err.contains("shop/web"),
         "{err}"
     );
+    // A uid that would lead out of the kubelet's tree is refused, not followed.
+    let (_dir, path) = written(&LIST.replace(
+        "7c1d0e2a-1111-2222-3333-444455556666",
+        "../../system.slice/sshd.service",
+    ));
+    let err = read_pod_list(&path).unwrap_err();
+    assert!(
+        err.contains("metadata.uid") && err.contains("system.slice"),
+        "{err}"
+    );
     let err = read_pod_list(Path::new("/nonexistent/pods.json")).unwrap_err();
     assert!(err.contains("/nonexistent/pods.json"), "{err}");
 }
