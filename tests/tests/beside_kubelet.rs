@@ -137,38 +137,17 @@ fn an_acting_agent_kills_the_hog_cgroup_of_a_kubelet_pod_and_nothing_else() {
     ) {
         return;
     }
-    let (mut node, hog_pid, bystanders, go) = laid_node(Driver::Cgroupfs);
-    let before = node.settings();
     // A pre-kill hook that leaves a trace: the hot path never runs it.
-    let trace = node.dir.path().join("hook-ran");
+    let trace = std::env::temp_dir().join(format!("monitor-hook-trace-{}", std::process::id()));
+    let _ = std::fs::remove_file(&trace);
     let hook = format!(
         "  preKillHook:\n    command: [/bin/sh, -c, \"cat > {}\"]\n",
         trace.display()
     );
-    let agent = node.race(EVICTION, &hook, &[], &go);
-    wait_until("the hog is killed", Duration::from_secs(60), || {
-        hog_status(&mut node, hog_pid).is_some()
-    });
-    let status = hog_status(&mut node, hog_pid).unwrap();
-    let log = node.log();
-    assert_eq!(status.signal(), Some(9), "{status:?}\n{log}");
-    assert_eq!(
-        node.oom_kills(),
-        0,
-        "the agent killed before the kernel\n{log}"
-    );
-    assert!(
-        log.lines()
-            .any(|l| l.contains("hot path: cgroup.kill written") && l.contains("pod=shop/batch")),
-        "the hot path killed the hog's pod through its cgroup\n{log}"
-    );
-    assert_reports(&node, &log);
-    std::thread::sleep(Duration::from_secs(2));
-    for pid in &bystanders {
-        assert!(alive(*pid), "bystander {pid} untouched\n{}", node.log());
-    }
+    let (mut node, agent, before, log) = killed_by_the_hot_path(Driver::Cgroupfs, &hook);
     assert_eq!(node.settings(), before, "no cgroup setting written");
     assert!(!trace.exists(), "no hook runs on the hot path\n{log}");
+    let _ = std::fs::remove_file(&trace);
     let decisions = cli(&node, &["decisions", "--pod", "shop/batch"]);
     assert!(
         decisions.contains("hotKill") && decisions.contains("crossing to kill"),
@@ -326,7 +305,7 @@ fn pods_named_as_the_systemd_driver_names_them_are_found_and_protected() {
     }
     // The same race as in act mode, the tree in the systemd driver's naming
     // (`…kubepods.slice/…kubepods-besteffort.slice/…-pod<uid with '_'>.slice`).
-    let (mut node, hog_pid, bystanders, go) = laid_node(Driver::Systemd);
+    let (node, agent, before, _) = killed_by_the_hot_path(Driver::Systemd, "");
     assert!(
         node.pods[1].relative.ends_with(&format!(
             "-kubepods-besteffort-pod{}.slice",
@@ -335,11 +314,32 @@ fn pods_named_as_the_systemd_driver_names_them_are_found_and_protected() {
         "{}",
         node.pods[1].relative
     );
-    let agent = node.race(EVICTION, "", &[], &go);
+    assert_eq!(node.settings(), before, "no cgroup setting written");
+    stop(agent);
+}
+
+/// The act-mode race on a tree in `driver`'s naming, with `monitor_keys`: the hog is
+/// killed by the hot path through its cgroup before the kernel's OOM killer, the reports
+/// are given, the bystanders run on. Returns the node, the agent, the settings before the
+/// race and the log.
+fn killed_by_the_hot_path(
+    driver: Driver,
+    monitor_keys: &str,
+) -> (
+    KubeletNode,
+    monitor_tests::KillOnDrop,
+    Vec<(std::path::PathBuf, String)>,
+    String,
+) {
+    let (mut node, hog_pid, bystanders, go) = laid_node(driver);
+    let before = node.settings();
+    let agent = node.race(EVICTION, monitor_keys, &[], &go);
     wait_until("the hog is killed", Duration::from_secs(60), || {
         hog_status(&mut node, hog_pid).is_some()
     });
+    let status = hog_status(&mut node, hog_pid).unwrap();
     let log = node.log();
+    assert_eq!(status.signal(), Some(9), "{status:?}\n{log}");
     assert_eq!(
         node.oom_kills(),
         0,
@@ -351,8 +351,9 @@ fn pods_named_as_the_systemd_driver_names_them_are_found_and_protected() {
         "the hot path killed the hog's pod through its cgroup\n{log}"
     );
     assert_reports(&node, &log);
+    std::thread::sleep(Duration::from_secs(2));
     for pid in &bystanders {
-        assert!(alive(*pid), "bystander {pid} untouched\n{log}");
+        assert!(alive(*pid), "bystander {pid} untouched\n{}", node.log());
     }
-    stop(agent);
+    (node, agent, before, log)
 }
