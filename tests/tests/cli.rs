@@ -1166,9 +1166,16 @@ fn cleanup_removes_what_the_stopped_agent_left_and_nothing_while_it_runs() {
         "the pods outlive the agent"
     );
 
+    // A decision record, as an agent that decided something leaves it: the agent's own.
+    std::fs::write(
+        dir.path().join("state").join("decisions.jsonl"),
+        "{\"at\":\"2026-11-27T10:00:00Z\",\"action\":\"evict\",\"message\":\"m\"}\n",
+    )
+    .expect("a decision record");
     let out = monitor(&["cleanup", "--config", &config_arg]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("decision record"), "{stdout}");
     for pod in ["default/web", "default/batch"] {
         assert!(
             stdout.contains(&format!("removed: pod {pod}:")),

@@ -95,6 +95,20 @@ pub fn cleanup(config: &LoadedConfig) -> anyhow::Result<CleanupReport> {
         )),
         Err(err) => report.left.push(format!("cgroup tree: {err}")),
     }
+    // The decision record is the agent's own too.
+    for name in [
+        crate::decisions::FILE,
+        crate::decisions::ROTATED,
+        &format!("{}.corrupt", crate::decisions::FILE),
+        &format!("{}.corrupt", crate::decisions::ROTATED),
+    ] {
+        let path = settings.state_dir.join(name);
+        if std::fs::remove_file(&path).is_ok() {
+            report
+                .removed
+                .push(format!("decision record {}", path.display()));
+        }
+    }
     for dir in [
         settings.state_dir.join("pods"),
         settings.state_dir.clone(),
