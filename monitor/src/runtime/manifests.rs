@@ -315,6 +315,21 @@ pub(crate) fn load_file_for(path: &Path, rules: ManifestRules) -> Result<Manifes
     })
 }
 
+/// One version of the file at `path` (followed through links): its identity, size and
+/// modification and change times, which a new version changes (an editor's rename, a
+/// rewrite in place); `None` where it cannot be read.
+pub(crate) fn file_version(path: &Path) -> Option<[i64; 6]> {
+    let m = std::fs::metadata(path).ok()?;
+    Some([
+        m.dev() as i64,
+        m.ino() as i64,
+        m.size() as i64,
+        m.mtime().saturating_mul(1_000_000_000) + m.mtime_nsec(),
+        m.ctime().saturating_mul(1_000_000_000) + m.ctime_nsec(),
+        i64::from(m.is_file()),
+    ])
+}
+
 /// How often the files behind symbolic links among the manifests are looked at (the
 /// kubelet reads its whole manifest directory every 20 s).
 pub(crate) const LINK_CHECK: Duration = Duration::from_secs(5);
@@ -336,19 +351,7 @@ impl LinkTargets {
             .flatten()
             .filter(|e| e.file_type().is_ok_and(|t| t.is_symlink()))
             .filter(|e| is_manifest_name(&e.file_name().to_string_lossy()))
-            .map(|e| {
-                let version = std::fs::metadata(e.path()).ok().map(|m| {
-                    [
-                        m.dev() as i64,
-                        m.ino() as i64,
-                        m.size() as i64,
-                        m.mtime().saturating_mul(1_000_000_000) + m.mtime_nsec(),
-                        m.ctime().saturating_mul(1_000_000_000) + m.ctime_nsec(),
-                        i64::from(m.is_file()),
-                    ]
-                });
-                (e.path(), version)
-            })
+            .map(|e| (e.path(), file_version(&e.path())))
             .collect();
         LinkTargets(links)
     }

@@ -60,8 +60,8 @@ struct Inner {
 /// The pod list as last read, and what was already reported about it.
 #[derive(Default)]
 struct Listed {
-    /// The file's identity and times when it was read.
-    stamp: Option<[i64; 5]>,
+    /// The file's version when it was read ([`super::manifests::file_version`]).
+    stamp: Option<[i64; 6]>,
     pods: Vec<Arc<Pod>>,
     /// Pod key -> its cgroup, as found at the last pass.
     cgroups: HashMap<String, PodCgroup>,
@@ -117,7 +117,7 @@ impl Inner {
 
     /// Reads the file again if it changed since the last read.
     fn refresh(&self, listed: &mut Listed) {
-        let stamp = stamp_of(&self.file);
+        let stamp = super::manifests::file_version(&self.file);
         if stamp.is_some() && stamp == listed.stamp {
             return;
         }
@@ -362,20 +362,6 @@ impl ConditionsSink for KubeletPods {
     fn conditions_changed(&self, _conditions: &[NodeConditionType]) {}
 }
 
-/// The file's device, inode, size and change time: a new version of the file changes
-/// one of them (an editor's rename, a rewrite in place).
-fn stamp_of(path: &Path) -> Option<[i64; 5]> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).ok()?;
-    Some([
-        meta.dev() as i64,
-        meta.ino() as i64,
-        meta.size() as i64,
-        meta.mtime(),
-        meta.mtime_nsec(),
-    ])
-}
-
 /// The pods of a PodList file; the error names the file (and, from the parser, the
 /// field or the line).
 fn read_pod_list(path: &Path) -> Result<Vec<Pod>, String> {
@@ -395,7 +381,7 @@ fn read_pod_list(path: &Path) -> Result<Vec<Pod>, String> {
     let pods = parse_pod_list(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
     // The uid becomes part of a cgroup path, which the agent kills through: anything but
     // a Kubernetes UID (letters, digits, '-') could lead out of the kubelet's tree.
-    if let Some(pod) = pods.iter().find(|p| !is_uid(&p.metadata.uid)) {
+    if let Some(pod) = pods.iter().find(|p| !naming::is_uid(&p.metadata.uid)) {
         return Err(format!(
             "{}: pod {}: metadata.uid {:?} is not a UID of letters, digits and '-' (its cgroup is named by it)",
             path.display(),
@@ -404,12 +390,6 @@ fn read_pod_list(path: &Path) -> Result<Vec<Pod>, String> {
         ));
     }
     Ok(pods)
-}
-
-fn is_uid(uid: &str) -> bool {
-    !uid.is_empty()
-        && uid.len() <= 128
-        && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 #[cfg(test)]

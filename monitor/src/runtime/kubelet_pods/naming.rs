@@ -68,8 +68,7 @@ impl KubeletTree {
                 uid.replace('_', "-")
             }
         };
-        (!uid.is_empty() && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
-            .then_some(uid)
+        is_uid(&uid).then_some(uid)
     }
 
     fn path(&self, components: &[&str]) -> String {
@@ -90,6 +89,14 @@ impl KubeletTree {
             }
         }
     }
+}
+
+/// Whether `uid` is a pod UID as Kubernetes writes them (letters, digits, '-'): the only
+/// names a pod's cgroup path is built from, so that none leads out of the tree.
+pub(crate) fn is_uid(uid: &str) -> bool {
+    !uid.is_empty()
+        && uid.len() <= 128
+        && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 fn tier_component(qos: QosClass) -> Option<&'static str> {

@@ -53,9 +53,9 @@ fn a_bad_pod_list_is_refused_naming_the_file_and_the_place() {
 #[test]
 fn a_rewritten_file_has_a_new_stamp() {
     let (_dir, path) = written(LIST);
-    let before = stamp_of(&path).unwrap();
-    assert_eq!(stamp_of(&path), Some(before));
+    let before = crate::runtime::manifests::file_version(&path).unwrap();
+    assert_eq!(crate::runtime::manifests::file_version(&path), Some(before));
     std::thread::sleep(Duration::from_millis(10));
     std::fs::write(&path, LIST.replace("web", "api")).unwrap();
-    assert_ne!(stamp_of(&path), Some(before));
+    assert_ne!(crate::runtime::manifests::file_version(&path), Some(before));
 }

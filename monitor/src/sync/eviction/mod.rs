@@ -224,24 +224,13 @@ impl EvictionSync {
             Step::Done(outcome) => outcome,
             Step::Reclaim(pending) => {
                 let freed = self.reclaim(pending.resource(), pending.signal()).await;
-                self.state.record_decision(crate::decisions::Decision {
-                    at: crate::state::now_rfc3339(),
-                    action: "reclaim".into(),
-                    shadow: self.shadow.is_some(),
-                    pod: None,
-                    uid: None,
-                    signal: Some(pending.signal().as_str().to_string()),
-                    message: format!(
-                        "node-level reclaim of {}: freed {} bytes, {} inodes",
-                        pending.resource().as_str(),
-                        freed.freed_bytes,
-                        freed.freed_inodes
-                    ),
-                    signals: record::signals_seen(&input.observations),
-                    thresholds_met: Vec::new(),
-                    ranking: Vec::new(),
-                    timings: Default::default(),
-                });
+                self.state.record_decision(record::reclaim(
+                    pending.resource(),
+                    pending.signal(),
+                    freed,
+                    self.shadow.is_some(),
+                    &input.observations,
+                ));
                 self.manager.after_reclaim(pending, &input, freed)
             }
         };
@@ -624,9 +613,8 @@ pub(crate) fn summarize(pass: &EvictionPass) -> String {
     let outcome = &pass.outcome;
     for met in &outcome.thresholds_met {
         parts.push(format!(
-            "threshold met: {}<{}{}",
-            met.threshold.signal.as_str(),
-            format_value(met.threshold.value),
+            "threshold met: {}{}",
+            threshold_text(&met.threshold),
             if met.grace_period_met {
                 ""
             } else {
@@ -673,6 +661,16 @@ pub(crate) fn summarize(pass: &EvictionPass) -> String {
     } else {
         parts.join("; ")
     }
+}
+
+/// A threshold as the log, the decision record and the pre-kill hook write it:
+/// `memory.available<500Mi`.
+pub(super) fn threshold_text(threshold: &crate::policy::signal::Threshold) -> String {
+    format!(
+        "{}<{}",
+        threshold.signal.as_str(),
+        format_value(threshold.value)
+    )
 }
 
 /// A hot kill in words (its event): the crossing, the kill (or in shadow mode the kill

@@ -71,13 +71,7 @@ impl Seen<'_> {
                 .unwrap_or_default(),
             priority: pod.map(|p| p.pod.priority()).unwrap_or_default(),
             signal: crate::state::eviction_signal(decision).to_string(),
-            threshold: threshold.map(|m| {
-                format!(
-                    "{}<{}",
-                    m.threshold.signal.as_str(),
-                    format_value(m.threshold.value)
-                )
-            }),
+            threshold: threshold.map(|m| threshold_text(&m.threshold)),
             observed: decision
                 .signal
                 .and_then(|s| self.observations.get(&s))
@@ -147,14 +141,37 @@ pub(super) fn thresholds_met(outcome: &SyncOutcome) -> Vec<String> {
     outcome
         .thresholds_met
         .iter()
-        .map(|m| {
-            format!(
-                "{}<{}",
-                m.threshold.signal.as_str(),
-                format_value(m.threshold.value)
-            )
-        })
+        .map(|m| threshold_text(&m.threshold))
         .collect()
+}
+
+/// The record of a node-level reclaim: what it freed for `signal` (in shadow mode,
+/// nothing: it only would have run).
+pub(super) fn reclaim(
+    resource: Resource,
+    signal: Signal,
+    freed: ReclaimResult,
+    shadow: bool,
+    observations: &Observations,
+) -> Decision {
+    Decision {
+        at: crate::state::now_rfc3339(),
+        action: "reclaim".into(),
+        shadow,
+        pod: None,
+        uid: None,
+        signal: Some(signal.as_str().to_string()),
+        message: format!(
+            "node-level reclaim of {}: freed {} bytes, {} inodes",
+            resource.as_str(),
+            freed.freed_bytes,
+            freed.freed_inodes
+        ),
+        signals: signals_seen(observations),
+        thresholds_met: Vec::new(),
+        ranking: Vec::new(),
+        timings: Timings::default(),
+    }
 }
 
 /// The record of a hot kill (or, in shadow mode, of the kill it would have been), on

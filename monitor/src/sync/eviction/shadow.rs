@@ -19,6 +19,8 @@ impl EvictionSync {
         let Some(reported) = self.shadow.as_mut() else {
             return false;
         };
+        // Only the reports of the last interval hold anything back.
+        reported.retain(|_, at| now < *at + interval);
         if reported
             .get(&decision.pod_key)
             .is_some_and(|at| now < *at + interval)
