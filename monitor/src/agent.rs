@@ -8,6 +8,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::config::agent::AgentConfig;
 use crate::config::kubelet::KubeletConfig;
+use crate::notify::arming::MemoryThresholds;
 use crate::notify::ebpf::{EbpfSettings, EbpfSource, KernelCounters};
 use crate::notify::memcg::ThresholdSpec;
 use crate::notify::{self, CrossingHook, Hook, SourceStatus, WakeDetail, WakeSender, WakeSource};
@@ -132,8 +133,12 @@ impl Agent {
             status.log();
         }
 
+        let relief = memory_relief(&config, &layout, &state);
         let arming = (levels_tx.is_some() || detector.is_some()).then(|| Arming {
-            thresholds: config.memory_thresholds.clone(),
+            thresholds: MemoryThresholds {
+                relief_margin: relief.map(|r| r.margin),
+                ..config.memory_thresholds.clone()
+            },
             version: layout.version,
             memory_root: layout.memory_root.clone(),
             pods_cgroup: settings.pods_cgroup.clone(),
@@ -152,6 +157,7 @@ impl Agent {
                     );
                     eviction = eviction.shadow();
                 }
+                eviction = eviction.with_relief(relief);
                 match &hot {
                     Some(hot) => eviction.with_hot_path(hot.clone()),
                     None => eviction,
@@ -234,6 +240,55 @@ const MEMCG_LEFT_TO_DETECTOR: &str = "cgroup v2: the eBPF crossing detector carr
 /// The memory threshold source on cgroup v2 with memory.high standing in.
 const MEMCG_HIGH_STANDS_IN: &str = "cgroup v2 without the eBPF crossing detector: memory.high of the pods cgroup stands in for the nearest hard memory threshold (allocatable, or the node's while the rest of the node holds still) and THROTTLES the pods there; re-armed after every synchronize, lifted at stop and at the next start after a crash; crossings wake through memory.events";
 /// The memory threshold source on cgroup v2 beside a kubelet, or in shadow mode.
+/// Memory relief's settings when it runs here; says at start (and in the state, for
+/// `monitor status`) whether it does, and why not.
+fn memory_relief(
+    config: &AgentConfig,
+    layout: &CgroupLayout,
+    state: &SharedState,
+) -> Option<crate::policy::relief::ReliefSettings> {
+    let settings = &config.settings;
+    let relief = &settings.memory_relief;
+    let dir = layout.memory_root.join(
+        settings
+            .pods_cgroup
+            .as_deref()
+            .unwrap_or("")
+            .trim_start_matches('/'),
+    );
+    let (status, on) = if !relief.enabled {
+        (
+            ("off", "monitor.memoryRelief.enabled is false".to_string()),
+            false,
+        )
+    } else if let Some(why) = crate::sync::eviction::relief::unsupported(layout.version, &dir) {
+        (("unsupported", why), false)
+    } else {
+        let detail = format!(
+            "margin {} above each memory signal's highest threshold, steps of {}, stops past {} memory stall",
+            crate::policy::signal::format_value(relief.margin),
+            relief.step,
+            crate::policy::signal::format_value(relief.max_stall)
+        );
+        if settings.shadow {
+            (
+                ("shadow", format!("{detail}; reported, never written")),
+                true,
+            )
+        } else {
+            (("active", detail), true)
+        }
+    };
+    let (state_name, detail) = status;
+    tracing::info!("memory relief {state_name}: {detail}");
+    state.lock().memory_relief = Some(crate::state::MemoryReliefStatus {
+        state: state_name,
+        detail,
+        last_pass: None,
+    });
+    on.then(|| relief.policy())
+}
+
 const MEMCG_NOT_OURS_V2: &str = "cgroup v2: memory.high cannot stand in for the thresholds, since the pods cgroup is the kubelet's (monitor.podList) or the agent is a shadow; the eBPF crossing detector and the synchronize carry them";
 /// The memory threshold source on cgroup v2 where memory.high cannot stand in.
 const MEMCG_UNSUPPORTED_V2: &str = "cgroup v2 has no usage thresholds; memory.high stands in only with a pods cgroup and the memory.events source";

@@ -106,6 +106,8 @@ pub enum EventReason {
     FailedGC,
     /// The records of image use could not be read.
     ImageRecordsUnreadable,
+    /// Memory relief reclaimed pods' page cache before a memory threshold was met.
+    MemoryReclaimed,
 
     // Pods a kubelet runs (monitor.podList), and the shadow mode.
     /// The pod list cannot be read or parsed: the previous one stays in use.
@@ -174,6 +176,7 @@ impl EventReason {
             EventReason::ImageGC => "ImageGC",
             EventReason::FailedGC => "FailedGC",
             EventReason::ImageRecordsUnreadable => "ImageRecordsUnreadable",
+            EventReason::MemoryReclaimed => "MemoryReclaimed",
             EventReason::PodListUnreadable => "PodListUnreadable",
             EventReason::PodCgroupMissing => "PodCgroupMissing",
             EventReason::UnlistedPodCgroup => "UnlistedPodCgroup",
@@ -201,6 +204,7 @@ impl EventReason {
             | EventReason::PodCgroupGone
             | EventReason::ContainerGC
             | EventReason::ImageGC
+            | EventReason::MemoryReclaimed
             | EventReason::Contention { present: false, .. }
             | EventReason::Exited { failed: false }
             | EventReason::BackOff { failed: false }

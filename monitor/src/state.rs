@@ -148,6 +148,12 @@ pub struct Metrics {
     /// stayed charged, tmpfs, shared pages), by eviction_signal: each one paces the
     /// signal's next evictions to one per housekeeping interval.
     pub(crate) ineffective_evictions: BTreeMap<String, u64>,
+    /// Memory relief: bytes the pods gave back, by qos.
+    pub(crate) memory_reclaimed_bytes: BTreeMap<String, u64>,
+    /// Memory relief passes, by result (relieved, stalled, exhausted, failed).
+    pub(crate) memory_relief_passes: BTreeMap<String, u64>,
+    /// How long each memory relief pass took.
+    pub(crate) memory_relief_duration: Histogram,
     /// Calls to the container runtime made to stop a pod (evicted, preempted, removed or
     /// finished) that it left unanswered by the stop's deadline, by CRI call. The pod was
     /// killed through its cgroups regardless.
@@ -289,6 +295,9 @@ impl Default for Metrics {
             shadow_actions: BTreeMap::new(),
             pre_kill_hooks: BTreeMap::new(),
             ineffective_evictions: BTreeMap::new(),
+            memory_reclaimed_bytes: BTreeMap::new(),
+            memory_relief_passes: BTreeMap::new(),
+            memory_relief_duration: Histogram::new(SYNC_DURATION_BUCKETS),
             runtime_unresponsive_calls: BTreeMap::new(),
             hot_watch_cpu_seconds: 0.0,
             eviction_stats_age: BTreeMap::new(),
@@ -393,6 +402,18 @@ impl Histogram {
     }
 }
 
+/// Memory relief as `monitor status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct MemoryReliefStatus {
+    /// `active`, `shadow` (reported only), `off` or `unsupported`.
+    pub(crate) state: &'static str,
+    /// Its settings, or why it does not run.
+    pub(crate) detail: String,
+    /// The last pass, in words, and when it ended (RFC 3339).
+    pub(crate) last_pass: Option<(String, String)>,
+}
+
 /// Everything shared. Read it with [`SharedState::read`], which clones a snapshot.
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -403,6 +424,8 @@ pub struct AgentState {
     pub conditions: Vec<String>,
     /// The PSI contention conditions reported (with the PSINodeCondition gate on).
     pub(crate) contention: Vec<crate::policy::contention::ContentionStatus>,
+    /// Memory relief: whether it runs here, and its last pass.
+    pub(crate) memory_relief: Option<MemoryReliefStatus>,
     pub last_sync: Option<LastSync>,
     pub pods: Vec<PodView>,
     /// The newest events, oldest first, at most [`EVENTS_KEPT`].

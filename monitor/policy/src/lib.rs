@@ -15,6 +15,7 @@ pub mod preemption;
 pub mod qos;
 pub mod quantity;
 pub mod rank;
+pub mod relief;
 pub mod signal;
 pub mod stats;
 pub mod summary;

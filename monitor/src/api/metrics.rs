@@ -156,6 +156,22 @@ fn render(state: &AgentState, process: &ProcessMetrics) -> String {
         out.sample(&[signal], count);
     }
 
+    out.family(&MEMORY_RECLAIMED_BYTES_TOTAL);
+    for (qos, bytes) in with_known(["BestEffort", "Burstable"], &m.memory_reclaimed_bytes) {
+        out.sample(&[qos], bytes);
+    }
+
+    out.family(&MEMORY_RELIEF_PASSES_TOTAL);
+    for (result, count) in with_known(
+        ["relieved", "stalled", "exhausted", "failed"],
+        &m.memory_relief_passes,
+    ) {
+        out.sample(&[result], count);
+    }
+
+    out.family(&MEMORY_RELIEF_DURATION_SECONDS);
+    out.histogram(&[], &m.memory_relief_duration);
+
     out.family(&HOT_WATCH_CPU_SECONDS_TOTAL);
     out.sample(&[], m.hot_watch_cpu_seconds);
 

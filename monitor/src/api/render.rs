@@ -89,6 +89,14 @@ pub(crate) fn render_status(state: &AgentState, now_ns: u64) -> String {
         );
     }
 
+    if let Some(relief) = &state.memory_relief {
+        out += "\nMEMORY RELIEF\n";
+        out += &format!("  {}: {}\n", relief.state, clean(&relief.detail));
+        if let Some((at, pass)) = &relief.last_pass {
+            out += &format!("  last pass {}: {}\n", clean(at), clean(pass));
+        }
+    }
+
     if !state.evictions.is_empty() {
         out += "\nEVICTIONS (newest last)\n";
         for e in state.evictions.iter().rev().take(10).rev() {

@@ -13,7 +13,8 @@ use crate::observe::CgroupLayout;
 use crate::policy::eviction::{
     IMMEDIATE_GRACE_PERIOD_SECONDS, KUBELET_IMMEDIATE_GRACE_PERIOD_SECONDS,
 };
-use crate::policy::quantity::Quantity;
+use crate::policy::quantity::{Quantity, QuantityOrPercent, parse_quantity_or_percent};
+use crate::policy::relief::ReliefSettings;
 
 /// `#[serde(deserialize_with = "go_duration", serialize_with = "go_duration_text")]`: a Go duration string ("200ms", "2s").
 fn go_duration<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
@@ -204,6 +205,75 @@ pub struct AgentSettings {
     /// A program run before each eviction the synchronize decides (never on the hot
     /// path), with the decision as JSON on its stdin.
     pub pre_kill_hook: Option<PreKillHookSettings>,
+    /// Memory relief: at a level a margin above a memory threshold, the pods' page cache
+    /// is reclaimed (`memory.reclaim`, cgroup v2) before any pod is evicted.
+    pub memory_relief: MemoryReliefSettings,
+}
+
+/// `monitor.memoryRelief`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemoryReliefSettings {
+    /// On by default where the kernel has `memory.reclaim`; `false` turns it off.
+    pub enabled: bool,
+    /// How far above a memory signal's highest threshold relief starts ("5%" of the
+    /// signal's capacity, or a quantity such as "200Mi").
+    #[serde(
+        deserialize_with = "quantity_or_percent",
+        serialize_with = "quantity_or_percent_text"
+    )]
+    pub margin: QuantityOrPercent,
+    /// The most one write to a pod's `memory.reclaim` asks for.
+    pub step: Quantity,
+    /// The most memory stall a step may cause (the PSI `full` share of the pod's
+    /// `memory.pressure` over the step), as a percentage; past it the pass stops.
+    #[serde(
+        deserialize_with = "quantity_or_percent",
+        serialize_with = "quantity_or_percent_text"
+    )]
+    pub max_stall: QuantityOrPercent,
+}
+
+impl Default for MemoryReliefSettings {
+    fn default() -> Self {
+        let policy = ReliefSettings::default();
+        MemoryReliefSettings {
+            enabled: true,
+            margin: policy.margin,
+            step: Quantity::from_units(policy.step_bytes as i64),
+            max_stall: QuantityOrPercent::Percent(policy.max_stall),
+        }
+    }
+}
+
+impl MemoryReliefSettings {
+    /// The policy's view (checked values: see [`AgentSettings::check`]).
+    pub(crate) fn policy(&self) -> ReliefSettings {
+        ReliefSettings {
+            margin: self.margin,
+            step_bytes: u64::try_from(self.step.value()).unwrap_or(0),
+            max_stall: match self.max_stall {
+                QuantityOrPercent::Percent(share) => share,
+                QuantityOrPercent::Quantity(_) => ReliefSettings::default().max_stall,
+            },
+        }
+    }
+}
+
+/// `#[serde(deserialize_with = "quantity_or_percent")]`: "5%" or "200Mi".
+fn quantity_or_percent<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<QuantityOrPercent, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_quantity_or_percent(&text).map_err(serde::de::Error::custom)
+}
+
+/// `#[serde(serialize_with = "quantity_or_percent_text")]`: as it is read back.
+fn quantity_or_percent_text<S: serde::Serializer>(
+    value: &QuantityOrPercent,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&crate::policy::signal::format_value(*value))
 }
 
 /// `monitor.preKillHook`.
@@ -269,6 +339,7 @@ impl Default for AgentSettings {
             pod_list: None,
             shadow: false,
             pre_kill_hook: None,
+            memory_relief: MemoryReliefSettings::default(),
         }
     }
 }
@@ -373,6 +444,22 @@ impl AgentSettings {
                 ));
             }
         }
+        let relief = &self.memory_relief;
+        if !(1 << 20..=1 << 30).contains(&relief.step.value()) {
+            return Err(unsafe_value(
+                "memoryRelief.step",
+                relief.step.to_string(),
+                "must be between 1Mi and 1Gi (one write to memory.reclaim)",
+            ));
+        }
+        if !matches!(relief.max_stall, QuantityOrPercent::Percent(share) if share > 0.0) {
+            return Err(SettingsError::Invalid {
+                origin: origin.to_string(),
+                key: "memoryRelief.maxStall",
+                value: crate::policy::signal::format_value(relief.max_stall),
+                reason: "must be a percentage above 0% (e.g. \"10%\")",
+            });
+        }
         if self.image_gc_period < Duration::from_secs(1) {
             return Err(unsafe_value(
                 "imageGcPeriod",
@@ -413,12 +500,38 @@ mod tests {
         "sources: {crossingDetector: [kprobe/try_charge]}\n",
         "monitor.sources.crossingDetector"
     )]
+    #[case::relief_margin_not_a_quantity(
+        "memoryRelief: {margin: lots}\n",
+        "monitor.memoryRelief.margin"
+    )]
+    #[case::relief_step_too_small("memoryRelief: {step: 4Ki}\n", "monitor.memoryRelief.step")]
+    #[case::relief_step_too_large("memoryRelief: {step: 2Gi}\n", "monitor.memoryRelief.step")]
+    #[case::relief_stall_a_quantity(
+        "memoryRelief: {maxStall: 10Mi}\n",
+        "monitor.memoryRelief.maxStall"
+    )]
+    #[case::relief_stall_zero("memoryRelief: {maxStall: 0%}\n", "monitor.memoryRelief.maxStall")]
+    #[case::relief_unknown_key("memoryRelief: {level: 5%}\n", "monitor.memoryRelief")]
     fn unsafe_values_are_refused_naming_the_file_and_key(#[case] yaml: &str, #[case] key: &str) {
         let err = parse(yaml).expect_err(yaml).to_string();
         assert!(
             err.starts_with("agent.yaml: ") && err.contains(key),
             "{err}"
         );
+    }
+
+    #[test]
+    fn memory_relief_is_on_by_default_and_off_with_one_key() {
+        let on = AgentSettings::default().memory_relief;
+        assert!(on.enabled);
+        assert_eq!(on.policy(), ReliefSettings::default());
+        let s = parse("memoryRelief: {enabled: false}\n").expect("valid");
+        assert!(!s.memory_relief.enabled);
+        let s = parse("memoryRelief: {margin: 300Mi, step: 8Mi, maxStall: 25%}\n").expect("valid");
+        let policy = s.memory_relief.policy();
+        assert_eq!(policy.margin.resolve(0), 300 << 20);
+        assert_eq!(policy.step_bytes, 8 << 20);
+        assert!((policy.max_stall - 0.25).abs() < 1e-9);
     }
 
     #[test]

@@ -15,6 +15,10 @@ use crate::policy::signal::Signal;
 pub struct MemoryThresholds {
     pub node: Vec<MemoryThreshold>,
     pub pods: Vec<MemoryThreshold>,
+    /// Memory relief's margin, when relief runs: each signal with thresholds also gets a
+    /// level that much above its highest one, whose crossing wakes a synchronize (which
+    /// relieves). Only the crossing detector arms it.
+    pub relief_margin: Option<QuantityOrPercent>,
 }
 
 /// One memory eviction threshold.
@@ -36,14 +40,23 @@ pub(crate) fn threshold_specs(
     pods_cgroup: Option<&str>,
 ) -> Vec<ThresholdSpec> {
     let mut specs = Vec::new();
+    let relief_margin = thresholds.relief_margin;
     let mut add = |cgroup: PathBuf,
                    signal: Signal,
                    capacity: u64,
                    usage: u64,
                    inactive_file: u64,
                    values: &[MemoryThreshold]| {
-        for threshold in values {
-            let quantity = threshold.value.resolve(capacity as i64).max(0) as u64;
+        let resolve = |value: QuantityOrPercent| value.resolve(capacity as i64).max(0) as u64;
+        let highest = values.iter().map(|t| resolve(t.value)).max();
+        let relief = relief_margin
+            .zip(highest)
+            .map(|(margin, highest)| (highest.saturating_add(resolve(margin)), false, true));
+        let levels = values
+            .iter()
+            .map(|t| (resolve(t.value), t.hard, false))
+            .chain(relief);
+        for (quantity, hard, relief) in levels {
             if quantity >= capacity {
                 continue;
             }
@@ -51,12 +64,13 @@ pub(crate) fn threshold_specs(
             let spec = ThresholdSpec {
                 cgroup: cgroup.clone(),
                 usage_bytes,
-                hard: threshold.hard,
+                hard,
                 passed_when_armed: usage >= usage_bytes,
                 threshold: Some(ArmedThreshold {
                     signal,
                     quantity_bytes: quantity,
                     capacity_bytes: capacity,
+                    relief,
                 }),
             };
             if !specs.contains(&spec) {
@@ -261,6 +275,7 @@ mod tests {
         let thresholds = MemoryThresholds {
             node: vec![hard(1_000)],
             pods: Vec::new(),
+            relief_margin: None,
         };
         let specs = threshold_specs(&observed, &thresholds, Path::new("/cg"), None);
         // available = 8_000 − working set: below 1_000 once the working set passes 7_000,
@@ -281,6 +296,7 @@ mod tests {
                 },
             ],
             pods: vec![hard(300)],
+            relief_margin: None,
         };
         let specs = threshold_specs(&observation(), &thresholds, Path::new("/cg"), Some("/pods"));
         let spec = |cgroup: &str, usage_bytes, hard, signal, quantity_bytes, capacity_bytes| {
@@ -293,6 +309,7 @@ mod tests {
                     signal,
                     quantity_bytes,
                     capacity_bytes,
+                    relief: false,
                 }),
             }
         };
@@ -386,6 +403,7 @@ mod tests {
         let thresholds = MemoryThresholds {
             node: vec![hard(6_000), hard(1_000)],
             pods: vec![],
+            relief_margin: None,
         };
         let specs = threshold_specs(&observation(), &thresholds, Path::new("/cg"), None);
         let passed: Vec<(u64, bool)> = specs
@@ -406,6 +424,7 @@ mod tests {
                 },
             ],
             pods: vec![],
+            relief_margin: None,
         };
         assert!(threshold_specs(&observation(), &thresholds, Path::new("/cg"), None).is_empty());
     }

@@ -177,7 +177,7 @@ fn strip(btf: &Btf, mut ty: Type) -> Option<Type> {
 }
 
 /// The levels to write, per cgroup directory: hard thresholds first, then soft ones,
-/// then the early levels, each group lowest first, at most [`LEVELS_PER_CGROUP`] per
+/// then the early levels, then memory relief's levels, each group lowest first, at most [`LEVELS_PER_CGROUP`] per
 /// cgroup (more are left out and counted in the second value). A level the observation
 /// had already passed waits for usage to fall below it by `hysteresis(level)` before it
 /// arms.
@@ -191,11 +191,17 @@ pub(crate) fn levels_by_cgroup(
     early_margin: u64,
     usage_of: impl Fn(&Path) -> Option<u64>,
 ) -> (Vec<(PathBuf, ArmedLevels)>, usize) {
-    // (order, cgroup, level): 0 hard, 1 soft, 2 early.
+    // (order, cgroup, level): 0 hard, 1 soft, 2 early, 3 relief.
     let mut wanted: Vec<(u8, &Path, ArmedLevel)> = Vec::new();
     for spec in specs {
+        // Relief's levels come last: they must never take an early level's slot.
+        let relief = spec.threshold.is_some_and(|t| t.relief);
         wanted.push((
-            if spec.hard { 0 } else { 1 },
+            match (spec.hard, relief) {
+                (true, _) => 0,
+                (false, false) => 1,
+                (false, true) => 3,
+            },
             &spec.cgroup,
             ArmedLevel {
                 level_bytes: spec.usage_bytes,

@@ -27,6 +27,9 @@ pub struct ArmedThreshold {
     pub(crate) quantity_bytes: u64,
     /// The signal's capacity when armed (a percentage threshold is worded against it).
     pub(crate) capacity_bytes: u64,
+    /// Not a threshold but memory relief's level above it (see
+    /// [`crate::policy::relief`]): its crossing only wakes a synchronize.
+    pub(crate) relief: bool,
 }
 
 /// One threshold to arm.

@@ -246,6 +246,23 @@ impl ActivePods for LocalRuntime {
         pods
     }
 
+    fn memory_cgroup(&self, pod_key: &str) -> Option<std::path::PathBuf> {
+        let cgroup = {
+            let inner = self.shared.lock();
+            let live = inner.pods.values().find(|p| {
+                p.record.pod.key() == pod_key && !p.stopping() && !p.record.phase.is_terminal()
+            })?;
+            live.cgroup.clone()?
+        };
+        Some(
+            self.shared
+                .tree
+                .pod_memory_reader(&cgroup)
+                .root()
+                .to_path_buf(),
+        )
+    }
+
     fn add_container_memory(&self, pod: &mut PodWithStats) {
         let uid = &pod.pod.metadata.uid;
         let listed = {

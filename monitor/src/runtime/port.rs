@@ -73,7 +73,7 @@ impl std::fmt::Display for EvictionOutcome {
 /// Which pod stats the policy will read at a pass. Reading a pod's stats is the cost of a
 /// synchronize that grows with pods, so a runtime reads only these (what is not read is
 /// `None`, which the policy treats as the kubelet treats a missing stat).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct StatsNeeds {
     /// Process counts: only the pid.available ranking reads them.
     pub(crate) processes: bool,
@@ -101,6 +101,12 @@ pub(crate) trait ActivePods: Send + Sync {
     /// them only for the pod a memory eviction would pick, whose message names them.
     fn add_container_memory(&self, pod: &mut PodWithStats) {
         let _ = pod;
+    }
+
+    /// The directory of the running pod's memory cgroup, where memory relief reads its
+    /// page cache and writes `memory.reclaim`; `None` where there is no such pod.
+    fn memory_cgroup(&self, _pod_key: &str) -> Option<std::path::PathBuf> {
+        None
     }
 }
 

@@ -309,7 +309,14 @@ impl<O: Observe> SyncLoop<O> {
         let started_ns = monotonic_ns();
         let now = Instant::now().saturating_duration_since(self.origin);
         log_wakes(sequence, &wakes, started_ns);
-        let observation = super::eviction::blocking(|| self.observer.observe());
+        let mut observation = super::eviction::blocking(|| self.observer.observe());
+        // Memory relief comes before the eviction pass, which then judges the thresholds
+        // on a fresh observation of what relief left.
+        if let Ok(node) = &observation
+            && self.eviction.relieve(node, now).is_some()
+        {
+            observation = super::eviction::blocking(|| self.observer.observe());
+        }
         let (pass, summary) = match &observation {
             Ok(observation) => {
                 let pass = self.eviction.synchronize(observation, now, &wakes).await;

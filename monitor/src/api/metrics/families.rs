@@ -47,6 +47,9 @@ pub(super) const FAMILIES: &[Family] = &[
     PRE_KILL_HOOKS_TOTAL,
     RUNTIME_UNRESPONSIVE_CALLS_TOTAL,
     INEFFECTIVE_EVICTIONS_TOTAL,
+    MEMORY_RECLAIMED_BYTES_TOTAL,
+    MEMORY_RELIEF_PASSES_TOTAL,
+    MEMORY_RELIEF_DURATION_SECONDS,
     HOT_WATCH_CPU_SECONDS_TOTAL,
     EVICTION_STATS_AGE_SECONDS,
     PREEMPTIONS_TOTAL,
@@ -114,6 +117,27 @@ pub(super) const PRE_KILL_HOOKS_TOTAL: Family = Family {
     kind: FamilyType::Counter,
     help: "Runs of the pre-kill hook (monitor.preKillHook) before an eviction, by result: ok (exit 0), failed (another exit), timed_out (killed at its deadline), error (could not start). The eviction went on in every case.",
     labels: &["result"],
+};
+
+pub(super) const MEMORY_RECLAIMED_BYTES_TOTAL: Family = Family {
+    name: "monitor_memory_reclaimed_bytes_total",
+    kind: FamilyType::Counter,
+    help: "Memory relief (monitor.memoryRelief): bytes the pods' memory cgroups shrank by while the agent asked the kernel to reclaim their page cache (memory.reclaim, cgroup v2), by the pods' qos (BestEffort, Burstable; Guaranteed pods are never asked).",
+    labels: &["qos"],
+};
+
+pub(super) const MEMORY_RELIEF_PASSES_TOTAL: Family = Family {
+    name: "monitor_memory_relief_passes_total",
+    kind: FamilyType::Counter,
+    help: "Memory relief passes, by result: relieved (the pods gave back what the signal needed), stalled (a step made the pod's memory stall past memoryRelief.maxStall, the pass stopped), exhausted (the pods gave all they would, the signal is still short), failed (memory.reclaim could not be written).",
+    labels: &["result"],
+};
+
+pub(super) const MEMORY_RELIEF_DURATION_SECONDS: Family = Family {
+    name: "monitor_memory_relief_duration_seconds",
+    kind: FamilyType::Histogram(SYNC_DURATION_BUCKETS),
+    help: "Time a memory relief pass took, from its first write to memory.reclaim to its last (the synchronize observes afresh after it).",
+    labels: &[],
 };
 
 pub(super) const RUNTIME_UNRESPONSIVE_CALLS_TOTAL: Family = Family {

@@ -313,6 +313,17 @@ impl ActivePods for KubeletPods {
         self.inner.tree.sweep_open_files();
         pods
     }
+
+    fn memory_cgroup(&self, pod_key: &str) -> Option<std::path::PathBuf> {
+        let cgroup = self.inner.cgroup_of(pod_key)?;
+        Some(
+            self.inner
+                .tree
+                .pod_memory_reader(&cgroup)
+                .root()
+                .to_path_buf(),
+        )
+    }
 }
 
 impl PodKiller for KubeletPods {

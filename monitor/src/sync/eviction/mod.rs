@@ -91,6 +91,8 @@ pub(crate) struct EvictionSync {
     /// last would-be eviction was reported (one report per housekeeping interval while
     /// the pressure lasts, as the kubelet's loop would have decided again).
     shadow: Option<std::collections::HashMap<String, Time>>,
+    /// Memory relief, when on and supported here.
+    relief: Option<relief::Relief>,
 }
 
 impl EvictionSync {
@@ -121,6 +123,7 @@ impl EvictionSync {
             finished_rx,
             shadow: None,
             hook: None,
+            relief: None,
         }
     }
 
@@ -179,14 +182,8 @@ impl EvictionSync {
         for kill in &hot_kills {
             self.book_hot_kill(kill, wakes, now);
         }
-        // The process runtime keeps no images: with an imagefs path configured, it is a
-        // dedicated image filesystem in the kubelet's sense.
         self.report_unavailable(node);
-        let fs_layout = if node.dedicated_imagefs {
-            FsLayout::DedicatedImageFs
-        } else {
-            FsLayout::Shared
-        };
+        let fs_layout = fs_layout(node);
         let needs = StatsNeeds {
             disk: self.needs.disk && self.disk_threshold_near(node, fs_layout, now),
             ..self.needs
@@ -564,6 +561,16 @@ impl EvictionSync {
     }
 }
 
+/// The process runtime keeps no images: with an imagefs path configured, it is a
+/// dedicated image filesystem in the kubelet's sense.
+fn fs_layout(node: &NodeObservation) -> FsLayout {
+    if node.dedicated_imagefs {
+        FsLayout::DedicatedImageFs
+    } else {
+        FsLayout::Shared
+    }
+}
+
 /// Runs `read`, which reads kernel files and may block, without stalling the runtime's
 /// other tasks: on a multi-threaded runtime the worker first hands them to another worker.
 /// (The loop's tests run on a single thread, where there is no other worker to hand to.)
@@ -700,6 +707,7 @@ mod carry;
 pub(crate) mod hook;
 mod pacing;
 mod record;
+pub(crate) mod relief;
 mod shadow;
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ impl Fixture {
                         signal: Signal::MemoryAvailable,
                         quantity_bytes: 1 << 30,
                         capacity_bytes: 8 << 30,
+                        relief: false,
                     }),
                 },
                 // Soft levels never arm the hot path.
