@@ -296,6 +296,7 @@ fn agent_config(pods: &TestCgroup, detector: Vec<String>) -> AgentConfig {
         memory_thresholds: MemoryThresholds {
             node: vec![],
             pods: vec![hard(100 * MIB)],
+            relief_margin: None,
         },
         layout: None,
         ebpf_object_override: None,

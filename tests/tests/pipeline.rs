@@ -45,6 +45,7 @@ fn config(
         memory_thresholds: MemoryThresholds {
             node: vec![],
             pods: pods_thresholds,
+            relief_margin: None,
         },
         layout: None,
         ebpf_object_override: None,

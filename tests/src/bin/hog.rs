@@ -21,6 +21,11 @@
 //!   hog shm PATH MIB [HOLD_S]
 //!       write MIB MiB into the new file PATH (a tmpfs: charged to this cgroup, and still
 //!       charged after the process is gone), then hold HOLD_S s.
+//!   hog cache PATH HOLD_S
+//!       bring the whole existing file PATH into the page cache as pages in use (mapped
+//!       and touched, then read twice: active under either LRU, so the working set counts
+//!       them), print "cached <MiB> <monotonic ns>", then hold HOLD_S s touching nothing:
+//!       a pod holding cold page cache.
 //!   hog file PATH SECONDS
 //!       re-read an existing file for SECONDS: in a cgroup smaller than the file this is
 //!       clean page-cache churn, reclaim (and stall) without any OOM kill. Write the file
@@ -130,6 +135,7 @@ fn run(args: &[String]) {
     match args.first().map(String::as_str) {
         Some("anon") => anon(args),
         Some("file") => file(args),
+        Some("cache") => cache(args),
         Some("log") => log(args),
         Some("peak") => peak(args),
         Some("after") => after(args),
@@ -288,6 +294,45 @@ fn log(args: &[String]) {
     }
     let _ = stdout.flush();
     eprintln!("logged {total} {}", monotonic_ns());
+    std::thread::sleep(Duration::from_secs(hold));
+}
+
+fn cache(args: &[String]) {
+    let path: String = arg(args, 1, None, "PATH");
+    let hold: u64 = arg(args, 2, None, "HOLD_S");
+    let mut f = std::fs::File::open(&path).unwrap_or_else(|e| usage(&format!("{path}: {e}")));
+    let len = f.metadata().map(|m| m.len() as usize).unwrap_or(0);
+    if len > 0 {
+        // SAFETY: a private read-only mapping of a file we opened, unmapped below; only
+        // read through a volatile pointer within its length.
+        unsafe {
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            );
+            if map == libc::MAP_FAILED {
+                usage(&format!("{path}: mmap failed"));
+            }
+            let bytes = map as *const u8;
+            let mut sum = 0u8;
+            for offset in (0..len).step_by(4096) {
+                sum = sum.wrapping_add(std::ptr::read_volatile(bytes.add(offset)));
+            }
+            std::hint::black_box(sum);
+            libc::munmap(map, len);
+        }
+    }
+    let mut buf = vec![0u8; MIB];
+    for _ in 0..2 {
+        let _ = f.seek(SeekFrom::Start(0));
+        while matches!(f.read(&mut buf), Ok(n) if n > 0) {}
+    }
+    println!("cached {} {}", len / MIB, monotonic_ns());
+    let _ = std::io::stdout().flush();
     std::thread::sleep(Duration::from_secs(hold));
 }
 

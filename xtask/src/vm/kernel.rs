@@ -90,8 +90,20 @@ pub struct Kernel {
 }
 
 /// Where, inside an image package, the modules the guest loads at boot are: overlayfs,
-/// which containerd's default snapshotter needs and Debian builds as a module.
-const GUEST_MODULES: &str = "./lib/modules/*/kernel/fs/overlayfs/*";
+/// which containerd's default snapshotter needs, and the loop device, which gives tests
+/// a block-backed filesystem (reclaimable page cache: the guest has no disk otherwise).
+/// Debian builds both as modules.
+const GUEST_MODULES: [&str; 2] = [
+    "./lib/modules/*/kernel/fs/overlayfs/*",
+    "./lib/modules/*/kernel/drivers/block/loop.ko*",
+];
+
+/// Each module directory of [`GUEST_MODULES`] (below `lib/modules/<release>`), with the
+/// prefix its modules' file names start with.
+const GUEST_MODULE_DIRS: [(&str, &str); 2] = [
+    ("kernel/fs/overlayfs", ""),
+    ("kernel/drivers/block", "loop.ko"),
+];
 
 /// Resolves `wanted` to an image package and makes sure it is unpacked in the cache.
 pub fn fetch(wanted: &Wanted, kernels_dir: &Path) -> Result<Kernel> {
@@ -101,7 +113,7 @@ pub fn fetch(wanted: &Wanted, kernels_dir: &Path) -> Result<Kernel> {
     };
     let dir = kernels_dir.join(&package);
     // A cache from before the guest's modules were kept is unpacked again.
-    if find_vmlinuz(&dir).is_none() || find_modules(&dir).is_empty() {
+    if find_vmlinuz(&dir).is_none() || find_modules(&dir).len() < GUEST_MODULE_DIRS.len() {
         download(&package, kernels_dir, &dir)?;
     }
     let vmlinuz = find_vmlinuz(&dir).with_context(|| {
@@ -129,19 +141,25 @@ pub fn fetch(wanted: &Wanted, kernels_dir: &Path) -> Result<Kernel> {
     })
 }
 
-/// The unpacked modules of [`GUEST_MODULES`] under `dir` (`overlay.ko`, `overlay.ko.xz`).
+/// The unpacked modules of [`GUEST_MODULES`] under `dir` (`overlay.ko`, `loop.ko.xz`).
 fn find_modules(dir: &Path) -> Vec<PathBuf> {
     let Ok(releases) = fs::read_dir(dir.join("lib/modules")) else {
         return Vec::new();
     };
+    let releases: Vec<PathBuf> = releases.flatten().map(|r| r.path()).collect();
     let mut found: Vec<PathBuf> = releases
-        .flatten()
-        .filter_map(|release| fs::read_dir(release.path().join("kernel/fs/overlayfs")).ok())
-        .flat_map(|entries| entries.flatten().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.contains(".ko"))
+        .iter()
+        .flat_map(|release| {
+            GUEST_MODULE_DIRS.iter().flat_map(move |(sub, prefix)| {
+                fs::read_dir(release.join(sub))
+                    .into_iter()
+                    .flat_map(|entries| entries.flatten().map(|e| e.path()))
+                    .filter(move |p| {
+                        p.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.contains(".ko") && n.starts_with(prefix))
+                    })
+            })
         })
         .collect();
     found.sort();
@@ -245,7 +263,8 @@ fn download(package: &str, kernels_dir: &Path, dest: &Path) -> Result<()> {
         // GNU tar applies -C only to the member names after it.
         .arg("-C")
         .arg(&unpacked)
-        .args(["-x", "--wildcards", "./boot/*", GUEST_MODULES])
+        .args(["-x", "--wildcards", "./boot/*"])
+        .args(GUEST_MODULES)
         .stdin(tar_input)
         .status()
         .context("running tar")?;

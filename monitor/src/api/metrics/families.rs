@@ -122,7 +122,7 @@ pub(super) const PRE_KILL_HOOKS_TOTAL: Family = Family {
 pub(super) const MEMORY_RECLAIMED_BYTES_TOTAL: Family = Family {
     name: "monitor_memory_reclaimed_bytes_total",
     kind: FamilyType::Counter,
-    help: "Memory relief (monitor.memoryRelief): bytes the pods' memory cgroups shrank by while the agent asked the kernel to reclaim their page cache (memory.reclaim, cgroup v2), by the pods' qos (BestEffort, Burstable; Guaranteed pods are never asked).",
+    help: "Memory relief (monitor.memoryRelief): bytes the pods' working sets (usage − inactive_file, as the memory signals count them) fell by while the agent asked the kernel to reclaim their page cache (memory.reclaim, cgroup v2), by the pods' qos (BestEffort, Burstable; Guaranteed pods are never asked).",
     labels: &["qos"],
 };
 

@@ -53,7 +53,7 @@ pub(crate) struct Given {
     pub(crate) pod_key: String,
     pub(crate) qos: QosClass,
     pub(crate) asked: u64,
-    /// How much its memory cgroup's usage fell across the writes.
+    /// How much its memory cgroup's working set fell across the writes.
     pub(crate) freed: u64,
 }
 
@@ -370,7 +370,7 @@ fn carry_out(
 
 /// One write to a pod's `memory.reclaim`, with what it did.
 struct StepOutcome {
-    /// The fall of the cgroup's usage across the write.
+    /// The fall of the cgroup's working set across the write.
     freed: u64,
     /// The PSI `full` stall of the cgroup over the write, as a share of its time.
     stall_share: f64,
@@ -379,7 +379,7 @@ struct StepOutcome {
 }
 
 fn step_once(dir: &Path, bytes: u64) -> std::io::Result<StepOutcome> {
-    let usage_before = usage_bytes(dir)?;
+    let before = working_set_bytes(dir)?;
     let stall_before = full_stall_us(dir).unwrap_or(0);
     let started = std::time::Instant::now();
     let complete = match reclaim(dir, bytes) {
@@ -391,19 +391,33 @@ fn step_once(dir: &Path, bytes: u64) -> std::io::Result<StepOutcome> {
     let stall = full_stall_us(dir)
         .unwrap_or(stall_before)
         .saturating_sub(stall_before);
-    let usage_after = usage_bytes(dir)?;
+    let after = working_set_bytes(dir)?;
     Ok(StepOutcome {
-        freed: usage_before.saturating_sub(usage_after),
+        freed: before.saturating_sub(after),
         stall_share: stall as f64 / took_us,
         complete,
     })
 }
 
-/// The cgroup's file pages (`file` of memory.stat).
+/// The cgroup's working set as the memory signals count it: usage − inactive_file.
+/// What relief frees is measured on it, so a step that only took pages the signal did
+/// not count (inactive file pages) frees nothing.
+fn working_set_bytes(dir: &Path) -> std::io::Result<u64> {
+    let usage = usage_bytes(dir)?;
+    let path = dir.join("memory.stat");
+    let text = std::fs::read_to_string(&path)?;
+    let inactive = stat_value(&text, "inactive_file")
+        .ok_or_else(|| bad_file(&path, "no `inactive_file` line"))?;
+    Ok(usage.saturating_sub(inactive))
+}
+
+/// The cgroup's page cache reclaim can take without swap: `file` of memory.stat less
+/// `shmem` (tmpfs and shared memory count as file pages but can only go to swap).
 pub(crate) fn file_bytes(dir: &Path) -> std::io::Result<u64> {
     let path = dir.join("memory.stat");
     let text = std::fs::read_to_string(&path)?;
-    stat_value(&text, "file").ok_or_else(|| bad_file(&path, "no `file` line"))
+    let file = stat_value(&text, "file").ok_or_else(|| bad_file(&path, "no `file` line"))?;
+    Ok(file.saturating_sub(stat_value(&text, "shmem").unwrap_or(0)))
 }
 
 /// The value of `key` in a flat-keyed file (`memory.stat`).
@@ -476,8 +490,9 @@ mod tests {
 
     #[test]
     fn the_kernel_files_are_read_as_the_kernel_writes_them() {
-        let stat = "anon 1000\nfile 41943040\nkernel 5\nfile_mapped 10\n";
+        let stat = "anon 1000\nfile 41943040\nkernel 5\nshmem 1048576\nfile_mapped 10\n";
         assert_eq!(stat_value(stat, "file"), Some(41943040));
+        assert_eq!(stat_value(stat, "shmem"), Some(1048576));
         assert_eq!(stat_value(stat, "file_dirty"), None);
         assert_eq!(stat_value("file x\n", "file"), None);
         let pressure = "some avg10=0.00 avg60=0.00 avg300=0.00 total=120\n\
@@ -512,5 +527,8 @@ mod tests {
         std::fs::write(dir.path().join("memory.stat"), "anon 3\n").unwrap();
         let err = file_bytes(dir.path()).unwrap_err().to_string();
         assert!(err.contains("memory.stat") && err.contains("file"), "{err}");
+        // tmpfs pages count as file pages, and no reclaim without swap takes them.
+        std::fs::write(dir.path().join("memory.stat"), "file 300\nshmem 100\n").unwrap();
+        assert_eq!(file_bytes(dir.path()).unwrap(), 200);
     }
 }

@@ -1,0 +1,191 @@
+//! Memory relief on a bounded node: a pod holding cold page cache and a pod growing its
+//! anonymous memory, raced to the pods' hard threshold. With relief the agent reclaims
+//! the page cache (`memory.reclaim`) and evicts nobody; without it, the kubelet's
+//! behaviour: a pod is evicted. cgroup v2 only (the VM suite); run as root.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use monitor::runtime::store::Phase;
+use monitor_tests::node::{LoopDisk, MIB, Node, pod, poll};
+use monitor_tests::{Feature, helper_binary, require};
+
+/// The pods' threshold: 100 Mi of the bounded node's 512 Mi, so pressure at a working set
+/// of 412 Mi; relief's margin puts its level at 312 Mi.
+const EVICTION: &str = "evictionHard: {allocatableMemory.available: 100Mi}";
+/// The cold page cache the `cache` pod holds, and what the `grower` pod allocates: 150 +
+/// 280 Mi is past the threshold, 280 Mi alone is not past relief's level.
+const CACHE_MIB: u64 = 150;
+const GROWER_MIB: &str = "280";
+
+struct Race {
+    node: Node,
+    _disk: LoopDisk,
+}
+
+/// The node with the two pods started, the `cache` pod's page cache in place; the grower
+/// waits for `start` before it allocates.
+fn race(test: &str, relief: &str) -> Option<Race> {
+    if !require(
+        test,
+        &[Feature::Root, Feature::CgroupV2Memory, Feature::Ebpf],
+    ) {
+        return None;
+    }
+    let mut node = Node::with_agent_keys(EVICTION, relief);
+    let disk = LoopDisk::new(&node.path("disk"), CACHE_MIB + 40)
+        .unwrap_or_else(|e| panic!("{test}: a loop disk for page cache: {e}"));
+    let file = disk.cold_file("data", CACHE_MIB);
+    let hog = helper_binary("hog").display().to_string();
+    let file = file.display().to_string();
+    node.manifest(
+        "cache.yaml",
+        &pod("cache", "", &[&hog, "cache", &file, "600"], ""),
+    );
+    let start = node.path("start");
+    node.manifest(
+        "grower.yaml",
+        &pod(
+            "grower",
+            "",
+            &[
+                &hog,
+                "after",
+                &start.display().to_string(),
+                "anon",
+                GROWER_MIB,
+                "4",
+                "100",
+                "600",
+            ],
+            "",
+        ),
+    );
+    node.start();
+    node.wait_running("cache");
+    node.wait_running("grower");
+    let cache_dir = pod_memory_dir(&node, "cache");
+    assert!(
+        poll(Duration::from_secs(60), || file_mib(&cache_dir)
+            >= CACHE_MIB * 9 / 10),
+        "{test}: the cache pod holds {} MiB of page cache, not {CACHE_MIB}",
+        file_mib(&cache_dir)
+    );
+    std::fs::write(&start, "").unwrap();
+    Some(Race { node, _disk: disk })
+}
+
+/// The memory cgroup directory of the pod named `name` (its record names it).
+fn pod_memory_dir(node: &Node, name: &str) -> PathBuf {
+    let record = node.record(name).expect("a record");
+    let pid = record.containers[0].pid.expect("a running container");
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let path = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("a cgroup v2 path");
+    // The container's cgroup: its pod is the parent.
+    let dir = PathBuf::from("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+    dir.parent().map(PathBuf::from).unwrap_or(dir)
+}
+
+fn stat(dir: &std::path::Path, key: &str) -> u64 {
+    std::fs::read_to_string(dir.join("memory.stat"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key} "))?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn file_mib(dir: &std::path::Path) -> u64 {
+    stat(dir, "file") / MIB
+}
+
+/// The value of the metric sample `series` (`name{labels}`), 0 when absent.
+fn metric(node: &Node, series: &str) -> f64 {
+    monitor_tests::agent_metrics(&node.path("monitor.sock"))
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn cold_page_cache_is_reclaimed_and_nobody_is_evicted() {
+    let Some(race) = race(
+        "cold_page_cache_is_reclaimed_and_nobody_is_evicted",
+        "  memoryRelief: {margin: 100Mi, step: 16Mi}\n",
+    ) else {
+        return;
+    };
+    let node = &race.node;
+    let grower_dir = pod_memory_dir(node, "grower");
+    let grown = poll(Duration::from_secs(60), || {
+        stat(&grower_dir, "anon") / MIB >= 270
+    });
+    // Held a while: a late eviction would show here.
+    std::thread::sleep(Duration::from_secs(5));
+    let log = node.log(1);
+    assert!(grown, "the grower never got its memory\n{log}");
+    for name in ["cache", "grower"] {
+        let record = node.record(name).unwrap();
+        assert_eq!(
+            record.phase,
+            Phase::Running,
+            "{name} was not left running: {record:?}\n{log}"
+        );
+    }
+    assert!(!log.contains("Evicted"), "an eviction\n{log}");
+    assert_eq!(node.pods_oom_kills(), 0, "a kernel OOM kill\n{log}");
+    let cache_dir = pod_memory_dir(node, "cache");
+    assert!(
+        file_mib(&cache_dir) < CACHE_MIB / 2,
+        "the cache pod still holds {} MiB of page cache\n{log}",
+        file_mib(&cache_dir)
+    );
+    assert!(
+        log.contains("memory relief for allocatableMemory.available")
+            && log.contains("demo/cache (BestEffort"),
+        "no relief pass named the cache pod\n{log}"
+    );
+    assert!(
+        metric(
+            node,
+            "monitor_memory_reclaimed_bytes_total{qos=\"BestEffort\"}"
+        ) >= (CACHE_MIB / 2 * MIB) as f64,
+        "{}",
+        monitor_tests::agent_metrics(&node.path("monitor.sock"))
+    );
+    assert!(
+        metric(
+            node,
+            "monitor_memory_relief_passes_total{result=\"relieved\"}"
+        ) >= 1.0
+    );
+    // Said at start, and shown by status.
+    assert!(log.contains("memory relief active: margin 100Mi"), "{log}");
+}
+
+#[test]
+fn without_relief_the_same_race_evicts_a_pod() {
+    let Some(race) = race(
+        "without_relief_the_same_race_evicts_a_pod",
+        "  memoryRelief: {enabled: false}\n",
+    ) else {
+        return;
+    };
+    let node = &race.node;
+    let evicted = poll(Duration::from_secs(60), || {
+        node.records()
+            .iter()
+            .any(|r| r.phase == Phase::Failed && r.reason.as_deref() == Some("Evicted"))
+    });
+    let log = node.log(1);
+    assert!(evicted, "nobody was evicted\n{log}");
+    assert!(log.contains("memory relief off"), "{log}");
+    assert_eq!(
+        metric(
+            node,
+            "monitor_memory_relief_passes_total{result=\"relieved\"}"
+        ),
+        0.0
+    );
+}
