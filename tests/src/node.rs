@@ -373,21 +373,8 @@ impl LoopDisk {
     /// Writes a file of `mib` MiB there and drops it from the page cache, so the first to
     /// read it has every page charged to its own cgroup.
     pub fn cold_file(&self, name: &str, mib: u64) -> PathBuf {
-        use std::io::Write;
         let path = self.dir.join(name);
-        let mut f = std::fs::File::create(&path).expect("create a file on the loop disk");
-        let block = vec![7u8; MIB as usize];
-        for _ in 0..mib {
-            f.write_all(&block).expect("write the file");
-        }
-        f.sync_all().expect("fsync");
-        nix::fcntl::posix_fadvise(
-            &f,
-            0,
-            0,
-            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-        )
-        .expect("fadvise");
+        cold_file(&path, mib);
         path
     }
 }
@@ -400,4 +387,23 @@ impl Drop for LoopDisk {
             .status();
         let _ = std::fs::remove_file(&self.backing);
     }
+}
+
+/// Writes a file of `mib` MiB at `path` outside any test cgroup and drops it from the page
+/// cache, so the first to read it later has every page charged to its own cgroup.
+pub fn cold_file(path: &Path, mib: u64) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let block = vec![7u8; MIB as usize];
+    for _ in 0..mib {
+        f.write_all(&block).expect("write the file");
+    }
+    f.sync_all().expect("fsync");
+    nix::fcntl::posix_fadvise(
+        &f,
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    )
+    .expect("fadvise");
 }

@@ -536,25 +536,6 @@ async fn memory_threshold_stays_quiet_below_the_threshold() {
     agent.shutdown().await;
 }
 
-/// Writes a file outside any test cgroup and drops it from the page cache, so reading it
-/// later charges every page to the reader's cgroup.
-fn cold_file(path: &std::path::Path, mib: usize) {
-    use std::io::Write;
-    let mut f = std::fs::File::create(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let block = vec![7u8; MIB as usize];
-    for _ in 0..mib {
-        f.write_all(&block).expect("write scratch file");
-    }
-    f.sync_all().expect("fsync scratch file");
-    nix::fcntl::posix_fadvise(
-        &f,
-        0,
-        0,
-        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-    )
-    .expect("fadvise");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psi_trigger_fires_on_a_real_memory_stall() {
     if !require("psi_trigger_fires", &[Feature::Root, Feature::Psi]) {
@@ -588,7 +569,7 @@ async fn psi_trigger_fires_on_a_real_memory_stall() {
     let scratch = std::env::temp_dir().join(format!("monitor-test-{}-psi.dat", std::process::id()));
     let mut child = match cgroup.version {
         monitor::observe::CgroupVersion::V1 => {
-            cold_file(&scratch, 192);
+            monitor_tests::node::cold_file(&scratch, 192);
             let mut c = hog(&["file", &scratch.to_string_lossy(), "15"]);
             c.stdout(Stdio::null());
             cgroup.spawn(c)

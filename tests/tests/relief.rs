@@ -180,12 +180,13 @@ fn relief_reclaims_cold_page_cache_and_nobody_is_evicted() {
         println!("relief pass: {line}");
     }
     println!(
-        "relief: {} MiB reclaimed from BestEffort pods, cache pod left with {} MiB, 0 evictions, 0 OOM kills",
+        "relief: {} MiB reclaimed from BestEffort pods, cache pod left with a {} MiB working set and {} MiB of page cache, 0 evictions, 0 OOM kills",
         metric(
             node,
             "monitor_memory_reclaimed_bytes_total{qos=\"BestEffort\"}"
         ) as u64
             / MIB,
+        working_set_mib(&cache_dir),
         file_mib(&cache_dir)
     );
 }
