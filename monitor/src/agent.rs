@@ -55,7 +55,9 @@ impl Agent {
                 nodefs: settings.nodefs_path.clone(),
                 imagefs: settings.imagefs_path.clone(),
                 proc_root: PathBuf::from("/proc"),
-                contention: kubelet.contention().is_some(),
+                // The stall signal reads the pods cgroup's pressure as the contention
+                // conditions do.
+                contention: kubelet.contention().is_some() || settings.memory_stall.is_some(),
                 pressure_root: layout.unified_root.clone(),
                 hugepage_aware: kubelet
                     .feature_gate(crate::config::kubelet::HUGEPAGE_AWARE_EVICTION),
@@ -157,7 +159,9 @@ impl Agent {
                     );
                     eviction = eviction.shadow();
                 }
-                eviction = eviction.with_relief(relief);
+                eviction = eviction
+                    .with_relief(relief)
+                    .with_memory_stall(settings.memory_stall.as_ref().map(|s| s.policy()));
                 match &hot {
                     Some(hot) => eviction.with_hot_path(hot.clone()),
                     None => eviction,

@@ -222,3 +222,72 @@ fn without_relief_the_same_race_evicts_a_pod() {
         0.0
     );
 }
+
+/// The full-stall share (avg10, percent) of a `memory.pressure` file.
+fn full_avg10(path: &std::path::Path) -> f64 {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("full "))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|f| f.strip_prefix("avg10="))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// A pod thrashing on its page cache inside its own small memory limit, with the node's
+/// memory plentiful: its memory stalls (PSI `full`) are real, but they are an I/O stall,
+/// not a shortage, and the stall signal's quantity guard keeps it from evicting anyone.
+#[test]
+fn an_io_stall_with_memory_plentiful_evicts_nobody() {
+    let test = "an_io_stall_with_memory_plentiful_evicts_nobody";
+    if !require(
+        test,
+        &[Feature::Root, Feature::CgroupV2Memory, Feature::Psi],
+    ) {
+        return;
+    }
+    let mut node = Node::with_agent_keys(
+        EVICTION,
+        "  memoryStall: {full: 5%, margin: 100Mi, gracePeriod: 2s}\n",
+    );
+    let disk = LoopDisk::new(&node.path("disk"), 160)
+        .unwrap_or_else(|e| panic!("{test}: a loop disk for page cache: {e}"));
+    let file = disk.cold_file("data", 120).display().to_string();
+    let hog = helper_binary("hog").display().to_string();
+    // 120 MiB re-read in a 48 MiB limit: every pass refaults from the disk.
+    let limits = "    resources:\n      requests: {memory: 32Mi}\n      limits: {memory: 48Mi}\n";
+    node.manifest(
+        "thrash.yaml",
+        &pod("thrash", limits, &[&hog, "file", &file, "600"], ""),
+    );
+    node.start();
+    node.wait_running("thrash");
+    let pods_pressure = node.memory_root().join("kubepods/memory.pressure");
+    let mut peak = 0.0f64;
+    let stalled = poll(Duration::from_secs(60), || {
+        peak = peak.max(full_avg10(&pods_pressure));
+        peak >= 5.0
+    });
+    let log = node.log(1);
+    assert!(
+        stalled,
+        "no memory stall among the pods (full avg10 peaked at {peak:.1} %)\n{log}"
+    );
+    // Past the grace period several times over, while the stall lasts.
+    std::thread::sleep(Duration::from_secs(10));
+    peak = peak.max(full_avg10(&pods_pressure));
+    let log = node.log(1);
+    let record = node.record("thrash").unwrap();
+    assert_eq!(record.phase, Phase::Running, "{record:?}\n{log}");
+    assert!(!log.contains("Evicted"), "an eviction\n{log}");
+    assert!(
+        !log.contains("MemoryPressure"),
+        "MemoryPressure reported for an I/O stall\n{log}"
+    );
+    println!("io stall: pods full avg10 peaked at {peak:.1} % (threshold 5 %), 0 evictions");
+    drop(node);
+    drop(disk);
+}

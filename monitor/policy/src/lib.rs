@@ -17,6 +17,7 @@ pub mod quantity;
 pub mod rank;
 pub mod relief;
 pub mod signal;
+pub mod stall;
 pub mod stats;
 pub mod summary;
 pub mod threshold;

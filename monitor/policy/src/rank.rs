@@ -59,7 +59,9 @@ pub fn rank_func(signal: Signal, layout: FsLayout) -> RankFunc {
     let nodefs = matches!(signal, Signal::NodeFsAvailable | Signal::NodeFsInodesFree);
     let imagefs = matches!(signal, Signal::ImageFsAvailable | Signal::ImageFsInodesFree);
     match (signal, layout) {
-        (Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable, _) => RankFunc::Memory,
+        (Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::MemoryStall, _) => {
+            RankFunc::Memory
+        }
         (Signal::PidAvailable, _) => RankFunc::Pids,
         (_, FsLayout::Shared) => disk(ALL_FS_STATS, signal.resource()),
         (_, FsLayout::DedicatedImageFs) if nodefs => disk(NODEFS_WITH_IMAGEFS, signal.resource()),

@@ -29,6 +29,11 @@ pub enum Signal {
     ContainerFsInodesFree,
     /// Process ids left before the node's pid limit.
     PidAvailable,
+    /// The agent's own signal (not the kubelet's, so not in [`Signal::ALL`] and never
+    /// read from its eviction keys): the share of time the pods and the node were not all
+    /// stalled on memory, in hundredths of a percent (10000 − PSI `full` avg10 × 100),
+    /// and only while a memory signal is near its threshold (see [`crate::stall`]).
+    MemoryStall,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,13 +67,16 @@ impl Signal {
             Signal::ContainerFsAvailable => "containerfs.available",
             Signal::ContainerFsInodesFree => "containerfs.inodesFree",
             Signal::PidAvailable => "pid.available",
+            Signal::MemoryStall => "memory.stall",
         }
     }
 
     /// The resource that evicting pods reclaims for this signal (kubelet: signalToResource).
     pub fn resource(self) -> Resource {
         match self {
-            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => Resource::Memory,
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::MemoryStall => {
+                Resource::Memory
+            }
             Signal::NodeFsAvailable | Signal::ImageFsAvailable | Signal::ContainerFsAvailable => {
                 Resource::EphemeralStorage
             }
@@ -97,10 +105,11 @@ impl Signal {
 
     /// True when the signal's unit is bytes (so values print with binary suffixes).
     pub fn is_bytes(self) -> bool {
-        matches!(
-            self.resource(),
-            Resource::Memory | Resource::EphemeralStorage
-        )
+        self != Signal::MemoryStall
+            && matches!(
+                self.resource(),
+                Resource::Memory | Resource::EphemeralStorage
+            )
     }
 }
 
@@ -227,6 +236,9 @@ pub fn format_value(value: QuantityOrPercent) -> String {
 /// observations print: bytes as BinarySI ("300Mi"), inode and pid counts as DecimalSI
 /// ("200k") (kubelet: makeSignalObservations).
 pub fn format_amount(signal: Signal, amount: i64) -> String {
+    if signal == Signal::MemoryStall {
+        return format!("{}%", amount as f64 / 100.0);
+    }
     let format = if signal.is_bytes() {
         Format::BinarySI
     } else {

@@ -208,6 +208,58 @@ pub struct AgentSettings {
     /// Memory relief: at a level a margin above a memory threshold, the pods' page cache
     /// is reclaimed (`memory.reclaim`, cgroup v2) before any pod is evicted.
     pub memory_relief: MemoryReliefSettings,
+    /// Memory stalls (PSI `full`) as an eviction signal, counted only while memory is
+    /// short; off unless set.
+    pub memory_stall: Option<MemoryStallSettings>,
+}
+
+/// `monitor.memoryStall`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemoryStallSettings {
+    /// The PSI `full` share (avg10) past which the signal's threshold is met ("20%").
+    #[serde(
+        deserialize_with = "quantity_or_percent",
+        serialize_with = "quantity_or_percent_text"
+    )]
+    pub full: QuantityOrPercent,
+    /// Stalls count only while `memory.available` or `allocatableMemory.available` is
+    /// within this of its highest threshold (default "10%" of its capacity).
+    #[serde(
+        default = "default_stall_margin",
+        deserialize_with = "quantity_or_percent",
+        serialize_with = "quantity_or_percent_text"
+    )]
+    pub margin: QuantityOrPercent,
+    /// How long the stall must last before a pod is evicted (default 30s).
+    #[serde(
+        default = "default_stall_grace",
+        deserialize_with = "go_duration",
+        serialize_with = "go_duration_text"
+    )]
+    pub grace_period: Duration,
+}
+
+fn default_stall_margin() -> QuantityOrPercent {
+    QuantityOrPercent::Percent(0.10)
+}
+
+fn default_stall_grace() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl MemoryStallSettings {
+    /// The policy's view (checked values: see [`AgentSettings::check`]).
+    pub(crate) fn policy(&self) -> crate::policy::stall::StallSettings {
+        crate::policy::stall::StallSettings {
+            full: match self.full {
+                QuantityOrPercent::Percent(share) => share,
+                QuantityOrPercent::Quantity(_) => 1.0,
+            },
+            margin: self.margin,
+            grace_period: self.grace_period,
+        }
+    }
 }
 
 /// `monitor.memoryRelief`.
@@ -340,6 +392,7 @@ impl Default for AgentSettings {
             shadow: false,
             pre_kill_hook: None,
             memory_relief: MemoryReliefSettings::default(),
+            memory_stall: None,
         }
     }
 }
@@ -460,6 +513,24 @@ impl AgentSettings {
                 reason: "must be a percentage above 0% (e.g. \"10%\")",
             });
         }
+        if let Some(stall) = &self.memory_stall {
+            if !matches!(stall.full, QuantityOrPercent::Percent(share) if share > 0.0 && share < 1.0)
+            {
+                return Err(SettingsError::Invalid {
+                    origin: origin.to_string(),
+                    key: "memoryStall.full",
+                    value: crate::policy::signal::format_value(stall.full),
+                    reason: "must be a percentage between 0% and 100% (e.g. \"20%\")",
+                });
+            }
+            if stall.grace_period < Duration::from_secs(1) {
+                return Err(unsafe_value(
+                    "memoryStall.gracePeriod",
+                    format!("{:?}", stall.grace_period),
+                    "must be at least 1s (a stall is a soft signal: an I/O burst must not evict)",
+                ));
+            }
+        }
         if self.image_gc_period < Duration::from_secs(1) {
             return Err(unsafe_value(
                 "imageGcPeriod",
@@ -512,6 +583,13 @@ mod tests {
     )]
     #[case::relief_stall_zero("memoryRelief: {maxStall: 0%}\n", "monitor.memoryRelief.maxStall")]
     #[case::relief_unknown_key("memoryRelief: {level: 5%}\n", "monitor.memoryRelief")]
+    #[case::stall_without_full("memoryStall: {margin: 5%}\n", "monitor.memoryStall")]
+    #[case::stall_full_a_quantity("memoryStall: {full: 20Mi}\n", "monitor.memoryStall.full")]
+    #[case::stall_full_all("memoryStall: {full: 100%}\n", "monitor.memoryStall.full")]
+    #[case::stall_no_grace(
+        "memoryStall: {full: 20%, gracePeriod: 0s}\n",
+        "monitor.memoryStall.gracePeriod"
+    )]
     fn unsafe_values_are_refused_naming_the_file_and_key(#[case] yaml: &str, #[case] key: &str) {
         let err = parse(yaml).expect_err(yaml).to_string();
         assert!(
@@ -532,6 +610,16 @@ mod tests {
         assert_eq!(policy.margin.resolve(0), 300 << 20);
         assert_eq!(policy.step_bytes, 8 << 20);
         assert!((policy.max_stall - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn memory_stall_is_off_unless_set() {
+        assert_eq!(AgentSettings::default().memory_stall, None);
+        let s = parse("memoryStall: {full: 25%}\n").expect("valid");
+        let policy = s.memory_stall.expect("set").policy();
+        assert!((policy.full - 0.25).abs() < 1e-9);
+        assert_eq!(policy.grace_period, Duration::from_secs(30));
+        assert_eq!(policy.margin, QuantityOrPercent::Percent(0.10));
     }
 
     #[test]

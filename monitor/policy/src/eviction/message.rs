@@ -127,6 +127,16 @@ fn threshold_met_info(
         .filter(|t| t.signal.resource() == resource)
         .find_map(|t| {
             let observed = observations.get(&t.signal)?;
+            if t.signal == crate::signal::Signal::MemoryStall {
+                // The agent's own signal reads as shares of time not stalled.
+                return Some((
+                    format!(
+                        "{} of time not stalled",
+                        format_amount(t.signal, t.quantity(observed.capacity))
+                    ),
+                    format_amount(t.signal, observed.available),
+                ));
+            }
             let quantity = match t.value {
                 QuantityOrPercent::Quantity(q) => q,
                 // The kubelet resolves a percentage into a binary quantity, inodes included.

@@ -33,7 +33,10 @@ pub fn node_reclaim_funcs(signal: Signal, layout: FsLayout) -> &'static [NodeRec
     let imagefs = matches!(signal, Signal::ImageFsAvailable | Signal::ImageFsInodesFree);
     match (signal, layout) {
         (
-            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable,
+            Signal::MemoryAvailable
+            | Signal::AllocatableMemoryAvailable
+            | Signal::MemoryStall
+            | Signal::PidAvailable,
             _,
         ) => &[],
         (_, FsLayout::Shared) => CONTAINERS_THEN_IMAGES,
@@ -75,7 +78,10 @@ pub fn same_filesystem_signals(signal: Signal, layout: FsLayout) -> &'static [Si
     let nodefs = matches!(signal, Signal::NodeFsAvailable | Signal::NodeFsInodesFree);
     match (signal, layout) {
         (
-            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable,
+            Signal::MemoryAvailable
+            | Signal::AllocatableMemoryAvailable
+            | Signal::MemoryStall
+            | Signal::PidAvailable,
             _,
         ) => &[],
         (_, FsLayout::Shared) => ONE_FS,

@@ -1007,3 +1007,42 @@ fn the_hot_paths_victim_names_the_nearest_hard_memory_threshold(
         Some(Some(Signal::MemoryAvailable))
     );
 }
+
+/// The memory stall signal through the whole decision: a stall with memory short evicts
+/// the memory ranking's first pod after the grace period, with MemoryPressure; the same
+/// stall with memory plentiful (an I/O stall) never meets the threshold.
+#[rstest]
+#[case::memory_short(700 * MI, true)]
+#[case::memory_plentiful(5 * GI, false)]
+fn a_memory_stall_evicts_only_while_memory_is_short(#[case] available: u64, #[case] evicts: bool) {
+    let stall = crate::stall::StallSettings {
+        full: 0.20,
+        margin: parse_quantity_or_percent("1Gi").unwrap(),
+        grace_period: secs(30),
+    };
+    let thresholds = vec![hard(Signal::MemoryAvailable, "500Mi"), stall.threshold()];
+    let mut m = manager(thresholds.clone());
+    for (at, past_grace) in [(0, false), (29, false), (30, true)] {
+        let mut input = memory_input(available, at, three_pods());
+        let observed =
+            crate::stall::observation(&stall, &thresholds, &input.observations, 0.35, secs(at));
+        input.observations.insert(Signal::MemoryStall, observed);
+        let outcome = sync(&mut m, &input, at);
+        let expected_pressure = if evicts {
+            vec![NodeConditionType::MemoryPressure]
+        } else {
+            vec![]
+        };
+        assert_eq!(outcome.conditions, expected_pressure, "at {at}s");
+        if evicts && past_grace {
+            assert_eq!(evicted(&outcome), vec!["default/hog"], "at {at}s");
+            let message = &outcome.evictions[0].message;
+            assert!(
+                message.contains("65%") && message.contains("80%"),
+                "{message}"
+            );
+        } else {
+            assert!(outcome.evictions.is_empty(), "at {at}s: {outcome:?}");
+        }
+    }
+}

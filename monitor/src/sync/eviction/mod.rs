@@ -93,6 +93,8 @@ pub(crate) struct EvictionSync {
     shadow: Option<std::collections::HashMap<String, Time>>,
     /// Memory relief, when on and supported here.
     relief: Option<relief::Relief>,
+    /// The memory stall signal, when configured.
+    stall: Option<crate::policy::stall::StallSettings>,
 }
 
 impl EvictionSync {
@@ -124,6 +126,7 @@ impl EvictionSync {
             shadow: None,
             hook: None,
             relief: None,
+            stall: None,
         }
     }
 
@@ -133,6 +136,22 @@ impl EvictionSync {
         hook: Option<crate::config::agent::PreKillHookSettings>,
     ) -> Self {
         self.hook = hook.map(Arc::new);
+        self
+    }
+
+    /// The memory stall signal (see [`crate::policy::stall`]): its soft threshold joins
+    /// the configured ones, and every pass observes it from the pressure files.
+    pub(crate) fn with_memory_stall(
+        mut self,
+        stall: Option<crate::policy::stall::StallSettings>,
+    ) -> Self {
+        if let Some(settings) = stall {
+            let mut config = self.kubelet.eviction.clone();
+            config.thresholds.push(settings.threshold());
+            self.manager = EvictionManager::new(config.clone());
+            self.config = Arc::new(config);
+        }
+        self.stall = stall;
         self
     }
 
@@ -212,8 +231,10 @@ impl EvictionSync {
         });
         self.show_pod_memory(&pods);
         let stats = node_stats(node, &self.kubelet, &pods, now);
+        let mut observations = make_signal_observations(&stats, fs_layout);
+        self.observe_stall(&mut observations, node, now);
         let input = SyncInput {
-            observations: make_signal_observations(&stats, fs_layout),
+            observations,
             pods,
             fs_layout,
         };
@@ -293,6 +314,28 @@ impl EvictionSync {
             finished,
             hot_kills,
         }
+    }
+
+    /// Adds the memory stall signal's observation, when configured: the higher of the
+    /// pods cgroup's and the node's PSI `full` avg10, counted only while memory is short.
+    fn observe_stall(&self, observations: &mut Observations, node: &NodeObservation, now: Time) {
+        let Some(stall) = &self.stall else {
+            return;
+        };
+        let pressure = &node.pressure;
+        let full = [pressure.memory, pressure.pods_memory]
+            .into_iter()
+            .flatten()
+            .filter_map(|psi| psi.full.map(|line| line.avg10))
+            .fold(0.0f64, f64::max);
+        let observed = crate::policy::stall::observation(
+            stall,
+            &self.manager.config().thresholds,
+            observations,
+            full / 100.0,
+            now,
+        );
+        observations.insert(Signal::MemoryStall, observed);
     }
 
     /// Whether the policy asks for pods' disk usage this pass, on the node's filesystem
