@@ -328,7 +328,10 @@ fn is_bytes(signal: &SignalStatus) -> bool {
 }
 
 fn amount(signal: &SignalStatus, value: i64) -> String {
-    if is_bytes(signal) {
+    if signal.signal == Signal::MemoryStall.as_str() {
+        // The share of time not fully stalled on memory.
+        crate::policy::signal::format_amount(Signal::MemoryStall, value)
+    } else if is_bytes(signal) {
         mebibytes(value as f64)
     } else {
         value.to_string()
