@@ -4,13 +4,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::admit::{AdmissionDecision, admit_pods};
+use super::config::SimulationConfig;
 use super::images::ImageModel;
 use super::node::Node;
 use super::observe::{
     PodsCgroupLimit, fs_layout, make_signal_observations, summary_memory_capacity,
 };
 use super::output::{
-    AdmissionOutput, EvictedOutput, NodeReclaimOutput, StepOutput, ThresholdMetOutput,
+    AdmissionOutput, EvictedOutput, NodeReclaimOutput, ReliefOutput, ReliefPodOutput, StepOutput,
+    ThresholdMetOutput,
 };
 use super::reclaim::StepReclaimer;
 use super::scenario::{Scenario, Step};
@@ -22,7 +24,8 @@ use crate::policy::contention::ContentionConditions;
 use crate::policy::eviction::{EvictionDecision, EvictionManager, SyncInput, SyncOutcome};
 use crate::policy::pod::Pod;
 use crate::policy::quantity::Quantity;
-use crate::policy::signal::{Signal, format_value};
+use crate::policy::relief::{self, ReliefCandidate, ReliefSettings};
+use crate::policy::signal::{Observations, Signal, format_value};
 
 /// The state carried from step to step.
 pub struct Simulation {
@@ -35,10 +38,18 @@ pub struct Simulation {
     images: Option<ImageModel>,
     /// The PSI contention conditions, with the PSINodeCondition gate on.
     contention: Option<ContentionConditions>,
+    /// Memory relief, when on.
+    relief: Option<ReliefSettings>,
+    /// Page cache each pod can still give relief ("namespace/name" to bytes).
+    reclaimable: BTreeMap<String, u64>,
 }
 
 impl Simulation {
-    pub(crate) fn new(config: KubeletConfig, dedicated_image_fs: Option<bool>) -> Self {
+    pub(crate) fn new(
+        config: KubeletConfig,
+        relief: Option<ReliefSettings>,
+        dedicated_image_fs: Option<bool>,
+    ) -> Self {
         let manager = EvictionManager::new(config.eviction.clone());
         let contention = config.contention().map(|_| ContentionConditions::default());
         Simulation {
@@ -50,12 +61,15 @@ impl Simulation {
             pods: Vec::new(),
             summary: Summary::default(),
             images: None,
+            relief,
+            reclaimable: BTreeMap::new(),
         }
     }
 
     /// Runs every step of a scenario, returning one output per step.
-    pub fn run(config: KubeletConfig, scenario: &Scenario) -> Vec<StepOutput> {
-        let mut simulation = Simulation::new(config, scenario.dedicated_image_fs);
+    pub fn run(config: SimulationConfig, scenario: &Scenario) -> Vec<StepOutput> {
+        let mut simulation =
+            Simulation::new(config.kubelet, config.relief, scenario.dedicated_image_fs);
         scenario
             .steps
             .iter()
@@ -85,8 +99,13 @@ impl Simulation {
             &self.summary,
             step.dedicated_image_fs.or(self.dedicated_image_fs),
         );
-        let observations =
+        if let Some(reclaimable) = &step.reclaimable {
+            self.reclaimable = reclaimable.clone();
+        }
+        let mut observations =
             make_signal_observations(&self.summary, self.pods_cgroup_limit(), layout, now);
+        // 0. Memory relief, before the eviction pass decides.
+        let relief = self.relieve(&mut observations);
         if let Some(images) = self.images.as_mut() {
             images.detect(&self.pods, now);
         }
@@ -144,6 +163,7 @@ impl Simulation {
 
         // 4. The PSI contention conditions, from the summary's stall averages.
         let mut out = output(now, &outcome, &admission, images_removed);
+        out.memory_relief = relief;
         if let (Some(conditions), Some(thresholds)) =
             (&mut self.contention, self.config.contention())
         {
@@ -152,6 +172,59 @@ impl Simulation {
             out.contention_conditions = conditions.reported();
         }
         out
+    }
+
+    /// Memory relief as the agent runs it (see [`crate::policy::relief`]): the pods with
+    /// `reclaimable` page cache give what the plan asks, at most what they have; what
+    /// they gave is credited to both memory signals (the pods' working set is part of
+    /// each) and is gone for later steps.
+    fn relieve(&mut self, observations: &mut Observations) -> Option<ReliefOutput> {
+        let settings = self.relief.as_ref()?;
+        let need = relief::need(settings, &self.config.eviction.thresholds, observations)?;
+        let candidates: Vec<ReliefCandidate> = self
+            .pods
+            .iter()
+            .filter_map(|pod| {
+                let key = pod.key();
+                let file_bytes = *self.reclaimable.get(&key)?;
+                Some(ReliefCandidate {
+                    pod_key: key,
+                    qos: pod.qos_class(),
+                    file_bytes,
+                })
+            })
+            .collect();
+        let plan = relief::plan(need, &candidates)?;
+        let mut pods = Vec::new();
+        let mut freed = 0u64;
+        for request in &plan.requests {
+            let left = self.reclaimable.entry(request.pod_key.clone()).or_default();
+            let given = request.bytes.min(*left);
+            *left -= given;
+            freed += given;
+            pods.push(ReliefPodOutput {
+                pod: request.pod_key.clone(),
+                qos: request.qos.as_str().to_string(),
+                bytes: given,
+            });
+        }
+        let credit = i64::try_from(freed).unwrap_or(i64::MAX);
+        for signal in [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable] {
+            if let Some(observed) = observations.get_mut(&signal) {
+                observed.available = observed
+                    .available
+                    .saturating_add(credit)
+                    .min(observed.capacity);
+            }
+        }
+        Some(ReliefOutput {
+            signal: need.signal.as_str().to_string(),
+            observed: need.available,
+            relief_level: need.relief_level,
+            wanted_bytes: need.wanted_bytes,
+            freed_bytes: freed,
+            pods,
+        })
     }
 
     /// The pods cgroup's memory limit: node capacity, less system- and kube-reserved when
@@ -306,6 +379,7 @@ fn output(
         preempted: admission.preempted.clone(),
         images_removed,
         contention_conditions: Vec::new(),
+        memory_relief: None,
     }
 }
 

@@ -441,3 +441,73 @@ fn psi_in_the_summary_drives_the_contention_conditions() {
     let line = serde_json::to_value(&ungated[0]).expect("serialize");
     assert!(line.get("contentionConditions").is_none(), "{line}");
 }
+
+/// Memory relief: a pod's page cache is given back before the eviction pass, while the
+/// signal is between its threshold and its relief level; what a pod gave is gone for later
+/// steps; a hard threshold met is left to eviction.
+#[test]
+fn memory_relief_takes_reclaimable_page_cache_before_evicting() {
+    let text = format!(
+        "config:
+  evictionHard: {{memory.available: 500Mi}}
+  monitor: {{memoryRelief: {{margin: 500Mi}}}}
+steps:
+  - at: 0s
+{TWO_PODS}    reclaimable: {{default/a: 600Mi}}
+    summary:
+      node: {{memory: {{availableBytes: {short}, workingSetBytes: {ws}}}}}
+      pods:
+        - podRef: {{name: a}}
+          memory: {{workingSetBytes: 2000}}
+        - podRef: {{name: b}}
+          memory: {{workingSetBytes: 1000}}
+  - at: 10s
+  - at: 20s
+    summary:
+      node: {{memory: {{availableBytes: {low}, workingSetBytes: {ws}}}}}
+      pods:
+        - podRef: {{name: a}}
+          memory: {{workingSetBytes: 2000}}
+        - podRef: {{name: b}}
+          memory: {{workingSetBytes: 1000}}
+",
+        short = 700 * MI,
+        low = 400 * MI,
+        ws = 8000 * MI
+    );
+    let out = run(&text);
+    // 700 Mi available, level 1000 Mi: 300 Mi back plus 125 Mi of slack.
+    let relief = out[0].memory_relief.as_ref().expect("a relief pass at 0s");
+    assert_eq!(relief.signal, "memory.available");
+    assert_eq!(relief.relief_level, 1000 * MI);
+    assert_eq!(relief.wanted_bytes, 425 << 20);
+    assert_eq!(relief.freed_bytes, 425 << 20);
+    assert_eq!(relief.pods[0].pod, "default/a");
+    assert_eq!(relief.pods[0].qos, "BestEffort");
+    assert!(out[0].evicted.is_none(), "{:?}", out[0]);
+    // The same shortage again: the pod has 175 Mi left, and gives them.
+    let relief = out[1].memory_relief.as_ref().expect("a relief pass at 10s");
+    assert_eq!(relief.freed_bytes, 175 << 20);
+    // Below the hard threshold: no relief, the eviction as the kubelet's.
+    assert!(out[2].memory_relief.is_none(), "{:?}", out[2]);
+    assert!(out[2].evicted.is_some(), "{:?}", out[2]);
+}
+
+#[test]
+fn relief_off_runs_no_pass() {
+    let text = format!(
+        "config:
+  evictionHard: {{memory.available: 500Mi}}
+  monitor: {{memoryRelief: {{enabled: false, margin: 500Mi}}}}
+steps:
+  - at: 0s
+{TWO_PODS}    reclaimable: {{default/a: 600Mi}}
+    summary:
+      node: {{memory: {{availableBytes: {short}, workingSetBytes: {ws}}}}}
+",
+        short = 700 * MI,
+        ws = 8000 * MI
+    );
+    let out = run(&text);
+    assert!(out[0].memory_relief.is_none());
+}

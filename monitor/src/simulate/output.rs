@@ -33,6 +33,35 @@ pub struct StepOutput {
     /// gate on; the key is left out otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) contention_conditions: Vec<crate::policy::contention::ContentionStatus>,
+    /// The memory relief pass before the eviction pass (only when one ran: a memory
+    /// signal below its relief level, and pods with `reclaimable` page cache).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) memory_relief: Option<ReliefOutput>,
+}
+
+/// What memory relief took before the eviction pass.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ReliefOutput {
+    /// The signal relieved ("memory.available", "allocatableMemory.available").
+    pub(crate) signal: String,
+    /// Its available bytes before relief, and its relief level.
+    pub(crate) observed: i64,
+    pub(crate) relief_level: i64,
+    /// What the pass wanted, and what the pods gave (credited to both memory signals
+    /// before the eviction pass decides).
+    pub(crate) wanted_bytes: u64,
+    pub(crate) freed_bytes: u64,
+    /// Each pod asked, in the order asked, with what it gave.
+    pub(crate) pods: Vec<ReliefPodOutput>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ReliefPodOutput {
+    pub(crate) pod: String,
+    pub(crate) qos: String,
+    pub(crate) bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -121,6 +150,7 @@ mod tests {
             images_removed: vec![],
             // Left out when empty (the PSINodeCondition gate off).
             contention_conditions: vec![],
+            memory_relief: None,
         };
         let value = serde_json::to_value(&out).unwrap_or_else(|e| panic!("serialize: {e}"));
         let keys: Vec<&str> = value

@@ -44,6 +44,9 @@ pub(crate) struct Step {
     pub(crate) images: Option<Vec<ImageSpec>>,
     /// Bytes node-level reclaim would free, per filesystem (one-shot).
     pub(crate) reclaim: BTreeMap<Filesystem, u64>,
+    /// Page cache each pod ("namespace/name") can give back to memory relief; replaces
+    /// the previous step's when given, and what relief takes is gone for later steps.
+    pub(crate) reclaimable: Option<BTreeMap<String, u64>>,
     /// Pods asking for admission at this step (one-shot).
     pub(crate) admit: Vec<Pod>,
     pub(crate) dedicated_image_fs: Option<bool>,
@@ -96,6 +99,7 @@ struct RawStep {
     images: Option<Vec<ImageSpec>>,
     #[serde(default)]
     reclaim: BTreeMap<Filesystem, Quantity>,
+    reclaimable: Option<BTreeMap<String, Quantity>>,
     admit: Option<Value>,
     dedicated_image_fs: Option<bool>,
 }
@@ -301,6 +305,25 @@ impl Ctx<'_> {
             }
             reclaim.insert(fs, q.value() as u64);
         }
+        let reclaimable = match raw.reclaimable {
+            Some(raw) => {
+                let mut bytes = BTreeMap::new();
+                for (pod, q) in raw {
+                    if q.is_negative() || !pod.contains('/') {
+                        return Err(SimulateError::input(
+                            self.file,
+                            format!("{field}.reclaimable.{pod}"),
+                            format!(
+                                "{q}: needs a pod as namespace/name and bytes that are not negative"
+                            ),
+                        ));
+                    }
+                    bytes.insert(pod, q.value() as u64);
+                }
+                Some(bytes)
+            }
+            None => None,
+        };
         if let Some(images) = &raw.images {
             for (j, image) in images.iter().enumerate() {
                 if image.id.is_empty() {
@@ -326,6 +349,7 @@ impl Ctx<'_> {
             summary,
             images: raw.images,
             reclaim,
+            reclaimable,
             admit,
             dedicated_image_fs: raw.dedicated_image_fs,
         })
