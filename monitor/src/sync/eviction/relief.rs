@@ -20,8 +20,10 @@ use crate::events::EventReason;
 use crate::policy::relief::{self, ReliefCandidate, ReliefPlan, ReliefSettings};
 use crate::policy::types::QosClass;
 
-/// The longest one pass writes for: the synchronize waits for it.
-const PASS_DEADLINE: Duration = Duration::from_secs(2);
+/// The longest one pass writes for: the synchronize waits for it. (The hot path does not:
+/// it kills on its own thread. With the hot path off, a hard crossing that comes during a
+/// pass is answered when the pass ends, at most this much later.)
+const PASS_DEADLINE: Duration = Duration::from_secs(1);
 
 /// How a pass ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
