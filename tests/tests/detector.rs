@@ -338,8 +338,11 @@ async fn agent_wakes_through_the_detector_alone_and_never_writes_memory_high() {
         &pods,
         AttachPoint::ALL.iter().map(|a| a.name().into()).collect(),
     );
-    // The detector alone: no eventfd thresholds, memory.events or PSI.
+    // The detector alone: no eventfd thresholds, memory.events or PSI. Memory relief off:
+    // its level (a margin above the threshold) would be the first crossing, and this test
+    // is about the threshold's own level.
     config.settings.sources.memcg_thresholds = false;
+    config.settings.memory_relief.enabled = false;
     let agent = start_agent(config, "agent starts");
     let mut reports = agent.subscribe();
     let ebpf = agent.status_of(WakeSource::Ebpf).unwrap();

@@ -155,14 +155,14 @@ impl EvictionSync {
     /// Event, metrics, log and decision record of a pass.
     fn book_relief(&self, pass: &ReliefPass, observations: &Observations) {
         let message = relief_message(pass);
-        if pass.end == ReliefEnd::Failed {
-            tracing::warn!("{message}");
-        } else {
-            tracing::info!("{message}");
-        }
-        if pass.freed() > 0 || pass.end != ReliefEnd::Exhausted {
-            self.state
-                .event(EventReason::MemoryReclaimed, "node", message.clone());
+        // An event is logged as it is recorded; a pass that wrote and freed nothing is
+        // only logged.
+        match pass.end {
+            ReliefEnd::Failed => tracing::warn!("{message}"),
+            ReliefEnd::Exhausted if pass.freed() == 0 => tracing::info!("{message}"),
+            _ => self
+                .state
+                .event(EventReason::MemoryReclaimed, "node", message.clone()),
         }
         {
             let mut state = self.state.lock();
@@ -209,7 +209,6 @@ impl EvictionSync {
             level_text(plan),
             pods.join(", ")
         );
-        tracing::info!("{message}");
         if let Some(status) = &mut self.state.lock().memory_relief {
             status.last_pass = Some((crate::state::now_rfc3339(), message.clone()));
         }
