@@ -238,12 +238,6 @@ impl Agent {
 
 // What `monitor status` says of a source that does not run as it does by default.
 
-/// The memory threshold source on cgroup v2 when the eBPF crossing detector carries the
-/// thresholds.
-const MEMCG_LEFT_TO_DETECTOR: &str = "cgroup v2: the eBPF crossing detector carries the memory thresholds; memory.high is left alone";
-/// The memory threshold source on cgroup v2 with memory.high standing in.
-const MEMCG_HIGH_STANDS_IN: &str = "cgroup v2 without the eBPF crossing detector: memory.high of the pods cgroup stands in for the nearest hard memory threshold (allocatable, or the node's while the rest of the node holds still) and THROTTLES the pods there; re-armed after every synchronize, lifted at stop and at the next start after a crash; crossings wake through memory.events";
-/// The memory threshold source on cgroup v2 beside a kubelet, or in shadow mode.
 /// Memory relief's settings when it runs here; says at start (and in the state, for
 /// `monitor status`) whether it does, and why not.
 fn memory_relief(
@@ -260,13 +254,10 @@ fn memory_relief(
             .unwrap_or("")
             .trim_start_matches('/'),
     );
-    let (status, on) = if !relief.enabled {
-        (
-            ("off", "monitor.memoryRelief.enabled is false".to_string()),
-            false,
-        )
+    let (state_name, detail) = if !relief.enabled {
+        ("off", "monitor.memoryRelief.enabled is false".to_string())
     } else if let Some(why) = crate::sync::eviction::relief::unsupported(layout.version, &dir) {
-        (("unsupported", why), false)
+        ("unsupported", why)
     } else {
         let detail = format!(
             "margin {} above each memory signal's highest threshold, steps of {}, stops past {} memory stall",
@@ -275,24 +266,26 @@ fn memory_relief(
             crate::policy::signal::format_value(relief.max_stall)
         );
         if settings.shadow {
-            (
-                ("shadow", format!("{detail}; reported, never written")),
-                true,
-            )
+            ("shadow", format!("{detail}; reported, never written"))
         } else {
-            (("active", detail), true)
+            ("active", detail)
         }
     };
-    let (state_name, detail) = status;
     tracing::info!("memory relief {state_name}: {detail}");
     state.lock().memory_relief = Some(crate::state::MemoryReliefStatus {
         state: state_name,
         detail,
         last_pass: None,
     });
-    on.then(|| relief.policy())
+    matches!(state_name, "active" | "shadow").then(|| relief.policy())
 }
 
+/// The memory threshold source on cgroup v2 when the eBPF crossing detector carries the
+/// thresholds.
+const MEMCG_LEFT_TO_DETECTOR: &str = "cgroup v2: the eBPF crossing detector carries the memory thresholds; memory.high is left alone";
+/// The memory threshold source on cgroup v2 with memory.high standing in.
+const MEMCG_HIGH_STANDS_IN: &str = "cgroup v2 without the eBPF crossing detector: memory.high of the pods cgroup stands in for the nearest hard memory threshold (allocatable, or the node's while the rest of the node holds still) and THROTTLES the pods there; re-armed after every synchronize, lifted at stop and at the next start after a crash; crossings wake through memory.events";
+/// The memory threshold source on cgroup v2 beside a kubelet, or in shadow mode.
 const MEMCG_NOT_OURS_V2: &str = "cgroup v2: memory.high cannot stand in for the thresholds, since the pods cgroup is the kubelet's (monitor.podList) or the agent is a shadow; the eBPF crossing detector and the synchronize carry them";
 /// The memory threshold source on cgroup v2 where memory.high cannot stand in.
 const MEMCG_UNSUPPORTED_V2: &str = "cgroup v2 has no usage thresholds; memory.high stands in only with a pods cgroup and the memory.events source";

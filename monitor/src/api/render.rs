@@ -322,9 +322,7 @@ pub(crate) fn render_event_list<'a>(events: impl Iterator<Item = &'a Event>) -> 
 
 /// Whether a signal counts bytes (memory, filesystems) or items (inodes, pids).
 fn is_bytes(signal: &SignalStatus) -> bool {
-    Signal::from_str(&signal.signal)
-        .map(|s| matches!(s.resource(), Resource::Memory | Resource::EphemeralStorage))
-        .unwrap_or(false)
+    Signal::from_str(&signal.signal).is_ok_and(Signal::is_bytes)
 }
 
 fn amount(signal: &SignalStatus, value: i64) -> String {

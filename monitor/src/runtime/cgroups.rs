@@ -484,12 +484,14 @@ impl CgroupTree {
         self.reader().memory_stats(&pod.relative)
     }
 
+    /// The pod's directory in the memory hierarchy.
+    pub(crate) fn pod_memory_dir(&self, pod: &PodCgroup) -> PathBuf {
+        self.memory_root.join(pod.relative.trim_start_matches('/'))
+    }
+
     /// A reader of the pod's memory cgroup alone (its root is the pod's directory).
     pub(crate) fn pod_memory_reader(&self, pod: &PodCgroup) -> CgroupReader {
-        CgroupReader::new(
-            self.version,
-            self.memory_root.join(pod.relative.trim_start_matches('/')),
-        )
+        CgroupReader::new(self.version, self.pod_memory_dir(pod))
     }
 
     /// The pod's working set alone: two reads of files kept open.

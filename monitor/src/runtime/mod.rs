@@ -246,21 +246,20 @@ impl ActivePods for LocalRuntime {
         pods
     }
 
-    fn memory_cgroup(&self, pod_key: &str) -> Option<std::path::PathBuf> {
-        let cgroup = {
-            let inner = self.shared.lock();
-            let live = inner.pods.values().find(|p| {
-                p.record.pod.key() == pod_key && !p.stopping() && !p.record.phase.is_terminal()
-            })?;
-            live.cgroup.clone()?
-        };
-        Some(
-            self.shared
-                .tree
-                .pod_memory_reader(&cgroup)
-                .root()
-                .to_path_buf(),
-        )
+    fn memory_cgroups(&self) -> Vec<(Arc<crate::policy::pod::Pod>, std::path::PathBuf)> {
+        let inner = self.shared.lock();
+        inner
+            .pods
+            .values()
+            .filter(|p| !p.stopping() && !p.record.phase.is_terminal())
+            .filter_map(|p| {
+                let cgroup = p.cgroup.as_ref()?;
+                Some((
+                    p.record.pod.clone(),
+                    self.shared.tree.pod_memory_dir(cgroup),
+                ))
+            })
+            .collect()
     }
 
     fn add_container_memory(&self, pod: &mut PodWithStats) {

@@ -103,10 +103,11 @@ pub(crate) trait ActivePods: Send + Sync {
         let _ = pod;
     }
 
-    /// The directory of the running pod's memory cgroup, where memory relief reads its
-    /// page cache and writes `memory.reclaim`; `None` where there is no such pod.
-    fn memory_cgroup(&self, _pod_key: &str) -> Option<std::path::PathBuf> {
-        None
+    /// The running pods (not being stopped) with the directories of their memory
+    /// cgroups, where memory relief reads their page cache and writes `memory.reclaim`.
+    /// No stats are read.
+    fn memory_cgroups(&self) -> Vec<(Arc<crate::policy::pod::Pod>, std::path::PathBuf)> {
+        Vec::new()
     }
 }
 

@@ -314,15 +314,14 @@ impl ActivePods for KubeletPods {
         pods
     }
 
-    fn memory_cgroup(&self, pod_key: &str) -> Option<std::path::PathBuf> {
-        let cgroup = self.inner.cgroup_of(pod_key)?;
-        Some(
-            self.inner
-                .tree
-                .pod_memory_reader(&cgroup)
-                .root()
-                .to_path_buf(),
-        )
+    fn memory_cgroups(&self) -> Vec<(Arc<Pod>, std::path::PathBuf)> {
+        let mut listed = self.inner.lock();
+        self.inner.refresh(&mut listed);
+        self.inner
+            .running(&mut listed)
+            .into_iter()
+            .map(|(pod, cgroup)| (pod, self.inner.tree.pod_memory_dir(&cgroup)))
+            .collect()
     }
 }
 

@@ -341,9 +341,18 @@ impl EvictionSync {
     /// Whether the policy asks for pods' disk usage this pass, on the node's filesystem
     /// stats alone (see [`reads::disk_threshold_near`]).
     fn disk_threshold_near(&self, node: &NodeObservation, fs_layout: FsLayout, now: Time) -> bool {
-        let node_only =
-            make_signal_observations(&node_stats(node, &self.kubelet, &[], now), fs_layout);
+        let node_only = self.node_observations(node, fs_layout, now);
         reads::disk_threshold_near(&self.kubelet.eviction.thresholds, &node_only)
+    }
+
+    /// The signals as the node's own stats give them, before any pod's stats are read.
+    fn node_observations(
+        &self,
+        node: &NodeObservation,
+        fs_layout: FsLayout,
+        now: Time,
+    ) -> Observations {
+        make_signal_observations(&node_stats(node, &self.kubelet, &[], now), fs_layout)
     }
 
     /// Says once when a part of the observation starts failing (its signals are off) and

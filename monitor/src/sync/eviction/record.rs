@@ -154,19 +154,32 @@ pub(super) fn reclaim(
     shadow: bool,
     observations: &Observations,
 ) -> Decision {
+    let message = format!(
+        "node-level reclaim of {}: freed {} bytes, {} inodes",
+        resource.as_str(),
+        freed.freed_bytes,
+        freed.freed_inodes
+    );
+    node_action("reclaim", signal, message, shadow, observations)
+}
+
+/// The record of an action on the node rather than on a pod (`reclaim`, `relieve`), for
+/// `signal`, on the pass's `observations`.
+pub(super) fn node_action(
+    action: &str,
+    signal: Signal,
+    message: String,
+    shadow: bool,
+    observations: &Observations,
+) -> Decision {
     Decision {
         at: crate::state::now_rfc3339(),
-        action: "reclaim".into(),
+        action: action.to_string(),
         shadow,
         pod: None,
         uid: None,
         signal: Some(signal.as_str().to_string()),
-        message: format!(
-            "node-level reclaim of {}: freed {} bytes, {} inodes",
-            resource.as_str(),
-            freed.freed_bytes,
-            freed.freed_inodes
-        ),
+        message,
         signals: signals_seen(observations),
         thresholds_met: Vec::new(),
         ranking: Vec::new(),

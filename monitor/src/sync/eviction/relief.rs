@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::*;
-use crate::decisions::{Decision, Timings};
+use crate::decisions::Decision;
 use crate::events::EventReason;
 use crate::policy::relief::{self, ReliefCandidate, ReliefPlan, ReliefSettings};
 use crate::policy::types::QosClass;
@@ -104,8 +104,7 @@ impl EvictionSync {
             return None;
         }
         let settings = relief.settings;
-        let observations =
-            make_signal_observations(&node_stats(node, &self.kubelet, &[], now), fs_layout(node));
+        let observations = self.node_observations(node, fs_layout(node), now);
         let need = relief::need(&settings, &self.kubelet.eviction.thresholds, &observations)?;
         let (candidates, dirs) = blocking(|| self.relief_candidates());
         let plan = relief::plan(need, &candidates)?;
@@ -130,15 +129,12 @@ impl EvictionSync {
     fn relief_candidates(&self) -> (Vec<ReliefCandidate>, HashMap<String, PathBuf>) {
         let mut candidates = Vec::new();
         let mut dirs = HashMap::new();
-        for pod in self.ports.pods.active_pods(StatsNeeds::default()) {
-            let key = pod.pod.key();
-            let qos = pod.pod.qos_class();
+        for (pod, dir) in self.ports.pods.memory_cgroups() {
+            let key = pod.key();
+            let qos = pod.qos_class();
             if qos == QosClass::Guaranteed || self.in_flight.iter().any(|e| e.pod_key == key) {
                 continue;
             }
-            let Some(dir) = self.ports.pods.memory_cgroup(&key) else {
-                continue;
-            };
             let Ok(file_bytes) = file_bytes(&dir) else {
                 continue;
             };
@@ -270,24 +266,11 @@ fn relief_record(
     shadow: bool,
     observations: &Observations,
 ) -> Decision {
-    Decision {
-        at: crate::state::now_rfc3339(),
-        action: "relieve".into(),
-        shadow,
-        pod: None,
-        uid: None,
-        signal: Some(plan.need.signal.as_str().to_string()),
-        message,
-        signals: record::signals_seen(observations),
-        thresholds_met: Vec::new(),
-        ranking: Vec::new(),
-        timings: Timings::default(),
-    }
+    record::node_action("relieve", plan.need.signal, message, shadow, observations)
 }
 
 fn format_bytes(bytes: u64) -> String {
-    crate::policy::quantity::Quantity::from_units(i64::try_from(bytes).unwrap_or(i64::MAX))
-        .to_string()
+    format_value_bytes(i64::try_from(bytes).unwrap_or(i64::MAX))
 }
 
 /// Carries out `plan`: each pod in turn, in steps, until the pods gave what the signal
