@@ -105,11 +105,11 @@ impl KubeletNode {
     pub fn race(&self, eviction: &str, monitor_keys: &str, args: &[&str], go: &Path) -> KillOnDrop {
         let config = self.config(eviction, monitor_keys);
         let agent = self.start_agent(&config, args, "info");
-        crate::wait_until(
-            "the agent reads the pod list",
-            Duration::from_secs(20),
-            || self.log().contains("pod list read"),
-        );
+        // Armed only once its sources run: loading the eBPF programs takes seconds under
+        // emulation, long after the pod list was read.
+        crate::wait_until("the agent runs", Duration::from_secs(60), || {
+            self.log().contains("agent running")
+        });
         std::thread::sleep(SETTLE);
         std::fs::write(go, "").expect("the start file");
         agent
@@ -134,6 +134,6 @@ impl KubeletNode {
     }
 }
 
-/// How long the agent takes to read the pod list and arm on it at a 1 s housekeeping
-/// interval.
+/// How long the running agent takes to synchronize on the pod list and arm on it at a 1 s
+/// housekeeping interval.
 pub const SETTLE: Duration = Duration::from_secs(3);
