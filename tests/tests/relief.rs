@@ -291,3 +291,70 @@ fn an_io_stall_with_memory_plentiful_evicts_nobody() {
     drop(node);
     drop(disk);
 }
+
+/// The same thrashing pod with memory short: a BestEffort pod holds enough that the
+/// pods' working set is within the stall signal's margin of the hard threshold (never past
+/// it). Now the stall counts: past its grace period the node reports MemoryPressure and
+/// one pod is evicted, picked by the memory ranking (the BestEffort pod furthest above
+/// its request, not the pod that stalls); with its memory gone the stall no longer
+/// counts, and the thrashing pod runs on.
+#[test]
+fn a_memory_stall_while_memory_is_short_evicts_by_the_memory_ranking() {
+    let test = "a_memory_stall_while_memory_is_short_evicts_by_the_memory_ranking";
+    if !require(
+        test,
+        &[Feature::Root, Feature::CgroupV2Memory, Feature::Psi],
+    ) {
+        return;
+    }
+    // Hard at a working set of 412 Mi; the stall counts above 262 Mi; relief off, so
+    // that the page cache stays and the stall signal alone decides.
+    let mut node = Node::with_agent_keys(
+        EVICTION,
+        "  memoryRelief: {enabled: false}\n  memoryStall: {full: 5%, margin: 150Mi, gracePeriod: 2s}\n",
+    );
+    let disk = LoopDisk::new(&node.path("disk"), 160)
+        .unwrap_or_else(|e| panic!("{test}: a loop disk for page cache: {e}"));
+    let file = disk.cold_file("data", 120).display().to_string();
+    let hog = helper_binary("hog").display().to_string();
+    node.manifest(
+        "big.yaml",
+        &pod("big", "", &[&hog, "anon", "300", "16", "0", "600"], ""),
+    );
+    let limits = "    resources:\n      requests: {memory: 32Mi}\n      limits: {memory: 48Mi}\n";
+    node.manifest(
+        "thrash.yaml",
+        &pod("thrash", limits, &[&hog, "file", &file, "600"], ""),
+    );
+    node.start();
+    node.wait_running("big");
+    node.wait_running("thrash");
+    let evicted = poll(Duration::from_secs(90), || {
+        node.record("big")
+            .is_some_and(|r| r.phase == Phase::Failed && r.reason.as_deref() == Some("Evicted"))
+    });
+    let log = node.log(1);
+    assert!(evicted, "the big pod was not evicted\n{log}");
+    assert!(
+        log.contains("MemoryPressure"),
+        "no MemoryPressure for a stall while memory is short\n{log}"
+    );
+    let big = node.record("big").unwrap();
+    assert!(
+        big.message.as_deref().is_some_and(|m| m.contains("memory")),
+        "{big:?}"
+    );
+    assert!(
+        log.contains("threshold met: memory.stall"),
+        "the stall signal's threshold is not named\n{log}"
+    );
+    // Memory no longer short: the stall does not count, nobody else goes.
+    std::thread::sleep(Duration::from_secs(8));
+    let log = node.log(1);
+    let thrash = node.record("thrash").unwrap();
+    assert_eq!(thrash.phase, Phase::Running, "{thrash:?}\n{log}");
+    assert_eq!(node.pods_oom_kills(), 0, "a kernel OOM kill\n{log}");
+    println!("stall with memory short: big evicted: {:?}", big.message);
+    drop(node);
+    drop(disk);
+}

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use monitor_bench::{BenchArgs, Host, VmRun};
+use monitor_bench::{BenchArgs, GuestPlan, Host, VmRun};
 
 use crate::cmd::{target_dir, workspace_root};
 
@@ -21,8 +21,8 @@ impl Host for Workspace {
         crate::cmd::build_release_bins(root)
     }
 
-    fn vm(&self, root: &Path, target: &Path, modes: &[String], trials: u32) -> Result<VmRun> {
-        crate::vm::bench::run(root, target, modes, trials)
+    fn vm(&self, root: &Path, target: &Path, plan: &GuestPlan) -> Result<VmRun> {
+        crate::vm::bench::run(root, target, plan)
     }
 }
 

@@ -34,6 +34,7 @@ const ALL_SOURCES: Mode = Mode {
     memory_events: true,
     psi: true,
     housekeeping: "10s",
+    monitor_keys: "",
 };
 
 /// The target every row is held to: 2 % of one core.

@@ -20,6 +20,7 @@ const ALL_SOURCES: Mode = Mode {
     memory_events: true,
     psi: true,
     housekeeping: "10s",
+    monitor_keys: "",
 };
 
 /// Only the timer, every second: with 1000 pods a synchronize takes a good fraction of
@@ -31,6 +32,7 @@ const TIMER_ONLY: Mode = Mode {
     memory_events: false,
     psi: false,
     housekeeping: "1s",
+    monitor_keys: "",
 };
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

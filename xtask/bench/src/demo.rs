@@ -26,6 +26,7 @@ const DEFAULTS: Mode = Mode {
     memory_events: true,
     psi: true,
     housekeeping: "10s",
+    monitor_keys: "",
 };
 
 /// One run of the race (`run` numbers it); fails when the OOM killer fired or the wrong

@@ -38,9 +38,12 @@ fn loader(bin: &Path) -> Option<PathBuf> {
 }
 
 /// The races in the guest: every mode on the bounded pods cgroup (rate label `vm-v2`),
-/// then the node-level race (`vm-v2-node`) with the agent's modes of `VM_NODE_MODES` and
-/// with the earlyoom peer, side by side on the same workload.
-pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
+/// with `all` also with memory relief off; then the node-level race (`vm-v2-node`) with
+/// the agent's modes of `VM_NODE_MODES` and with the earlyoom peer, side by side on the
+/// same workload; then the memory relief races (half as many trials each, relief on and
+/// off alternating). `relief_only`: the pods race of `all` with relief on and off, and
+/// the relief races.
+pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32, relief_only: bool) -> Result<()> {
     let bin = PathBuf::from("/bin");
     // Statistics are for the host's table; the guest goes on without them.
     let _stats = bpf::StatsSetting::enable().ok();
@@ -49,11 +52,27 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
         keep: false,
         level: Level::Pods,
     };
-    // The detector's cost first, on a quiet guest; its lines go to the console as they
-    // are, for the host to read back (`detector_cost`).
-    match crate::detector_cost::output(&bin, crate::detector_cost::GUEST) {
-        Ok(text) => print!("{text}"),
-        Err(err) => println!("bench: guest: the detector's cost FAILED: {err:#}"),
+    let relief_races = || {
+        if let Err(err) = crate::relief::run(&bin, (trials / 2).max(1), 3) {
+            println!("bench: guest: the memory relief races FAILED: {err:#}");
+        }
+    };
+    let relief_off = modes
+        .iter()
+        .any(|m| m.name == crate::relief::RELIEF_ON_MODE)
+        .then_some(crate::modes::VM_RELIEF_OFF);
+    let pods_modes: Vec<&Mode> = modes
+        .iter()
+        .filter(|m| !relief_only || m.name == crate::relief::RELIEF_ON_MODE)
+        .chain(relief_off.as_ref())
+        .collect();
+    if !relief_only {
+        // The detector's cost first, on a quiet guest; its lines go to the console as
+        // they are, for the host to read back (`detector_cost`).
+        match crate::detector_cost::output(&bin, crate::detector_cost::GUEST) {
+            Ok(text) => print!("{text}"),
+            Err(err) => println!("bench: guest: the detector's cost FAILED: {err:#}"),
+        }
     }
     let races = |setup: &race::Setup, modes: &[&Mode], label: &str| {
         for mode in modes {
@@ -71,11 +90,11 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
             }
         }
     };
-    races(
-        &setup,
-        &modes.iter().collect::<Vec<_>>(),
-        crate::modes::VM_RATE,
-    );
+    races(&setup, &pods_modes, crate::modes::VM_RATE);
+    if relief_only {
+        relief_races();
+        return Ok(());
+    }
     setup.level = Level::Node;
     let node_modes: Vec<&Mode> = modes
         .iter()
@@ -102,6 +121,7 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32) -> Result<()> {
         }
         None => println!("bench: guest: no dynamic loader in /bin: earlyoom not run"),
     }
+    relief_races();
     Ok(())
 }
 

@@ -42,6 +42,9 @@ pub(crate) struct Mode {
     pub(crate) psi: bool,
     /// The KubeletConfiguration's housekeepingInterval (Go duration).
     pub(crate) housekeeping: &'static str,
+    /// Lines added under the configuration's `monitor:` key (two-space indented), for a
+    /// mode that differs from the defaults in more than its sources.
+    pub(crate) monitor_keys: &'static str,
 }
 
 impl Mode {
@@ -103,7 +106,7 @@ fn config(dir: &Path, id: &str, mode: &Mode, extra: &str, level: Level, bounds: 
          housekeepingInterval: {hk}\n{extra}\
          evictionHard: {eviction}\n\
          monitor:\n{limit}  cgroupRoot: {id}\n  stateDir: {state}\n  podLogDir: {logs}\n  socket: {sock}\n\
-         \x20 sources: {{ebpf: {e}, memcgThresholds: {m}, memoryEvents: {v}, psi: {p}}}\n",
+         \x20 sources: {{ebpf: {e}, memcgThresholds: {m}, memoryEvents: {v}, psi: {p}}}\n{keys}",
         pods = dir.join("pods").display(),
         hk = mode.housekeeping,
         state = dir.join("state").display(),
@@ -113,6 +116,7 @@ fn config(dir: &Path, id: &str, mode: &Mode, extra: &str, level: Level, bounds: 
         m = mode.memcg_thresholds,
         v = mode.memory_events,
         p = mode.psi,
+        keys = mode.monitor_keys,
     )
 }
 
@@ -264,6 +268,7 @@ mod tests {
             memory_events: false,
             psi: false,
             housekeeping: text,
+            monitor_keys: "",
         };
         assert_eq!(mode.housekeeping_ns(), ns);
         assert!(mode.polling());

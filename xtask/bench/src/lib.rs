@@ -30,6 +30,7 @@ mod peer;
 mod plot;
 mod probe;
 mod race;
+mod relief;
 mod report;
 mod scaling;
 mod shadow;
@@ -48,9 +49,9 @@ pub trait Host {
     /// Installs what the build needs and builds the agent and its helpers in release mode;
     /// returns the directory of the binaries.
     fn build(&self, root: &Path) -> Result<PathBuf>;
-    /// Boots the benchmark VM, whose guest runs `xtask bench --guest --trials TRIALS
-    /// [--modes MODES]` (see [`guest_command`]), and returns what it printed.
-    fn vm(&self, root: &Path, target: &Path, modes: &[String], trials: u32) -> Result<VmRun>;
+    /// Boots the benchmark VM, whose guest runs `plan` (see [`GuestPlan::command`]), and
+    /// returns what it printed.
+    fn vm(&self, root: &Path, target: &Path, plan: &GuestPlan) -> Result<VmRun>;
 }
 
 /// What the benchmark VM printed, and how it ran.
@@ -60,14 +61,43 @@ pub struct VmRun {
     pub accel: String,
 }
 
-/// The guest's command line: the races of `modes` (all when empty), `trials` each.
-pub fn guest_command(modes: &[String], trials: u32) -> String {
-    let modes_arg = if modes.is_empty() {
-        String::new()
-    } else {
-        format!(" --modes {}", modes.join(","))
-    };
-    format!("/bin/xtask bench --guest --trials {trials}{modes_arg}")
+/// What the benchmark VM's guest runs.
+pub struct GuestPlan<'a> {
+    /// The races of these modes (all when empty).
+    pub modes: &'a [String],
+    /// Trials per mode.
+    pub trials: u32,
+    /// Only the memory relief races (see [`relief`]).
+    pub relief_only: bool,
+}
+
+impl GuestPlan<'_> {
+    /// The guest's command line.
+    pub fn command(&self) -> String {
+        let mut command = format!("/bin/xtask bench --guest --trials {}", self.trials);
+        if !self.modes.is_empty() {
+            command.push_str(&format!(" --modes {}", self.modes.join(",")));
+        }
+        if self.relief_only {
+            command.push_str(" --relief-only");
+        }
+        command
+    }
+
+    /// Sets of `trials` races the guest runs, for the VM's time limit: the pods race's
+    /// modes and relief off, three on the node and earlyoom, and the relief races (their
+    /// longer trials as long as about three sets).
+    pub fn race_sets(&self) -> u64 {
+        if self.relief_only {
+            return 5;
+        }
+        let modes = if self.modes.is_empty() {
+            MODES.len()
+        } else {
+            self.modes.len()
+        };
+        modes as u64 + 8
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -132,6 +162,11 @@ pub struct BenchArgs {
     /// for stable percentiles. Without hardware virtualisation qemu emulates (TCG): ~15 minutes.
     #[arg(long, default_value_t = 20)]
     pub vm_trials: u32,
+    /// Run only the VM's memory relief races (page cache and a growing pod, relief on and
+    /// off; the full-speed race with relief on and off; a pure I/O stall), print their
+    /// lines, and stop.
+    #[arg(long)]
+    pub relief_only: bool,
     /// Run inside the benchmark VM (set by its /tests/bench script).
     #[arg(long, hide = true)]
     pub guest: bool,
@@ -163,7 +198,7 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         bail!("--trials 0: at least one trial per mode is needed");
     }
     if args.guest {
-        return guest::run(&modes, &RATES[0], args.trials);
+        return guest::run(&modes, &RATES[0], args.trials, args.relief_only);
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -181,6 +216,26 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
             "\nAgent under adversarial load:\n\n{}",
             adversarial::table(&rows)
         );
+        return Ok(());
+    }
+    if args.relief_only {
+        let plan = GuestPlan {
+            modes: &[],
+            trials: args.vm_trials,
+            relief_only: true,
+        };
+        let run = host.vm(&root, &target, &plan)?;
+        let trials = guest::collect(&run.console);
+        for t in &trials {
+            println!("{}", report::trial_line(t));
+        }
+        println!(
+            "\nMemory relief in the VM (kernel {}, {}):\n",
+            run.kernel, run.accel
+        );
+        for line in relief::lines(&relief::collect(&run.console), &trials) {
+            println!("{line}");
+        }
         return Ok(());
     }
     if args.shadow_only {
@@ -308,13 +363,21 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
     } else {
         let trials = args.vm_trials;
         println!("bench: the VM (cgroup v2) races and the earlyoom peer, {trials} trials each");
-        match host.vm(&root, &target, &args.modes, trials) {
+        let plan = GuestPlan {
+            modes: &args.modes,
+            trials,
+            relief_only: false,
+        };
+        match host.vm(&root, &target, &plan) {
             Ok(run) => {
                 let trials = guest::collect(&run.console);
                 for t in &trials {
                     println!("{}", report::trial_line(t));
                 }
                 for line in detector_cost::lines(&guest::detector_cost(&run.console), "in the VM") {
+                    println!("bench: {line}");
+                }
+                for line in relief::lines(&relief::collect(&run.console), &trials) {
                     println!("bench: {line}");
                 }
                 Some((run, trials))
@@ -358,9 +421,14 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
             .iter()
             .filter(|m| VM_NODE_MODES.contains(&m.name))
             .map(|m| (VM_NODE_RATE, m.name));
+        let relief_off = modes
+            .iter()
+            .any(|m| m.name == relief::RELIEF_ON_MODE)
+            .then_some((VM_RATE, relief::RELIEF_OFF_MODE));
         for (rate, mode) in modes
             .iter()
             .map(|m| (VM_RATE, m.name))
+            .chain(relief_off)
             .chain(node_modes)
             .chain([(VM_NODE_RATE, peer::MODE)])
         {
@@ -410,6 +478,10 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         detector_cost_vm: vm_run
             .as_ref()
             .map(|(run, _)| guest::detector_cost(&run.console))
+            .unwrap_or_default(),
+        relief: vm_run
+            .as_ref()
+            .map(|(run, _)| relief::collect(&run.console))
             .unwrap_or_default(),
         trials,
     };

@@ -12,6 +12,7 @@ const fn mode(name: &'static str, sources: [bool; 4], housekeeping: &'static str
         memory_events: sources[2],
         psi: sources[3],
         housekeeping,
+        monitor_keys: "",
     }
 }
 
@@ -26,6 +27,13 @@ pub(crate) const MODES: &[Mode] = &[
     mode("psi", [false, false, false, true], "10s"),
     mode("all", [true; 4], "10s"),
 ];
+
+/// The VM's pods race with every source and memory relief off: beside `all` (relief on,
+/// the default), what relief costs a full-speed hard crossing.
+pub(crate) const VM_RELIEF_OFF: Mode = Mode {
+    monitor_keys: "  memoryRelief: {enabled: false}\n",
+    ..mode("all-relief-off", [true; 4], "10s")
+};
 
 /// The label of the VM's trials in the table (full speed, cgroup v2, under qemu).
 pub(crate) const VM_RATE: &str = "vm-v2";

@@ -573,6 +573,9 @@ pub(crate) struct Results {
     /// The shadow race: act and shadow mode beside a kubelet's pods.
     #[serde(default)]
     pub(crate) shadow_race: Vec<crate::shadow::ShadowTrial>,
+    /// The VM's memory relief races: page cache and a growing pod, the I/O stall.
+    #[serde(default)]
+    pub(crate) relief: Vec<crate::relief::ReliefTrial>,
     pub(crate) trials: Vec<Trial>,
 }
 
@@ -603,6 +606,14 @@ pub(crate) fn full_table(results: &Results) -> String {
             "\nShadow mode beside a kubelet's pods (hard threshold, full speed; the crossing from the agent's detector record, the decision at the hot path's pick; SIGKILLs from the kernel's signal_generate records; cgroup settings of the whole tree compared before and after):\n\n",
         );
         table.push_str(&shadow.join("\n"));
+        table.push('\n');
+    }
+    let relief = crate::relief::lines(&results.relief, &results.trials);
+    if !relief.is_empty() {
+        table.push_str(
+            "\nMemory relief in the VM (cgroup v2, `memory.reclaim`, relief's defaults; the pods' memory stall from the pods cgroup's `memory.pressure`, read every 50 ms; crossing → SIGKILL as in the `vm-v2` rows):\n\n",
+        );
+        table.push_str(&relief.join("\n"));
         table.push('\n');
     }
     if !results.adversarial.is_empty() {

@@ -48,6 +48,7 @@ pub(crate) const SCALE_MODES: &[Mode] = &[
         memory_events: true,
         psi: false,
         housekeeping: "10s",
+        monitor_keys: "",
     },
     Mode {
         name: "ebpf",
@@ -56,6 +57,7 @@ pub(crate) const SCALE_MODES: &[Mode] = &[
         memory_events: false,
         psi: false,
         housekeeping: "10s",
+        monitor_keys: "",
     },
 ];
 

@@ -6,11 +6,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use monitor_bench::VmRun;
+use monitor_bench::{GuestPlan, VmRun};
 
-use super::{host, initramfs, kernel, payload, qemu};
+use super::{containers, host, initramfs, kernel, payload, qemu};
 
-pub(crate) fn run(root: &Path, target: &Path, modes: &[String], trials: u32) -> Result<VmRun> {
+pub(crate) fn run(root: &Path, target: &Path, plan: &GuestPlan) -> Result<VmRun> {
     let vm_dir = target.join("vm");
     let kernels_dir = vm_dir.join("kernels");
     std::fs::create_dir_all(&kernels_dir)
@@ -40,28 +40,22 @@ pub(crate) fn run(root: &Path, target: &Path, modes: &[String], trials: u32) -> 
     }
     let script = target.join("bench/guest-bench.sh");
     // The init script passes test-runner flags; the benchmark takes its own.
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\nexec {}\n",
-            monitor_bench::guest_command(modes, trials)
-        ),
-    )
-    .with_context(|| format!("writing {}", script.display()))?;
+    std::fs::write(&script, format!("#!/bin/sh\nexec {}\n", plan.command()))
+        .with_context(|| format!("writing {}", script.display()))?;
     let payload = payload::Payload {
         tests: vec![payload::Executable {
             name: "bench".into(),
             path: script,
         }],
         bins,
-        files: Vec::new(),
+        // The loop device: the relief races' page cache needs a block device under it.
+        files: containers::modules(std::slice::from_ref(&kernel), &vm_dir.join("modules"))?,
     };
     let image = vm_dir.join(format!("bench-initramfs-{}.cpio", std::process::id()));
     initramfs::write(&image, &payload, &[], &[])?;
     let accel = qemu::choose_accel(qemu::Accel::Auto, qemu::KvmProbe::of_this_host());
-    // 7 modes on the pods cgroup, 3 of the agent's and earlyoom on the node: 11 sets of
-    // `trials` races; under emulation a race takes seconds.
-    let timeout = Duration::from_secs(300 + 30 * 11 * u64::from(trials));
+    // Under emulation a race takes seconds.
+    let timeout = Duration::from_secs(300 + 30 * plan.race_sets() * u64::from(plan.trials));
     let outcome = qemu::boot(&qemu::Boot {
         kernel: &kernel,
         initramfs: &image,
