@@ -70,7 +70,9 @@ pub(crate) struct ReliefTrial {
     pub(crate) peak_stall_percent: f64,
     /// Relief passes the agent logged.
     pub(crate) passes: usize,
-    /// The cache pod's page cache at the start and at the end, MiB (page-cache race).
+    /// The cache pod's working set (usage − inactive_file, what the signals count of it)
+    /// at the start and at the end, MiB (page-cache race). Its page cache itself may stay:
+    /// under MGLRU reclaim ages pages to inactive before it frees them.
     pub(crate) cache_start_mib: u64,
     pub(crate) cache_end_mib: u64,
     /// The grower got all its memory (page-cache race).
@@ -232,9 +234,24 @@ fn cache_trial(bin: &Path, file: &Path, relief: bool, n: u32) -> Result<ReliefTr
         Duration::from_secs(60),
         || stat(&pods_dir, "anon") >= (BALLAST_MIB - 8) * MIB,
     )?;
-    // Settled: the agent armed on the pods as they are.
-    std::thread::sleep(Duration::from_secs(2));
-    let cache_start = stat(&cache_dir, "file");
+    // Settled, then a synchronize: the kernel's levels are armed on the usage and the
+    // inactive page cache of the last one, and a synchronize during the cache pod's read
+    // (its pages still inactive) would arm them where the working set no longer is.
+    std::thread::sleep(Duration::from_secs(1));
+    let log_path = dir.join("agent.log");
+    let synchronizes = || {
+        std::fs::read_to_string(&log_path)
+            .unwrap_or_default()
+            .matches("synchronize done")
+            .count()
+    };
+    let before = synchronizes();
+    util::wait(
+        "a synchronize on the settled pods",
+        Duration::from_secs(15),
+        || synchronizes() > before,
+    )?;
+    let cache_start = working_set(&cache_dir);
     let oom_before = oom_kills(&pods_dir);
     let stall = StallSampler::start(pods_dir.join("memory.pressure"));
     std::fs::write(&go, "").with_context(|| format!("writing {}", go.display()))?;
@@ -272,11 +289,11 @@ fn cache_trial(bin: &Path, file: &Path, relief: bool, n: u32) -> Result<ReliefTr
         peak_stall_percent: peak,
         passes: log.matches("memory relief for ").count(),
         cache_start_mib: cache_start / MIB,
-        cache_end_mib: stat(&cache_dir, "file") / MIB,
+        cache_end_mib: working_set(&cache_dir) / MIB,
         grown,
     };
     println!(
-        "bench: relief cache race ({}) trial {n}: {} evicted, {} OOM kill(s), {} relief pass(es), page cache {} -> {} MiB, peak stall {:.1} %, grower {}",
+        "bench: relief cache race ({}) trial {n}: {} evicted, {} OOM kill(s), {} relief pass(es), the cache pod's working set {} -> {} MiB, peak stall {:.1} %, grower {}",
         on_off(relief),
         trial.evicted,
         trial.oom_kills,
@@ -379,6 +396,11 @@ fn stat(dir: &Path, key: &str) -> u64 {
 
 fn oom_kills(dir: &Path) -> u64 {
     crate::memory::oom_kills(dir, false)
+}
+
+/// A cgroup's working set, bytes: usage − inactive_file.
+fn working_set(dir: &Path) -> u64 {
+    crate::memory::working_set(dir, false)
 }
 
 /// A process's resident memory, bytes.
@@ -532,9 +554,11 @@ impl LoopDisk {
         };
         output(Command::new("mke2fs").args(["-F", &disk.device]))?;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        output(Command::new("mount")
-            .args(["-t", "ext2", &disk.device])
-            .arg(dir))?;
+        output(
+            Command::new("mount")
+                .args(["-t", "ext2", &disk.device])
+                .arg(dir),
+        )?;
         Ok(disk)
     }
 }
@@ -587,10 +611,10 @@ pub(crate) fn lines(relief: &[ReliefTrial], trials: &[Trial]) -> Vec<String> {
             .iter()
             .map(|t| t.cache_start_mib.saturating_sub(t.cache_end_mib) as f64)
             .collect();
-        // Relief off: the cache pod's page cache goes with its eviction, if at all.
+        // Relief off: the cache pod's memory goes with its eviction, if at all.
         let relief_text = if on {
             format!(
-                "; relief passes median {}, the cache pod's page cache fell by median {} MiB of {CACHE_MIB}",
+                "; relief passes median {}, the cache pod's working set fell by median {} MiB of {CACHE_MIB}",
                 median(&ts.iter().map(|t| t.passes as f64).collect::<Vec<_>>()),
                 median(&reclaimed),
             )
