@@ -170,9 +170,9 @@ pub const PRESSURE_EVENT_SIZE: usize = core::mem::size_of::<PressureEvent>();
 pub const LEVELS_MAP: &str = "CROSSING_LEVELS";
 /// How many memory cgroups can carry levels at once.
 pub const LEVELS_ENTRIES: u32 = 64;
-/// Levels per cgroup: hard and soft thresholds of the node and of allocatable, and an
-/// early level below each hard one.
-pub const LEVELS_PER_CGROUP: usize = 6;
+/// Levels per cgroup: hard and soft thresholds of the node and of allocatable, an early
+/// level below each hard one, and memory relief's level above each signal's thresholds.
+pub const LEVELS_PER_CGROUP: usize = 8;
 /// How many ancestors (the charged cgroup included) the detector looks at. A pod's
 /// container sits four or five levels below the memory root on a kubelet node.
 pub const MAX_CGROUP_DEPTH: u32 = 12;

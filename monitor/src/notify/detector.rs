@@ -393,7 +393,7 @@ mod tests {
         let pods = &out[1].1.levels;
         assert_eq!(
             pods.iter().map(|l| l.level_bytes).collect::<Vec<_>>(),
-            vec![800 << 20, 1000 << 20, 900 << 20, 0, 0, 0]
+            vec![800 << 20, 1000 << 20, 900 << 20, 0, 0, 0, 0, 0]
         );
         assert_eq!(pods[0].state, LEVEL_WAIT_BELOW);
         assert_eq!(pods[0].rearm_below_bytes, (800 << 20) - (800 << 20) / 128);
@@ -452,6 +452,8 @@ mod tests {
                 (96, LEVEL_EARLY, LEVEL_ARMED),
                 (0, 0, LEVEL_EMPTY),
                 (0, 0, LEVEL_EMPTY),
+                (0, 0, LEVEL_EMPTY),
+                (0, 0, LEVEL_EMPTY),
             ]
         );
         assert_eq!(pods[3].rearm_below_bytes, (96 << 20) - (96 << 20) / 128);
@@ -476,7 +478,8 @@ mod tests {
         specs.push(spec("/pods", 1000 << 20, true, false));
         specs.push(spec("/pods", 2000 << 20, true, false));
         let (out, left_out) = levels_by_cgroup(&specs, 1 << 20, |_| Some(0));
-        // Two hard, four soft fill the six slots; both early levels are left out.
+        // The two hard levels and all but one soft level fill the slots; the last soft
+        // level and both early levels are left out.
         assert_eq!(left_out, 3);
         assert!(out[0].1.levels.iter().all(|l| l.flags != LEVEL_EARLY));
         assert_eq!(out[0].1.levels[0].level_bytes, 1000 << 20);

@@ -303,6 +303,28 @@ fn cache_trial(bin: &Path, file: &Path, relief: bool, n: u32) -> Result<ReliefTr
         trial.peak_stall_percent,
         if grown { "grown" } else { "not grown" }
     );
+    if relief && trial.evicted > 0 {
+        // Why relief did not spare the pods: the agent's own account.
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                [
+                    "relief",
+                    "synchronize:",
+                    "hot path",
+                    "wake ",
+                    "threshold",
+                    "level",
+                    "WARN",
+                ]
+                .iter()
+                .any(|k| l.contains(k))
+            })
+            .collect();
+        for line in &lines[lines.len().saturating_sub(40)..] {
+            println!("bench: relief cache race trial {n}: agent: {line}");
+        }
+    }
     drop(guard);
     Ok(trial)
 }
