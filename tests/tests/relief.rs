@@ -237,6 +237,21 @@ fn full_avg10(path: &std::path::Path) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The `thrash` pod's manifest on `node`: 120 MiB re-read from a loop disk in a 48 MiB
+/// limit, so every pass refaults from the disk. The disk goes when the result is dropped.
+fn thrashing_pod(node: &Node, test: &str) -> LoopDisk {
+    let disk = LoopDisk::new(&node.path("disk"), 160)
+        .unwrap_or_else(|e| panic!("{test}: a loop disk for page cache: {e}"));
+    let file = disk.cold_file("data", 120).display().to_string();
+    let hog = helper_binary("hog").display().to_string();
+    let limits = "    resources:\n      requests: {memory: 32Mi}\n      limits: {memory: 48Mi}\n";
+    node.manifest(
+        "thrash.yaml",
+        &pod("thrash", limits, &[&hog, "file", &file, "600"], ""),
+    );
+    disk
+}
+
 /// A pod thrashing on its page cache inside its own small memory limit, with the node's
 /// memory plentiful: its memory stalls (PSI `full`) are real, but they are an I/O stall,
 /// not a shortage, and the stall signal's quantity guard keeps it from evicting anyone.
@@ -253,16 +268,7 @@ fn an_io_stall_with_memory_plentiful_evicts_nobody() {
         EVICTION,
         "  memoryStall: {full: 5%, margin: 100Mi, gracePeriod: 2s}\n",
     );
-    let disk = LoopDisk::new(&node.path("disk"), 160)
-        .unwrap_or_else(|e| panic!("{test}: a loop disk for page cache: {e}"));
-    let file = disk.cold_file("data", 120).display().to_string();
-    let hog = helper_binary("hog").display().to_string();
-    // 120 MiB re-read in a 48 MiB limit: every pass refaults from the disk.
-    let limits = "    resources:\n      requests: {memory: 32Mi}\n      limits: {memory: 48Mi}\n";
-    node.manifest(
-        "thrash.yaml",
-        &pod("thrash", limits, &[&hog, "file", &file, "600"], ""),
-    );
+    let disk = thrashing_pod(&node, test);
     node.start();
     node.wait_running("thrash");
     let pods_pressure = node.memory_root().join("kubepods/memory.pressure");
@@ -313,18 +319,11 @@ fn a_memory_stall_while_memory_is_short_evicts_by_the_memory_ranking() {
         EVICTION,
         "  memoryRelief: {enabled: false}\n  memoryStall: {full: 5%, margin: 150Mi, gracePeriod: 2s}\n",
     );
-    let disk = LoopDisk::new(&node.path("disk"), 160)
-        .unwrap_or_else(|e| panic!("{test}: a loop disk for page cache: {e}"));
-    let file = disk.cold_file("data", 120).display().to_string();
+    let disk = thrashing_pod(&node, test);
     let hog = helper_binary("hog").display().to_string();
     node.manifest(
         "big.yaml",
         &pod("big", "", &[&hog, "anon", "300", "16", "0", "600"], ""),
-    );
-    let limits = "    resources:\n      requests: {memory: 32Mi}\n      limits: {memory: 48Mi}\n";
-    node.manifest(
-        "thrash.yaml",
-        &pod("thrash", limits, &[&hog, "file", &file, "600"], ""),
     );
     node.start();
     node.wait_running("big");
