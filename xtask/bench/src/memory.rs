@@ -42,6 +42,12 @@ pub(crate) fn working_set(dir: &Path, v1: bool) -> u64 {
     usage(dir, v1).saturating_sub(counter(&stat, inactive_key))
 }
 
+/// `key` of a cgroup v2 memory.stat, bytes (0 when absent).
+pub(crate) fn stat(dir: &Path, key: &str) -> u64 {
+    let text = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
+    counter(&text, &format!("{key} "))
+}
+
 /// The value of the line `key N` of a flat-keyed file (`key` with its trailing space); 0
 /// when missing.
 fn counter(text: &str, key: &str) -> u64 {

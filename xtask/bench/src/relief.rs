@@ -24,6 +24,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{self, Bounds, Level, MIB, Mode, NAMESPACE};
+use crate::memory::stat;
 use crate::stats::percentile;
 use crate::trial::Trial;
 use crate::util::{self, monotonic_ns};
@@ -251,8 +252,8 @@ fn cache_trial(bin: &Path, file: &Path, relief: bool, n: u32) -> Result<ReliefTr
         Duration::from_secs(15),
         || synchronizes() > before,
     )?;
-    let cache_start = working_set(&cache_dir);
-    let oom_before = oom_kills(&pods_dir);
+    let cache_start = crate::memory::working_set(&cache_dir, false);
+    let oom_before = crate::memory::oom_kills(&pods_dir, false);
     let stall = StallSampler::start(pods_dir.join("memory.pressure"));
     std::fs::write(&go, "").with_context(|| format!("writing {}", go.display()))?;
     let grower_pid = harness::records(&state)
@@ -285,11 +286,11 @@ fn cache_trial(bin: &Path, file: &Path, relief: bool, n: u32) -> Result<ReliefTr
         relief,
         n,
         evicted: evicted(&state),
-        oom_kills: oom_kills(&pods_dir).saturating_sub(oom_before),
+        oom_kills: crate::memory::oom_kills(&pods_dir, false).saturating_sub(oom_before),
         peak_stall_percent: peak,
         passes: log.matches("memory relief for ").count(),
         cache_start_mib: cache_start / MIB,
-        cache_end_mib: working_set(&cache_dir) / MIB,
+        cache_end_mib: crate::memory::working_set(&cache_dir, false) / MIB,
         grown,
     };
     println!(
@@ -356,7 +357,7 @@ fn stall_trial(bin: &Path, file: &Path, n: u32) -> Result<ReliefTrial> {
     let state = dir.join("state");
     let (pods_dir, _) = harness::pods_cgroup(&id)?;
     let stall = StallSampler::start(pods_dir.join("memory.pressure"));
-    let oom_before = oom_kills(&pods_dir);
+    let oom_before = crate::memory::oom_kills(&pods_dir, false);
     util::wait(
         &format!("the pods' memory stalled past {STALL_PERCENT} % in a 1 s window"),
         Duration::from_secs(90),
@@ -370,7 +371,7 @@ fn stall_trial(bin: &Path, file: &Path, n: u32) -> Result<ReliefTrial> {
         relief: true,
         n,
         evicted: evicted(&state),
-        oom_kills: oom_kills(&pods_dir).saturating_sub(oom_before),
+        oom_kills: crate::memory::oom_kills(&pods_dir, false).saturating_sub(oom_before),
         peak_stall_percent: peak,
         passes: log.matches("memory relief for ").count(),
         cache_start_mib: 0,
@@ -405,24 +406,6 @@ fn pod_dir(state: &Path, name: &str) -> Option<PathBuf> {
     let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
     let container = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
     container.parent().map(Path::to_path_buf)
-}
-
-/// `key` of a cgroup's memory.stat, bytes (0 when absent).
-fn stat(dir: &Path, key: &str) -> u64 {
-    std::fs::read_to_string(dir.join("memory.stat"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn oom_kills(dir: &Path) -> u64 {
-    crate::memory::oom_kills(dir, false)
-}
-
-/// A cgroup's working set, bytes: usage − inactive_file.
-fn working_set(dir: &Path) -> u64 {
-    crate::memory::working_set(dir, false)
 }
 
 /// A process's resident memory, bytes.
