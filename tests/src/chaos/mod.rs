@@ -159,6 +159,12 @@ pub struct Pace {
 }
 
 impl Pace {
+    /// How long a hog started now may take to end: the ramp to the threshold with the
+    /// kill window's margin, and 15 s for the pod's start and its eviction; 30 s at least.
+    pub fn ramp_deadline(&self) -> Duration {
+        Duration::from_millis(self.kill_window_ms + 15_000).max(Duration::from_secs(30))
+    }
+
     pub fn for_start(start: Duration) -> Pace {
         // 150 MiB in 3 starts: 37.5 steps of 4 MiB, a pause of start × 3 / 37.5 each.
         let pause_ms = (start.as_millis() as u64 * 8 / 100).clamp(25, 1000);
@@ -235,15 +241,15 @@ impl Stable {
 /// Waits until the pod is terminal with its reason written down (the exit of a pod the
 /// hot path killed may be handled a moment before its eviction is recorded), or only
 /// terminal after a grace of 5 s more (a pod killed just before the agent died: the
-/// restarted agent finds it gone, with no reason). False if it never ends within 30 s.
-fn pod_ended(node: &Node, name: &str) -> bool {
+/// restarted agent finds it gone, with no reason). False if it never ends within `within`.
+fn pod_ended(node: &Node, name: &str, within: Duration) -> bool {
     let terminal = |with_reason: bool| {
         node.record(name).is_some_and(|r| {
             matches!(r.phase, Phase::Failed | Phase::Succeeded)
                 && (r.reason.is_some() || !with_reason)
         })
     };
-    if !poll(Duration::from_secs(30), || terminal(false)) {
+    if !poll(within, || terminal(false)) {
         return false;
     }
     poll(Duration::from_secs(5), || terminal(true));
@@ -395,7 +401,10 @@ pub fn kill_cycles(options: &Options) -> Tally {
             }
         }
         // The hog ends evicted (or, had the agent failed, OOM-killed): never running on.
-        let ended = pod_ended(&node, &name);
+        // Killed before it saw the manifest, the restarted agent starts the hog only now,
+        // and its ramp to the threshold alone takes most of the kill window (about 30 s
+        // under emulation): the wait covers a whole ramp and the eviction after it.
+        let ended = pod_ended(&node, &name, pace.ramp_deadline());
         let record = node.record(&name);
         if !ended {
             tally.pods_lost += 1;

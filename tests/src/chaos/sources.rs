@@ -39,7 +39,7 @@ pub fn source_races() -> Vec<SourceRace> {
             node.wait_running("guaranteed");
             let oom_before = node.pods_oom_kills();
             node.manifest("batch.yaml", &hog_pod("batch", 0));
-            let ended = pod_ended(&node, "batch");
+            let ended = pod_ended(&node, "batch", Duration::from_secs(30));
             let record = node.record("batch");
             let evicted = ended
                 && record

@@ -13,16 +13,22 @@ fn moments_replay_from_their_seed_and_stay_below_the_bound() {
 }
 
 #[rstest::rstest]
-#[case::fast_host(300, 25, 3200)]
-#[case::slow_start(2000, 160, 17780)]
-#[case::very_slow_start(30_000, 1000, 108_500)]
+#[case::fast_host(300, 25, 3200, 30_000)]
+#[case::slow_start(2000, 160, 17780, 32_780)]
+#[case::vm_start(4191, 335, 36_680, 51_680)]
+#[case::very_slow_start(30_000, 1000, 108_500, 123_500)]
 fn the_hog_gives_a_restarted_agent_three_starts(
     #[case] start_ms: u64,
     #[case] pause_ms: u64,
     #[case] window_ms: u64,
+    #[case] deadline_ms: u64,
 ) {
     let pace = Pace::for_start(Duration::from_millis(start_ms));
     assert_eq!((pace.pause_ms, pace.kill_window_ms), (pause_ms, window_ms));
+    // A hog the restarted agent starts only now still has its whole ramp to the
+    // threshold (90 steps) before its eviction is due.
+    assert!(pace.ramp_deadline() > Duration::from_millis(90 * pause_ms));
+    assert_eq!(pace.ramp_deadline(), Duration::from_millis(deadline_ms));
 }
 
 #[test]
