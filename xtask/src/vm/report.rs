@@ -21,6 +21,10 @@ pub struct GuestReport {
     pub skips: Vec<String>,
     /// The guest reached the end of its script.
     pub done: bool,
+    /// The kernel panicked: its `Oops:` line (what trapped) and the panic's own.
+    pub panic: Option<String>,
+    /// The last `Oops:` line, for the panic that may follow it.
+    oops: Option<String>,
 }
 
 /// The verdict on one boot.
@@ -31,9 +35,48 @@ pub enum Verdict {
 }
 
 impl GuestReport {
+    /// The binaries of `expected` this boot did not see to their end (not started, or
+    /// cut off by the kernel's death).
+    pub fn unfinished<'a>(&self, expected: &'a [String]) -> Vec<&'a String> {
+        expected
+            .iter()
+            .filter(|name| !self.tests.iter().any(|(n, s)| n == *name && s.is_some()))
+            .collect()
+    }
+
+    /// This report followed by `later`'s, a boot that ran the binaries this one left
+    /// unfinished: the binaries this one finished, then `later`'s; the skips of both
+    /// (once each: a binary cut off and run again says its skips again).
+    pub fn then(mut self, later: GuestReport) -> GuestReport {
+        self.tests.retain(|(_, status)| status.is_some());
+        self.tests.extend(later.tests);
+        for skip in later.skips {
+            if !self.skips.contains(&skip) {
+                self.skips.push(skip);
+            }
+        }
+        self.setup_failures.extend(later.setup_failures);
+        self.kernel_release = later.kernel_release.or(self.kernel_release);
+        self.done = later.done;
+        self.panic = later.panic;
+        self.oops = later.oops;
+        self
+    }
+
     /// Takes one console line (without its line ending).
     pub fn observe(&mut self, line: &str) {
         let line = line.trim_end_matches('\r');
+        if let Some(at) = line.find("Oops: ") {
+            self.oops = Some(line[at..].trim().to_string());
+        }
+        if let Some(at) = line.find("Kernel panic - not syncing") {
+            let panic = line[at..].trim();
+            self.panic.get_or_insert_with(|| match &self.oops {
+                Some(oops) => format!("{oops}; {panic}"),
+                None => panic.to_string(),
+            });
+            return;
+        }
         if let Some(reason) = skip_reason(line) {
             self.skips.push(reason);
             return;
@@ -96,6 +139,9 @@ impl GuestReport {
         }
         if !self.done {
             problems.push("the guest did not reach the end of its init script".to_string());
+        }
+        if let Some(panic) = &self.panic {
+            problems.push(format!("the kernel panicked: {panic}"));
         }
         if problems.is_empty() {
             Verdict::Passed
@@ -187,6 +233,65 @@ mod tests {
             problems.iter().any(|p| p == expected_problem),
             "problems {problems:?} lack {expected_problem:?}"
         );
+    }
+
+    #[test]
+    fn a_kernel_panic_is_named_with_its_oops_and_a_later_boot_completes_the_run() {
+        let first = feed(&[
+            "@@xtask-vm@@ KERNEL 6.12.117",
+            "@@xtask-vm@@ TEST-BEGIN a",
+            "@@xtask-vm@@ TEST-END a status=0",
+            "@@xtask-vm@@ TEST-BEGIN b",
+            "test one ... SKIP: no containerd",
+            "[ 1150.614999] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI",
+            "[ 1150.625195] Kernel panic - not syncing: Fatal exception in interrupt",
+        ]);
+        assert_eq!(
+            first.panic.as_deref(),
+            Some(
+                "Oops: int3: 0000 [#1] PREEMPT SMP NOPTI; Kernel panic - not syncing: Fatal exception in interrupt"
+            )
+        );
+        let expected = names(&["a", "b", "c"]);
+        assert_eq!(first.unfinished(&expected), [&expected[1], &expected[2]]);
+        let Verdict::Failed(problems) = first.verdict(&expected) else {
+            panic!("a panicked boot fails");
+        };
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("the kernel panicked: Oops: int3"))
+        );
+
+        let again = feed(&[
+            "@@xtask-vm@@ KERNEL 6.12.117",
+            "@@xtask-vm@@ TEST-BEGIN b",
+            "test one ... SKIP: no containerd",
+            "@@xtask-vm@@ TEST-END b status=0",
+            "@@xtask-vm@@ TEST-BEGIN c",
+            "@@xtask-vm@@ TEST-END c status=0",
+            "@@xtask-vm@@ DONE",
+        ]);
+        let both = first.then(again);
+        assert_eq!(both.verdict(&expected), Verdict::Passed);
+        assert_eq!(both.skips, ["one: no containerd"]);
+        // A failure before the panic stays a failure.
+        let failed_first = feed(&[
+            "@@xtask-vm@@ KERNEL 6.12.117",
+            "@@xtask-vm@@ TEST-BEGIN a",
+            "@@xtask-vm@@ TEST-END a status=101",
+            "Kernel panic - not syncing: Fatal exception",
+        ]);
+        let rest = feed(&[
+            "@@xtask-vm@@ KERNEL 6.12.117",
+            "@@xtask-vm@@ TEST-BEGIN b",
+            "@@xtask-vm@@ TEST-END b status=0",
+            "@@xtask-vm@@ DONE",
+        ]);
+        assert!(matches!(
+            failed_first.then(rest).verdict(&names(&["a", "b"])),
+            Verdict::Failed(problems) if problems == ["test binary a exited with status 101"]
+        ));
     }
 
     #[rstest]
