@@ -14,6 +14,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::eviction::{EvictionPass, EvictionSync, summarize};
 use super::hot::HotPath;
@@ -121,20 +122,32 @@ impl Arming {
 }
 
 /// The pod whose cgroup holds `memcg` (a path in the memory hierarchy, as
-/// /proc/PID/cgroup shows it).
+/// /proc/PID/cgroup shows it, read when the kernel's record arrived). A pod that no
+/// longer holds a cgroup (its last container's exit was handled before this pass: the
+/// OOM kill ended the pod) is found by its UID in the path, as pod cgroups are named:
+/// `pod<uid>` (cgroupfs) or `…-pod<uid with _ for ->.slice` (systemd).
 fn pod_of_cgroup(pods: &[crate::state::PodView], memcg: &str) -> Option<String> {
     let memcg = memcg.trim_matches('/');
-    pods.iter()
-        .find(|pod| {
-            pod.cgroup.as_deref().is_some_and(|cgroup| {
-                let cgroup = cgroup.trim_matches('/');
-                !cgroup.is_empty()
-                    && memcg
-                        .strip_prefix(cgroup)
-                        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-            })
+    let by_cgroup = pods.iter().find(|pod| {
+        pod.cgroup.as_deref().is_some_and(|cgroup| {
+            let cgroup = cgroup.trim_matches('/');
+            !cgroup.is_empty()
+                && memcg
+                    .strip_prefix(cgroup)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
         })
-        .map(|pod| pod.key.clone())
+    });
+    let by_uid = || {
+        pods.iter().find(|pod| {
+            let cgroupfs = format!("pod{}", pod.uid);
+            let systemd = format!("-pod{}.slice", pod.uid.replace('-', "_"));
+            !pod.uid.is_empty()
+                && memcg
+                    .split('/')
+                    .any(|part| part == cgroupfs || part.ends_with(&systemd))
+        })
+    };
+    by_cgroup.or_else(by_uid).map(|pod| pod.key.clone())
 }
 
 /// One synchronize, as published to subscribers (API, metrics, tests).
@@ -305,7 +318,20 @@ impl<O: Observe> SyncLoop<O> {
         state.observation = report.observation.as_ref().ok().cloned();
     }
 
+    /// One synchronize pass, in a span of its own: every line it logs (and every line of
+    /// the evictions it starts, in their `evict` spans under it) carries its sequence
+    /// number and what woke it, as fields in the JSON and journal formats.
     async fn synchronize_once(&mut self, sequence: u64, wakes: Vec<Wake>) -> SyncReport {
+        let mut sources: Vec<&str> = wakes.iter().map(|w| w.source.name()).collect();
+        sources.sort_unstable();
+        sources.dedup();
+        let span = tracing::info_span!("synchronize", sequence, wake = %sources.join(","));
+        self.synchronize_in_span(sequence, wakes)
+            .instrument(span)
+            .await
+    }
+
+    async fn synchronize_in_span(&mut self, sequence: u64, wakes: Vec<Wake>) -> SyncReport {
         let started_ns = monotonic_ns();
         let now = Instant::now().saturating_duration_since(self.origin);
         log_wakes(sequence, &wakes, started_ns);
@@ -461,6 +487,22 @@ mod tests {
         // A prefix of the name is not the pod.
         assert_eq!(of("/monitor/kubepods/burstable/podabc/main"), None);
         assert_eq!(of("/system.slice/sshd.service"), None);
+
+        // A pod that let go of its cgroup (its last container's exit was handled before
+        // the pass that books the OOM kill): found by its UID in the path.
+        let mut gone = pod("default/gone", None);
+        gone.uid = "1f2e-77".into();
+        let pods = vec![pod("default/none", None), gone];
+        let of = |memcg| pod_of_cgroup(&pods, memcg);
+        assert_eq!(
+            of("/monitor/kubepods/burstable/pod1f2e-77/main").as_deref(),
+            Some("default/gone")
+        );
+        assert_eq!(
+            of("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f2e_77.slice/cri-containerd-abc.scope").as_deref(),
+            Some("default/gone")
+        );
+        assert_eq!(of("/monitor/kubepods/burstable/pod1f2e-778/main"), None);
     }
 
     /// Panics on its first observation, then observes a calm node.
