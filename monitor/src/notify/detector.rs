@@ -8,7 +8,7 @@
 //! the cgroup's id, the inode number of its directory.
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aya::maps::{HashMap, MapData};
@@ -282,6 +282,28 @@ pub struct Detector {
     early_margin: Arc<AtomicU64>,
     /// The ids written last time, to delete those no longer armed.
     written: Mutex<Vec<u64>>,
+    /// How many levels the last arming left out, so that a lasting overflow is said once
+    /// rather than at every synchronize.
+    left_out: AtomicUsize,
+}
+
+/// What to say about levels left out, given how many the arming before left out: a
+/// warning (`true`) when the count changes to a non-zero one, a note when it falls back
+/// to zero, nothing while it stays.
+fn left_out_change(before: usize, now: usize) -> Option<(bool, String)> {
+    match (before, now) {
+        (b, n) if b == n => None,
+        (_, 0) => Some((
+            false,
+            "crossing detector: every level armed again".to_string(),
+        )),
+        (_, n) => Some((
+            true,
+            format!(
+                "crossing detector: {n} level(s) left out, at most {LEVELS_PER_CGROUP} per cgroup"
+            ),
+        )),
+    }
 }
 
 impl Detector {
@@ -291,6 +313,7 @@ impl Detector {
             levels: Mutex::new(levels),
             early_margin: Arc::default(),
             written: Mutex::new(Vec::new()),
+            left_out: AtomicUsize::new(0),
         }
     }
 
@@ -327,10 +350,10 @@ impl Detector {
         usage_of: impl Fn(&Path) -> Option<u64>,
     ) {
         let (by_cgroup, left_out) = levels_by_cgroup(specs, self.early_margin(), usage_of);
-        if left_out > 0 {
-            tracing::warn!(
-                "crossing detector: {left_out} level(s) left out, at most {LEVELS_PER_CGROUP} per cgroup"
-            );
+        match left_out_change(self.left_out.swap(left_out, Ordering::Relaxed), left_out) {
+            Some((true, message)) => tracing::warn!("{message}"),
+            Some((false, message)) => tracing::info!("{message}"),
+            None => {}
         }
         let mut map = self.levels.lock().unwrap_or_else(|p| p.into_inner());
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
@@ -364,6 +387,27 @@ impl Detector {
 
 #[cfg(test)]
 mod tests {
+    #[rstest::rstest]
+    #[case::none_before_none_now(0, 0, None)]
+    #[case::first_overflow(0, 2, Some(true))]
+    #[case::overflow_lasts(2, 2, None)]
+    #[case::overflow_grows(2, 3, Some(true))]
+    #[case::overflow_ends(3, 0, Some(false))]
+    fn a_lasting_overflow_of_levels_is_said_once(
+        #[case] before: usize,
+        #[case] now: usize,
+        #[case] warns: Option<bool>,
+    ) {
+        let said = super::left_out_change(before, now);
+        assert_eq!(said.as_ref().map(|(warn, _)| *warn), warns);
+        if let Some((true, message)) = said {
+            assert!(
+                message.contains(&format!("{now} level(s) left out")),
+                "{message}"
+            );
+        }
+    }
+
     use super::*;
 
     fn spec(cgroup: &str, usage_bytes: u64, hard: bool, passed: bool) -> ThresholdSpec {
