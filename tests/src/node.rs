@@ -6,6 +6,8 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use monitor::runtime::store::{Phase, PodRecord};
+/// A disk with real, reclaimable page cache, shared with the bench.
+pub use monitor_bench::util::LoopDisk;
 
 use crate::{TestTrees, monitor_run};
 
@@ -314,79 +316,6 @@ pub fn walk_dirs(dir: &Path) -> Vec<String> {
         }
     }
     out
-}
-
-/// An ext2 filesystem on a loop device (backed by a file in `/tmp`), mounted at a
-/// directory of its own: files there have real, reclaimable page cache, which a tmpfs
-/// (the VM's only filesystem otherwise) does not. Unmounted and detached on drop.
-pub struct LoopDisk {
-    pub dir: PathBuf,
-    device: String,
-    backing: PathBuf,
-}
-
-impl LoopDisk {
-    /// A disk of `mib` MiB mounted at `dir` (created), or why one cannot be made.
-    pub fn new(dir: &Path, mib: u64) -> Result<LoopDisk, String> {
-        let run = |args: &[&str]| -> Result<String, String> {
-            let out = std::process::Command::new(args[0])
-                .args(&args[1..])
-                .output()
-                .map_err(|e| format!("{}: {e}", args[0]))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "{}: {}: {}",
-                    args.join(" "),
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
-            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        };
-        let backing =
-            std::env::temp_dir().join(format!("monitor-test-{}-disk.img", std::process::id()));
-        let file =
-            std::fs::File::create(&backing).map_err(|e| format!("{}: {e}", backing.display()))?;
-        file.set_len(mib * MIB).map_err(|e| e.to_string())?;
-        drop(file);
-        let backing_text = backing.display().to_string();
-        let device = run(&["losetup", "-f"])?;
-        run(&["losetup", &device, &backing_text])?;
-        let disk = LoopDisk {
-            dir: dir.to_path_buf(),
-            device,
-            backing,
-        };
-        run(&["mke2fs", "-F", &disk.device])?;
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        nix::mount::mount(
-            Some(disk.device.as_str()),
-            dir,
-            Some("ext2"),
-            nix::mount::MsFlags::empty(),
-            None::<&str>,
-        )
-        .map_err(|e| format!("mount {} on {}: {e}", disk.device, dir.display()))?;
-        Ok(disk)
-    }
-
-    /// Writes a file of `mib` MiB there and drops it from the page cache, so the first to
-    /// read it has every page charged to its own cgroup.
-    pub fn cold_file(&self, name: &str, mib: u64) -> PathBuf {
-        let path = self.dir.join(name);
-        cold_file(&path, mib);
-        path
-    }
-}
-
-impl Drop for LoopDisk {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(self.dir.as_path(), nix::mount::MntFlags::MNT_DETACH);
-        let _ = std::process::Command::new("losetup")
-            .args(["-d", &self.device])
-            .status();
-        let _ = std::fs::remove_file(&self.backing);
-    }
 }
 
 /// Writes a file of `mib` MiB at `path` outside any test cgroup and drops it from the page

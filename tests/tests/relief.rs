@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use monitor::runtime::store::Phase;
-use monitor_tests::node::{LoopDisk, MIB, Node, pod, poll};
+use monitor_tests::node::{LoopDisk, MIB, Node, cold_file, pod, poll};
 use monitor_tests::{Feature, helper_binary, require};
 
 /// The pods' threshold: 100 Mi of the bounded node's 512 Mi, so pressure at a working set
@@ -34,7 +34,8 @@ fn race(test: &str, relief: &str) -> Option<Race> {
     let mut node = Node::with_agent_keys(EVICTION, relief);
     let disk = LoopDisk::new(&node.path("disk"), CACHE_MIB + 40)
         .unwrap_or_else(|e| panic!("{test}: a loop disk for page cache: {e}"));
-    let file = disk.cold_file("data", CACHE_MIB);
+    let file = disk.dir.join("data");
+    cold_file(&file, CACHE_MIB);
     let hog = helper_binary("hog").display().to_string();
     let file = file.display().to_string();
     node.manifest(
@@ -242,7 +243,9 @@ fn full_avg10(path: &std::path::Path) -> f64 {
 fn thrashing_pod(node: &Node, test: &str) -> LoopDisk {
     let disk = LoopDisk::new(&node.path("disk"), 160)
         .unwrap_or_else(|e| panic!("{test}: a loop disk for page cache: {e}"));
-    let file = disk.cold_file("data", 120).display().to_string();
+    let file = disk.dir.join("data");
+    cold_file(&file, 120);
+    let file = file.display().to_string();
     let hog = helper_binary("hog").display().to_string();
     let limits = "    resources:\n      requests: {memory: 32Mi}\n      limits: {memory: 48Mi}\n";
     node.manifest(

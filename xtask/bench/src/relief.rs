@@ -15,7 +15,6 @@
 //! The guest has no disk: a loop device on a file of the initramfs gives the page cache a
 //! block device under it (tmpfs pages are shmem, which no reclaim frees without swap).
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -27,7 +26,7 @@ use crate::harness::{self, Bounds, Level, MIB, Mode, NAMESPACE};
 use crate::memory::stat;
 use crate::stats::percentile;
 use crate::trial::Trial;
-use crate::util::{self, monotonic_ns};
+use crate::util::{self, LoopDisk, monotonic_ns};
 
 pub(crate) const PREFIX: &str = "@@relief@@ ";
 
@@ -532,64 +531,6 @@ fn drop_cache(path: &Path) -> Result<()> {
         bail!("posix_fadvise DONTNEED {}: error {rc}", path.display());
     }
     Ok(())
-}
-
-/// An ext2 filesystem on a loop device over a sparse file, mounted; unmounted and freed
-/// on drop.
-struct LoopDisk {
-    dir: PathBuf,
-    device: String,
-    backing: PathBuf,
-}
-
-impl LoopDisk {
-    fn new(dir: &Path, mib: u64) -> Result<LoopDisk> {
-        let backing = dir.with_extension("img");
-        let file = std::fs::File::create(&backing)
-            .with_context(|| format!("creating {}", backing.display()))?;
-        file.set_len(mib * MIB)
-            .with_context(|| format!("sizing {}", backing.display()))?;
-        drop(file);
-        let device = output(Command::new("losetup").arg("-f"))?;
-        output(Command::new("losetup").arg(&device).arg(&backing))?;
-        let disk = LoopDisk {
-            dir: dir.to_path_buf(),
-            device,
-            backing,
-        };
-        output(Command::new("mke2fs").args(["-F", &disk.device]))?;
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        output(
-            Command::new("mount")
-                .args(["-t", "ext2", &disk.device])
-                .arg(dir),
-        )?;
-        Ok(disk)
-    }
-}
-
-impl Drop for LoopDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.dir).status();
-        let _ = Command::new("losetup").args(["-d", &self.device]).status();
-        let _ = std::fs::remove_file(&self.backing);
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
-/// Runs a command; its stdout, trimmed.
-fn output(command: &mut Command) -> Result<String> {
-    let out = command
-        .output()
-        .with_context(|| format!("running {command:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{command:?}: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// The report's lines: the page-cache race relief on and off side by side, the

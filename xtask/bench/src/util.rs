@@ -1,13 +1,14 @@
 //! Small helpers of the developer commands, the races, the demos and the privileged tests
 //! alike: the clock the agent stamps its log with, a field of its log lines, a bounded
-//! wait, the cgroup mounts, the teardown of a cgroup tree of our own, and cargo.
+//! wait, the cgroup mounts, the teardown of a cgroup tree of our own, cargo, a command's
+//! output, and a loop-device disk for real page cache.
 use std::ffi::CString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of the agent's `at_ns` log fields.
 pub fn monotonic_ns() -> u64 {
@@ -172,6 +173,66 @@ pub fn join_before_exec(command: &mut Command, procs_files: &[PathBuf]) {
             Ok(())
         });
     }
+}
+
+/// An ext2 filesystem on a loop device over a sparse file (`<dir>.img`), mounted at `dir`:
+/// files there have real, reclaimable page cache, which a tmpfs (a VM's only filesystem
+/// otherwise) does not. Unmounted, detached and removed on drop.
+pub struct LoopDisk {
+    pub dir: PathBuf,
+    device: String,
+    backing: PathBuf,
+}
+
+impl LoopDisk {
+    pub fn new(dir: &Path, mib: u64) -> Result<LoopDisk> {
+        let backing = dir.with_extension("img");
+        let file = std::fs::File::create(&backing)
+            .with_context(|| format!("creating {}", backing.display()))?;
+        file.set_len(mib << 20)
+            .with_context(|| format!("sizing {}", backing.display()))?;
+        drop(file);
+        let device = output(Command::new("losetup").arg("-f"))?;
+        output(Command::new("losetup").arg(&device).arg(&backing))?;
+        let disk = LoopDisk {
+            dir: dir.to_path_buf(),
+            device,
+            backing,
+        };
+        output(Command::new("mke2fs").args(["-F", &disk.device]))?;
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        output(
+            Command::new("mount")
+                .args(["-t", "ext2", &disk.device])
+                .arg(dir),
+        )?;
+        Ok(disk)
+    }
+}
+
+impl Drop for LoopDisk {
+    fn drop(&mut self) {
+        // Lazily: a process still reading there (a pod not yet reaped) does not keep it.
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        let _ = Command::new("losetup").args(["-d", &self.device]).status();
+        let _ = std::fs::remove_file(&self.backing);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Runs a command; its stdout, trimmed.
+pub fn output(command: &mut Command) -> Result<String> {
+    let out = command
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{command:?}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 #[cfg(test)]
