@@ -459,6 +459,8 @@ fn soft_threshold_evicts_after_its_grace_period_with_sigterm() {
          evictionSoftGracePeriod: {{allocatableMemory.available: 3s}}\nevictionMaxPodGracePeriod: 2{}",
         if v2 { "\nhousekeepingInterval: 1s" } else { "" }
     ));
+    // JSON lines: the spans of the decision path are read back below.
+    node.json_logs = true;
     let hog = helper_binary("hog").display().to_string();
     let term = node.path("term");
     let extra = "  terminationGracePeriodSeconds: 10\n";
@@ -532,6 +534,34 @@ fn soft_threshold_evicts_after_its_grace_period_with_sigterm() {
         agent_log.contains("grace period of 2 s"),
         "min(pod 10 s, max 2 s) owed:\n{agent_log}"
     );
+    // The kill's line carries the decision path: the pass that decided (its sequence
+    // and wake) and the eviction's own span (pod, signal, grace).
+    let stopping: serde_json::Value = agent_log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|line| {
+            line["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("grace period of 2 s"))
+        })
+        .unwrap_or_else(|| panic!("no JSON line of the kill:\n{agent_log}"));
+    let spans = stopping["spans"].as_array().cloned().unwrap_or_default();
+    let [pass, .., eviction] = &spans[..] else {
+        panic!("the kill's line has no synchronize and evict spans: {stopping}");
+    };
+    assert_eq!(pass["name"], "synchronize", "{stopping}");
+    assert!(pass["sequence"].as_u64().is_some(), "{stopping}");
+    assert!(
+        pass["wake"].as_str().is_some_and(|w| !w.is_empty()),
+        "{stopping}"
+    );
+    assert_eq!(eviction["name"], "evict", "{stopping}");
+    assert_eq!(eviction["pod"], "demo/grower", "{stopping}");
+    assert_eq!(
+        eviction["signal"], "allocatableMemory.available",
+        "{stopping}"
+    );
+    assert_eq!(eviction["grace_seconds"], 2, "{stopping}");
 }
 
 /// The log directory of one container of a pod on a node with a disk.

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::records::{persist, publish, remove_cgroups, update_tiers};
 use super::stop::{after, kill_until_empty, stop_pod};
@@ -35,17 +36,22 @@ pub(in crate::runtime) async fn evict(
     condition: Option<PodCondition>,
     timeout: Duration,
 ) -> EvictionOutcome {
-    let task = tokio::spawn(evict_to_end(
-        shared.clone(),
-        key.to_string(),
-        grace_seconds,
-        Ending {
-            reason,
-            message: message.to_string(),
-            condition,
-        },
-        timeout,
-    ));
+    // In the caller's span (the eviction's, under the pass that decided it): the kill's
+    // lines stay traceable to the decision.
+    let task = tokio::spawn(
+        evict_to_end(
+            shared.clone(),
+            key.to_string(),
+            grace_seconds,
+            Ending {
+                reason,
+                message: message.to_string(),
+                condition,
+            },
+            timeout,
+        )
+        .in_current_span(),
+    );
     task.await.unwrap_or_else(|err| {
         EvictionOutcome::KillFailed(format!("the eviction's task ended early: {err}"))
     })

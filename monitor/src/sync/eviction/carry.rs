@@ -1,6 +1,8 @@
 //! Carrying evictions out: each runs as a task of its own through the runtime's killer,
 //! retried until the pod's cgroups are empty, and is booked (metrics, events, the API)
 //! by the pass that sees it ended.
+use tracing::Instrument;
+
 use super::*;
 
 /// Kill attempts per eviction: the first with the decision's grace period, the retries at
@@ -80,7 +82,15 @@ impl EvictionSync {
         let wakes = self.wakes.clone();
         let hook = self.hook.clone().zip(notice);
         let state = self.state.clone();
-        tokio::spawn(async move {
+        // The eviction's own span, under the pass that decided it: its lines (the kill,
+        // the retries, the runtime's calls) name the pod and the signal.
+        let span = tracing::info_span!(
+            "evict",
+            pod = %decision.pod_key,
+            signal = decision.signal.map_or("", |s| s.as_str()),
+            grace_seconds = decision.grace_period_seconds,
+        );
+        let task = async move {
             let decision = match hook {
                 Some((hook, notice)) => with_hook(&hook, notice, decision, &state).await,
                 None => decision,
@@ -94,7 +104,8 @@ impl EvictionSync {
                 ended_ns: crate::clock::monotonic_ns(),
             });
             wakes.wake(WakeSource::Eviction, WakeDetail::None);
-        });
+        };
+        tokio::spawn(task.instrument(span));
     }
 
     /// Takes the evictions that ended before `observed_ns` (when this pass's observation
