@@ -614,6 +614,49 @@ fn text_log_lines_in_a_file_have_no_colour() {
     );
 }
 
+/// A whole `/configz` answer in the shape a kubeadm 1.31 node serves: every one of its 78
+/// keys filled in, as the kubelet serves its defaults (written from the kubelet's v1beta1
+/// defaults and kubeadm's settings: no kubelet runs here to capture one from).
+/// check-config takes it with its thresholds and warns of exactly the keys that do
+/// something else here, each by name, and of nothing else.
+#[test]
+fn check_config_of_a_whole_kubeadm_configz_warns_only_of_the_keys_that_change_meaning() {
+    let capture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/configz-kubeadm-1.31.json"
+    );
+    let out = monitor(&["check-config", "--config", capture, "--output", "json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let effective: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for (signal, value) in [
+        ("memory.available", "100Mi"),
+        ("nodefs.available", "10%"),
+        ("nodefs.inodesFree", "5%"),
+        ("imagefs.available", "15%"),
+        ("imagefs.inodesFree", "5%"),
+    ] {
+        assert_eq!(effective["evictionHard"][signal], value, "{effective}");
+    }
+    assert_eq!(effective["evictionPressureTransitionPeriod"], "5m0s");
+    assert_eq!(effective["imageGCHighThresholdPercent"], 85);
+    assert_eq!(effective["imageMinimumGCAge"], "2m0s");
+    let mut warned: Vec<&str> = Vec::new();
+    for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
+        let key = line
+            .split_once("configz-kubeadm-1.31.json: ")
+            .and_then(|(_, rest)| rest.split(':').next())
+            .unwrap_or_else(|| panic!("a line that is no warning of a key: {line}\n{stderr}"));
+        warned.push(key);
+    }
+    warned.sort_unstable();
+    assert_eq!(
+        warned,
+        ["cgroupDriver", "logging", "memorySwap"],
+        "{stderr}"
+    );
+}
+
 #[test]
 fn check_config_prints_the_effective_configuration_of_a_configz_capture() {
     // Needs no root: it only reads the file.
