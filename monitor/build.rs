@@ -33,8 +33,8 @@ fn main() -> anyhow::Result<()> {
     )
 }
 
-/// Sets `MONITOR_REVISION` for the crate: the commit checked out, or "unknown" where no git
-/// answers (a source tarball, no git installed, a repository of another owner). Asks git
+/// Sets `MONITOR_REVISION` for the crate: the commit checked out (with `-dirty` when the
+/// tracked files differ from it), or "unknown" where no git answers (a source tarball, no git installed, a repository of another owner). Asks git
 /// itself rather than reading `.git`: a worktree's HEAD and its branch live in different
 /// directories, and a branch may be packed.
 fn git_revision() {
@@ -62,10 +62,28 @@ fn git_revision() {
             }
         }
     }
-    let revision = revision
-        .filter(|r| r.bytes().all(|b| b.is_ascii_hexdigit()))
-        .unwrap_or_else(|| "unknown".to_string());
-    println!("cargo:rustc-env=MONITOR_REVISION={revision}");
+    // Built again when the sources change without a commit, so that the dirty mark below
+    // follows them: the agent's own crate (its policy crate inside it) and the shared one;
+    // aya-build watches the eBPF crate already.
+    for dir in [".", "../monitor-common", "../Cargo.toml", "../Cargo.lock"] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            manifest_dir.join(dir).display()
+        );
+    }
+    let Some(revision) = revision.filter(|r| r.bytes().all(|b| b.is_ascii_hexdigit())) else {
+        println!("cargo:rustc-env=MONITOR_REVISION=unknown");
+        return;
+    };
+    // `-dirty` when tracked files differ from the commit, as `git describe --dirty` says
+    // it: a binary built from uncommitted changes never passes for the commit.
+    let dirty = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .current_dir(&manifest_dir)
+        .output()
+        .is_ok_and(|out| out.status.success() && !out.stdout.is_empty());
+    let suffix = if dirty { "-dirty" } else { "" };
+    println!("cargo:rustc-env=MONITOR_REVISION={revision}{suffix}");
 }
 
 /// The CRI v1 client: message types and the RuntimeService/ImageService clients (no server).
