@@ -32,6 +32,9 @@ pub enum Feature {
     Psi,
     /// A private containerd can run here: root, containerd, runc, ctr and a static busybox.
     Containerd,
+    /// A Prometheus server to scrape the agent (Debian's prometheus package, which
+    /// `cargo xtask setup` installs on the host; the VMs' payload has none).
+    Prometheus,
 }
 
 impl Feature {
@@ -43,6 +46,7 @@ impl Feature {
             Feature::CgroupV2Memory => "cgroup-v2-memory",
             Feature::Psi => "psi",
             Feature::Containerd => "containerd",
+            Feature::Prometheus => "prometheus",
         }
     }
 
@@ -78,6 +82,11 @@ impl Feature {
                         .map(|reason| format!("a private containerd needs root ({reason})"))
                         .or_else(containerd::available)
                 }),
+            Feature::Prometheus => std::process::Command::new("prometheus")
+                .arg("--version")
+                .output()
+                .err()
+                .map(|e| format!("no prometheus server to run ({e})")),
         }
     }
 }

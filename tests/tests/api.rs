@@ -44,6 +44,18 @@ impl Agent {
         settings: &str,
         env: &[(&str, &str)],
     ) -> Agent {
+        Agent::start_config(name, manifests, settings, "", env)
+    }
+
+    /// [`Agent::start_with_env`] with `monitor_keys` (lines under `monitor:`, indented)
+    /// added.
+    fn start_config(
+        name: &str,
+        manifests: &[(&str, Vec<u8>)],
+        settings: &str,
+        monitor_keys: &str,
+        env: &[(&str, &str)],
+    ) -> Agent {
         let trees = TestTrees;
         let cgroup_root = TestTrees::root(name);
         let dir = tempfile::tempdir().expect("tempdir");
@@ -57,7 +69,7 @@ impl Agent {
             // own disk, whose free space the test does not control.
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
              evictionHard: {{memory.available: 100Mi}}\n{settings}\
-             monitor:\n  cgroupRoot: {cgroup_root}\n  stateDir: {}\n  podLogDir: {}\n  socket: {}\n",
+             monitor:\n  cgroupRoot: {cgroup_root}\n  stateDir: {}\n  podLogDir: {}\n  socket: {}\n{monitor_keys}",
             dir.path().join("pods").display(),
             dir.path().join("state").display(),
             dir.path().join("logs").display(),
@@ -682,4 +694,150 @@ fn an_idle_agent_logs_no_line_per_housekeeping_tick() {
         .filter(|l| l.contains(" wake") && l.contains("source=timer"))
         .count();
     assert_eq!(ticks, 0, "{log}");
+}
+
+/// A free TCP port on the loopback (bound and let go: another process could take it in
+/// between, which this host's tests do not do).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a loopback port")
+        .port()
+}
+
+/// A plain HTTP/1.0 GET on the loopback: (status line, body).
+fn http_get(port: u16, target: &str, accept: &str) -> std::io::Result<(String, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET {target} HTTP/1.0\r\nHost: 127.0.0.1\r\nAccept: {accept}\r\n\r\n"
+    )?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    Ok((head.to_string(), body.to_string()))
+}
+
+/// A real Prometheus server scrapes the agent's TCP `/metrics`: it asks for OpenMetrics
+/// first, gets it, and ingests every family under OpenMetrics' names (a counter family
+/// without `_total`, the build info as an `info`); a client that asks for nothing in
+/// particular gets the text format 0.0.4, which promtool's linter reads without a
+/// complaint.
+#[test]
+fn a_real_prometheus_scrapes_openmetrics_and_a_plain_client_gets_the_text_format() {
+    let test = "a_real_prometheus_scrapes_openmetrics_and_a_plain_client_gets_the_text_format";
+    if !require(test, &[Feature::Root, Feature::Prometheus]) {
+        return;
+    }
+    let metrics_port = free_port();
+    let agent = Agent::start_config(
+        "api-prometheus",
+        &[],
+        "",
+        &format!("  metricsAddress: 127.0.0.1:{metrics_port}\n"),
+        &[],
+    );
+
+    // A plain client: the text format, clean under promtool's linter.
+    let (head, text) = http_get(metrics_port, "/metrics", "*/*").expect("GET /metrics");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    assert!(!text.contains("# EOF"), "{text}");
+    let mut lint = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start promtool");
+    lint.stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("feed promtool");
+    let lint = lint.wait_with_output().expect("promtool");
+    assert!(
+        lint.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+
+    // A real Prometheus, scraping every 500 ms with its own Accept header.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let web_port = free_port();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global: {{scrape_interval: 500ms, scrape_timeout: 400ms}}\n\
+             scrape_configs:\n  - job_name: monitor\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        ),
+    )
+    .expect("prometheus.yml");
+    let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log");
+    let mut server = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{web_port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start prometheus");
+    struct Server<'a>(&'a mut std::process::Child);
+    impl Drop for Server<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Server(&mut server);
+    let api = |query: &str| -> serde_json::Value {
+        http_get(web_port, query, "application/json")
+            .ok()
+            .and_then(|(_, body)| serde_json::from_str(&body).ok())
+            .unwrap_or(serde_json::Value::Null)
+    };
+    // Metadata a scrape stored, by the family name the format gave it.
+    let typed = |metric: &str| -> Option<String> {
+        let found = api(&format!(
+            "/api/v1/targets/metadata?match_target=%7Bjob%3D%22monitor%22%7D&metric={metric}"
+        ));
+        found["data"][0]["type"].as_str().map(str::to_string)
+    };
+    let scraped = poll_every(Duration::from_secs(60), Duration::from_millis(250), || {
+        let targets = api("/api/v1/targets");
+        let target = &targets["data"]["activeTargets"][0];
+        target["health"] == "up" && typed("monitor_build").is_some()
+    });
+    let targets = api("/api/v1/targets");
+    assert!(
+        scraped,
+        "no clean OpenMetrics scrape: {targets}\n{}\n{}",
+        std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default(),
+        agent.log()
+    );
+    assert_eq!(targets["data"]["activeTargets"][0]["lastError"], "");
+    // OpenMetrics' family names, each with its type: the text format would have stored
+    // monitor_build_info (a gauge) and monitor_synchronizes_total.
+    assert_eq!(typed("monitor_build").as_deref(), Some("info"));
+    assert_eq!(typed("monitor_synchronizes").as_deref(), Some("counter"));
+    assert_eq!(
+        typed("monitor_sync_duration_seconds").as_deref(),
+        Some("histogram")
+    );
+    assert_eq!(typed("monitor_synchronizes_total"), None);
+    // And the samples are there under the names the rules and the dashboard query.
+    let info = api("/api/v1/query?query=monitor_build_info");
+    let revision = &info["data"]["result"][0]["metric"]["revision"];
+    assert!(revision.as_str().is_some_and(|r| !r.is_empty()), "{info}");
+    let synchronizes = api("/api/v1/query?query=monitor_synchronizes_total");
+    assert_eq!(
+        synchronizes["data"]["result"].as_array().map(Vec::len),
+        Some(1),
+        "{synchronizes}"
+    );
 }

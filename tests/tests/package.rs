@@ -92,6 +92,8 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
         "/usr/share/zsh/vendor-completions/_monitor",
         "/usr/share/fish/vendor_completions.d/monitor.fish",
         "/usr/share/doc/monitor/copyright",
+        "/usr/share/doc/monitor/examples/prometheus/monitor.rules.yaml",
+        "/usr/share/doc/monitor/examples/grafana/monitor.dashboard.json",
     ] {
         assert!(Path::new(file).is_file(), "{file} not installed");
     }

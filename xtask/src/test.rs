@@ -3,6 +3,7 @@
 //! at a time), then the cgroup v2 suite in a VM. Prints one closing line with the totals,
 //! skips included.
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -113,6 +114,10 @@ pub fn machine_features() -> Vec<&'static str> {
         && std::path::Path::new("/bin/busybox").exists()
     {
         features.push("containerd");
+    }
+    // The real scrape of /metrics (Debian's prometheus package, as promtool).
+    if runs("prometheus") {
+        features.push("prometheus");
     }
     features
 }
@@ -239,6 +244,18 @@ pub fn run(args: TestArgs) -> Result<()> {
         rules_ok,
     );
 
+    // The shipped dashboard's queries: each one valid PromQL, checked by promtool as a
+    // recording rule with Grafana's variables given values.
+    println!("== dashboard queries (promtool check rules)");
+    let dashboard_ok =
+        check_dashboard_queries(&root.join("packaging/grafana/monitor.dashboard.json"))?;
+    count_check(
+        &mut totals,
+        &mut failures,
+        "dashboard queries (promtool)",
+        dashboard_ok,
+    );
+
     println!("== unit tests (pure policy, parsers, readers)");
     let (ok, t) = run_counted(cargo().current_dir(&root).args([
         "test",
@@ -304,6 +321,56 @@ pub fn run(args: TestArgs) -> Result<()> {
         bail!("failed: {}", failures.join(", "));
     }
     Ok(())
+}
+
+/// Writes every query of the Grafana dashboard at `path` into a rule file as a recording
+/// rule and lets `promtool check rules` parse them: a query Prometheus would refuse fails
+/// here, not on an operator's screen. Grafana's variables become values Prometheus takes
+/// (`$__rate_interval` a duration, `$instance` and `$job` a regular expression).
+fn check_dashboard_queries(path: &Path) -> Result<bool> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    let mut queries = 0;
+    for panel in dashboard["panels"].as_array().into_iter().flatten() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let Some(expr) = target["expr"].as_str() else {
+                continue;
+            };
+            let expr = expr
+                .replace("$__rate_interval", "1m")
+                .replace("$__range", "1h")
+                .replace("$instance", ".*")
+                .replace("$job", ".*");
+            queries += 1;
+            rules.push_str(&format!(
+                "      - record: dashboard:query{queries}\n        expr: {}\n",
+                serde_json::to_string(&expr)?
+            ));
+        }
+    }
+    if queries == 0 {
+        println!("{}: no queries", path.display());
+        return Ok(false);
+    }
+    let file = std::env::temp_dir().join(format!(
+        "monitor-dashboard-{}.rules.yaml",
+        std::process::id()
+    ));
+    std::fs::write(&file, rules).with_context(|| format!("writing {}", file.display()))?;
+    let checked = std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file)
+        .status();
+    let _ = std::fs::remove_file(&file);
+    let ok = checked.context("starting promtool")?.success();
+    println!(
+        "{queries} dashboard queries parsed: {}",
+        if ok { "ok" } else { "FAILED" }
+    );
+    Ok(ok)
 }
 
 #[cfg(test)]

@@ -1,5 +1,11 @@
 //! `/metrics`: the agent's state in the Prometheus text exposition format 0.0.4
-//! (<https://prometheus.io/docs/instrumenting/exposition_formats/>).
+//! (<https://prometheus.io/docs/instrumenting/exposition_formats/>), or in OpenMetrics
+//! 1.0 (<https://prometheus.io/docs/specs/om/open_metrics_spec/>) to a scraper whose
+//! `Accept` header asks for it, as Prometheus' does ([`Exposition::negotiate`]). One
+//! renderer writes both from the family table: they differ only in the names of the
+//! `# TYPE` and `# HELP` lines (OpenMetrics names a counter family without its `_total`
+//! and an info family without its `_info`), the `info` type, HELP escapes, the spelling of
+//! a bucket's `le` and the closing `# EOF`.
 //!
 //! Naming: every family is `monitor_` and a name, but for the `process_` families that
 //! every Prometheus client library exports, under their standard names ([`process`]).
@@ -39,8 +45,73 @@ use crate::state::buckets::{STATS_AGE_BUCKETS, WAKE_TO_SYNC_BUCKETS};
 use families::*;
 use process::ProcessMetrics;
 
-/// The `Content-Type` Prometheus expects for this format.
+/// The `Content-Type` of the text format 0.0.4.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The `Content-Type` of OpenMetrics 1.0.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The two formats `/metrics` speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exposition {
+    /// The Prometheus text format 0.0.4: what every scraper reads, the default.
+    Text,
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+}
+
+impl Exposition {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Exposition::Text => METRICS_CONTENT_TYPE,
+            Exposition::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+        }
+    }
+
+    /// The format for a request's `Accept` header (RFC 9110 media ranges with `q`):
+    /// OpenMetrics when `application/openmetrics-text` (version 1.0.0, or none given) is
+    /// asked for by name and weighted at least as much as any range the text format
+    /// matches (`text/plain` at version 0.0.4 or none, `text/*`, `*/*`); the text format
+    /// otherwise, without a header, and for a header that does not parse. A range of
+    /// OpenMetrics at another version (0.0.1, the draft) is not this one.
+    pub fn negotiate(accept: Option<&str>) -> Exposition {
+        let Some(accept) = accept else {
+            return Exposition::Text;
+        };
+        let (mut openmetrics, mut text) = (0.0f64, 0.0f64);
+        for range in accept.split(',') {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("").to_ascii_lowercase();
+            let (mut q, mut version) = (1.0f64, None);
+            for param in parts {
+                let Some((key, value)) = param.split_once('=') else {
+                    continue;
+                };
+                let value = value.trim().trim_matches('"');
+                match key.trim().to_ascii_lowercase().as_str() {
+                    "q" => q = value.parse().unwrap_or(0.0),
+                    "version" => version = Some(value.to_string()),
+                    _ => {}
+                }
+            }
+            if !(0.0..=1.0).contains(&q) {
+                continue;
+            }
+            match (media.as_str(), version.as_deref()) {
+                ("application/openmetrics-text", None | Some("1.0.0")) => {
+                    openmetrics = openmetrics.max(q)
+                }
+                ("text/plain", None | Some("0.0.4")) | ("text/*" | "*/*", _) => text = text.max(q),
+                _ => {}
+            }
+        }
+        if openmetrics > 0.0 && openmetrics >= text {
+            Exposition::OpenMetrics
+        } else {
+            Exposition::Text
+        }
+    }
+}
 
 /// The running build, for `monitor_build_info`: the package's version and the git commit
 /// monitor/build.rs found ("unknown" without one).
@@ -99,14 +170,20 @@ fn with_known<'a>(
     all
 }
 
-/// Renders every metric family, each as HELP, TYPE and its samples in one group.
+/// Renders every metric family in the text format 0.0.4, each as HELP, TYPE and its
+/// samples in one group.
 pub fn render_metrics(state: &AgentState) -> String {
-    render(state, &ProcessMetrics::read())
+    render_metrics_as(state, Exposition::Text)
 }
 
-/// [`render_metrics`] with the process metrics given.
-fn render(state: &AgentState, process: &ProcessMetrics) -> String {
-    let mut out = Metrics::default();
+/// [`render_metrics`] in the format given.
+pub fn render_metrics_as(state: &AgentState, exposition: Exposition) -> String {
+    render(state, &ProcessMetrics::read(), exposition)
+}
+
+/// [`render_metrics_as`] with the process metrics given.
+fn render(state: &AgentState, process: &ProcessMetrics, exposition: Exposition) -> String {
+    let mut out = Metrics::new(exposition);
     let m = &state.metrics;
     let configured = || state.signals.iter().map(|s| s.signal.as_str());
 
@@ -371,7 +448,7 @@ fn render(state: &AgentState, process: &ProcessMetrics) -> String {
         }
     }
 
-    out.text
+    out.finish()
 }
 
 /// Every state of a source: `monitor_source_state` has a series for each.
@@ -398,8 +475,8 @@ pub(crate) fn source_state(state: SourceState) -> &'static str {
 }
 
 /// The text being built. Writing to a `String` cannot fail, so nothing here returns errors.
-#[derive(Default)]
 struct Metrics {
+    exposition: Exposition,
     text: String,
     /// The family begun last: its samples carry its name.
     family: Option<&'static Family>,
@@ -411,6 +488,24 @@ struct Metrics {
 }
 
 impl Metrics {
+    fn new(exposition: Exposition) -> Metrics {
+        Metrics {
+            exposition,
+            text: String::new(),
+            family: None,
+            next: 0,
+            header: None,
+        }
+    }
+
+    /// The text, with OpenMetrics' closing line.
+    fn finish(mut self) -> String {
+        if self.exposition == Exposition::OpenMetrics {
+            self.text += "# EOF\n";
+        }
+        self.text
+    }
+
     fn family(&mut self, family: &'static Family) {
         let at = FAMILIES
             .get(self.next..)
@@ -421,12 +516,28 @@ impl Metrics {
             family.name
         );
         self.next += at.map_or(0, |at| at + 1);
-        let name = family.name;
-        self.header = Some(format!(
-            "# HELP {name} {}\n# TYPE {name} {}\n",
-            escape_help(family.help),
-            family.kind.as_str()
-        ));
+        self.header = Some(match self.exposition {
+            Exposition::Text => format!(
+                "# HELP {name} {}\n# TYPE {name} {}\n",
+                escape_help(family.help),
+                family.kind.as_str(),
+                name = family.name,
+            ),
+            Exposition::OpenMetrics => {
+                // The family is named without the suffix its samples carry.
+                let (name, kind) = match family.kind {
+                    FamilyType::Counter => (family.name.strip_suffix("_total"), "counter"),
+                    FamilyType::Info => (family.name.strip_suffix("_info"), "info"),
+                    FamilyType::Gauge => (Some(family.name), "gauge"),
+                    FamilyType::Histogram(_) => (Some(family.name), "histogram"),
+                };
+                let name = name.unwrap_or(family.name);
+                format!(
+                    "# TYPE {name} {kind}\n# HELP {name} {}\n",
+                    escape_label_value(family.help)
+                )
+            }
+        });
         self.family = Some(family);
     }
 
@@ -494,7 +605,10 @@ impl Metrics {
         let mut running = 0u64;
         for (bound, count) in bounds {
             running = running.max(count);
-            let le = format_float(bound);
+            let le = match self.exposition {
+                Exposition::Text => format_float(bound),
+                Exposition::OpenMetrics => canonical_float(bound),
+            };
             let mut with_le = labels.to_vec();
             with_le.push(("le", &le));
             self.line(name, "_bucket", &with_le, running);
@@ -567,6 +681,32 @@ pub(crate) fn format_float(value: f64) -> String {
         "-Inf".into()
     } else {
         format!("{value}")
+    }
+}
+
+/// A float as OpenMetrics spells a bucket bound canonically (as Go's `strconv` and the
+/// reference parsers do): always with a fraction or an exponent, the exponent signed and
+/// of at least two digits, below 1e-4 and from 1e21 on in exponent form ("0.001",
+/// "1.0", "2.5e-05").
+pub(crate) fn canonical_float(value: f64) -> String {
+    if !value.is_finite() {
+        return format_float(value);
+    }
+    let magnitude = value.abs();
+    if magnitude != 0.0 && !(1e-4..1e21).contains(&magnitude) {
+        let text = format!("{value:e}");
+        let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+        let (sign, digits) = match exponent.strip_prefix('-') {
+            Some(digits) => ('-', digits),
+            None => ('+', exponent),
+        };
+        return format!("{mantissa}e{sign}{digits:0>2}");
+    }
+    let text = format!("{value}");
+    if text.contains('.') {
+        text
+    } else {
+        format!("{text}.0")
     }
 }
 

@@ -12,7 +12,7 @@
 //! | `GET /pods` | the pods the agent runs: phase, reason, message, `conditions` (`DisruptionTarget` once evicted or preempted, in the API's PodCondition shape), containers |
 //! | `GET /events[?since=N][&limit=N]` | events, each with its number since startup |
 //! | `GET /explain?pod=POD` | why the pod would or would not be evicted: per signal its thresholds, the pod's usage and request, its rank and the rule against its neighbours, from the last synchronize's ranking inputs |
-//! | `GET /metrics` | Prometheus text exposition format 0.0.4 |
+//! | `GET /metrics` | Prometheus text exposition format 0.0.4, or OpenMetrics 1.0 when `Accept` asks for it |
 //!
 //! Every route takes `?format=text` (the CLI's tables, rendered by the agent like the API
 //! server's server-side printing for kubectl) and JSON routes take `?pretty=true`.
@@ -42,6 +42,8 @@ pub use client::{
 };
 pub use error::ApiError;
 pub use health::{Health, health};
-pub use metrics::{METRICS_CONTENT_TYPE, render_metrics};
-pub use routes::{Reply, Scope, respond};
+pub use metrics::{
+    Exposition, METRICS_CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, render_metrics, render_metrics_as,
+};
+pub use routes::{Reply, Scope, respond, respond_to};
 pub use server::{ApiServer, serve, serve_connection};

@@ -3,7 +3,7 @@
 use serde::Serialize;
 use serde_json::json;
 
-use super::metrics::{METRICS_CONTENT_TYPE, render_metrics};
+use super::metrics::{Exposition, render_metrics_as};
 use super::render::{
     render_decisions, render_event_list, render_explanation, render_pods, render_status,
 };
@@ -36,6 +36,18 @@ pub(crate) const ALLOWED_METHODS: &str = "GET, HEAD";
 
 /// Answers one request. `target` is the request target: a path with an optional query.
 pub fn respond(state: &AgentState, scope: Scope, method: &str, target: &str) -> Reply {
+    respond_to(state, scope, method, target, None)
+}
+
+/// [`respond`] with the request's `Accept` header, which chooses the format of `/metrics`
+/// (see [`Exposition::negotiate`]).
+pub fn respond_to(
+    state: &AgentState,
+    scope: Scope,
+    method: &str,
+    target: &str,
+    accept: Option<&str>,
+) -> Reply {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let route = match (scope, path) {
         (Scope::Full, "/status" | "/pods" | "/events" | "/explain" | "/decisions")
@@ -95,11 +107,14 @@ pub fn respond(state: &AgentState, scope: Scope, method: &str, target: &str) -> 
         }
         _ => match query.format {
             Some(Format::Json) => to_json(&state.metrics, query.pretty, route),
-            _ => Reply {
-                status: 200,
-                content_type: METRICS_CONTENT_TYPE,
-                body: render_metrics(state),
-            },
+            _ => {
+                let exposition = Exposition::negotiate(accept);
+                Reply {
+                    status: 200,
+                    content_type: exposition.content_type(),
+                    body: render_metrics_as(state, exposition),
+                }
+            }
         },
     }
 }
@@ -616,11 +631,17 @@ mod tests {
     fn metrics_json_and_text() {
         let s = state(0, 0);
         let text = respond(&s, Scope::MetricsOnly, "GET", "/metrics");
-        assert_eq!(text.content_type, METRICS_CONTENT_TYPE);
+        assert_eq!(text.content_type, crate::api::METRICS_CONTENT_TYPE);
         assert!(
             text.body
                 .contains("# TYPE monitor_synchronizes_total counter")
         );
+        // Prometheus' own Accept header: OpenMetrics first.
+        let accept = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        let open = respond_to(&s, Scope::MetricsOnly, "GET", "/metrics", Some(accept));
+        assert_eq!(open.content_type, crate::api::OPENMETRICS_CONTENT_TYPE);
+        assert!(open.body.contains("# TYPE monitor_synchronizes counter\n"));
+        assert!(open.body.ends_with("# EOF\n"), "{}", open.body);
         let json = body(&respond(&s, Scope::Full, "GET", "/metrics?format=json"));
         assert_eq!(json["synchronizes"], 0);
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
+use hyper::header::{ACCEPT, ALLOW, CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -23,7 +23,7 @@ use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 
 use super::deadline::WriteDeadline;
 use super::error::ApiError;
-use super::routes::{ALLOWED_METHODS, Scope, respond};
+use super::routes::{ALLOWED_METHODS, Scope, respond_to};
 use crate::state::SharedState;
 
 /// Connections served at once per listener. One more arriving closes the oldest, so a
@@ -378,7 +378,21 @@ async fn connection<S>(
 /// One request: the routes read the state under its lock (no await while held).
 fn handle(state: &SharedState, scope: Scope, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     let target = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
-    let reply = respond(&state.lock(), scope, request.method().as_str(), target);
+    // Every Accept header, as one list (a client may send several).
+    let accept: Vec<&str> = request
+        .headers()
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    let accept = (!accept.is_empty()).then(|| accept.join(","));
+    let reply = respond_to(
+        &state.lock(),
+        scope,
+        request.method().as_str(),
+        target,
+        accept.as_deref(),
+    );
     let mut response = Response::new(Full::new(Bytes::from(reply.body)));
     *response.status_mut() =
         StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

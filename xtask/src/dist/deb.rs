@@ -22,6 +22,18 @@ const PRERM: &str = include_str!("../../../packaging/debian/prerm");
 const POSTRM: &str = include_str!("../../../packaging/debian/postrm");
 /// Debian's changelog of the package; its top entry's version must be the workspace's.
 const CHANGELOG: &str = include_str!("../../../packaging/debian/changelog");
+/// The alert rules and the dashboard, shipped as examples an operator copies into their
+/// Prometheus and Grafana.
+const EXAMPLES: [(&str, &str); 2] = [
+    (
+        "usr/share/doc/monitor/examples/prometheus/monitor.rules.yaml",
+        include_str!("../../../packaging/prometheus/monitor.rules.yaml"),
+    ),
+    (
+        "usr/share/doc/monitor/examples/grafana/monitor.dashboard.json",
+        include_str!("../../../packaging/grafana/monitor.dashboard.json"),
+    ),
+];
 
 /// The package's version: the workspace's.
 fn version(workspace: &Path) -> Result<String> {
@@ -116,6 +128,9 @@ fn stage(workspace: &Path, binary: &Path, root: &Path, version: &str) -> Result<
         &gzip(CHANGELOG.as_bytes())?,
         0o644,
     )?;
+    for (path, text) in EXAMPLES {
+        write(&root.join(path), text.as_bytes(), 0o644)?;
+    }
 
     let debian = root.join("DEBIAN");
     let md5sums = md5sums(root)?;

@@ -13,16 +13,19 @@ use crate::state::buckets::{
 pub(super) enum FamilyType {
     Counter,
     Gauge,
+    /// A gauge that is always 1, whose labels are the information (`*_info`): a gauge in
+    /// the text format 0.0.4, OpenMetrics' `info` type.
+    Info,
     /// With the upper bounds of its buckets, in seconds (`+Inf` is implied).
     Histogram(&'static [f64]),
 }
 
 impl FamilyType {
-    /// As the `# TYPE` line spells it.
+    /// As the text format 0.0.4's `# TYPE` line spells it.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             FamilyType::Counter => "counter",
-            FamilyType::Gauge => "gauge",
+            FamilyType::Gauge | FamilyType::Info => "gauge",
             FamilyType::Histogram(_) => "histogram",
         }
     }
@@ -86,8 +89,8 @@ pub(super) const FAMILIES: &[Family] = &[
 
 pub(super) const BUILD_INFO: Family = Family {
     name: "monitor_build_info",
-    kind: FamilyType::Gauge,
-    help: "Always 1; its labels name the running build: version (the package's) and revision (the git commit built, unknown when the build had no git).",
+    kind: FamilyType::Info,
+    help: "Always 1; its labels name the running build: version (the package's) and revision (the git commit built, with -dirty when built from uncommitted changes; unknown when the build had no git).",
     labels: &["version", "revision"],
 };
 

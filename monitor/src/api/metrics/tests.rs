@@ -310,11 +310,18 @@ fn build_info_names_this_build() {
         .filter(|out| out.status.success())
         .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string());
     match head {
-        Some(head) => assert_eq!(revision, head, "the commit built"),
+        // The commit built, marked when built from changes not committed (a clean
+        // checkout, as CI's, builds an unmarked one).
+        Some(head) => assert!(
+            revision == head || revision == format!("{head}-dirty"),
+            "revision {revision:?}, HEAD {head}"
+        ),
         // Built elsewhere, or no git here: a commit or "unknown", nothing else.
         None => assert!(
-            revision == "unknown"
-                || (revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit())),
+            revision == "unknown" || {
+                let commit = revision.strip_suffix("-dirty").unwrap_or(revision);
+                commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit())
+            },
             "revision {revision:?}"
         ),
     }
@@ -368,14 +375,14 @@ fn process_metrics_describe_this_process() {
 /// What /proc did not give is left out, family and all: no sample says 0 for it.
 #[test]
 fn process_metrics_not_read_are_left_out() {
-    let none = render(&state(), &ProcessMetrics::default());
+    let none = render(&state(), &ProcessMetrics::default(), Exposition::Text);
     assert!(!none.contains("process_"), "{none}");
     let some = ProcessMetrics {
         open_fds: Some(12),
         max_fds: Some(u64::MAX),
         ..ProcessMetrics::default()
     };
-    let text = render(&state(), &some);
+    let text = render(&state(), &some, Exposition::Text);
     if let Err(e) = check_exposition(&text) {
         panic!("{e}\n{text}");
     }
@@ -865,4 +872,192 @@ fn the_alert_rules_name_only_served_metrics() {
         }
     }
     assert!(named >= 6, "the rules name {named} metrics");
+}
+
+/// The shipped Grafana dashboard: every query names only metrics `/metrics` serves (a
+/// histogram by its `_bucket`, `_sum` or `_count` series), follows the dashboard's node
+/// picker, and no two panels cover the same place on the grid.
+#[test]
+fn the_dashboard_queries_only_served_metrics_on_the_chosen_nodes() {
+    let text = include_str!("../../../../packaging/grafana/monitor.dashboard.json");
+    let dashboard: serde_json::Value = serde_json::from_str(text).expect("the dashboard is JSON");
+    let families = super::families::FAMILIES;
+    let served = |name: &str| {
+        families.iter().any(|f| {
+            let base = match f.kind {
+                FamilyType::Histogram(_) => ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix)),
+                _ => Some(name),
+            };
+            base == Some(f.name)
+        })
+    };
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating.list")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(variables, ["datasource", "job", "instance"]);
+
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut queries = 0;
+    let mut cells = std::collections::BTreeMap::new();
+    for panel in panels {
+        let title = panel["title"].as_str().expect("every panel has a title");
+        let grid = &panel["gridPos"];
+        let [x, y, w, h] = ["x", "y", "w", "h"].map(|k| grid[k].as_u64().expect("gridPos"));
+        assert!(x + w <= 24, "{title}: wider than the grid");
+        for cell in (x..x + w).flat_map(|cx| (y..y + h).map(move |cy| (cx, cy))) {
+            if let Some(other) = cells.insert(cell, title) {
+                panic!("{title} and {other} overlap at {cell:?}");
+            }
+        }
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().expect("every target has an expr");
+            queries += 1;
+            assert!(
+                expr.contains(r#"instance=~"$instance""#),
+                "{title}: {expr} does not follow the node picker"
+            );
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if ["monitor_", "process_", "kubelet_"]
+                    .iter()
+                    .any(|p| word.starts_with(p))
+                {
+                    assert!(served(word), "{title}: {word} is not served by /metrics");
+                }
+                if word.starts_with("process_") {
+                    // Every Prometheus client exports these: only the agent's job's.
+                    assert!(expr.contains(r#"job=~"$job""#), "{title}: {expr}");
+                }
+            }
+        }
+    }
+    assert!(queries >= 20, "the dashboard has {queries} queries");
+}
+
+/// The OpenMetrics rendering: the whole text parses as OpenMetrics (ending in `# EOF`),
+/// each family is typed under OpenMetrics' family name (a counter's without `_total`, the
+/// info's without `_info`) and holds only the samples that name allows, and it carries
+/// exactly the samples of the text format (bucket bounds compared as numbers).
+#[test]
+fn openmetrics_carries_the_text_formats_samples_under_its_family_names() {
+    for state in [state(), AgentState::default()] {
+        let process = ProcessMetrics::read();
+        let open = render(&state, &process, Exposition::OpenMetrics);
+        let (rest, families) = nom_openmetrics::parser::openmetrics(&open)
+            .unwrap_or_else(|e| panic!("not OpenMetrics: {e:?}\n{open}"));
+        assert!(rest.is_empty(), "unparsed: {rest:?}");
+        assert_eq!(open.matches("# EOF").count(), 1, "{open}");
+        let number = |name: &str, value: &str| -> String {
+            if name == "le" {
+                format_float(value.parse::<f64>().expect("a bound"))
+            } else {
+                value.to_string()
+            }
+        };
+        let mut samples = BTreeSet::new();
+        for family in &families {
+            let (mut name, mut kind) = (None, None);
+            for descriptor in &family.descriptors {
+                match descriptor {
+                    MetricDescriptor::Type { metric, r#type } => {
+                        name = Some(*metric);
+                        kind = Some(match r#type {
+                            MetricType::Counter => "counter",
+                            MetricType::Gauge => "gauge",
+                            // nom-openmetrics reads `histogram` as an unknown type.
+                            MetricType::Histogram | MetricType::Unknown("histogram") => "histogram",
+                            MetricType::Info => "info",
+                            other => panic!("{metric}: unexpected type {other:?}"),
+                        });
+                    }
+                    MetricDescriptor::Help { metric, .. } => {
+                        assert_eq!(Some(*metric), name, "TYPE comes first, HELP names it")
+                    }
+                    other => panic!("unexpected descriptor {other:?}"),
+                }
+            }
+            let (name, kind) = (name.expect("a TYPE"), kind.expect("a TYPE"));
+            let allowed: &[&str] = match kind {
+                "counter" => &["_total"],
+                "info" => &["_info"],
+                "histogram" => &["_bucket", "_sum", "_count"],
+                _ => &[""],
+            };
+            for sample in &family.samples {
+                let suffix = sample.name().strip_prefix(name).unwrap_or("?");
+                assert!(
+                    allowed.contains(&suffix),
+                    "{} in {kind} family {name}",
+                    sample.name()
+                );
+                let labels: Vec<String> = sample
+                    .labels()
+                    .iter()
+                    .map(|l| format!("{}={}", l.name, number(l.name, &l.value)))
+                    .collect();
+                samples.insert(format!("{}{labels:?} {}", sample.name(), sample.number()));
+            }
+        }
+        let text = render(&state, &process, Exposition::Text);
+        let text_samples: BTreeSet<String> = parse(&text)
+            .into_iter()
+            .map(|s| {
+                let labels: Vec<String> = s
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", number(k, v)))
+                    .collect();
+                format!("{}{labels:?} {}", s.name, s.value)
+            })
+            .collect();
+        assert_eq!(samples, text_samples);
+    }
+}
+
+#[rstest]
+#[case::no_header(None, Exposition::Text)]
+#[case::anything(Some("*/*"), Exposition::Text)]
+#[case::text_only(Some("text/plain;version=0.0.4"), Exposition::Text)]
+#[case::prometheus(
+    Some(
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    ),
+    Exposition::OpenMetrics
+)]
+#[case::openmetrics_without_version(Some("application/openmetrics-text"), Exposition::OpenMetrics)]
+#[case::openmetrics_weighed_below_text(
+    Some("application/openmetrics-text;q=0.3, text/plain;q=0.9"),
+    Exposition::Text
+)]
+#[case::only_the_draft(Some("application/openmetrics-text; version=0.0.1"), Exposition::Text)]
+#[case::refused(Some("application/openmetrics-text;q=0"), Exposition::Text)]
+#[case::bad_weight(Some("application/openmetrics-text;q=high"), Exposition::Text)]
+#[case::spaces_and_case(
+    Some(" Application/OpenMetrics-Text ; Version=\"1.0.0\" ; q=0.8 , text/plain ; q=0.8"),
+    Exposition::OpenMetrics
+)]
+fn the_accept_header_chooses_the_format(#[case] accept: Option<&str>, #[case] chosen: Exposition) {
+    assert_eq!(Exposition::negotiate(accept), chosen);
+}
+
+#[rstest]
+#[case(1.0, "1.0")]
+#[case(10.0, "10.0")]
+#[case(0.001, "0.001")]
+#[case(0.0001, "0.0001")]
+#[case(0.00005, "5e-05")]
+#[case(0.000025, "2.5e-05")]
+#[case(1e21, "1e+21")]
+#[case(0.0, "0.0")]
+#[case(f64::INFINITY, "+Inf")]
+fn openmetrics_bounds_are_spelled_canonically(#[case] value: f64, #[case] spelled: &str) {
+    assert_eq!(canonical_float(value), spelled);
+    assert_eq!(
+        spelled.parse::<f64>().ok().filter(|v| !v.is_infinite()),
+        (value.is_finite()).then_some(value)
+    );
 }
