@@ -621,10 +621,15 @@ fn text_log_lines_in_a_file_have_no_colour() {
 /// something else here, each by name, and of nothing else.
 #[test]
 fn check_config_of_a_whole_kubeadm_configz_warns_only_of_the_keys_that_change_meaning() {
-    let capture = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/fixtures/configz-kubeadm-1.31.json"
-    );
+    // Embedded: the VM's guest has the test binaries, not the source tree.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let capture = dir.path().join("configz-kubeadm-1.31.json");
+    std::fs::write(
+        &capture,
+        include_str!("../fixtures/configz-kubeadm-1.31.json"),
+    )
+    .expect("write the capture");
+    let capture = capture.to_str().expect("utf-8");
     let out = monitor(&["check-config", "--config", capture, "--output", "json"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
