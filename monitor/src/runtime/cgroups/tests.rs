@@ -5,6 +5,7 @@ use std::fs;
 use rstest::rstest;
 
 use super::*;
+use crate::policy::qos::QosTierConfigs;
 
 const GI: i64 = 1 << 30;
 
