@@ -23,14 +23,44 @@ fn main() -> anyhow::Result<()> {
     let ebpf_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?).join("../monitor-ebpf");
     let ebpf_dir = ebpf_dir.canonicalize()?;
     let root_dir = ebpf_dir.to_str().expect("utf-8 path");
-    aya_build::build_ebpf(
+    // One eBPF build for every profile and target of the host crate: the object does not
+    // depend on them (always release, always the bpf target), yet each gets an OUT_DIR
+    // of its own, and aya-build builds inside OUT_DIR, so a dev, test, release and musl
+    // build would each compile it (and `core`) from scratch, about a minute apiece. It is
+    // built under the target directory instead, where its own cargo finds it up to date,
+    // and copied here. The lock keeps a concurrent build from copying a half-written file.
+    let shared = shared_ebpf_dir(&out_dir);
+    fs::create_dir_all(&shared)?;
+    let lock = fs::File::create(shared.join(".lock"))?;
+    lock.lock()?;
+    // SAFETY: a build script is one thread here; nothing reads the environment meanwhile.
+    unsafe { env::set_var("OUT_DIR", &shared) };
+    let built = aya_build::build_ebpf(
         [aya_build::Package {
             name: "monitor-ebpf",
             root_dir,
             ..Default::default()
         }],
         aya_build::Toolchain::default(),
-    )
+    );
+    // SAFETY: as above.
+    unsafe { env::set_var("OUT_DIR", &out_dir) };
+    built?;
+    fs::copy(shared.join("monitor-ebpf"), &object)?;
+    Ok(())
+}
+
+/// Where the eBPF object is built: `ebpf/` in cargo's target directory, the highest
+/// ancestor of OUT_DIR that cargo tagged as its own (`<target>/<triple>/` is tagged too);
+/// OUT_DIR itself when none is (a build outside a cargo target directory).
+fn shared_ebpf_dir(out_dir: &std::path::Path) -> PathBuf {
+    out_dir
+        .ancestors()
+        .skip(1)
+        .take(7)
+        .filter(|dir| dir.join("CACHEDIR.TAG").is_file())
+        .last()
+        .map_or_else(|| out_dir.to_path_buf(), |target| target.join("ebpf"))
 }
 
 /// Sets `MONITOR_REVISION` for the crate: the commit checked out (with `-dirty` when the
