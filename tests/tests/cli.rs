@@ -614,19 +614,19 @@ fn text_log_lines_in_a_file_have_no_colour() {
     );
 }
 
-/// A whole `/configz` answer in the shape a kubeadm 1.31 node serves: every one of its 78
-/// keys filled in, as the kubelet serves its defaults (written from the kubelet's v1beta1
-/// defaults and kubeadm's settings: no kubelet runs here to capture one from).
-/// check-config takes it with its thresholds and warns of exactly the keys that do
-/// something else here, each by name, and of nothing else.
+/// A whole `/configz` answer captured from a real node (kubelet 1.31 or later, kubeadm's
+/// layout, the systemd cgroup driver, cri-dockerd as its runtime; published with a
+/// node-audit tool's documentation, reindented here, not edited): 80 keys as the kubelet
+/// serves them. check-config takes it with its thresholds and warns of exactly the keys
+/// that do something else here, each by name, and of nothing else.
 #[test]
-fn check_config_of_a_whole_kubeadm_configz_warns_only_of_the_keys_that_change_meaning() {
+fn check_config_of_a_captured_configz_warns_only_of_the_keys_that_change_meaning() {
     // Embedded: the VM's guest has the test binaries, not the source tree.
     let dir = tempfile::tempdir().expect("tempdir");
-    let capture = dir.path().join("configz-kubeadm-1.31.json");
+    let capture = dir.path().join("configz-captured-1.31.json");
     std::fs::write(
         &capture,
-        include_str!("../fixtures/configz-kubeadm-1.31.json"),
+        include_str!("../fixtures/configz-captured-1.31.json"),
     )
     .expect("write the capture");
     let capture = capture.to_str().expect("utf-8");
@@ -649,7 +649,7 @@ fn check_config_of_a_whole_kubeadm_configz_warns_only_of_the_keys_that_change_me
     let mut warned: Vec<&str> = Vec::new();
     for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
         let key = line
-            .split_once("configz-kubeadm-1.31.json: ")
+            .split_once("configz-captured-1.31.json: ")
             .and_then(|(_, rest)| rest.split(':').next())
             .unwrap_or_else(|| panic!("a line that is no warning of a key: {line}\n{stderr}"));
         warned.push(key);
