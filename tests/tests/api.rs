@@ -742,6 +742,12 @@ fn a_real_prometheus_scrapes_openmetrics_and_a_plain_client_gets_the_text_format
     // A plain client: the text format, clean under promtool's linter.
     let (head, text) = http_get(metrics_port, "/metrics", "*/*").expect("GET /metrics");
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    // The answer depends on Accept, and says so to any cache between.
+    assert!(
+        head.lines()
+            .any(|line| line.eq_ignore_ascii_case("vary: accept")),
+        "{head}"
+    );
     assert!(!text.contains("# EOF"), "{text}");
     let mut lint = Command::new("promtool")
         .args(["check", "metrics"])

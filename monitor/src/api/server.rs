@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{ACCEPT, ALLOW, CONTENT_TYPE, HeaderValue};
+use hyper::header::{ACCEPT, ALLOW, CONTENT_TYPE, HeaderValue, VARY};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -399,6 +399,13 @@ fn handle(state: &SharedState, scope: Scope, request: &Request<Incoming>) -> Res
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(reply.content_type));
+    // `/metrics` answers by the Accept header (OpenMetrics or the text format): a cache
+    // between must not hand one scraper's format to another.
+    if request.uri().path() == "/metrics" {
+        response
+            .headers_mut()
+            .insert(VARY, HeaderValue::from_static("accept"));
+    }
     if reply.status == 405 {
         response
             .headers_mut()
