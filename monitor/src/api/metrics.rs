@@ -1,11 +1,11 @@
 //! `/metrics`: the agent's state in the Prometheus text exposition format 0.0.4
 //! (<https://prometheus.io/docs/instrumenting/exposition_formats/>), or in OpenMetrics
 //! 1.0 (<https://prometheus.io/docs/specs/om/open_metrics_spec/>) to a scraper whose
-//! `Accept` header asks for it, as Prometheus' does ([`Exposition::negotiate`]). One
-//! renderer writes both from the family table: they differ only in the names of the
-//! `# TYPE` and `# HELP` lines (OpenMetrics names a counter family without its `_total`
-//! and an info family without its `_info`), the `info` type, HELP escapes, the spelling of
-//! a bucket's `le` and the closing `# EOF`.
+//! `Accept` header asks for it, as Prometheus' does ([`Exposition::negotiate`]). Each
+//! scrape gathers the families of the table (`families.rs`) with their series into a
+//! [`Scrape`], and prometheus-client writes it in the format asked for: the formats'
+//! naming (OpenMetrics names a counter family without its `_total` and an info family
+//! without its `_info`), escapes, float spellings and OpenMetrics' `# EOF` are the crate's.
 //!
 //! Naming: every family is `monitor_` and a name, but for the `process_` families that
 //! every Prometheus client library exports, under their standard names ([`process`]).
@@ -29,6 +29,11 @@
 //! configured signal has) is left out, and so is a process metric /proc did not give.
 use std::collections::BTreeMap;
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{self, DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
 use crate::notify::{SourceState, WakeSource};
 use crate::policy::signal::Signal;
 use crate::policy::types::{NodeConditionType, Resource};
@@ -46,7 +51,7 @@ use families::*;
 use process::ProcessMetrics;
 
 /// The `Content-Type` of the text format 0.0.4.
-pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub const METRICS_CONTENT_TYPE: &str = encoding::prometheus_text::CONTENT_TYPE;
 /// The `Content-Type` of OpenMetrics 1.0.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -183,12 +188,12 @@ pub fn render_metrics_as(state: &AgentState, exposition: Exposition) -> String {
 
 /// [`render_metrics_as`] with the process metrics given.
 fn render(state: &AgentState, process: &ProcessMetrics, exposition: Exposition) -> String {
-    let mut out = Metrics::new(exposition);
+    let mut out = Scrape::default();
     let m = &state.metrics;
     let configured = || state.signals.iter().map(|s| s.signal.as_str());
 
     out.family(&BUILD_INFO);
-    out.sample(&[VERSION, REVISION], 1);
+    out.sample(&[VERSION, REVISION], 1u64);
 
     out.family(&EVICTIONS_TOTAL);
     for (signal, count) in with_known(configured(), &m.evictions) {
@@ -423,23 +428,25 @@ fn render(state: &AgentState, process: &ProcessMetrics, exposition: Exposition) 
     }
 
     // What could not be read is left out (its family too), not rendered as 0.
-    let count = |n: Option<u64>| n.map(|n| n.to_string());
-    let process_samples = [
+    let process_samples: [(&'static Family, Option<Value>); 6] = [
         (
             &PROCESS_CPU_SECONDS_TOTAL,
-            process.cpu_seconds.map(format_float),
+            process.cpu_seconds.map(Value::Float),
         ),
         (
             &PROCESS_RESIDENT_MEMORY_BYTES,
-            count(process.resident_bytes),
+            process.resident_bytes.map(Value::Count),
         ),
-        (&PROCESS_VIRTUAL_MEMORY_BYTES, count(process.virtual_bytes)),
+        (
+            &PROCESS_VIRTUAL_MEMORY_BYTES,
+            process.virtual_bytes.map(Value::Count),
+        ),
         (
             &PROCESS_START_TIME_SECONDS,
-            process.start_time_seconds.map(format_float),
+            process.start_time_seconds.map(Value::Float),
         ),
-        (&PROCESS_OPEN_FDS, count(process.open_fds)),
-        (&PROCESS_MAX_FDS, count(process.max_fds)),
+        (&PROCESS_OPEN_FDS, process.open_fds.map(Value::Count)),
+        (&PROCESS_MAX_FDS, process.max_fds.map(Value::Count)),
     ];
     for (family, value) in process_samples {
         out.family(family);
@@ -448,7 +455,7 @@ fn render(state: &AgentState, process: &ProcessMetrics, exposition: Exposition) 
         }
     }
 
-    out.finish()
+    out.encode(exposition)
 }
 
 /// Every state of a source: `monitor_source_state` has a series for each.
@@ -474,38 +481,68 @@ pub(crate) fn source_state(state: SourceState) -> &'static str {
     }
 }
 
-/// The text being built. Writing to a `String` cannot fail, so nothing here returns errors.
-struct Metrics {
-    exposition: Exposition,
-    text: String,
-    /// The family begun last: its samples carry its name.
-    family: Option<&'static Family>,
-    /// Where in [`FAMILIES`] the next family may be: they are begun in the table's order.
-    next: usize,
-    /// The HELP and TYPE lines of the family begun last, until its first sample: a family
-    /// without samples is left out.
-    header: Option<String>,
+/// A sample's value, as its family's type encodes it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Value {
+    Count(u64),
+    Int(i64),
+    Float(f64),
 }
 
-impl Metrics {
-    fn new(exposition: Exposition) -> Metrics {
-        Metrics {
-            exposition,
-            text: String::new(),
-            family: None,
-            next: 0,
-            header: None,
-        }
+impl From<u64> for Value {
+    fn from(v: u64) -> Value {
+        Value::Count(v)
     }
+}
 
-    /// The text, with OpenMetrics' closing line.
-    fn finish(mut self) -> String {
-        if self.exposition == Exposition::OpenMetrics {
-            self.text += "# EOF\n";
-        }
-        self.text
+impl From<u8> for Value {
+    fn from(v: u8) -> Value {
+        Value::Count(u64::from(v))
     }
+}
 
+impl From<i64> for Value {
+    fn from(v: i64) -> Value {
+        Value::Int(v)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(v: f64) -> Value {
+        Value::Float(v)
+    }
+}
+
+/// Label names and values of one series, in its family's order.
+type Labels = Vec<(&'static str, String)>;
+
+/// One series of a family.
+#[derive(Debug)]
+enum Series {
+    Sample {
+        labels: Labels,
+        value: Value,
+    },
+    /// Buckets as (upper bound, count in that bucket alone), ending with `+Inf`.
+    Histogram {
+        labels: Labels,
+        buckets: Vec<(f64, u64)>,
+        sum: f64,
+        count: u64,
+    },
+}
+
+/// One scrape's families and their series, in the order of [`FAMILIES`]. `render` fills
+/// it; prometheus-client writes it in the format asked for, as a collector of a registry
+/// made for the scrape. Adding cannot fail, so nothing here returns errors.
+#[derive(Debug, Default)]
+struct Scrape {
+    families: Vec<(&'static Family, Vec<Series>)>,
+    /// Where in [`FAMILIES`] the next family may be: they are begun in the table's order.
+    next: usize,
+}
+
+impl Scrape {
     fn family(&mut self, family: &'static Family) {
         let at = FAMILIES
             .get(self.next..)
@@ -516,78 +553,46 @@ impl Metrics {
             family.name
         );
         self.next += at.map_or(0, |at| at + 1);
-        self.header = Some(match self.exposition {
-            Exposition::Text => format!(
-                "# HELP {name} {}\n# TYPE {name} {}\n",
-                escape_help(family.help),
-                family.kind.as_str(),
-                name = family.name,
-            ),
-            Exposition::OpenMetrics => {
-                // The family is named without the suffix its samples carry.
-                let (name, kind) = match family.kind {
-                    FamilyType::Counter => (family.name.strip_suffix("_total"), "counter"),
-                    FamilyType::Info => (family.name.strip_suffix("_info"), "info"),
-                    FamilyType::Gauge => (Some(family.name), "gauge"),
-                    FamilyType::Histogram(_) => (Some(family.name), "histogram"),
-                };
-                let name = name.unwrap_or(family.name);
-                format!(
-                    "# TYPE {name} {kind}\n# HELP {name} {}\n",
-                    escape_label_value(family.help)
-                )
-            }
-        });
-        self.family = Some(family);
+        self.families.push((family, Vec::new()));
     }
 
-    /// The family begun last; rendering a sample before any is a bug of this file.
-    fn current(&self) -> &'static Family {
-        self.family
-            .expect("a sample belongs to the family begun before it")
+    /// The family begun last and its series; adding a series before any family is a
+    /// bug of this file.
+    fn current(&mut self) -> (&'static Family, &mut Vec<Series>) {
+        let (family, series) = self
+            .families
+            .last_mut()
+            .expect("a sample belongs to the family begun before it");
+        (family, series)
     }
 
     /// A sample of the current family, with the values of its labels (in its entry's
     /// order).
-    fn sample(&mut self, values: &[&str], value: impl std::fmt::Display) {
-        let family = self.current();
+    fn sample(&mut self, values: &[&str], value: impl Into<Value>) {
+        let (family, series) = self.current();
         debug_assert!(
             !matches!(family.kind, FamilyType::Histogram(_)),
             "{}",
             family.name
         );
-        let labels = named(family, values);
-        self.line(family.name, "", &labels, value);
+        series.push(Series::Sample {
+            labels: named(family, values),
+            value: value.into(),
+        });
     }
 
-    fn line(
-        &mut self,
-        name: &str,
-        suffix: &str,
-        labels: &[(&str, &str)],
-        value: impl std::fmt::Display,
-    ) {
-        if let Some(header) = self.header.take() {
-            self.text += &header;
-        }
-        self.text += &format!("{name}{suffix}{} {value}\n", label_set(labels));
-    }
-
-    /// One series of the current histogram family: `_bucket{le}` lines (cumulative, ending
-    /// with `+Inf`), `_sum` and `_count`.
+    /// One series of the current histogram family.
     ///
     /// The state's histograms come from [`Histogram::observe`] and are already cumulative;
     /// this still sorts the bounds and keeps counts monotone so that any value in the state
     /// renders as a valid histogram (a scrape that fails to parse loses every metric).
     fn histogram(&mut self, values: &[&str], h: &Histogram) {
-        let family = self.current();
+        let (family, series) = self.current();
         debug_assert!(
             matches!(family.kind, FamilyType::Histogram(_)),
             "{}",
             family.name
         );
-        let name = family.name;
-        let labels = &named(family, values)[..];
         let mut bounds: Vec<(f64, u64)> = h
             .buckets
             .iter()
@@ -602,28 +607,106 @@ impl Metrics {
             }
             same
         });
-        let mut running = 0u64;
-        for (bound, count) in bounds {
-            running = running.max(count);
-            let le = match self.exposition {
-                Exposition::Text => format_float(bound),
-                Exposition::OpenMetrics => canonical_float(bound),
-            };
-            let mut with_le = labels.to_vec();
-            with_le.push(("le", &le));
-            self.line(name, "_bucket", &with_le, running);
+        // Cumulative counts made monotone, then each bucket's own share, which is what
+        // the encoder adds up again.
+        let (mut running, mut buckets) = (0u64, Vec::with_capacity(bounds.len()));
+        for (bound, cumulative) in bounds {
+            let before = running;
+            running = running.max(cumulative);
+            buckets.push((bound, running - before));
         }
-        let total = h.count.max(running);
-        let mut with_le = labels.to_vec();
-        with_le.push(("le", "+Inf"));
-        self.line(name, "_bucket", &with_le, total);
-        self.line(name, "_sum", labels, format_float(h.sum));
-        self.line(name, "_count", labels, total);
+        let count = h.count.max(running);
+        // `+Inf` last, holding the rest: the OpenMetrics encoder writes only the buckets
+        // it is given, and the text format's adds none once it sees one.
+        buckets.push((f64::INFINITY, count - running));
+        series.push(Series::Histogram {
+            labels: named(family, values),
+            buckets,
+            sum: h.sum,
+            count,
+        });
+    }
+
+    /// The scrape in `exposition`'s format, written by prometheus-client.
+    fn encode(self, exposition: Exposition) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut text = String::new();
+        let written = match exposition {
+            Exposition::Text => encoding::prometheus_text::encode(&mut text, &registry),
+            Exposition::OpenMetrics => encoding::text::encode(&mut text, &registry),
+        };
+        // Writing into a String does not fail, and the collector itself returns only
+        // the writer's errors.
+        debug_assert!(written.is_ok(), "{written:?}");
+        text
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for (family, series) in &self.families {
+            // A family with no series is left out, its HELP and TYPE too.
+            if series.is_empty() {
+                continue;
+            }
+            // The encoder names the samples: a counter's with `_total` and an info's
+            // with `_info`, in both formats (OpenMetrics names the family without them).
+            let (name, kind) = match family.kind {
+                FamilyType::Counter => (
+                    family.name.strip_suffix("_total").unwrap_or(family.name),
+                    MetricType::Counter,
+                ),
+                FamilyType::Info => (
+                    family.name.strip_suffix("_info").unwrap_or(family.name),
+                    MetricType::Info,
+                ),
+                FamilyType::Gauge => (family.name, MetricType::Gauge),
+                FamilyType::Histogram(_) => (family.name, MetricType::Histogram),
+            };
+            let mut metric = encoder.encode_descriptor(name, family.help, None, kind)?;
+            for one in series {
+                match one {
+                    Series::Sample { labels, .. } if family.kind == FamilyType::Info => {
+                        metric.encode_info(labels)?;
+                    }
+                    Series::Sample { labels, value } => {
+                        let mut sample = metric.encode_family(labels)?;
+                        match (family.kind, *value) {
+                            (FamilyType::Counter, Value::Count(v)) => {
+                                sample.encode_counter::<NoLabelSet, u64, u64>(&v, None)?;
+                            }
+                            (FamilyType::Counter, Value::Int(v)) => {
+                                let v = u64::try_from(v).unwrap_or(0);
+                                sample.encode_counter::<NoLabelSet, u64, u64>(&v, None)?;
+                            }
+                            (FamilyType::Counter, Value::Float(v)) => {
+                                sample.encode_counter::<NoLabelSet, f64, f64>(&v, None)?;
+                            }
+                            (_, Value::Count(v)) => sample.encode_gauge(&v)?,
+                            (_, Value::Int(v)) => sample.encode_gauge(&v)?,
+                            (_, Value::Float(v)) => sample.encode_gauge(&v)?,
+                        }
+                    }
+                    Series::Histogram {
+                        labels,
+                        buckets,
+                        sum,
+                        count,
+                    } => {
+                        metric
+                            .encode_family(labels)?
+                            .encode_histogram::<NoLabelSet>(*sum, *count, buckets, None)?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
 /// The label values of a sample paired with the label names of its family.
-fn named<'a>(family: &Family, values: &[&'a str]) -> Vec<(&'static str, &'a str)> {
+fn named(family: &Family, values: &[&str]) -> Labels {
     debug_assert_eq!(
         family.labels.len(),
         values.len(),
@@ -635,79 +718,8 @@ fn named<'a>(family: &Family, values: &[&'a str]) -> Vec<(&'static str, &'a str)
         .labels
         .iter()
         .copied()
-        .zip(values.iter().copied())
+        .zip(values.iter().map(|v| (*v).to_string()))
         .collect()
-}
-
-/// `{a="x",b="y"}`, or nothing without labels.
-fn label_set(labels: &[(&str, &str)]) -> String {
-    if labels.is_empty() {
-        return String::new();
-    }
-    let pairs: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape_label_value(v)))
-        .collect();
-    format!("{{{}}}", pairs.join(","))
-}
-
-/// Label values escape backslash, double quote and line feed (and nothing else).
-fn escape_label_value(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// HELP text escapes backslash and line feed.
-fn escape_help(help: &str) -> String {
-    help.replace('\\', "\\\\").replace('\n', "\\n")
-}
-
-/// Floats as the format spells them: `+Inf`, `-Inf`, `NaN`, else the shortest decimal that
-/// reads back the same.
-pub(crate) fn format_float(value: f64) -> String {
-    if value.is_nan() {
-        "NaN".into()
-    } else if value == f64::INFINITY {
-        "+Inf".into()
-    } else if value == f64::NEG_INFINITY {
-        "-Inf".into()
-    } else {
-        format!("{value}")
-    }
-}
-
-/// A float as OpenMetrics spells a bucket bound canonically (as Go's `strconv` and the
-/// reference parsers do): always with a fraction or an exponent, the exponent signed and
-/// of at least two digits, below 1e-4 and from 1e21 on in exponent form ("0.001",
-/// "1.0", "2.5e-05").
-pub(crate) fn canonical_float(value: f64) -> String {
-    if !value.is_finite() {
-        return format_float(value);
-    }
-    let magnitude = value.abs();
-    if magnitude != 0.0 && !(1e-4..1e21).contains(&magnitude) {
-        let text = format!("{value:e}");
-        let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
-        let (sign, digits) = match exponent.strip_prefix('-') {
-            Some(digits) => ('-', digits),
-            None => ('+', exponent),
-        };
-        return format!("{mantissa}e{sign}{digits:0>2}");
-    }
-    let text = format!("{value}");
-    if text.contains('.') {
-        text
-    } else {
-        format!("{text}.0")
-    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub(super) enum FamilyType {
 
 impl FamilyType {
     /// As the text format 0.0.4's `# TYPE` line spells it.
+    #[cfg(test)]
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             FamilyType::Counter => "counter",
