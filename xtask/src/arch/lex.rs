@@ -1,5 +1,6 @@
 //! A lexical reading of Rust source: tokens without comments, string literals as single
 //! tokens, and the items under `#[cfg(test)]` taken out.
+use proc_macro2::{Delimiter, LexError, Spacing, TokenStream, TokenTree};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Tok {
@@ -37,138 +38,74 @@ pub(super) fn is_path_sep(t: Option<&Token>) -> bool {
     )
 }
 
-/// Splits Rust source into tokens, dropping comments (doc comments too) and keeping
-/// string literals as single [`Tok::Str`] tokens, so that text inside either can never
-/// look like a path.
-pub(super) fn tokenize(src: &str) -> Vec<Token> {
-    let c: Vec<char> = src.chars().collect();
-    let at = |i: usize| c.get(i).copied();
+/// Splits Rust source into tokens with proc-macro2's lexer (the compiler's rules for
+/// comments, strings, raw strings, chars and lifetimes), flattened: a group becomes its
+/// opening bracket, its tokens and its closing bracket; comments are gone (doc comments
+/// become `#[doc = "..."]` attributes, whose text is a string token) and a string literal
+/// is one [`Tok::Str`], so text inside either can never look like a path. Source that
+/// does not lex (an unclosed string or bracket) is an error.
+pub(super) fn tokenize(src: &str) -> Result<Vec<Token>, String> {
+    let stream: TokenStream = src.parse().map_err(|e: LexError| e.to_string())?;
     let mut out = Vec::new();
-    let mut line = 1;
-    let mut i = 0;
-    // Skips to the end of a literal, counting the lines it spans.
-    let skip_to = |i: &mut usize, end: usize, line: &mut usize| {
-        *line += c[*i..end.min(c.len())]
-            .iter()
-            .filter(|&&ch| ch == '\n')
-            .count();
-        *i = end;
-    };
-    while let Some(ch) = at(i) {
-        let start_line = line;
-        let mut push = |tok| {
-            out.push(Token {
-                tok,
-                line: start_line,
-            })
-        };
-        if ch == '\n' {
-            line += 1;
-            i += 1;
-        } else if ch.is_whitespace() {
-            i += 1;
-        } else if ch == '/' && at(i + 1) == Some('/') {
-            while at(i).is_some_and(|ch| ch != '\n') {
-                i += 1;
-            }
-        } else if ch == '/' && at(i + 1) == Some('*') {
-            // Block comments nest.
-            let (mut depth, mut j) = (0, i);
-            while j < c.len() {
-                if c[j] == '/' && at(j + 1) == Some('*') {
-                    depth += 1;
-                    j += 2;
-                } else if c[j] == '*' && at(j + 1) == Some('/') {
-                    depth -= 1;
-                    j += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    j += 1;
-                }
-            }
-            skip_to(&mut i, j, &mut line);
-        } else if ch == '"' {
-            let end = string_end(&c, i + 1);
-            push(Tok::Str(
-                c[i + 1..end.saturating_sub(1).max(i + 1)].iter().collect(),
-            ));
-            skip_to(&mut i, end, &mut line);
-        } else if ch == '\'' {
-            // A char literal ('x', '\n', '\u{7f}'), or else a lifetime or label ('a).
-            if at(i + 1) == Some('\\') {
-                let mut j = i + 3;
-                while at(j).is_some_and(|ch| ch != '\'') {
-                    j += 1;
-                }
-                push(Tok::Literal);
-                skip_to(&mut i, j + 1, &mut line);
-            } else if at(i + 2) == Some('\'') {
-                push(Tok::Literal);
-                i += 3;
-            } else {
-                push(Tok::Punct('\''));
-                i += 1;
-            }
-        } else if ch.is_alphabetic() || ch == '_' {
-            let mut j = i;
-            while at(j).is_some_and(|ch| ch.is_alphanumeric() || ch == '_') {
-                j += 1;
-            }
-            let word: String = c[i..j].iter().collect();
-            let hashes = (j..).take_while(|&k| at(k) == Some('#')).count();
-            let raw_prefix = matches!(word.as_str(), "r" | "br" | "cr");
-            if raw_prefix && at(j + hashes) == Some('"') {
-                // r"..." / r#"..."#: ends at a quote followed by as many hashes.
-                let body = j + hashes + 1;
-                let close = (body..c.len())
-                    .find(|&k| c[k] == '"' && (1..=hashes).all(|h| at(k + h) == Some('#')));
-                let close = close.unwrap_or(c.len());
-                push(Tok::Str(c[body..close].iter().collect()));
-                skip_to(&mut i, close + 1 + hashes, &mut line);
-            } else if word == "r" && hashes == 1 {
-                // A raw identifier (r#type): the identifier is what follows.
-                i = j + 1;
-            } else if matches!(word.as_str(), "b" | "c") && matches!(at(j), Some('"' | '\'')) {
-                // b"..", c"..", b'x': the literal is lexed next.
-                i = j;
-            } else {
-                push(Tok::Ident(word));
-                i = j;
-            }
-        } else if ch.is_ascii_digit() {
-            let mut j = i;
-            while at(j).is_some_and(|ch| {
-                ch.is_alphanumeric()
-                    || ch == '_'
-                    || (ch == '.' && at(j + 1).is_some_and(|d| d.is_ascii_digit()))
-            }) {
-                j += 1;
-            }
-            push(Tok::Literal);
-            i = j;
-        } else if ch == ':' && at(i + 1) == Some(':') {
-            push(Tok::PathSep);
-            i += 2;
-        } else {
-            push(Tok::Punct(ch));
-            i += 1;
-        }
-    }
-    out
+    flatten(stream, &mut out);
+    Ok(out)
 }
 
-/// The index just past the closing quote of a string whose contents start at `i`.
-pub(super) fn string_end(c: &[char], mut i: usize) -> usize {
-    while i < c.len() {
-        match c[i] {
-            '\\' => i += 2,
-            '"' => return i + 1,
-            _ => i += 1,
-        }
+fn flatten(stream: TokenStream, out: &mut Vec<Token>) {
+    let mut trees = stream.into_iter().peekable();
+    while let Some(tree) = trees.next() {
+        let line = tree.span().start().line;
+        let tok = match tree {
+            TokenTree::Group(group) => {
+                let (open, close) = match group.delimiter() {
+                    Delimiter::Parenthesis => ('(', ')'),
+                    Delimiter::Brace => ('{', '}'),
+                    Delimiter::Bracket => ('[', ']'),
+                    Delimiter::None => {
+                        flatten(group.stream(), out);
+                        continue;
+                    }
+                };
+                out.push(Token {
+                    tok: Tok::Punct(open),
+                    line: group.span_open().start().line,
+                });
+                flatten(group.stream(), out);
+                out.push(Token {
+                    tok: Tok::Punct(close),
+                    line: group.span_close().start().line,
+                });
+                continue;
+            }
+            // A raw identifier (r#type) is the identifier itself.
+            TokenTree::Ident(ident) => {
+                Tok::Ident(ident.to_string().trim_start_matches("r#").into())
+            }
+            TokenTree::Punct(punct)
+                if punct.as_char() == ':'
+                    && punct.spacing() == Spacing::Joint
+                    && matches!(trees.peek(), Some(TokenTree::Punct(next)) if next.as_char() == ':') =>
+            {
+                trees.next();
+                Tok::PathSep
+            }
+            TokenTree::Punct(punct) => Tok::Punct(punct.as_char()),
+            TokenTree::Literal(literal) => string_contents(&literal.to_string())
+                .map_or(Tok::Literal, |text| Tok::Str(text.to_string())),
+        };
+        out.push(Token { tok, line });
     }
-    c.len()
+}
+
+/// The contents of a string literal as written (`"a"`, `r#"a"#`), escapes left as they
+/// are; `None` for any other literal.
+fn string_contents(literal: &str) -> Option<&str> {
+    let raw = literal.strip_prefix('r').unwrap_or(literal);
+    let hashes = raw.len() - raw.trim_start_matches('#').len();
+    raw[hashes..]
+        .strip_prefix('"')?
+        .strip_suffix(&"#".repeat(hashes))?
+        .strip_suffix('"')
 }
 
 /// A module declared `#[cfg(test)] mod name;`: its file is test code.
@@ -191,8 +128,8 @@ pub(super) struct Lexed {
 /// Tokenizes a file and drops every item under `#[cfg(test)]`: inline test modules,
 /// test helpers, `mod tests;` declarations (noted in [`Lexed::test_modules`]). The code
 /// after a test module is kept.
-pub(super) fn lex(src: &str) -> Lexed {
-    let tokens = tokenize(src);
+pub(super) fn lex(src: &str) -> Result<Lexed, String> {
+    let tokens = tokenize(src)?;
     let mut lexed = Lexed::default();
     let mut i = 0;
     while i < tokens.len() {
@@ -207,10 +144,10 @@ pub(super) fn lex(src: &str) -> Lexed {
             continue;
         }
         if is_inner {
-            return Lexed {
+            return Ok(Lexed {
                 all_test: true,
                 ..Lexed::default()
-            };
+            });
         }
         // The item's other attributes, then the item.
         let mut item = after;
@@ -230,7 +167,7 @@ pub(super) fn lex(src: &str) -> Lexed {
         }
         i = item_end(&tokens, item);
     }
-    lexed
+    Ok(lexed)
 }
 
 /// An attribute starting at `i` (`#[...]` or `#![...]`): the index after it, its inside,

@@ -9,10 +9,10 @@
 //! crate depends on nothing that does, and `monitor/policy/clippy.toml` forbids the
 //! filesystem, the environment and the clocks.)
 //!
-//! The reading is lexical, not a Rust parser: comments and string literals are dropped,
-//! `#[cfg(test)]` items and test files are skipped, then `use` trees and inline
-//! `crate::` / `super::` / `self::` / `child_module::` paths are collected and resolved to
-//! the module (file) they name.
+//! The reading is lexical (proc-macro2's lexer), not a parse: comments and string
+//! literals are dropped, `#[cfg(test)]` items and test files are skipped, then `use` trees
+//! and inline `crate::` / `super::` / `self::` / `child_module::` paths (macro arguments
+//! included) are collected and resolved to the module (file) they name.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -109,7 +109,7 @@ pub fn check(workspace: &Path) -> Result<Report> {
     let mut report = Report::default();
     for (dir, layered) in CRATES {
         let files = read_tree(&workspace.join(dir))?;
-        report.merge(check_tree(&files, dir, layered));
+        report.merge(check_tree(&files, dir, layered).map_err(|e| anyhow::anyhow!("{dir}/{e}"))?);
     }
     Ok(report)
 }
@@ -197,8 +197,13 @@ fn plural(n: usize, what: &str) -> String {
 /// The check over an in-memory tree: file paths relative to the crate's `src` (with `/`),
 /// shown in findings as `{shown_dir}/{path}`; the children of each of `layered` are
 /// checked among themselves too.
-pub fn check_tree(files: &BTreeMap<String, String>, shown_dir: &str, layered: &[&str]) -> Report {
-    let sources = analyse_files(files);
+/// A file that does not lex is an error naming it.
+pub fn check_tree(
+    files: &BTreeMap<String, String>,
+    shown_dir: &str,
+    layered: &[&str],
+) -> Result<Report, String> {
+    let sources = analyse_files(files)?;
     let known: BTreeSet<Module> = sources.iter().map(|s| s.module.clone()).collect();
 
     // Every reference that leaves its module, in file then line order (so the evidence
@@ -232,11 +237,11 @@ pub fn check_tree(files: &BTreeMap<String, String>, shown_dir: &str, layered: &[
         circles.extend(circles_of(&graph_of(&refs, |m| child_of(parent, m))));
     }
 
-    Report {
+    Ok(Report {
         modules: known.len(),
         edges: edges.len(),
         units: units.into_iter().collect(),
         layered,
         circles,
-    }
+    })
 }

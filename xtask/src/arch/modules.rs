@@ -60,8 +60,11 @@ pub(super) struct Source {
 
 /// Reads every file, leaving out test files: by name, `#![cfg(test)]`, and the files of
 /// modules declared `#[cfg(test)] mod x;` (with their own submodules).
-pub(super) fn analyse_files(files: &BTreeMap<String, String>) -> Vec<Source> {
-    let lexed: BTreeMap<&String, Lexed> = files.iter().map(|(f, text)| (f, lex(text))).collect();
+pub(super) fn analyse_files(files: &BTreeMap<String, String>) -> Result<Vec<Source>, String> {
+    let lexed = files
+        .iter()
+        .map(|(f, text)| Ok((f, lex(text).map_err(|e| format!("{f}: {e}"))?)))
+        .collect::<Result<BTreeMap<&String, Lexed>, String>>()?;
     let mut test_modules: BTreeSet<Module> = BTreeSet::new();
     let mut test_files: BTreeSet<String> = BTreeSet::new();
     for (file, lexed) in &lexed {
@@ -79,7 +82,7 @@ pub(super) fn analyse_files(files: &BTreeMap<String, String>) -> Vec<Source> {
             };
         }
     }
-    lexed
+    Ok(lexed
         .into_iter()
         .filter_map(|(file, lexed)| {
             let module = module_of_file(file);
@@ -103,7 +106,7 @@ pub(super) fn analyse_files(files: &BTreeMap<String, String>) -> Vec<Source> {
                 paths,
             })
         })
-        .collect()
+        .collect())
 }
 
 /// A path as written (a grouped `use` expanded to one path per leaf), and its line.

@@ -13,7 +13,7 @@ fn tree(files: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 fn check(files: &[(&str, &str)]) -> Report {
-    check_tree(&tree(files), "src", &["policy", "runtime"])
+    check_tree(&tree(files), "src", &["policy", "runtime"]).expect("every file lexes")
 }
 
 fn module(path: &str) -> Module {
@@ -26,7 +26,7 @@ fn module(path: &str) -> Module {
 /// Where the non-test code of one file points, as module names.
 fn targets(from: &str, text: &str, known: &[&str]) -> BTreeSet<String> {
     let known: BTreeSet<Module> = known.iter().map(|m| module(m)).collect();
-    let lexed = lex(text);
+    let lexed = lex(text).expect("lexes");
     let (uses, inline) = collect_paths(&lexed.code);
     uses.into_iter()
         .flat_map(|u| u.leaves)
@@ -171,7 +171,8 @@ fn children_of_an_unlisted_unit_are_not_checked() {
 
 #[test]
 fn grouped_use_trees_are_expanded() {
-    let lexed = lex("use crate::{a::{b, c as see}, d::E, f::{self, *}};\nuse super::g::H;\n");
+    let lexed = lex("use crate::{a::{b, c as see}, d::E, f::{self, *}};\nuse super::g::H;\n")
+        .expect("lexes");
     let (uses, inline) = collect_paths(&lexed.code);
     let leaves: Vec<String> = uses
         .iter()
@@ -194,7 +195,8 @@ fn grouped_use_trees_are_expanded() {
 
 #[test]
 fn a_multi_line_use_reports_each_leafs_line() {
-    let lexed = lex("use crate::policy::eviction::{\n    decide,\n    Input,\n};\n");
+    let lexed =
+        lex("use crate::policy::eviction::{\n    decide,\n    Input,\n};\n").expect("lexes");
     let (uses, _) = collect_paths(&lexed.code);
     let lines: Vec<usize> = uses[0].leaves.iter().map(|l| l.line).collect();
     assert_eq!(lines, [2, 3]);
@@ -351,4 +353,11 @@ fn test_files_are_skipped() {
 #[case("config/kubelet/mod.rs", "config::kubelet")]
 fn files_map_to_modules(#[case] file: &str, #[case] expected: &str) {
     assert_eq!(module_name(&module_of_file(file)), expected);
+}
+
+#[test]
+fn a_file_that_does_not_lex_is_an_error_naming_it() {
+    let files = tree(&[("lib.rs", "mod a;\n"), ("a.rs", "fn f() { \"never closed")]);
+    let error = check_tree(&files, "src", &[]).expect_err("an unclosed string");
+    assert!(error.starts_with("a.rs: "), "{error}");
 }
