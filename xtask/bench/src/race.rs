@@ -237,10 +237,17 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     let log = std::fs::read_to_string(&log_path)
         .with_context(|| format!("reading {}", log_path.display()))?;
     // With the probe, its records alone (crossing, and the agent's SIGKILL); without it,
-    // the agent's own detector's.
-    let kernel_log = match probe {
-        Some(probe) => probe.output(),
-        None => log.clone(),
+    // the agent's own detector's on the pods race. The node race has none: the node's
+    // signal is no cgroup's working set, and the agent's records there are of levels it
+    // derived on the pods cgroup (early, relief and hard alike), whose first one is not
+    // the node's crossing. (Deriving the probe's level the same way was tried: against
+    // the /proc/meminfo sampler it was off by tens of milliseconds either way under
+    // emulation; the node's free-page count, which moves in per-CPU batches, is the
+    // likely cause.)
+    let kernel_log = match (probe, setup.level) {
+        (Some(probe), _) => probe.output(),
+        (None, Level::Pods) => log.clone(),
+        (None, Level::Node) => String::new(),
     };
     drop(guard);
     if ended_ns.is_none() {
