@@ -90,6 +90,14 @@ impl Level {
     fn usage_now(&self) -> Option<u64> {
         self.cgroup.usage_bytes("").ok()
     }
+
+    /// The same level, its files read through `files`.
+    fn reading_through(&self, files: Arc<OpenFiles>) -> Level {
+        Level {
+            cgroup: self.cgroup.clone().keeping_open(files),
+            ..self.clone()
+        }
+    }
 }
 
 /// A level found reached, with the working set that reached it.
