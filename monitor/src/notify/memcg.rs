@@ -175,7 +175,7 @@ pub(crate) fn spawn(
     let armed: Arc<Mutex<HashMap<u64, ThresholdSpec>>> = Arc::default();
     // Early thresholds only serve the hot path.
     let margin = if hook.is_some() { early_margin() } else { 0 };
-    let mut waiter = realtime::Waiter::start(WAITER_THREAD, realtime::PRIORITY, {
+    let mut waiter = realtime::Waiter::start(WAITER_THREAD, Some(realtime::PRIORITY), {
         let armed = armed.clone();
         let hook = hook.clone();
         let wakes = wakes.clone();

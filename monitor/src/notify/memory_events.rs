@@ -31,7 +31,7 @@ pub(crate) fn spawn(
     // The thread owns the instance and reads it; epoll watches a duplicate descriptor.
     let polled = inotify.as_fd().try_clone_to_owned()?;
     let watched: Arc<Mutex<HashMap<WatchDescriptor, PathBuf>>> = Arc::default();
-    let mut waiter = realtime::Waiter::start(WAITER_THREAD, realtime::PRIORITY, {
+    let mut waiter = realtime::Waiter::start(WAITER_THREAD, Some(realtime::PRIORITY), {
         let watched = watched.clone();
         let mut buffer = vec![0u8; 4096];
         move |_| loop {

@@ -51,11 +51,12 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    /// Starts the thread `name`. `ready(key)` runs on it for every ready descriptor;
+    /// Starts the thread `name`, at SCHED_FIFO `priority` where the kernel permits it
+    /// (`None`: SCHED_OTHER). `ready(key)` runs on it for every ready descriptor;
     /// returning false ends the thread (a descriptor failed for good).
     pub(crate) fn start(
         name: &str,
-        priority: i32,
+        priority: Option<i32>,
         mut ready: impl FnMut(u64) -> bool + Send + 'static,
     ) -> std::io::Result<Waiter> {
         let epoll = Arc::new(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?);
@@ -66,7 +67,10 @@ impl Waiter {
         let thread = std::thread::Builder::new().name(name.into()).spawn({
             let epoll = epoll.clone();
             move || {
-                let _ = scheduled_tx.send(realtime_priority(priority));
+                let _ = scheduled_tx.send(match priority {
+                    Some(priority) => realtime_priority(priority),
+                    None => "SCHED_OTHER (no real-time priority asked)".to_string(),
+                });
                 let _ended = ended_tx;
                 let mut events = [EpollEvent::empty(); 16];
                 loop {
@@ -200,7 +204,7 @@ mod tests {
     #[test]
     fn each_ready_descriptor_is_told_by_key_and_the_thread_stops_on_drop() {
         let (tx, rx) = mpsc::channel();
-        let waiter = Waiter::start("monitor-test-waiter", PRIORITY, move |key| {
+        let waiter = Waiter::start("monitor-test-waiter", Some(PRIORITY), move |key| {
             let _ = tx.send(key);
             true
         })
@@ -227,9 +231,39 @@ mod tests {
         );
     }
 
+    /// The policy the waiter's thread runs under, read on the thread itself.
+    fn policy_of_a_waiter(priority: Option<i32>) -> (libc::c_int, String) {
+        let (tx, rx) = mpsc::channel();
+        let waiter = Waiter::start("monitor-test-waiter", priority, move |_| {
+            // SAFETY: sched_getscheduler(0) reads the calling thread's policy.
+            let _ = tx.send(unsafe { libc::sched_getscheduler(0) });
+            false
+        })
+        .expect("waiter");
+        let fd = EventFd::from_value_and_flags(1, EfdFlags::EFD_NONBLOCK).expect("eventfd");
+        waiter.watch(fd.as_fd(), 1, Trigger::Level).expect("watch");
+        let policy = rx.recv_timeout(Duration::from_secs(5)).expect("told");
+        (policy, waiter.scheduling.clone())
+    }
+
+    #[test]
+    fn a_waiter_runs_at_the_priority_asked_or_says_it_does_not() {
+        let (policy, said) = policy_of_a_waiter(None);
+        assert_eq!(policy, libc::SCHED_OTHER, "{said}");
+        assert!(said.starts_with("SCHED_OTHER"), "{said}");
+        // Real time where permitted (root, or an RLIMIT_RTPRIO), and said either way.
+        let (policy, said) = policy_of_a_waiter(Some(PRIORITY));
+        assert_eq!(
+            policy == libc::SCHED_FIFO,
+            said.starts_with("SCHED_FIFO"),
+            "{said}"
+        );
+    }
+
     #[tokio::test]
     async fn a_callback_that_gives_up_ends_the_thread() {
-        let mut waiter = Waiter::start("monitor-test-waiter", PRIORITY, |_| false).expect("waiter");
+        let mut waiter =
+            Waiter::start("monitor-test-waiter", Some(PRIORITY), |_| false).expect("waiter");
         let fd = EventFd::from_value_and_flags(1, EfdFlags::EFD_NONBLOCK).expect("eventfd");
         waiter.watch(fd.as_fd(), 1, Trigger::Level).expect("watch");
         tokio::time::timeout(Duration::from_secs(5), waiter.ended())

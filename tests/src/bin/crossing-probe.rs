@@ -70,6 +70,9 @@ async fn main() {
         kills_by: Some(agent),
         sample_every_charge: 1,
         sample_every_lruvec: 1,
+        // Its stamps are the kernel's: its reader needs no haste, and at real-time
+        // priority it would take the CPU from the agent it measures.
+        ring_priority: None,
         ..EbpfSettings::default()
     };
     let source = ebpf::start(&settings, wakes, None).unwrap_or_else(|err| {

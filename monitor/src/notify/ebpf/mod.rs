@@ -104,6 +104,11 @@ pub struct EbpfSettings {
     /// Where the pods cgroup sits in the cgroup v2 hierarchy: memcg reclaim records of
     /// tasks neither in its tree nor on its path are dropped in the kernel. `None`: kept.
     pub pods_path: Option<PodsPath>,
+    /// The ring reader's SCHED_FIFO priority; `None`: it stays SCHED_OTHER. The
+    /// benchmark's crossing probe takes `None`: its records carry kernel stamps, so it
+    /// needs no haste, and at real-time priority its reader took the CPU from the agent's
+    /// watch it measures (about 45 µs at each record, several per race).
+    pub ring_priority: Option<i32>,
 }
 
 impl Default for EbpfSettings {
@@ -117,6 +122,7 @@ impl Default for EbpfSettings {
             ring_bytes: monitor_common::EVENTS_RING_BYTES,
             kills_by: None,
             pods_path: None,
+            ring_priority: Some(realtime::RING_PRIORITY),
         }
     }
 }
@@ -298,8 +304,9 @@ pub fn start(
         Ok((detector, _)) => detector.early_margin_cell(),
         Err(_) => Arc::default(),
     };
-    let (consumer, polled) = spawn_consumer(ring, wakes, hook, early_margin)
-        .map_err(|e| EbpfError::RingBuf(format!("starting its consumer thread: {e}")))?;
+    let (consumer, polled) =
+        spawn_consumer(ring, wakes, hook, early_margin, settings.ring_priority)
+            .map_err(|e| EbpfError::RingBuf(format!("starting its consumer thread: {e}")))?;
     let mut detail = match &detector {
         Ok((detector, refused)) => {
             let every = match detector.attach {
@@ -443,13 +450,14 @@ fn spawn_consumer(
     wakes: WakeSender,
     hook: Hook,
     early_margin: Arc<AtomicU64>,
+    priority: Option<i32>,
 ) -> std::io::Result<(realtime::Waiter, OwnedFd)> {
     let polled = ring.as_fd().try_clone_to_owned()?;
     let mut reader = Drain {
         early_margin,
         ..Drain::default()
     };
-    let waiter = realtime::Waiter::start(CONSUMER_THREAD, realtime::RING_PRIORITY, move |_| {
+    let waiter = realtime::Waiter::start(CONSUMER_THREAD, priority, move |_| {
         let mut batch = std::mem::take(&mut reader.batch);
         while let Some(item) = ring.next() {
             if let Some(event) = decode(&item) {
