@@ -56,18 +56,49 @@ fn counter(text: &str, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// When the sampler reads `memory.stat` for the working set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StatReads {
+    /// At every sample.
+    Always,
+    /// Only once the usage has fallen below the highest it was: the working set of the
+    /// others is recorded as the usage, which bounds it. For a race that looks at the
+    /// working set only after the kill (until then the hog only adds to the usage, so the
+    /// working set cannot fall before the usage does). A read of `memory.stat` flushes
+    /// the kernel's statistics under a lock every reader of them shares: one per
+    /// millisecond from the bench itself stood in the way of the agent's own reads at the
+    /// crossing it times.
+    WhileFalling,
+}
+
 /// Samples a cgroup's working set every millisecond (usage − inactive_file).
 pub(crate) fn sampler(
     dir: PathBuf,
     v1: bool,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Vec<Sample>> {
+    sampler_reading(dir, v1, stop, StatReads::Always)
+}
+
+/// [`sampler`], reading `memory.stat` as `reads` says.
+pub(crate) fn sampler_reading(
+    dir: PathBuf,
+    v1: bool,
+    stop: Arc<AtomicBool>,
+    reads: StatReads,
+) -> std::thread::JoinHandle<Vec<Sample>> {
     std::thread::spawn(move || {
         let mut samples = Vec::new();
+        let mut highest = 0;
         while !stop.load(Ordering::Relaxed) {
             let usage = usage(&dir, v1);
             let usage_at_ns = monotonic_ns();
-            let working_set = working_set(&dir, v1);
+            highest = highest.max(usage);
+            let working_set = if reads == StatReads::Always || usage < highest {
+                working_set(&dir, v1)
+            } else {
+                usage
+            };
             samples.push(Sample {
                 at_ns: monotonic_ns(),
                 working_set,

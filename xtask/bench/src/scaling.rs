@@ -325,7 +325,14 @@ fn one(races: &Races, n: u32) -> Result<ScaleTrial> {
     // The pod's start made the agent synchronize and arm its victim; give it the time.
     std::thread::sleep(Duration::from_millis(300));
     let stop = Arc::new(AtomicBool::new(false));
-    let sampler = memory::sampler(pods_dir.to_path_buf(), v1, stop.clone());
+    // The working set counts only after the kill (freed); until then the sampler keeps
+    // off memory.stat, whose flush the agent's own reads at the crossing would wait on.
+    let sampler = memory::sampler_reading(
+        pods_dir.to_path_buf(),
+        v1,
+        stop.clone(),
+        memory::StatReads::WhileFalling,
+    );
     std::thread::sleep(Duration::from_millis(20));
     let oom_before = memory::vmstat("oom_kill ");
     let start_ns = util::monotonic_ns();

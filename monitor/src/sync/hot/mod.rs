@@ -261,6 +261,8 @@ pub(crate) struct HotPath {
     spin: bool,
     /// The watches' CPU time so far (ns), for the agent's metrics and the bench.
     watch_cpu_ns: std::sync::atomic::AtomicU64,
+    /// Whether a watch runs now (on any thread): one at a time.
+    watching: std::sync::atomic::AtomicBool,
     /// Where the ring reader hands its watches (see [`HotPath::start_watcher`]); `None`:
     /// every source watches on its own thread.
     watcher: Mutex<Option<std::sync::mpsc::Sender<WatchRequest>>>,
@@ -289,6 +291,7 @@ impl HotPath {
             budget: Mutex::new(WatchBudget::full()),
             spin: more_than_one_cpu(),
             watch_cpu_ns: std::sync::atomic::AtomicU64::new(0),
+            watching: std::sync::atomic::AtomicBool::new(false),
             watcher: Mutex::new(None),
             shadow: false,
         }

@@ -367,6 +367,45 @@ fn an_early_notifier_is_followed_by_a_close_watch_that_kills_at_the_level() {
 }
 
 #[test]
+fn a_second_early_notifier_starts_no_second_watch_while_one_runs() {
+    let mut f = Fixture::new(1000);
+    // Sleeping between looks: a spinning watch at real-time priority (root) could keep
+    // this test's threads off a small machine's CPUs.
+    f.hot.spin = false;
+    f.arm("default/a");
+    f.set_usage(950);
+    let hot = Arc::new(f.hot);
+    let first = {
+        let hot = hot.clone();
+        std::thread::spawn(move || hot.early_crossing(WakeSource::MemcgThreshold, 100, 1))
+    };
+    // Let the first watch start.
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    while !hot.watching.load(std::sync::atomic::Ordering::Acquire) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first watch started"
+        );
+        std::thread::yield_now();
+    }
+    // The other source at the same rise: no second watch, back at once.
+    let started = std::time::Instant::now();
+    assert!(!hot.early_crossing(WakeSource::Ebpf, 100, 2));
+    assert!(started.elapsed() < WATCH_WINDOW / 2, "no second watch");
+    // The first watch kills at the level.
+    std::fs::write(
+        f.dir.path().join("memory.usage_in_bytes"),
+        "1000
+",
+    )
+    .expect("usage");
+    assert!(first.join().expect("first watch"), "the first watch killed");
+    assert_eq!(hot.take_fired().len(), 1);
+    // Over: the next watch may start.
+    assert!(!hot.watching.load(std::sync::atomic::Ordering::Acquire));
+}
+
+#[test]
 fn a_watch_that_sees_no_crossing_ends_by_its_window_or_its_budget() {
     let f = Fixture::new(1000);
     f.arm("default/a");

@@ -39,6 +39,25 @@ thread_local! {
     static WATCH_FILES: Arc<OpenFiles> = Arc::new(OpenFiles::with_budget(LEVEL_FILES_KEPT));
 }
 
+/// A watch running: set while it lives.
+struct Watching<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl<'a> Watching<'a> {
+    /// `None` when a watch runs already.
+    fn take(flag: &'a std::sync::atomic::AtomicBool) -> Option<Watching<'a>> {
+        use std::sync::atomic::Ordering;
+        flag.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| Watching(flag))
+    }
+}
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// The calling thread's CPU time, ns.
 pub(super) fn thread_cpu_ns() -> u64 {
     match nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID) {
@@ -159,6 +178,13 @@ impl HotPath {
     /// set is checked and the victim killed once it is there too. Stops when usage is
     /// `margin` or more below every level. Whether it killed.
     pub(super) fn watch(&self, source: WakeSource, margin: u64, told_ns: u64) -> bool {
+        // One watch at a time. A watch reads every level, so a second one (the other
+        // source's early notifier at the same rise) would add nothing but a second
+        // real-time thread taking a CPU from the pods and from the first watch's kill.
+        let Some(_watching) = Watching::take(&self.watching) else {
+            tracing::debug!(source = %source, told_ns, "hot path: a watch runs already");
+            return false;
+        };
         let levels: Vec<Level> = {
             let armed = self.lock();
             if armed.candidates.is_empty() {
