@@ -208,8 +208,8 @@ impl HotPath {
         }
         let cpu_start = thread_cpu_ns();
         let killed = self.watch_levels(source, margin, told_ns, &levels, cpu_start, allowance);
-        // A level's file read in this watch stays open for the next; one of levels set
-        // since is closed at the watch after.
+        // The files this watch read stay open for the next; one it did not read (its
+        // level was replaced since) is closed here.
         WATCH_FILES.with(|files| files.sweep());
         let used = thread_cpu_ns().saturating_sub(cpu_start);
         self.watch_cpu_ns
