@@ -33,9 +33,8 @@ thread_local! {
     /// The descriptors a watch on this thread reads the levels' usage through, its own.
     /// A kernfs file's reads are serialized on a lock of its open file: a watch that read
     /// through the descriptors the confirmation reads (or through another thread's
-    /// watch's) would hold a confirmation on another thread behind its back-to-back
-    /// reads. One watcher spinning on the pods cgroup's usage held a hard notifier's
-    /// confirmation 4.9 ms that way beside 1000 pods.
+    /// watch's) would make a confirmation on another thread wait behind its back-to-back
+    /// reads.
     static WATCH_FILES: Arc<OpenFiles> = Arc::new(OpenFiles::with_budget(LEVEL_FILES_KEPT));
 }
 
