@@ -205,6 +205,10 @@ impl HotPath {
             return Look::Disarmed;
         }
         let locked_ns = monotonic_ns();
+        // This thread's CPU time from here to the kill, beside the wall time: a kill that
+        // took long while its thread ran the whole time was computing or waiting on a
+        // CPU it held; one whose thread ran little was kept off its CPU.
+        let locked_cpu_ns = super::watch::thread_cpu_ns();
         let crossing = match Self::crossed(&armed.levels) {
             Ok(crossing) => crossing,
             Err(nearest) => {
@@ -238,6 +242,7 @@ impl HotPath {
             armed.candidates[index].switch.fire()
         };
         let killed_ns = monotonic_ns();
+        let kill_cpu_us = super::watch::thread_cpu_ns().saturating_sub(locked_cpu_ns) / 1000;
         let decision = pick.decision();
         match (fired, decision) {
             (Ok(()), Some(decision)) => {
@@ -293,6 +298,8 @@ impl HotPath {
                     pick_us = picked_ns.saturating_sub(confirmed_ns) / 1000,
                     candidates_read = pick.input.pods.len(),
                     write_us = killed_ns.saturating_sub(picked_ns) / 1000,
+                    // CPU time this thread ran from the lock to the kill.
+                    cpu_us = kill_cpu_us,
                     level_bytes = crossing.level_working_set,
                     working_set_bytes = crossing.working_set,
                     victim_working_set_bytes = victim_working_set,

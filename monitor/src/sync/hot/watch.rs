@@ -39,11 +39,11 @@ thread_local! {
 }
 
 /// A watch running: set while it lives.
-struct Watching<'a>(&'a std::sync::atomic::AtomicBool);
+pub(super) struct Watching<'a>(&'a std::sync::atomic::AtomicBool);
 
 impl<'a> Watching<'a> {
     /// `None` when a watch runs already.
-    fn take(flag: &'a std::sync::atomic::AtomicBool) -> Option<Watching<'a>> {
+    pub(super) fn take(flag: &'a std::sync::atomic::AtomicBool) -> Option<Watching<'a>> {
         use std::sync::atomic::Ordering;
         flag.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .ok()
