@@ -263,6 +263,9 @@ pub(crate) struct HotPath {
     watch_cpu_ns: std::sync::atomic::AtomicU64,
     /// Whether a watch runs now (on any thread): one at a time.
     watching: std::sync::atomic::AtomicBool,
+    /// A hard notifier that fired while a watch ran, left to that watch (its source and
+    /// when it told): the watch looks once more as it ends (see `hard_crossing`).
+    hard_told: Mutex<Option<(WakeSource, u64)>>,
     /// Where the ring reader hands its watches (see [`HotPath::start_watcher`]); `None`:
     /// every source watches on its own thread.
     watcher: Mutex<Option<std::sync::mpsc::Sender<WatchRequest>>>,
@@ -292,6 +295,7 @@ impl HotPath {
             spin: more_than_one_cpu(),
             watch_cpu_ns: std::sync::atomic::AtomicU64::new(0),
             watching: std::sync::atomic::AtomicBool::new(false),
+            hard_told: Mutex::new(None),
             watcher: Mutex::new(None),
             shadow: false,
         }

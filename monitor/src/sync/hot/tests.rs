@@ -372,9 +372,9 @@ fn a_second_early_notifier_starts_no_second_watch_while_one_runs() {
     f.arm("default/a");
     f.set_usage(950);
     // A watch runs (another source's, on another thread).
-    let running = super::watch::Watching::take(&f.hot.watching).expect("no watch yet");
+    let running = super::watch::Watching::take(&f.hot).expect("no watch yet");
     assert!(
-        super::watch::Watching::take(&f.hot.watching).is_none(),
+        super::watch::Watching::take(&f.hot).is_none(),
         "one at a time"
     );
     let started = std::time::Instant::now();
@@ -391,6 +391,26 @@ fn a_second_early_notifier_starts_no_second_watch_while_one_runs() {
         !f.hot.watching.load(std::sync::atomic::Ordering::Acquire),
         "over"
     );
+}
+
+#[test]
+fn a_hard_notifier_during_a_watch_leaves_its_look_to_the_watch() {
+    let f = Fixture::new(1000);
+    f.arm("default/a");
+    f.set_usage(1000);
+    let running = super::watch::Watching::take(&f.hot).expect("no watch yet");
+    // At the level, but a watch runs: it looks, not this notifier's thread.
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    assert!(f.fired().is_empty(), "left to the watch");
+    // The watch ends without having killed (here: it never looked): its end takes the
+    // look it was left.
+    drop(running);
+    assert_eq!(f.fired(), vec!["default/a"]);
+    // Taken once: nothing is left for the next watch's end.
+    f.hot.take_fired();
+    f.arm("default/b");
+    drop(super::watch::Watching::take(&f.hot).expect("free"));
+    assert!(f.fired().is_empty(), "nothing left");
 }
 
 #[test]

@@ -38,22 +38,34 @@ thread_local! {
     static WATCH_FILES: Arc<OpenFiles> = Arc::new(OpenFiles::with_budget(LEVEL_FILES_KEPT));
 }
 
-/// A watch running: set while it lives.
-pub(super) struct Watching<'a>(&'a std::sync::atomic::AtomicBool);
+/// A watch running: set while it lives. As it ends, it takes the look a hard notifier
+/// left to it while it ran, if any (see `hard_crossing`).
+pub(super) struct Watching<'a>(&'a HotPath);
 
 impl<'a> Watching<'a> {
     /// `None` when a watch runs already.
-    pub(super) fn take(flag: &'a std::sync::atomic::AtomicBool) -> Option<Watching<'a>> {
+    pub(super) fn take(hot: &'a HotPath) -> Option<Watching<'a>> {
         use std::sync::atomic::Ordering;
-        flag.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+        hot.watching
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .ok()
-            .map(|_| Watching(flag))
+            .map(|_| Watching(hot))
     }
 }
 
 impl Drop for Watching<'_> {
     fn drop(&mut self) {
-        self.0.store(false, std::sync::atomic::Ordering::Release);
+        let hot = self.0;
+        hot.watching
+            .store(false, std::sync::atomic::Ordering::Release);
+        let left = hot
+            .hard_told
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((source, told_ns)) = left {
+            hot.hard_look(source, told_ns);
+        }
     }
 }
 
@@ -127,16 +139,47 @@ impl HotPath {
     }
 }
 
+impl HotPath {
+    /// A hard notifier's look: kill if the working set is at a level, else watch (the
+    /// notifier will not fire again for it).
+    fn hard_look(&self, source: WakeSource, told_ns: u64) {
+        if self.kill_if_crossed(source, told_ns, None) == Look::NotReached {
+            self.watch_from(source, 0, told_ns);
+        }
+    }
+}
+
 impl CrossingHook for HotPath {
     /// A notifier at a hard level fired. If its usage is there but the working set is not
     /// quite (page cache grew since the level was armed, or the kernel's statistics lag
     /// its usage counter), the level is watched as after an early notifier: the
     /// notifier will not fire again for it.
+    ///
+    /// While a watch runs, the look is left to it: it reads every level within
+    /// microseconds and kills at the level, and two threads confirming one crossing at
+    /// once slowed each other (the second waited about 40 µs for the lock, then read 5-10
+    /// times slower than alone). The watch looks once more as it ends; if it ended just
+    /// now, the look is taken here, once.
     fn hard_crossing(&self, source: WakeSource) {
+        use std::sync::atomic::Ordering;
         let told_ns = monotonic_ns();
-        if self.kill_if_crossed(source, told_ns, None) == Look::NotReached {
-            self.watch_from(source, 0, told_ns);
+        if self.watching.load(Ordering::Acquire) {
+            *self.hard_told.lock().unwrap_or_else(|p| p.into_inner()) = Some((source, told_ns));
+            if self.watching.load(Ordering::Acquire) {
+                return;
+            }
+            // The watch ended meanwhile: whichever of it and this thread takes the look
+            // left, takes it.
+            let left = self
+                .hard_told
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if left.is_none() {
+                return;
+            }
         }
+        self.hard_look(source, told_ns);
     }
 
     /// An early notifier fired a little below a hard level (its kernel check is coarser
@@ -180,7 +223,7 @@ impl HotPath {
         // One watch at a time. A watch reads every level, so a second one (the other
         // source's early notifier at the same rise) would add nothing but a second
         // real-time thread taking a CPU from the pods and from the first watch's kill.
-        let Some(_watching) = Watching::take(&self.watching) else {
+        let Some(_watching) = Watching::take(self) else {
             tracing::debug!(source = %source, told_ns, "hot path: a watch runs already");
             return false;
         };
