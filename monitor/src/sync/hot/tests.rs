@@ -402,14 +402,15 @@ fn a_hard_notifier_during_a_watch_leaves_its_look_to_the_watch() {
     // At the level, but a watch runs: it looks, not this notifier's thread.
     f.hot.hard_crossing(WakeSource::Ebpf);
     assert!(f.fired().is_empty(), "left to the watch");
-    // The watch ends without having killed (here: it never looked): its end takes the
-    // look it was left.
+    // The watch ends without having killed (here: it never looked); as `watch` does at
+    // its end, the flag goes down and the look it was left is taken, its kill reported.
     drop(running);
+    assert!(f.hot.take_left_hard_look(), "killed by the look left");
     assert_eq!(f.fired(), vec!["default/a"]);
     // Taken once: nothing is left for the next watch's end.
     f.hot.take_fired();
     f.arm("default/b");
-    drop(super::watch::Watching::take(&f.hot).expect("free"));
+    assert!(!f.hot.take_left_hard_look(), "nothing left");
     assert!(f.fired().is_empty(), "nothing left");
 }
 

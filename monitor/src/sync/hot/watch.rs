@@ -38,9 +38,8 @@ thread_local! {
     static WATCH_FILES: Arc<OpenFiles> = Arc::new(OpenFiles::with_budget(LEVEL_FILES_KEPT));
 }
 
-/// A watch running: set while it lives. As it ends, it takes the look a hard notifier
-/// left to it while it ran, if any (see `hard_crossing`).
-pub(super) struct Watching<'a>(&'a HotPath);
+/// A watch running: set while it lives.
+pub(super) struct Watching<'a>(&'a std::sync::atomic::AtomicBool);
 
 impl<'a> Watching<'a> {
     /// `None` when a watch runs already.
@@ -49,23 +48,13 @@ impl<'a> Watching<'a> {
         hot.watching
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .ok()
-            .map(|_| Watching(hot))
+            .map(|_| Watching(&hot.watching))
     }
 }
 
 impl Drop for Watching<'_> {
     fn drop(&mut self) {
-        let hot = self.0;
-        hot.watching
-            .store(false, std::sync::atomic::Ordering::Release);
-        let left = hot
-            .hard_told
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some((source, told_ns)) = left {
-            hot.hard_look(source, told_ns);
-        }
+        self.0.store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -141,10 +130,30 @@ impl HotPath {
 
 impl HotPath {
     /// A hard notifier's look: kill if the working set is at a level, else watch (the
-    /// notifier will not fire again for it).
-    fn hard_look(&self, source: WakeSource, told_ns: u64) {
-        if self.kill_if_crossed(source, told_ns, None) == Look::NotReached {
-            self.watch_from(source, 0, told_ns);
+    /// notifier will not fire again for it). Whether it killed here.
+    fn hard_look(&self, source: WakeSource, told_ns: u64) -> bool {
+        match self.kill_if_crossed(source, told_ns, None) {
+            Look::Killed => true,
+            Look::NotReached => self.watch_from(source, 0, told_ns),
+            Look::Disarmed => false,
+        }
+    }
+
+    /// The look a hard notifier left to a watch, if one is left (taken once).
+    fn take_left_look(&self) -> Option<(WakeSource, u64)> {
+        self.hard_told
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// Takes the look a hard notifier left while a watch ran, once that watch has ended
+    /// (its flag is down, so a notifier after this takes its own look). Whether it
+    /// killed.
+    pub(super) fn take_left_hard_look(&self) -> bool {
+        match self.take_left_look() {
+            Some((source, told_ns)) => self.hard_look(source, told_ns),
+            None => false,
         }
     }
 }
@@ -170,15 +179,11 @@ impl CrossingHook for HotPath {
             }
             // The watch ended meanwhile: whichever of it and this thread takes the look
             // left, takes it.
-            let left = self
-                .hard_told
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
-            if left.is_none() {
+            if self.take_left_look().is_none() {
                 return;
             }
         }
+        // The source wakes the loop after this returns, which books a kill made here.
         self.hard_look(source, told_ns);
     }
 
@@ -219,14 +224,24 @@ impl HotPath {
     /// [`WATCH_WINDOW`] and while the CPU budget lasts: at a level's usage, the working
     /// set is checked and the victim killed once it is there too. Stops when usage is
     /// `margin` or more below every level. Whether it killed.
+    ///
+    /// One watch at a time. A watch reads every level, so a second one (the other
+    /// source's early notifier at the same rise) would add nothing but a second real-time
+    /// thread taking a CPU from the pods and from the first watch's kill. A hard notifier
+    /// that fired meanwhile left its look to this watch; once the watch is over, that look
+    /// is taken here, and its kill counts as the watch's, so that the caller's wake books it.
     pub(super) fn watch(&self, source: WakeSource, margin: u64, told_ns: u64) -> bool {
-        // One watch at a time. A watch reads every level, so a second one (the other
-        // source's early notifier at the same rise) would add nothing but a second
-        // real-time thread taking a CPU from the pods and from the first watch's kill.
-        let Some(_watching) = Watching::take(self) else {
+        let Some(watching) = Watching::take(self) else {
             tracing::debug!(source = %source, told_ns, "hot path: a watch runs already");
             return false;
         };
+        let killed = self.watch_held(source, margin, told_ns);
+        drop(watching);
+        self.take_left_hard_look() || killed
+    }
+
+    /// [`HotPath::watch`] once it holds the one watch.
+    fn watch_held(&self, source: WakeSource, margin: u64, told_ns: u64) -> bool {
         let levels: Vec<Level> = {
             let armed = self.lock();
             if armed.candidates.is_empty() {
