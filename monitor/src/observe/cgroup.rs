@@ -301,15 +301,20 @@ impl CgroupReader {
         cgroup: &str,
     ) -> Result<(u64, Option<u64>), ObserveError> {
         let usage_bytes = self.usage_bytes(cgroup)?;
+        Ok((usage_bytes, self.inactive_file_bytes(cgroup)?))
+    }
+
+    /// The inactive file pages (hierarchical) from memory.stat: one read; `None` when the
+    /// file lacks the key.
+    pub(crate) fn inactive_file_bytes(&self, cgroup: &str) -> Result<Option<u64>, ObserveError> {
         let stat_path = self.file(cgroup, "memory.stat", "memory.stat");
         let inactive_key = match self.version {
             CgroupVersion::V1 => "total_inactive_file",
             CgroupVersion::V2 => "inactive_file",
         };
-        let inactive = self.read_with(&stat_path, |text| {
+        self.read_with(&stat_path, |text| {
             parse::flat_keyed_value(text, inactive_key)
-        })?;
-        Ok((usage_bytes, inactive))
+        })
     }
 
     pub fn memory_events(&self, cgroup: &str) -> Result<MemoryEvents, ObserveError> {

@@ -31,9 +31,12 @@ impl HotPath {
         // pick (a key only falls as the working set grows, and of equal keys the earlier
         // candidate goes first). Each parent's usage is read once, when first needed.
         let mut bounds = Bounds::new(&armed.holders);
-        let mut read = Vec::with_capacity(armed.candidates.len());
-        let mut pods = Vec::with_capacity(armed.candidates.len());
+        let mut read: Vec<(usize, u64)> = Vec::with_capacity(armed.candidates.len());
         let mut first: Option<MemoryRankKey> = None;
+        // The victim: the first by the policy's memory key among those read, critical
+        // pods left out, the earlier of equals (as `hard_eviction_victim` ranks them; the
+        // pods it needs are built after the kill, and checked against this pick there).
+        let mut victim: Option<(usize, MemoryRankKey)> = None;
         for (index, candidate) in armed.candidates.iter().enumerate() {
             if let Some(first) = first
                 && armed.candidates[index..].iter().all(|other| {
@@ -51,24 +54,18 @@ impl HotPath {
             bounds.note_read(candidate, usage);
             let key = candidate.key_at(working_set);
             first = Some(first.map_or(key, |f| f.min(key)));
-            let mut pod = candidate.pod.clone();
-            pod.stats.memory_working_set_bytes = Some(working_set);
-            fresh_container_memory(&mut pod, working_set);
+            if !candidate.critical && victim.is_none_or(|(_, best)| key < best) {
+                victim = Some((read.len(), key));
+            }
             read.push((index, working_set));
-            pods.push(pod);
         }
-        let input = SyncInput {
-            observations: crossing.observations(),
-            pods,
-            fs_layout: armed.fs_layout,
-        };
-        let position = hard_eviction_victim(&input, signal)?;
+        let (position, _) = victim?;
         let (index, working_set) = read[position];
         Some(Pick {
             index,
             position,
             working_set,
-            input,
+            read,
             signal,
             config,
         })
@@ -125,22 +122,47 @@ impl<'a> Bounds<'a> {
 
 /// The hot path's choice at a crossing.
 struct Pick {
-    /// Among the candidates, and among the pods of `input`.
+    /// Among the candidates, and among those read (`read`).
     index: usize,
     position: usize,
     /// The victim's working set as read.
     working_set: u64,
-    /// The candidates and the signal as read at the crossing.
-    input: SyncInput,
+    /// The candidates read, in order: their index and working set.
+    read: Vec<(usize, u64)>,
     signal: Signal,
     config: Arc<EvictionConfig>,
 }
 
 impl Pick {
     /// The eviction, in the kubelet's words, on the numbers read at the crossing (worded
-    /// after the kill: the message costs a few microseconds).
-    fn decision(&self) -> Option<EvictionDecision> {
-        hard_eviction_of(&self.config, &self.input, self.signal, self.position)
+    /// after the kill: the pods' copies and the message cost tens of microseconds). The
+    /// policy's ranking runs again on those pods; were its first not the pod killed, the
+    /// decision is still that kill's, and the disagreement is logged as the bug it is.
+    fn decision(&self, armed: &Armed, crossing: &Crossing) -> Option<EvictionDecision> {
+        let pods = self
+            .read
+            .iter()
+            .map(|&(index, working_set)| {
+                let mut pod = armed.candidates[index].pod.clone();
+                pod.stats.memory_working_set_bytes = Some(working_set);
+                fresh_container_memory(&mut pod, working_set);
+                pod
+            })
+            .collect();
+        let input = SyncInput {
+            observations: crossing.observations(),
+            pods,
+            fs_layout: armed.fs_layout,
+        };
+        let ranked = hard_eviction_victim(&input, self.signal);
+        if ranked != Some(self.position) {
+            tracing::error!(
+                killed = self.position,
+                ranked = ?ranked,
+                "hot path: the policy's ranking on the numbers read picks another pod than the one killed"
+            );
+        }
+        hard_eviction_of(&self.config, &input, self.signal, self.position)
     }
 }
 
@@ -243,7 +265,7 @@ impl HotPath {
         };
         let killed_ns = monotonic_ns();
         let kill_cpu_us = super::watch::thread_cpu_ns().saturating_sub(locked_cpu_ns) / 1000;
-        let decision = pick.decision();
+        let decision = pick.decision(&armed, &crossing);
         match (fired, decision) {
             (Ok(()), Some(decision)) => {
                 // Disarmed until a synchronize has booked this kill and it has ended.
@@ -261,7 +283,7 @@ impl HotPath {
                     signal_available: crossing
                         .threshold
                         .and_then(|t| crossing.observations().get(&t.signal).map(|o| o.available)),
-                    candidates_read: pick.input.pods.len(),
+                    candidates_read: pick.read.len(),
                     path: path.clone(),
                     shadow: self.shadow,
                 });
@@ -274,7 +296,7 @@ impl HotPath {
                         detected_ns,
                         at_ns = killed_ns,
                         decision_us = killed_ns.saturating_sub(detected_ns) / 1000,
-                        candidates_read = pick.input.pods.len(),
+                        candidates_read = pick.read.len(),
                         level_bytes = crossing.level_working_set,
                         working_set_bytes = crossing.working_set,
                         victim_working_set_bytes = victim_working_set,
@@ -296,7 +318,7 @@ impl HotPath {
                     lock_us = locked_ns.saturating_sub(detected_ns) / 1000,
                     confirm_us = confirmed_ns.saturating_sub(locked_ns) / 1000,
                     pick_us = picked_ns.saturating_sub(confirmed_ns) / 1000,
-                    candidates_read = pick.input.pods.len(),
+                    candidates_read = pick.read.len(),
                     write_us = killed_ns.saturating_sub(picked_ns) / 1000,
                     // CPU time this thread ran from the lock to the kill.
                     cpu_us = kill_cpu_us,

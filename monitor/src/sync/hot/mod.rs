@@ -81,11 +81,6 @@ struct Level {
 }
 
 impl Level {
-    /// The cgroup's working set now, by the kernel's own counters.
-    fn working_set_now(&self) -> Option<u64> {
-        self.cgroup.working_set_bytes("").ok()
-    }
-
     /// The cgroup's usage now: one read.
     fn usage_now(&self) -> Option<u64> {
         self.cgroup.usage_bytes("").ok()
@@ -197,6 +192,8 @@ struct Candidate {
     /// Its memory request (milli-bytes) and priority, as the ranking compares them.
     request_milli: i128,
     priority: i32,
+    /// Whether the policy never evicts it for pressure (static, mirror, system-critical).
+    critical: bool,
     /// Its inactive page cache when armed (usage then less the synchronize's working set).
     inactive_file: u64,
     /// Its parent among [`Armed::holders`], if that can be read.
@@ -209,6 +206,7 @@ impl Candidate {
         Candidate {
             request_milli: memory_request_milli(&pod.pod),
             priority: pod.pod.priority(),
+            critical: pod.pod.is_critical(),
             pod,
             inactive_file: 0,
             holder: None,
@@ -515,10 +513,27 @@ impl HotPath {
     /// and level nearest to it (for the log).
     fn crossed(levels: &[Level]) -> Result<Crossing, Option<(u64, u64)>> {
         let mut nearest: Option<(u64, u64)> = None;
+        let mut note = |ws: u64, level: u64| {
+            if nearest.is_none_or(|(w, l)| l - w > level - ws) {
+                nearest = Some((ws, level));
+            }
+        };
         for level in levels {
-            let Some(ws) = level.working_set_now() else {
+            // The usage first (one read of a counter): the working set is never above
+            // it, so a level the usage is short of is not reached, and its memory.stat
+            // (whose read first flushes the cgroup's pending statistics: tens of
+            // microseconds beside a fast allocator, more on the root) is not read.
+            let Some(usage) = level.usage_now() else {
                 continue;
             };
+            if usage < level.working_set {
+                note(usage, level.working_set);
+                continue;
+            }
+            let Some(inactive_file) = level.cgroup.inactive_file_bytes("").ok() else {
+                continue;
+            };
+            let ws = usage.saturating_sub(inactive_file.unwrap_or(0));
             if ws >= level.working_set {
                 return Ok(Crossing {
                     threshold: level.threshold,
@@ -526,9 +541,7 @@ impl HotPath {
                     working_set: ws,
                 });
             }
-            if nearest.is_none_or(|(w, l)| l - w > level.working_set - ws) {
-                nearest = Some((ws, level.working_set));
-            }
+            note(ws, level.working_set);
         }
         Err(nearest)
     }

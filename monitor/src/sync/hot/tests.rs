@@ -120,13 +120,29 @@ impl Fixture {
     /// Arms `pods` (key, working set at the synchronize; usage the same: no page
     /// cache), ranked as given by the caller.
     fn arm_pods(&self, pods: &[(&str, u64)]) {
-        let stats = pods
+        let pods: Vec<(String, crate::policy::pod::Pod, u64)> = pods
             .iter()
             .map(|(key, ws)| {
-                self.set_pod_usage(key, *ws);
                 let name = key.split('/').nth(1).expect("ns/name");
+                (
+                    key.to_string(),
+                    crate::policy::testing::pod(name, "", ""),
+                    *ws,
+                )
+            })
+            .collect();
+        self.arm_these(pods);
+    }
+
+    /// Arms `pods` (key, pod, working set at the synchronize), ranked as given.
+    fn arm_these(&self, pods: Vec<(String, crate::policy::pod::Pod, u64)>) {
+        let stats = pods
+            .into_iter()
+            .map(|(key, pod, ws)| {
+                self.set_pod_usage(&key, ws);
+                let ws = &ws;
                 PodWithStats {
-                    pod: Arc::new(crate::policy::testing::pod(name, "", "")),
+                    pod: Arc::new(pod),
                     stats: PodStats {
                         memory_working_set_bytes: Some(*ws),
                         // Its one container, as the synchronize read it.
@@ -257,6 +273,60 @@ fn the_victim_is_picked_on_the_working_sets_read_at_the_crossing() {
         "{}",
         kill.decision.message
     );
+}
+
+#[test]
+fn the_hot_pick_is_the_policys_first_on_the_numbers_read() {
+    // Candidates of mixed requests, priorities (system-critical among them) and fresh
+    // working sets: the pod killed is always the one the policy's own ranking puts
+    // first on the working sets read at the kill, and none when all are critical.
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for round in 0..200 {
+        let f = Fixture::new(1000);
+        // The parent leaves room for any of them to have grown: every one is read.
+        f.set_parent_usage(1 << 40);
+        let count = 1 + next(5) as usize;
+        let mut pods = Vec::new();
+        for i in 0..count {
+            let key = format!("default/p{i}");
+            let request = ["", "memory=300", "memory=600"][next(3) as usize];
+            let mut pod = crate::policy::testing::pod(&format!("p{i}"), request, "");
+            pod.spec.priority =
+                Some([0, 1000, crate::policy::types::SYSTEM_CRITICAL_PRIORITY][next(3) as usize]);
+            pods.push((key, pod, next(1000)));
+        }
+        f.arm_these(pods.clone());
+        let fresh: Vec<PodWithStats> = pods
+            .iter()
+            .map(|(key, pod, _)| {
+                let ws = next(1000);
+                f.set_pod_usage(key, ws);
+                PodWithStats {
+                    pod: Arc::new(pod.clone()),
+                    stats: PodStats {
+                        memory_working_set_bytes: Some(ws),
+                        ..PodStats::default()
+                    },
+                }
+            })
+            .collect();
+        let input = SyncInput {
+            observations: Observations::new(),
+            pods: fresh,
+            fs_layout: FsLayout::Shared,
+        };
+        let expected =
+            hard_eviction_victim(&input, Signal::MemoryAvailable).map(|i| pods[i].0.clone());
+        f.set_usage(1000);
+        f.hot.hard_crossing(WakeSource::Ebpf);
+        assert_eq!(f.fired().first().cloned(), expected, "round {round}");
+    }
 }
 
 #[test]
