@@ -5,13 +5,15 @@
 //! read, each with its `cgroup.kill` already open ([`KillSwitch`]). When a kernel notifier
 //! of a hard threshold fires (memcg v1 eventfd, cgroup v2 memory.events, the eBPF
 //! detector), its source calls [`HotPath::hard_crossing`] before it even queues its wake.
-//! The crossing is confirmed against the kernel's own numbers (the level's cgroup usage
-//! and page cache: a v1 notifier also fires on the way down, memory.events for other
+//! The crossing is confirmed against the kernel's own numbers (the level's cgroup usage,
+//! then, if that reaches the level, its page cache: a v1 notifier also fires on the way down, memory.events for other
 //! counters). Then the victim is picked afresh: each candidate's usage is read again (one
 //! `pread` of a file kept open), its working set taken as that usage less the inactive
-//! page cache it had at the synchronize, and the policy's own ranking
-//! ([`crate::policy::eviction::hard_eviction`]) runs on those working sets. A pod that freed
-//! its memory since the synchronize is not killed while another holds more. The reads go
+//! page cache it had at the synchronize, and the victim is the first by the policy's own
+//! memory key on those working sets, critical pods left out (the pods' copies for the
+//! eviction's wording are made after the kill, where the policy's full ranking,
+//! [`crate::policy::eviction::hard_eviction_victim`], is checked against the pick). A pod
+//! that freed its memory since the synchronize is not killed while another holds more. The reads go
 //! in the last ranking's order and stop early: a candidate's parent cgroup (its QoS
 //! class's) less its siblings read bounds what a candidate not read can hold, and once
 //! even that could not rank one of them first, the pick is made (most often after the
