@@ -34,6 +34,7 @@ mod relief;
 mod report;
 mod scaling;
 mod shadow;
+mod stalls;
 mod stats;
 mod trial;
 pub mod util;
@@ -138,6 +139,11 @@ pub struct BenchArgs {
     /// Seconds of each "agent under adversarial load" row (0 skips them).
     #[arg(long, default_value_t = 10)]
     pub adversarial_seconds: u64,
+    /// Seconds of each row measuring the machine's own stalls beside the races beside many
+    /// pods: a thread reading the clock in user space on one CPU, then on every CPU (0
+    /// skips them).
+    #[arg(long, default_value_t = 5)]
+    pub stall_seconds: u64,
     /// Run only the "agent under adversarial load" rows, print their table, and stop.
     #[arg(long)]
     pub adversarial_only: bool,
@@ -332,6 +338,16 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         Vec::new()
     };
 
+    let stalls = if args.stall_seconds > 0 && !args.race_pods.is_empty() {
+        println!("bench: the machine's own stalls, a clock-reading thread per busy CPU");
+        stalls::measure(args.stall_seconds)
+    } else {
+        Vec::new()
+    };
+    for line in stalls::lines(&stalls) {
+        println!("bench: {line}");
+    }
+
     let mut races_at_scale = Vec::new();
     let race_modes = pick(
         scaling::SCALE_MODES,
@@ -471,6 +487,7 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         idle,
         sync_scaling,
         races_at_scale,
+        stalls,
         policy_bench: policy,
         adversarial,
         detector_cost,

@@ -560,6 +560,9 @@ pub(crate) struct Results {
     pub(crate) sync_scaling: Vec<costs::SyncScaling>,
     /// The races beside many pods, with the kernel-stamped stages.
     pub(crate) races_at_scale: Vec<scaling::ScaleRun>,
+    /// The machine's own stalls, measured before those races.
+    #[serde(default)]
+    pub(crate) stalls: Vec<crate::stalls::Row>,
     pub(crate) policy_bench: Vec<costs::PolicyBench>,
     /// The agent's CPU beside workloads that poke at its notifiers.
     #[serde(default)]
@@ -587,6 +590,14 @@ pub(crate) fn full_table(results: &Results) -> String {
             "\nPressure race beside idle pods (full speed; µs from the crossing probe's kernel-stamped record, a look at every charge; SIGKILL stamped by the kernel's signal_generate):\n\n",
         );
         table.push_str(&scaling::table(&results.races_at_scale));
+    }
+    let stalls = crate::stalls::lines(&results.stalls);
+    if !stalls.is_empty() {
+        table.push_str(
+            "\nThe machine's own stalls, measured before those races (a thread pinned to each busy CPU reads the clock in user space, nothing else of the bench running; a gap is the time between two reads, lost to interrupts, other tasks or the hypervisor, and a kill in flight would lose it too):\n\n",
+        );
+        table.push_str(&stalls.join("\n"));
+        table.push('\n');
     }
     let cost = [
         crate::detector_cost::lines(&results.detector_cost, "on this host"),
