@@ -30,9 +30,12 @@ pub struct MemoryThreshold {
 }
 
 /// The usage values at which the kernel must wake us: for each threshold T on a signal
-/// with capacity C, the signal crosses when working set = C − T, i.e. when
-/// usage = C − T + inactive_file (the kubelet's memory threshold notifier computes the
-/// same). Thresholds at or above capacity are skipped (always met: nothing to wait for).
+/// with capacity C, the threshold is met once available < T, i.e. once the working set
+/// passes C − T, so the first usage that meets it is C − T + 1 + inactive_file (the
+/// kubelet's memory threshold notifier arms C − T + inactive_file, a byte short). A
+/// level counts as passed exactly when its threshold is met: at available = T a level is
+/// still armed, and relief's level (met below its own "available") likewise. Thresholds
+/// at or above capacity are skipped (always met: nothing to wait for).
 pub(crate) fn threshold_specs(
     observation: &NodeObservation,
     thresholds: &MemoryThresholds,
@@ -60,7 +63,7 @@ pub(crate) fn threshold_specs(
             if quantity >= capacity {
                 continue;
             }
-            let usage_bytes = capacity - quantity + inactive_file;
+            let usage_bytes = capacity - quantity + 1 + inactive_file;
             let spec = ThresholdSpec {
                 cgroup: cgroup.clone(),
                 usage_bytes,
@@ -279,9 +282,9 @@ mod tests {
         };
         let specs = threshold_specs(&observed, &thresholds, Path::new("/cg"), None);
         // available = 8_000 − working set: below 1_000 once the working set passes 7_000,
-        // i.e. usage 7_000 + 1_000 inactive_file.
+        // i.e. from usage 7_001 + 1_000 inactive_file.
         assert_eq!(specs.len(), 1);
-        assert_eq!(specs[0].usage_bytes, 8_000);
+        assert_eq!(specs[0].usage_bytes, 8_001);
         assert_eq!(specs[0].threshold.map(|t| t.capacity_bytes), Some(8_000));
     }
 
@@ -317,12 +320,12 @@ mod tests {
         assert_eq!(
             specs,
             vec![
-                // 10000 − 1000 + 1000 inactive
-                spec("/cg", 10_000, true, node, 1_000, 10_000),
-                // 10000 − 5000 + 1000
-                spec("/cg", 6_000, false, node, 5_000, 10_000),
-                // 2000 − 300 + 100
-                spec("/cg/pods", 1_800, true, pods, 300, 2_000),
+                // 10000 − 1000 + 1 + 1000 inactive: available 999 < 1000
+                spec("/cg", 10_001, true, node, 1_000, 10_000),
+                // 10000 − 5000 + 1 + 1000
+                spec("/cg", 6_001, false, node, 5_000, 10_000),
+                // 2000 − 300 + 1 + 100
+                spec("/cg/pods", 1_801, true, pods, 300, 2_000),
             ]
         );
     }
@@ -399,9 +402,11 @@ mod tests {
 
     #[test]
     fn a_level_the_observation_already_passed_is_marked() {
-        // Node usage 5000 (see observation()): 10000 − 6000 + 1000 inactive = 5000, reached.
+        // Node usage 5000 and 1000 inactive of 10000 (see observation()): available 6000.
+        // A threshold of 6001 is met (passed); one of 6000 is not (available equals it),
+        // so its level stays armed one byte above the usage.
         let thresholds = MemoryThresholds {
-            node: vec![hard(6_000), hard(1_000)],
+            node: vec![hard(6_001), hard(6_000), hard(1_000)],
             pods: vec![],
             relief_margin: None,
         };
@@ -410,7 +415,7 @@ mod tests {
             .iter()
             .map(|s| (s.usage_bytes, s.passed_when_armed))
             .collect();
-        assert_eq!(passed, vec![(5_000, true), (10_000, false)]);
+        assert_eq!(passed, vec![(5_000, true), (5_001, false), (10_001, false)]);
     }
 
     #[test]

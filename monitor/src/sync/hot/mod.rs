@@ -106,15 +106,16 @@ struct Crossing {
 }
 
 impl Crossing {
-    /// The signal as it stood when the crossing was read: the level is where the
-    /// signal's available equals the threshold's quantity, so every byte of working set
-    /// past it is a byte less available.
+    /// The signal as it stood when the crossing was read: the level is the first working
+    /// set at which the signal's available is below the threshold's quantity (one byte
+    /// past capacity less quantity), and every byte past it is a byte less available.
     fn observations(&self) -> Observations {
         let Some(t) = self.threshold else {
             return Observations::new();
         };
         let past = self.working_set.saturating_sub(self.level_working_set);
         let available = i64::try_from(t.quantity_bytes).unwrap_or(i64::MAX)
+            - 1
             - i64::try_from(past).unwrap_or(i64::MAX);
         Observations::from([(
             t.signal,

@@ -256,15 +256,16 @@ fn the_victim_is_picked_on_the_working_sets_read_at_the_crossing() {
     assert_eq!(kill.decision.pod_key, "default/b");
     assert_eq!(kill.victim_working_set_bytes, 800);
     // The message names the threshold crossed and the signal at the crossing: the
-    // level reached exactly, so available is the threshold's quantity.
+    // level (the first working set that meets the threshold) reached exactly, so
+    // available is one byte short of the threshold's quantity.
     assert!(
         kill.decision
             .message
-            .contains("Threshold quantity: 1Gi, available: 1Gi."),
+            .contains("Threshold quantity: 1Gi, available: 1073741823."),
         "{}",
         kill.decision.message
     );
-    assert_eq!(kill.signal_available, Some(1 << 30));
+    assert_eq!(kill.signal_available, Some((1 << 30) - 1));
     // Its container's memory as read at the kill (800 bytes), not the synchronize's (100).
     assert!(
         kill.decision
