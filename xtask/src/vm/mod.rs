@@ -42,8 +42,9 @@ pub struct VmArgs {
     /// Guest CPUs.
     #[arg(long, default_value_t = 2)]
     pub cpus: u32,
-    /// Seconds one boot may take, tests included, before qemu is killed and the run fails.
-    #[arg(long, default_value_t = 600)]
+    /// Seconds one boot may take, tests included, before qemu is killed and the run fails
+    /// (the whole suite with the container tests takes about 15 minutes under TCG).
+    #[arg(long, default_value_t = 1800)]
     pub timeout: u64,
     /// How qemu executes the guest: KVM only where it really works, TCG otherwise.
     #[arg(long, value_enum, default_value = "auto")]
