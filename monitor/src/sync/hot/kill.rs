@@ -25,24 +25,24 @@ impl HotPath {
         {
             return None;
         }
-        // Read in the order of the last ranking, and only as far as needed: once, for
-        // every candidate not read, what its parent's usage leaves beyond its siblings
-        // read could not make it rank before the first so far, the rest cannot change the
-        // pick (a key only falls as the working set grows, and of equal keys the earlier
-        // candidate goes first). Each parent's usage is read once, when first needed.
-        let mut bounds = Bounds::new(&armed.holders);
-        let mut read: Vec<(usize, u64)> = Vec::with_capacity(armed.candidates.len());
-        let mut first: Option<MemoryRankKey> = None;
         // The victim: the first by the policy's memory key among those read, critical
         // pods left out, the earlier of equals (as `hard_eviction_victim` ranks them; the
         // pods it needs are built after the kill, and checked against this pick there).
         let mut victim: Option<(usize, MemoryRankKey)> = None;
+        // Read in the order of the last ranking, and only as far as needed: once, for
+        // every candidate not read, what its parent's usage leaves beyond its siblings
+        // read could not make it rank before the victim so far, the rest cannot change
+        // the pick (a key only falls as the working set grows, and of equal keys the
+        // earlier candidate goes first). A critical pod read never ends the reads: it
+        // cannot be the victim. Each parent's usage is read once, when first needed.
+        let mut bounds = Bounds::new(&armed.holders);
+        let mut read: Vec<(usize, u64)> = Vec::with_capacity(armed.candidates.len());
         for (index, candidate) in armed.candidates.iter().enumerate() {
-            if let Some(first) = first
+            if let Some((_, best)) = victim
                 && armed.candidates[index..].iter().all(|other| {
                     bounds
                         .left_for(other)
-                        .is_some_and(|left| first <= other.key_at(left))
+                        .is_some_and(|left| best <= other.key_at(left))
                 })
             {
                 break;
@@ -53,7 +53,6 @@ impl HotPath {
             };
             bounds.note_read(candidate, usage);
             let key = candidate.key_at(working_set);
-            first = Some(first.map_or(key, |f| f.min(key)));
             if !candidate.critical && victim.is_none_or(|(_, best)| key < best) {
                 victim = Some((read.len(), key));
             }

@@ -140,15 +140,14 @@ impl Fixture {
             .into_iter()
             .map(|(key, pod, ws)| {
                 self.set_pod_usage(&key, ws);
-                let ws = &ws;
                 PodWithStats {
                     pod: Arc::new(pod),
                     stats: PodStats {
-                        memory_working_set_bytes: Some(*ws),
+                        memory_working_set_bytes: Some(ws),
                         // Its one container, as the synchronize read it.
                         containers: vec![crate::policy::stats::ContainerStats {
                             name: "c".into(),
-                            memory_working_set_bytes: Some(*ws),
+                            memory_working_set_bytes: Some(ws),
                             ..Default::default()
                         }],
                         ..PodStats::default()
@@ -328,6 +327,35 @@ fn the_hot_pick_is_the_policys_first_on_the_numbers_read() {
         f.hot.hard_crossing(WakeSource::Ebpf);
         assert_eq!(f.fired().first().cloned(), expected, "round {round}");
     }
+}
+
+#[test]
+fn a_critical_pod_read_does_not_end_the_reads_before_the_victim_is_known() {
+    // Ranked at the synchronize: a, then s (a static pod: critical, never evicted, of
+    // the same priority), then b; their parent holds 1300 now.
+    let f = Fixture::new(1000);
+    f.set_parent_usage(1300);
+    let mut s = crate::policy::testing::pod("s", "", "");
+    s.metadata
+        .annotations
+        .insert("kubernetes.io/config.source".into(), "file".into());
+    assert!(s.is_critical());
+    let plain = |name: &str| crate::policy::testing::pod(name, "", "");
+    f.arm_these(vec![
+        ("default/a".into(), plain("a"), 500),
+        ("default/s".into(), s, 400),
+        ("default/b".into(), plain("b"), 50),
+    ]);
+    // Now a holds 100, s 900 and b 300: what the parent leaves for b after a and s
+    // could not outrank s, but it can outrank a, the victim so far, and it does.
+    f.set_pod_usage("default/a", 100);
+    f.set_pod_usage("default/s", 900);
+    f.set_pod_usage("default/b", 300);
+    f.set_usage(1000);
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    assert_eq!(f.killed("default/s"), "", "a critical pod is never killed");
+    assert_eq!(f.killed("default/a"), "");
+    assert_eq!(f.killed("default/b"), "1", "b holds more than a");
 }
 
 #[test]
