@@ -28,7 +28,7 @@ pub const LOG_EVERY: u64 = 1024;
 /// Targets of the programs' log records (aya-log), one per program. The agent forwards a
 /// record into `tracing` under the same target, so `RUST_LOG=monitor_ebpf=debug` selects
 /// them all.
-pub const LOG_TARGETS: [&str; 7] = [
+pub const LOG_TARGETS: [&str; 8] = [
     "monitor_ebpf::memcg_reclaim",
     "monitor_ebpf::direct_reclaim",
     "monitor_ebpf::kswapd_wake",
@@ -36,6 +36,7 @@ pub const LOG_TARGETS: [&str; 7] = [
     "monitor_ebpf::kill_signal",
     "monitor_ebpf::crossing_charge",
     "monitor_ebpf::crossing_lruvec",
+    "monitor_ebpf::crossing_counter",
 ];
 pub const LOG_TARGET_MEMCG_RECLAIM: &str = LOG_TARGETS[0];
 pub const LOG_TARGET_DIRECT_RECLAIM: &str = LOG_TARGETS[1];
@@ -44,6 +45,7 @@ pub const LOG_TARGET_OOM_VICTIM: &str = LOG_TARGETS[3];
 pub const LOG_TARGET_KILL_SIGNAL: &str = LOG_TARGETS[4];
 pub const LOG_TARGET_CROSSING_CHARGE: &str = LOG_TARGETS[5];
 pub const LOG_TARGET_CROSSING_LRUVEC: &str = LOG_TARGETS[6];
+pub const LOG_TARGET_CROSSING_COUNTER: &str = LOG_TARGETS[7];
 
 /// Name of the LRU hash map that remembers when each (cgroup, kind) last emitted.
 pub const LAST_EMIT_MAP: &str = "LAST_EMIT";
@@ -252,7 +254,12 @@ pub struct MemcgLayout {
     pub kn_id: u32,
     /// log2 of the page size.
     pub page_shift: u32,
-    pub _pad: u32,
+    /// `struct cgroup` → `subsys[memory_cgrp_id]` (the cgroup's memory css, a pointer
+    /// equal to its `struct mem_cgroup`, whose css comes first). The page counter program
+    /// uses it to tell a memory cgroup's `memory` counter from the other page counters
+    /// (swap, kmem, hugetlb); 0 when the kernel's BTF does not give it (that program then
+    /// does nothing).
+    pub cgroup_memory_css: u32,
 }
 
 /// Global: where the pods cgroup sits in the cgroup v2 hierarchy (see [`PodsPath`]).

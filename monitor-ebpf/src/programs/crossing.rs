@@ -2,9 +2,16 @@
 //! usage, and its ancestors', with the levels the agent armed in `CROSSING_LEVELS`, and
 //! write one record when an armed level is reached.
 //!
-//! Two attach points, one check; the agent loads the first the kernel allows:
+//! Three attach points, one check; the agent loads the first the kernel allows:
+//! - `fexit/page_counter_try_charge`: after a page counter was charged. A memory cgroup
+//!   charges its `memory` counter (and its ancestors') only when the charging CPU's
+//!   stock of pre-charged pages runs out, a batch of 64 pages at a time, so this runs
+//!   about once per 64 pages charged and every call is looked at: usage moves only
+//!   there. The other page counters (swap, v1 kmem and tcp, hugetlb) are told apart by
+//!   `cgroup->subsys[memory_cgrp_id]`, which points back at the memory cgroup only for
+//!   its own `memory` counter. Needs BPF trampolines (ftrace direct calls).
 //! - `fexit/try_charge_memcg`: after every charge (a page or a folio), with the
-//!   `struct mem_cgroup *` charged. Needs BPF trampolines (ftrace direct calls).
+//!   `struct mem_cgroup *` charged; sampled. Needs BPF trampolines.
 //! - `tp_btf/mod_memcg_lruvec_state` (kernels with the memcg tracepoints): fires about
 //!   five times per page charged or uncharged; only the hits that add are counted.
 //!
@@ -33,8 +40,8 @@ use aya_log_ebpf::{error, warn};
 use monitor_common::{
     COUNTER_READ_FAILED, DEFAULT_SAMPLE_EVERY_CHARGE, DEFAULT_SAMPLE_EVERY_LRUVEC, EventKind,
     LEVEL_ARMED, LEVEL_EARLY, LEVEL_FIRED, LEVEL_WAIT_BELOW, LEVELS_PER_CGROUP,
-    LOG_TARGET_CROSSING_CHARGE, LOG_TARGET_CROSSING_LRUVEC, MAX_CGROUP_DEPTH, MemcgLayout,
-    PressureEvent,
+    LOG_TARGET_CROSSING_CHARGE, LOG_TARGET_CROSSING_COUNTER, LOG_TARGET_CROSSING_LRUVEC,
+    MAX_CGROUP_DEPTH, MemcgLayout, PressureEvent,
 };
 
 use crate::emit::{count, dropped, worth_logging};
@@ -50,7 +57,7 @@ static MEMCG_LAYOUT: MemcgLayout = MemcgLayout {
     cgroup_kn: 0,
     kn_id: 0,
     page_shift: 12,
-    _pad: 0,
+    cgroup_memory_css: 0,
 };
 
 /// One charge in this many per CPU is looked at by `crossing_charge`; set at load.
@@ -60,6 +67,41 @@ static SAMPLE_EVERY_CHARGE: u32 = DEFAULT_SAMPLE_EVERY_CHARGE;
 /// One hit in this many per CPU is looked at by `crossing_lruvec`; set at load.
 #[unsafe(no_mangle)]
 static SAMPLE_EVERY_LRUVEC: u32 = DEFAULT_SAMPLE_EVERY_LRUVEC;
+
+#[fexit(function = "page_counter_try_charge")]
+pub fn crossing_counter(ctx: FExitContext) -> i32 {
+    // page_counter_try_charge(counter, nr_pages, fail) -> bool, the return value after
+    // the three arguments. Only a charge that succeeded moved the counters; a bool
+    // leaves the register's upper bytes undefined, so only the low one is read.
+    let charged: u64 = ctx.arg(3);
+    if charged as u8 == 0 {
+        return 0;
+    }
+    // SAFETY: a read of a plain global, volatile so the loader's value is used.
+    let layout = unsafe { core::ptr::read_volatile(&MEMCG_LAYOUT) };
+    if layout.cgroup_memory_css == 0 {
+        return 0;
+    }
+    let counter: *const u8 = ctx.arg(0);
+    // container_of, if this is a memory cgroup's `memory` counter.
+    let memcg = counter.wrapping_sub(layout.memcg_memory as usize);
+    if is_memory_counter(memcg, &layout) {
+        check(&ctx, LOG_TARGET_CROSSING_COUNTER, memcg);
+    }
+    0
+}
+
+/// Whether `memcg` (a page counter less the `memory` field's offset) is a memory cgroup:
+/// its css's cgroup has it as its memory css. For another page counter the first read
+/// lands on some other field, and its value is not a cgroup pointing back here (a failed
+/// read is part of that answer, not an error).
+#[inline(always)]
+fn is_memory_counter(memcg: *const u8, layout: &MemcgLayout) -> bool {
+    let Some(cgroup) = read::<*const u8>(memcg, layout.memcg_css_cgroup) else {
+        return false;
+    };
+    read::<*const u8>(cgroup, layout.cgroup_memory_css) == Some(memcg)
+}
 
 #[fexit(function = "try_charge_memcg")]
 pub fn crossing_charge(ctx: FExitContext) -> i32 {

@@ -118,7 +118,8 @@ pub struct SourcesSettings {
     #[serde(deserialize_with = "go_duration", serialize_with = "go_duration_text")]
     pub ebpf_min_interval: Duration,
     /// Attach points the eBPF crossing detector may use, in order of preference
-    /// (`fexit/try_charge_memcg`, `tp_btf/mod_memcg_lruvec_state`); empty: no detector.
+    /// (`fexit/page_counter_try_charge`, `fexit/try_charge_memcg`,
+    /// `tp_btf/mod_memcg_lruvec_state`); empty: no detector.
     pub crossing_detector: Vec<String>,
 }
 
@@ -467,7 +468,7 @@ impl AgentSettings {
                 origin: origin.to_string(),
                 key: "sources.crossingDetector",
                 value: unknown.clone(),
-                reason: "must list fexit/try_charge_memcg and/or tp_btf/mod_memcg_lruvec_state",
+                reason: "must list attach points among fexit/page_counter_try_charge, fexit/try_charge_memcg and tp_btf/mod_memcg_lruvec_state",
             });
         }
         if self.run_pods && (self.pod_list.is_some() || self.shadow) {

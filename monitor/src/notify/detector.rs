@@ -24,18 +24,27 @@ use super::memcg::ThresholdSpec;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AttachPoint {
-    /// `fexit` on `try_charge_memcg`: once per charge batch, needs BPF trampolines.
+    /// `fexit` on `page_counter_try_charge`: once per charge batch (64 pages), every
+    /// call looked at; needs BPF trampolines.
+    CounterFexit,
+    /// `fexit` on `try_charge_memcg`: once per charge (a page or a folio), sampled;
+    /// needs BPF trampolines.
     ChargeFexit,
     /// `tp_btf` on `memcg:mod_memcg_lruvec_state`, sampled.
     LruvecTracepoint,
 }
 
 impl AttachPoint {
-    pub const ALL: [AttachPoint; 2] = [AttachPoint::ChargeFexit, AttachPoint::LruvecTracepoint];
+    pub const ALL: [AttachPoint; 3] = [
+        AttachPoint::CounterFexit,
+        AttachPoint::ChargeFexit,
+        AttachPoint::LruvecTracepoint,
+    ];
 
     /// The program's name in the object.
     pub(crate) fn program(self) -> &'static str {
         match self {
+            AttachPoint::CounterFexit => "crossing_counter",
             AttachPoint::ChargeFexit => "crossing_charge",
             AttachPoint::LruvecTracepoint => "crossing_lruvec",
         }
@@ -44,6 +53,7 @@ impl AttachPoint {
     /// The kernel function or BTF tracepoint it attaches to.
     pub(crate) fn target(self) -> &'static str {
         match self {
+            AttachPoint::CounterFexit => "page_counter_try_charge",
             AttachPoint::ChargeFexit => "try_charge_memcg",
             AttachPoint::LruvecTracepoint => "mod_memcg_lruvec_state",
         }
@@ -52,6 +62,7 @@ impl AttachPoint {
     /// How it shows in logs and settings: `fexit/try_charge_memcg`.
     pub fn name(self) -> &'static str {
         match self {
+            AttachPoint::CounterFexit => "fexit/page_counter_try_charge",
             AttachPoint::ChargeFexit => "fexit/try_charge_memcg",
             AttachPoint::LruvecTracepoint => "tp_btf/mod_memcg_lruvec_state",
         }
@@ -99,8 +110,35 @@ pub(crate) fn memcg_layout(path: &Path) -> Result<MemcgLayout, LayoutError> {
         cgroup_kn: offset_of(&btf, "cgroup", &["kn"])?,
         kn_id: offset_of(&btf, "kernfs_node", &["id"])?,
         page_shift: page_size.trailing_zeros(),
-        _pad: 0,
+        cgroup_memory_css: memory_css_offset(&btf),
     })
+}
+
+/// Offset of `subsys[memory_cgrp_id]` in `struct cgroup`, when the BTF gives it and a
+/// memory cgroup's css is its first field (the pointer in `subsys` then equals the
+/// memory cgroup's own); else 0, which leaves the page counter program idle.
+fn memory_css_offset(btf: &Btf) -> u32 {
+    let memory_id = btf
+        .resolve_types_by_name("cgroup_subsys_id")
+        .ok()
+        .into_iter()
+        .flatten()
+        .find_map(|t| match t {
+            Type::Enum(e) => e
+                .members
+                .iter()
+                .find(|m| btf.resolve_name(*m).is_ok_and(|n| n == "memory_cgrp_id"))
+                .map(|m| m.val()),
+            _ => None,
+        });
+    let (Some(memory_id), Ok(0), Ok(subsys)) = (
+        memory_id,
+        offset_of(btf, "mem_cgroup", &["css"]),
+        offset_of(btf, "cgroup", &["subsys"]),
+    ) else {
+        return 0;
+    };
+    subsys + memory_id * std::mem::size_of::<usize>() as u32
 }
 
 /// Byte offset of `path` (a chain of member names, through embedded structs) inside
@@ -548,6 +586,8 @@ mod tests {
         assert!(layout.memcg_memory > layout.memcg_css_cgroup);
         assert!(layout.kn_id > 0);
         assert_eq!(layout.page_shift, 12);
+        // Every kernel with the memory controller has the enum and the array.
+        assert_ne!(layout.cgroup_memory_css, 0);
     }
 
     #[test]

@@ -184,7 +184,7 @@ impl log::Log for TracingLog {
 }
 
 // `event` matches each of the known targets by index.
-const _: () = assert!(LOG_TARGETS.len() == 7, "add the new target to `event`");
+const _: () = assert!(LOG_TARGETS.len() == 8, "add the new target to `event`");
 
 /// One record as a tracing event under its program's target. tracing takes its target
 /// at compile time, so the known ones are matched one by one.
@@ -208,6 +208,7 @@ fn event(target: &str, level: log::Level, message: &fmt::Arguments<'_>) {
         Some(4) => at!(LOG_TARGETS[4]),
         Some(5) => at!(LOG_TARGETS[5]),
         Some(6) => at!(LOG_TARGETS[6]),
+        Some(7) => at!(LOG_TARGETS[7]),
         _ => at!(OTHER_TARGET, program = target),
     }
 }

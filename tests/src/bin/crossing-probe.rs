@@ -1,10 +1,10 @@
 //! The benchmark's crossing probe: stamps, in the kernel, when a memory cgroup's working set
-//! crosses a level and when a given process sends SIGKILL, for races in which the agent
-//! runs without its own eBPF source (memcg thresholds only, PSI, polling) and so leaves
-//! no kernel stamps of its own. It loads the agent's eBPF programs with the crossing
-//! detector armed on one level and the SIGKILL stamp pointed at the agent, and tells
-//! nothing to anyone: it only prints, in the agent's own log format, so that the
-//! benchmark reads both the same way.
+//! crosses a level and when a given process (the agent, or the earlyoom peer) sends
+//! SIGKILL, the same way for every mode of a race, whether or not the agent runs its own
+//! eBPF source. It loads the agent's eBPF programs with the crossing detector armed on
+//! one level and the SIGKILL stamp pointed at the killer, and tells nothing to anyone: it
+//! only prints, in the agent's own log format, so that the benchmark reads both the same
+//! way.
 //!
 //!   crossing-probe CGROUP_DIR WORKING_SET_BYTES AGENT_PID
 //!
@@ -64,8 +64,9 @@ async fn main() {
         std::process::exit(1);
     });
     let (wakes, mut rx) = monitor::notify::wake_channel();
-    // A look at every charge event, not one per batch as the agent takes: the probe's
-    // record must come at the crossing itself, before a fast kill takes the usage down.
+    // A look at every change of the counter (every charge batch on the page counter's
+    // attach point; every charge event on the others, unsampled): the probe's record must
+    // come at the crossing itself, before a fast kill takes the usage down.
     let settings = EbpfSettings {
         kills_by: Some(agent),
         sample_every_charge: 1,

@@ -3,13 +3,16 @@
 //! most of the guest's memory (oom_score_adj -1000, like a guaranteed pod, so that neither
 //! earlyoom nor the OOM killer prefers it), then the hog allocates until earlyoom or the
 //! kernel kills it. earlyoom's threshold is set to the same headroom as the agent's
-//! (`-M` HEADROOM_MIB in KiB). Both processes run in a cgroup of their own
-//! (`/sys/fs/cgroup/bench-peer`), without a limit: the guest's RAM bounds the node.
+//! (`-M` HEADROOM_MIB in KiB, as both its SIGTERM and its SIGKILL size, so that it sends
+//! SIGKILL at the threshold, as the agent's hard eviction does). Both processes run in a
+//! cgroup of their own (`/sys/fs/cgroup/bench-peer`), without a limit: the guest's RAM
+//! bounds the node.
 //!
 //! Times: crossing from a 1 ms sampler of /proc/meminfo (used = MemTotal − MemAvailable,
 //! interpolated); earlyoom's "low memory!" line as its wake and its "sending SIG…" line as
-//! the kill, both on stderr (unbuffered) and stamped when read; OOM kills from
-//! /proc/vmstat's oom_kill.
+//! the kill, both on stderr (unbuffered) and stamped when read; its SIGKILL as the kernel
+//! stamps it (`signal:signal_generate` from earlyoom's process, by the crossing probe),
+//! as the agent's is in the same race; OOM kills from /proc/vmstat's oom_kill.
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -122,13 +125,23 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
     let (program, args) = earlyoom.split_first().context("no earlyoom command")?;
     let mut peer = Command::new(program)
         .args(args)
-        .args(["-M", &(HEADROOM_MIB * 1024).to_string(), "-r", "0"])
+        .args(["-M", &format!("{0},{0}", HEADROOM_MIB * 1024), "-r", "0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {}", earlyoom.join(" ")))?;
     let stderr = peer.stderr.take().context("earlyoom's stderr")?;
+    let peer_pid = peer.id();
     guard.children.push(peer);
+    let probe = crate::probe::Probe::start(
+        bin,
+        Path::new(CGROUP),
+        crate::probe::NEVER,
+        peer_pid,
+        dir.join("probe.log"),
+    )
+    .map_err(|err| println!("bench: earlyoom trial {n}: no kernel stamp of its SIGKILL: {err:#}"))
+    .ok();
     let lines: Arc<Mutex<Vec<(u64, String)>>> = Arc::default();
     let reader = {
         let lines = lines.clone();
@@ -190,6 +203,7 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
         .join()
         .map_err(|_| anyhow::anyhow!("the /proc/meminfo sampler thread panicked"))?;
     let oom_kills = vmstat("oom_kill ").saturating_sub(oom_before);
+    let kernel_kill_ns = probe.and_then(|p| crate::logparse::kernel_kill(&p.output(), start_ns));
     drop(guard);
     let _ = reader.join();
     let _ = std::fs::remove_dir_all(&dir);
@@ -204,7 +218,7 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
             .map(|(at, _)| *at)
     };
     let threshold = total.saturating_sub(HEADROOM_MIB * MIB);
-    Ok(trial::from_points(trial::Observed {
+    let mut trial = trial::from_points(trial::Observed {
         mode: MODE,
         rate: "full",
         n,
@@ -218,5 +232,8 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
         oom_kills,
         sync_durations_ms: Vec::new(),
         bpf: Vec::new(),
-    }))
+    });
+    trial.kernel_kill_ms =
+        kernel_kill_ns.map(|killed| killed.saturating_sub(start_ns) as f64 / 1e6);
+    Ok(trial)
 }

@@ -1,14 +1,17 @@
-//! The kernel's stamps for races in which the agent runs without its eBPF source: the
-//! `crossing-probe` helper (tests/src/bin/crossing-probe.rs) loads the same crossing
-//! detector and SIGKILL stamp, armed on the race's level and pointed at the agent, and
-//! prints its records in the agent's log format. The 1 ms sampler stays as the
-//! cross-check (and the only clock of the node-level race, whose signal is not one
-//! cgroup's working set).
+//! The kernel's stamps of a race: the `crossing-probe` helper
+//! (tests/src/bin/crossing-probe.rs) loads the agent's crossing detector and SIGKILL
+//! stamp, armed on the race's level and pointed at the killer (the agent, or the earlyoom
+//! peer), and prints its records in the agent's log format. The 1 ms sampler stays as
+//! the cross-check, and is the only clock of the node-level race's crossing (whose
+//! signal is not one cgroup's working set); there the probe stamps the SIGKILL alone.
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+
+/// A working set no race reaches: the probe then stamps SIGKILLs only.
+pub(crate) const NEVER: u64 = 1 << 50;
 
 /// A running probe; dropping it stops it (its programs detach with it).
 pub(crate) struct Probe {

@@ -152,21 +152,26 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         Level::Pods => memory::sampler(pods_dir.clone(), v1, stop.clone()),
         Level::Node => memory::node_sampler(stop.clone()),
     };
-    // The kernel's stamps come from the crossing probe, which looks at every charge (the
-    // agent's own detector looks once per batch, and a fast kill can come first). The
-    // pods-level race only: its signal is the pods cgroup's working set.
-    let probe = match (setup.level, guard.agent.as_ref()) {
-        (Level::Pods, Some(agent)) => crate::probe::Probe::start(
+    // The kernel's stamps come from the crossing probe, which sees every charge batch (the
+    // agent's own detector may sample, and a fast kill can come first). On the pods-level
+    // race it watches the crossing too (the signal is the pods cgroup's working set); on
+    // the node-level race only the agent's SIGKILL (the node's signal is no cgroup's:
+    // its level is one the hog never reaches).
+    let probe = guard.agent.as_ref().and_then(|agent| {
+        let level = match setup.level {
+            Level::Pods => threshold,
+            Level::Node => crate::probe::NEVER,
+        };
+        crate::probe::Probe::start(
             setup.bin,
             &pods_dir,
-            threshold,
+            level,
             agent.id(),
             dir.join("probe.log"),
         )
         .map_err(|err| println!("bench: no kernel stamps from the crossing probe: {err:#}"))
-        .ok(),
-        _ => None,
-    };
+        .ok()
+    });
     // On cgroup v2: did the agent throttle the pods with memory.high during the race?
     let high_file = (!v1).then(|| pods_dir.join("memory.high"));
     let mut memory_high_set = false;
@@ -245,8 +250,10 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     // emulation; the node's free-page count, which moves in per-CPU batches, is the
     // likely cause.)
     let kernel_log = match (probe, setup.level) {
-        (Some(probe), _) => probe.output(),
+        (Some(probe), Level::Pods) => probe.output(),
         (None, Level::Pods) => log.clone(),
+        // The probe's SIGKILL stamps alone (it arms no crossing here).
+        (Some(probe), Level::Node) => probe.output(),
         (None, Level::Node) => String::new(),
     };
     drop(guard);
@@ -276,6 +283,8 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     trial.memory_high_set = high_file.map(|_| memory_high_set);
     trial.kernel_crossing_to_kill_us = logparse::kernel_crossing_and_kill(&kernel_log, start_ns)
         .map(|(crossed, killed)| killed.saturating_sub(crossed) as f64 / 1000.0);
+    trial.kernel_kill_ms = logparse::kernel_kill(&kernel_log, start_ns)
+        .map(|killed| killed.saturating_sub(start_ns) as f64 / 1e6);
     Ok(trial)
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::stats::{Spread, ms, ratio};
+use crate::stats::{Spread, ms, percentile, ratio};
 use crate::trial::Trial;
 use crate::{adversarial, bpf, costs, scaling};
 
@@ -300,6 +300,9 @@ pub(crate) fn table(results: &Results) -> String {
     for line in kernel_stamped_kills(trials) {
         let _ = writeln!(s, "{line}");
     }
+    for line in node_kernel_kills(trials) {
+        let _ = writeln!(s, "{line}");
+    }
     for x in sync {
         let _ = writeln!(
             s,
@@ -452,6 +455,62 @@ pub(crate) fn kernel_stamped_kills(trials: &[Trial]) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// The node-level race's kills, per rate and mode: the crossing from the 1 ms sampler of
+/// /proc/meminfo (the node's signal is no cgroup's, so nothing in the kernel stamps it)
+/// to the killer's SIGKILL as the kernel stamped it; then the agent (all sources) against
+/// the earlyoom peer by that measure.
+pub(crate) fn node_kernel_kills(trials: &[Trial]) -> Vec<String> {
+    let node: Vec<(&Trial, f64)> = trials
+        .iter()
+        .filter(|t| t.kernel_crossing_to_kill_us.is_none())
+        .filter_map(|t| Some((t, t.kernel_kill_ms? - t.crossing_ms?)))
+        .collect();
+    let mut groups: Vec<(&str, &str)> = Vec::new();
+    for (t, _) in &node {
+        if !groups.contains(&(t.rate.as_str(), t.mode.as_str())) {
+            groups.push((&t.rate, &t.mode));
+        }
+    }
+    let of = |rate: &str, mode: &str| -> Vec<f64> {
+        node.iter()
+            .filter(|(t, _)| t.rate == rate && t.mode == mode)
+            .map(|(_, ms)| *ms)
+            .collect()
+    };
+    let mut out: Vec<String> = groups
+        .iter()
+        .map(|(rate, mode)| {
+            let times_ms = of(rate, mode);
+            let at = |p: f64| ms(percentile(&times_ms, p));
+            format!(
+                "- crossing (1 ms sampler) → SIGKILL (signal:signal_generate) ({rate}, {mode}): p50 / p99 / max {} / {} / {} ms over {} trials",
+                at(50.0),
+                at(99.0),
+                at(100.0),
+                times_ms.len()
+            )
+        })
+        .collect();
+    for (rate, mode) in &groups {
+        if *mode != crate::peer::MODE {
+            continue;
+        }
+        let (peer, agent) = (
+            percentile(&of(rate, mode), 50.0),
+            percentile(&of(rate, "all"), 50.0),
+        );
+        if let (Some(peer), Some(agent)) = (peer, agent) {
+            out.push(format!(
+                "- same node-level race ({rate}), crossing → kernel-stamped SIGKILL p50: agent (all sources) {} ms, earlyoom {} ms (earlyoom / agent = {})",
+                ms(Some(agent)),
+                ms(Some(peer)),
+                times(ratio(Some(peer), Some(agent)))
+            ));
+        }
+    }
+    out
 }
 
 /// On cgroup v2 (the VM), per rate and mode: in how many trials the agent set the pods
@@ -761,6 +820,38 @@ mod tests {
             kernel_stamped_kills(&trials),
             vec![
                 "- kernel-stamped crossing→SIGKILL (full, ebpf; probe's crossing record → signal:signal_generate): p50 / p99 / max 200 / 200 / 200 µs over 2 trials"
+            ]
+        );
+        // Node races (no kernel crossing): the sampler's crossing to the kernel's SIGKILL.
+        assert!(node_kernel_kills(&trials).is_empty());
+    }
+
+    #[test]
+    fn node_races_compare_the_sampler_crossing_with_the_kernels_sigkill() {
+        let node = |mode: &str, crossing: f64, killed: f64| {
+            trial(
+                mode,
+                &format!(r#","crossing_ms":{crossing},"kernel_kill_ms":{killed}"#),
+            )
+        };
+        let trials = vec![
+            node("all", 100.0, 102.0),
+            node("all", 100.0, 104.0),
+            node("all", 100.0, 150.0),
+            node("earlyoom", 90.0, 130.0),
+            node("earlyoom", 90.0, 170.0),
+            // A pods race: its kernel-stamped row is the other function's.
+            trial(
+                "all",
+                r#","crossing_ms":1.0,"kernel_kill_ms":2.0,"kernel_crossing_to_kill_us":200.0"#,
+            ),
+        ];
+        assert_eq!(
+            node_kernel_kills(&trials),
+            vec![
+                "- crossing (1 ms sampler) → SIGKILL (signal:signal_generate) (full, all): p50 / p99 / max 4.00 / 50.0 / 50.0 ms over 3 trials",
+                "- crossing (1 ms sampler) → SIGKILL (signal:signal_generate) (full, earlyoom): p50 / p99 / max 40.0 / 80.0 / 80.0 ms over 2 trials",
+                "- same node-level race (full), crossing → kernel-stamped SIGKILL p50: agent (all sources) 4.00 ms, earlyoom 40.0 ms (earlyoom / agent = 10×)",
             ]
         );
     }

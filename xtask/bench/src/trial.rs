@@ -59,6 +59,11 @@ pub(crate) struct Trial {
     /// in the kernel (µs); only on the pods-level race, where the agent killed.
     #[serde(default)]
     pub(crate) kernel_crossing_to_kill_us: Option<f64>,
+    /// The killer's (the agent's or the peer's) first SIGKILL after the start, as the
+    /// kernel stamped it (`signal:signal_generate`), ms after the start: the node-level
+    /// race's kill time, whose crossing only the 1 ms sampler gives.
+    #[serde(default)]
+    pub(crate) kernel_kill_ms: Option<f64>,
     /// (ms, MiB) of the working set for the plot; emptied after plotting but for trial 1.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) curve: Vec<(f64, f64)>,
@@ -166,6 +171,7 @@ pub(crate) fn from_points(o: Observed) -> Trial {
         pods_cpu_ns: None,
         memory_high_set: None,
         kernel_crossing_to_kill_us: None,
+        kernel_kill_ms: None,
         curve: window
             .iter()
             .step_by(step)

@@ -309,14 +309,20 @@ pub fn start(
             .map_err(|e| EbpfError::RingBuf(format!("starting its consumer thread: {e}")))?;
     let mut detail = match &detector {
         Ok((detector, refused)) => {
-            let every = match detector.attach {
-                AttachPoint::ChargeFexit => settings.sample_every_charge,
-                AttachPoint::LruvecTracepoint => settings.sample_every_lruvec,
+            let looks = match detector.attach {
+                AttachPoint::CounterFexit => "a look at every charge batch".to_string(),
+                AttachPoint::ChargeFexit => format!(
+                    "a look per {} pages per CPU",
+                    settings.sample_every_charge.max(1)
+                ),
+                AttachPoint::LruvecTracepoint => format!(
+                    "a look per {} pages per CPU",
+                    settings.sample_every_lruvec.max(1)
+                ),
             };
             let mut text = format!(
-                "crossing detector on {} (levels armed after every synchronize, a look per {} pages per CPU)",
+                "crossing detector on {} (levels armed after every synchronize, {looks})",
                 detector.attach.name(),
-                every.max(1)
             );
             if !refused.is_empty() {
                 text.push_str(&format!(", refused: {}", refused.join("; ")));
@@ -369,7 +375,7 @@ fn attach_detector(
                         program: attach.program().to_string(),
                     })?;
             match attach {
-                AttachPoint::ChargeFexit => {
+                AttachPoint::CounterFexit | AttachPoint::ChargeFexit => {
                     let program: &mut FExit = program.try_into()?;
                     program.load(attach.target(), &btf)?;
                     program.attach()?;
