@@ -20,7 +20,7 @@ pub(crate) const HOST: Size = Size {
     mib: 256,
 };
 pub(crate) const GUEST: Size = Size {
-    rounds: 10,
+    rounds: 20,
     mib: 64,
 };
 
@@ -33,7 +33,8 @@ pub(crate) struct Size {
 /// One attach point's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct DetectorCost {
-    /// `fexit/try_charge_memcg` or `tp_btf/mod_memcg_lruvec_state`.
+    /// `fexit/page_counter_try_charge`, `fexit/try_charge_memcg` or
+    /// `tp_btf/mod_memcg_lruvec_state`.
     pub(crate) point: String,
     /// Why the kernel refused it (then no figures).
     pub(crate) refused: Option<String>,

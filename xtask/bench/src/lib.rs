@@ -22,6 +22,7 @@ pub mod demo;
 mod detector_cost;
 mod guest;
 mod harness;
+mod kernel_rows;
 pub mod laid;
 mod logparse;
 mod memory;
