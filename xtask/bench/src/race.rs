@@ -285,6 +285,17 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         .map(|(crossed, killed)| killed.saturating_sub(crossed) as f64 / 1000.0);
     trial.kernel_kill_ms = logparse::kernel_kill(&kernel_log, start_ns)
         .map(|killed| killed.saturating_sub(start_ns) as f64 / 1e6);
+    // A kill more than 10 ms after the crossing: the agent's hot path lines of the trial
+    // go to the output, for the reason (in the VM the run's directory goes with it).
+    if trial.kernel_crossing_to_kill_us.is_some_and(|us| us > 10_000.0) {
+        for line in log
+            .lines()
+            .filter(|l| l.contains("hot path") || l.contains(": wake "))
+            .take(60)
+        {
+            println!("bench: slow kill, agent log: {line}");
+        }
+    }
     Ok(trial)
 }
 
