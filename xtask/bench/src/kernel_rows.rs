@@ -2,8 +2,7 @@
 //! (the crossing probe's record and `signal:signal_generate`), the node race's kills
 //! against its sampled crossing, the agent's use of memory.high, and the crossing
 //! detector's share of the pods' CPU.
-use crate::report::times;
-use crate::stats::{ms, percentile, ratio};
+use crate::stats::{ms, percentile, ratio, times};
 use crate::trial::Trial;
 
 /// Per rate and mode: the crossing probe's record to the kernel's SIGKILL, both

@@ -287,7 +287,10 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         .map(|killed| killed.saturating_sub(start_ns) as f64 / 1e6);
     // A kill more than 10 ms after the crossing: the agent's hot path lines of the trial
     // go to the output, for the reason (in the VM the run's directory goes with it).
-    if trial.kernel_crossing_to_kill_us.is_some_and(|us| us > 10_000.0) {
+    if trial
+        .kernel_crossing_to_kill_us
+        .is_some_and(|us| us > 10_000.0)
+    {
         for line in log
             .lines()
             .filter(|l| l.contains("hot path") || l.contains(": wake "))

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::stats::{Spread, ms, ratio};
+use crate::stats::{Spread, ms, ratio, times};
 use crate::trial::Trial;
 use crate::{adversarial, bpf, costs, kernel_rows, scaling};
 
@@ -150,14 +150,6 @@ pub(crate) fn trial_line(t: &Trial) -> String {
 
 fn spread(s: &Spread) -> String {
     format!("{} / {} / {}", ms(s.p50_ms), ms(s.p99_ms), ms(s.max_ms))
-}
-
-pub(crate) fn times(r: Option<f64>) -> String {
-    match r {
-        Some(r) if r >= 10.0 => format!("{r:.0}×"),
-        Some(r) => format!("{r:.1}×"),
-        None => "n/a".into(),
-    }
 }
 
 /// The whole table, Markdown, as printed and as put in docs/benchmark.md.

@@ -48,6 +48,15 @@ pub(crate) fn ratio(baseline: Option<f64>, mode: Option<f64>) -> Option<f64> {
     }
 }
 
+/// A ratio as "15×" (one decimal below 10).
+pub(crate) fn times(r: Option<f64>) -> String {
+    match r {
+        Some(r) if r >= 10.0 => format!("{r:.0}×"),
+        Some(r) => format!("{r:.1}×"),
+        None => "n/a".into(),
+    }
+}
+
 /// A value in milliseconds for the table: "none" when missing.
 pub(crate) fn ms(value: Option<f64>) -> String {
     match value {

@@ -276,10 +276,16 @@ pub(crate) struct HotPath {
 
 /// A watch the ring reader hands over instead of running it itself.
 #[derive(Clone, Copy, Debug)]
-struct WatchRequest {
-    source: WakeSource,
-    margin: u64,
-    told_ns: u64,
+enum WatchRequest {
+    /// Watch the levels after a notifier told at `told_ns`.
+    Watch {
+        source: WakeSource,
+        margin: u64,
+        told_ns: u64,
+    },
+    /// The levels were set again: read each once, so that a watch's first look finds its
+    /// descriptors open and its code paths warm.
+    Prime,
 }
 
 /// Name of the thread that runs the ring reader's watches.
@@ -352,6 +358,14 @@ impl HotPath {
             std::mem::replace(&mut armed.levels, levels)
         };
         drop(old);
+        if let Some(tx) = self
+            .watcher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            let _ = tx.send(WatchRequest::Prime);
+        }
     }
 
     /// The pods to pick the next victim from; `None` disarms. Candidates armed now keep
