@@ -678,3 +678,52 @@ fn the_ring_readers_watch_runs_on_the_watcher_thread_and_the_reader_returns_at_o
     assert_eq!(wake.source, WakeSource::Ebpf);
     assert!(woken.try_recv().is_err(), "one wake for one kill");
 }
+
+#[test]
+fn setting_the_levels_opens_the_watchers_descriptors_before_any_watch() {
+    let f = Fixture::new(10);
+    let hot = Arc::new(f.hot);
+    let (wakes, _woken) = crate::notify::wake_channel();
+    hot.start_watcher(wakes).expect("watcher thread");
+    // Whether this process holds a descriptor of `path` (the watcher's are the only ones
+    // the fixture's files get: no look or watch runs here).
+    let held = |path: &std::path::Path| {
+        let path = path.canonicalize().expect("canonical path");
+        std::fs::read_dir("/proc/self/fd")
+            .expect("/proc/self/fd")
+            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+            .any(|target| target == path)
+    };
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let level_at = |dir: &std::path::Path| ThresholdSpec {
+        cgroup: dir.to_path_buf(),
+        usage_bytes: 1000,
+        hard: true,
+        passed_when_armed: false,
+        threshold: None,
+    };
+    let first = f.dir.path().join("memory.usage_in_bytes");
+    assert!(
+        !held(&first),
+        "levels set before the watcher started: nothing opened"
+    );
+    hot.set_levels(CgroupVersion::V1, &[level_at(f.dir.path())], |_| 0);
+    until("the watcher opened the level's usage file", &|| {
+        held(&first)
+    });
+    // The level moves to another cgroup: its file is opened, the old one closed.
+    let other = f.dir.path().join("other");
+    std::fs::create_dir_all(&other).expect("other cgroup");
+    std::fs::write(other.join("memory.usage_in_bytes"), "100\n").expect("usage");
+    hot.set_levels(CgroupVersion::V1, &[level_at(&other)], |_| 0);
+    let second = other.join("memory.usage_in_bytes");
+    until("the new level's file opened, the old one closed", &|| {
+        held(&second) && !held(&first)
+    });
+}

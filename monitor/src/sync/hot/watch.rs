@@ -253,10 +253,10 @@ impl HotPath {
     /// levels set since the last watch and closing those of levels gone. A watch's first
     /// look otherwise opened them: in the cgroup v2 VM, under emulation, that first look
     /// took 16-26 ms (against 0.2 ms for a confirmation's reads) and the kill waited on it.
+    ///
+    /// It does not count as a watch (a hard notifier meanwhile takes its own look): the
+    /// descriptors are this thread's, and nothing here kills.
     fn prime_watch(&self) {
-        let Some(_watching) = Watching::take(self) else {
-            return;
-        };
         let levels: Vec<Level> = WATCH_FILES.with(|files| {
             self.lock()
                 .levels
