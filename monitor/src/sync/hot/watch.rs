@@ -252,7 +252,7 @@ impl HotPath {
     /// Reads every level's usage once through this thread's descriptors, opening those of
     /// levels set since the last watch and closing those of levels gone. A watch's first
     /// look otherwise opened them: in the cgroup v2 VM, under emulation, that first look
-    /// took 16-26 ms (against 0.2 ms for a confirmation's reads) and the kill waited on it.
+    /// took 17-26 ms (against 0.2 ms for a confirmation's reads) and the kill waited on it.
     ///
     /// It does not count as a watch (a hard notifier meanwhile takes its own look): the
     /// descriptors are this thread's, and nothing here kills.
