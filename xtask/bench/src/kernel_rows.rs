@@ -5,20 +5,26 @@
 use crate::stats::{ms, percentile, ratio, times};
 use crate::trial::Trial;
 
-/// Per rate and mode: the crossing probe's record to the kernel's SIGKILL, both
-/// stamped in the kernel.
-pub(crate) fn kernel_stamped_kills(trials: &[Trial]) -> Vec<String> {
+/// The (rate, mode) pairs of `trials`, each once, in the order they first come.
+fn groups<'a>(trials: impl Iterator<Item = &'a Trial>) -> Vec<(&'a str, &'a str)> {
     let mut groups: Vec<(&str, &str)> = Vec::new();
-    for t in trials
-        .iter()
-        .filter(|t| t.kernel_crossing_to_kill_us.is_some())
-    {
+    for t in trials {
         if !groups.contains(&(t.rate.as_str(), t.mode.as_str())) {
             groups.push((&t.rate, &t.mode));
         }
     }
     groups
-        .into_iter()
+}
+
+/// Per rate and mode: the crossing probe's record to the kernel's SIGKILL, both
+/// stamped in the kernel.
+pub(crate) fn kernel_stamped_kills(trials: &[Trial]) -> Vec<String> {
+    groups(
+        trials
+            .iter()
+            .filter(|t| t.kernel_crossing_to_kill_us.is_some()),
+    )
+    .into_iter()
         .map(|(rate, mode)| {
             let mut us: Vec<f64> = trials
                 .iter()
@@ -48,12 +54,7 @@ pub(crate) fn node_kernel_kills(trials: &[Trial]) -> Vec<String> {
         .filter(|t| t.kernel_crossing_to_kill_us.is_none())
         .filter_map(|t| Some((t, t.kernel_kill_ms? - t.crossing_ms?)))
         .collect();
-    let mut groups: Vec<(&str, &str)> = Vec::new();
-    for (t, _) in &node {
-        if !groups.contains(&(t.rate.as_str(), t.mode.as_str())) {
-            groups.push((&t.rate, &t.mode));
-        }
-    }
+    let groups = groups(node.iter().map(|(t, _)| *t));
     let of = |rate: &str, mode: &str| -> Vec<f64> {
         node.iter()
             .filter(|(t, _)| t.rate == rate && t.mode == mode)
@@ -97,13 +98,7 @@ pub(crate) fn node_kernel_kills(trials: &[Trial]) -> Vec<String> {
 /// On cgroup v2 (the VM), per rate and mode: in how many trials the agent set the pods
 /// cgroup's memory.high (the throttling stand-in for a usage threshold).
 pub(crate) fn memory_high_use(trials: &[Trial]) -> Vec<String> {
-    let mut groups: Vec<(&str, &str)> = Vec::new();
-    for t in trials.iter().filter(|t| t.memory_high_set.is_some()) {
-        if !groups.contains(&(t.rate.as_str(), t.mode.as_str())) {
-            groups.push((&t.rate, &t.mode));
-        }
-    }
-    groups
+    groups(trials.iter().filter(|t| t.memory_high_set.is_some()))
         .into_iter()
         .map(|(rate, mode)| {
             let of: Vec<&Trial> = trials

@@ -249,11 +249,10 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     // the /proc/meminfo sampler it was off by tens of milliseconds either way under
     // emulation; the node's free-page count, which moves in per-CPU batches, is the
     // likely cause.)
+    // On the node race the probe's log holds SIGKILL stamps alone (it arms no crossing).
     let kernel_log = match (probe, setup.level) {
-        (Some(probe), Level::Pods) => probe.output(),
+        (Some(probe), _) => probe.output(),
         (None, Level::Pods) => log.clone(),
-        // The probe's SIGKILL stamps alone (it arms no crossing here).
-        (Some(probe), Level::Node) => probe.output(),
         (None, Level::Node) => String::new(),
     };
     drop(guard);
