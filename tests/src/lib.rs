@@ -12,6 +12,7 @@ use monitor::observe::{CgroupLayout, CgroupVersion};
 
 pub mod chaos;
 pub mod containerd;
+pub mod installed;
 pub mod kubelet_laid;
 pub mod node;
 pub mod oci;

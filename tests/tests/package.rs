@@ -18,18 +18,13 @@ use std::process::{Child, Command, Stdio};
 use std::str::FromStr;
 use std::time::Duration;
 
+use monitor_tests::installed::{
+    CGROUP_ROOT, CONFIG, PACKAGE, PODS, SOCKET, STANDARD_DIRS, STATE, UNIT, bound_the_node,
+    cgroups, dpkg, field, filesystem, metrics, notifier_threads, read, run, start_web_and_batch,
+    wait_for_record,
+};
 use monitor_tests::{Feature, require, wait_until};
 use nix::sys::resource::{Resource, setrlimit};
-
-/// Where the VM run puts the package.
-const PACKAGE: &str = "/packages/monitor.deb";
-const UNIT: &str = "/lib/systemd/system/monitor.service";
-const CONFIG: &str = "/etc/monitor/config.yaml";
-const PODS: &str = "/etc/monitor/pods";
-const STATE: &str = "/var/lib/monitor";
-const SOCKET: &str = "/run/monitor/monitor.sock";
-/// The packaged configuration's `cgroupRoot`.
-const CGROUP_ROOT: &str = "monitor";
 
 /// The configuration the package installs loads as it is, naming the directories the
 /// unit creates and purging removes. Runs everywhere: it installs nothing.
@@ -77,7 +72,7 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
     if !Path::new("/var/lib/dpkg/status").exists() {
         std::fs::write("/var/lib/dpkg/status", "").unwrap();
     }
-    let files_before = filesystem();
+    let files_before = filesystem(&[]);
     let cgroups_before = cgroups();
 
     // Install.
@@ -101,19 +96,7 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
     let version = run("/usr/bin/monitor", &["--version"]);
     assert!(version.starts_with("monitor "), "{version}");
 
-    // A bounded node, as an operator would edit the conffile: every pod together under
-    // 320 MiB, eviction 100 MiB before that.
-    let config = std::fs::read_to_string(CONFIG).unwrap();
-    for anchor in ["\nevictionHard:\n", "\nmonitor:\n"] {
-        assert!(config.contains(anchor), "{CONFIG} has no {anchor:?}");
-    }
-    let config = config
-        .replace(
-            "\nevictionHard:\n",
-            "\nevictionHard:\n  allocatableMemory.available: \"100Mi\"\n",
-        )
-        .replace("\nmonitor:\n", "\nmonitor:\n  podsMemoryLimit: 320Mi\n");
-    std::fs::write(CONFIG, config).unwrap();
+    bound_the_node();
 
     // Start the agent as the unit does.
     let unit = Unit::read(Path::new(UNIT));
@@ -168,21 +151,13 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
 
     // Pods: a Guaranteed service and a best-effort hog that runs past the bounded node.
     let oom = monitor_tests::OomCounter::new(&format!("{CGROUP_ROOT}/kubepods"));
-    manifest(
-        "web.yaml",
-        &pod(
-            "web",
-            &["/bin/sleep", "1000"],
-            "    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {cpu: 100m, memory: 32Mi}\n",
-        ),
+    start_web_and_batch("/bin/hog");
+    let evicted = wait_for_record(
+        "batch",
+        Duration::from_secs(90),
+        || read(&log_path),
+        |r| r.phase == monitor::runtime::store::Phase::Failed,
     );
-    manifest(
-        "batch.yaml",
-        &pod("batch", &["/bin/hog", "anon", "600", "4", "0", "60"], ""),
-    );
-    let evicted = wait_for_record("batch", Duration::from_secs(90), &log_path, |r| {
-        r.phase == monitor::runtime::store::Phase::Failed
-    });
     assert_eq!(evicted.reason.as_deref(), Some("Evicted"), "{evicted:?}");
     assert_eq!(
         oom.kills(),
@@ -190,9 +165,12 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
         "the kernel OOM killer fired in the pods cgroup\n{}",
         read(&log_path)
     );
-    let web = wait_for_record("web", Duration::from_secs(30), &log_path, |r| {
-        r.phase == monitor::runtime::store::Phase::Running
-    });
+    let web = wait_for_record(
+        "web",
+        Duration::from_secs(30),
+        || read(&log_path),
+        |r| r.phase == monitor::runtime::store::Phase::Running,
+    );
     assert!(web.containers[0].pid.is_some(), "{web:?}");
     // The unit grants the agent real-time priority and unlimited locked memory for its
     // notifier threads; a pod gets neither, and runs on the ordinary scheduler.
@@ -295,7 +273,7 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
     // Purge: nothing of it left, in files or cgroups.
     let purged = dpkg(&["-P", "monitor"]);
     println!("dpkg -P monitor:\n{purged}");
-    let files_after = filesystem();
+    let files_after = filesystem(&[]);
     let cgroups_after = cgroups();
     // busybox's dpkg does not track who owns a directory: it may keep or drop an empty
     // standard one (/usr/bin, ...) that every node has anyway. Files in them still count.
@@ -313,25 +291,6 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
         "the agent's cgroups are gone after purge"
     );
 }
-
-/// Directories of every Debian node the package puts files in.
-const STANDARD_DIRS: &[&str] = &[
-    "/lib",
-    "/lib/systemd",
-    "/lib/systemd/system",
-    "/usr",
-    "/usr/bin",
-    "/usr/share",
-    "/usr/share/doc",
-    "/usr/share/man",
-    "/usr/share/man/man8",
-    "/usr/share/bash-completion",
-    "/usr/share/bash-completion/completions",
-    "/usr/share/zsh",
-    "/usr/share/zsh/vendor-completions",
-    "/usr/share/fish",
-    "/usr/share/fish/vendor_completions.d",
-];
 
 /// The agent process the test started and its log; stopped on drop whatever happens,
 /// its log shown when the test failed.
@@ -508,183 +467,4 @@ impl Unit {
         }
         command.spawn().expect("start the unit's ExecStart")
     }
-}
-
-/// `dpkg ARGS` (busybox's in the guest); its output, or a panic naming it.
-fn dpkg(args: &[&str]) -> String {
-    run("dpkg", args)
-}
-
-fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("{program} {args:?}: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}\n{text}",
-        out.status
-    );
-    text
-}
-
-fn metrics() -> String {
-    run("/usr/bin/monitor", &["metrics"])
-}
-
-/// One thread of the agent, as /proc/<pid>/task/<tid>/stat shows it.
-#[derive(Debug)]
-struct ThreadSched {
-    name: String,
-    /// Field 41: 0 SCHED_OTHER, 1 SCHED_FIFO, 2 SCHED_RR.
-    policy: u64,
-    /// Field 40.
-    rt_priority: u64,
-}
-
-/// The agent's kernel notifier threads (named monitor-kernel, monitor-memcg,
-/// monitor-events) with their scheduling.
-fn notifier_threads(pid: u32) -> Vec<ThreadSched> {
-    let mut threads = Vec::new();
-    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-    {
-        let stat = entry.path().join("stat");
-        let Some(name) = std::fs::read_to_string(entry.path().join("comm"))
-            .ok()
-            .map(|c| c.trim_end().to_string())
-        else {
-            continue;
-        };
-        if !["monitor-kernel", "monitor-memcg", "monitor-events"].contains(&name.as_str()) {
-            continue;
-        }
-        let number = |n: usize| -> u64 {
-            monitor_tests::stat_field(&stat, n)
-                .and_then(|f| f.parse().ok())
-                .unwrap_or_else(|| panic!("field {n} of {}", stat.display()))
-        };
-        threads.push(ThreadSched {
-            name,
-            rt_priority: number(40),
-            policy: number(41),
-        });
-    }
-    threads
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// A `Name:\t<hex>` or `Name:\t<decimal>` field of /proc/<pid>/status.
-fn field(status: &str, name: &str) -> Option<u64> {
-    let value = status
-        .lines()
-        .find_map(|l| l.strip_prefix(name))?
-        .trim()
-        .to_string();
-    if name.starts_with("Cap") {
-        u64::from_str_radix(&value, 16).ok()
-    } else {
-        value.parse().ok()
-    }
-}
-
-fn manifest(file: &str, text: &str) {
-    // Written aside and renamed in: the agent never reads a half-written file.
-    let tmp = Path::new(PODS).join(format!(".{file}.tmp"));
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, Path::new(PODS).join(file)).unwrap();
-}
-
-fn pod(name: &str, command: &[&str], resources: &str) -> String {
-    let command: Vec<String> = command.iter().map(|c| format!("\"{c}\"")).collect();
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: demo\nspec:\n  containers:\n  - name: main\n    image: none\n    command: [{}]\n{resources}",
-        command.join(", ")
-    )
-}
-
-fn wait_for_record(
-    name: &str,
-    timeout: Duration,
-    log: &Path,
-    check: impl Fn(&monitor::runtime::store::PodRecord) -> bool,
-) -> monitor::runtime::store::PodRecord {
-    let find = || {
-        monitor_tests::pod_records(Path::new(STATE))
-            .into_iter()
-            .find(|r| r.pod.metadata.name == name)
-    };
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        if let Some(record) = find().filter(|r| check(r)) {
-            return record;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "pod {name} not as expected after {timeout:?}: {:?}\nagent log:\n{}",
-            find(),
-            read(log)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Every path of the guest's filesystem but the kernel's (/proc, /sys, /dev), the
-/// tests' scratch space (/tmp) and dpkg's own database (which records the purge).
-fn filesystem() -> BTreeSet<PathBuf> {
-    let skip = [
-        "/proc",
-        "/sys",
-        "/dev",
-        "/tmp",
-        "/var/lib/dpkg",
-        "/packages",
-        "/tests",
-    ];
-    let mut paths = BTreeSet::new();
-    let mut dirs = vec![PathBuf::from("/")];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if skip.iter().any(|s| path == Path::new(s)) {
-                continue;
-            }
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                dirs.push(path.clone());
-            }
-            paths.insert(path);
-        }
-    }
-    paths
-}
-
-/// Every directory of the cgroup2 hierarchy.
-fn cgroups() -> BTreeSet<PathBuf> {
-    let mut found = BTreeSet::new();
-    let mut dirs = vec![PathBuf::from("/sys/fs/cgroup")];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                found.insert(entry.path());
-                dirs.push(entry.path());
-            }
-        }
-    }
-    found
 }

@@ -63,6 +63,7 @@ pub(crate) fn run(root: &Path, target: &Path, plan: &GuestPlan) -> Result<VmRun>
         mem: "2G",
         cpus: 2,
         timeout,
+        append: "",
     });
     let _ = std::fs::remove_file(&image);
     let outcome = outcome?;

@@ -1,5 +1,6 @@
 //! Installs, idempotently, what the VM run needs on the host: qemu, a static busybox,
-//! containerd and runc (copied into the guest) and the musl Rust target. Each item is checked first; nothing is installed twice.
+//! containerd and runc (copied into the guest), debootstrap and cpio (the systemd node's
+//! root filesystem) and the musl Rust target. Each item is checked first; nothing is installed twice.
 //!
 //! qemu-system-x86 comes from bookworm-backports through a private apt configuration under
 //! `target/vm/apt/`: the build machines carry qemu-utils 10.x from backports, and
@@ -18,6 +19,8 @@ use crate::cmd::run as run_checked;
 
 /// Where busybox-static puts its binary.
 pub const BUSYBOX: &str = "/bin/busybox";
+/// Programs that build the systemd node's root filesystem, with their packages.
+pub const NODE_TOOLS: [(&str, &str); 2] = [("debootstrap", "debootstrap"), ("cpio", "cpio")];
 /// Debian suite that carries a qemu matching the preinstalled backports qemu-utils.
 const BACKPORTS: &str = "bookworm-backports";
 
@@ -32,6 +35,12 @@ pub fn ensure(vm_dir: &Path) -> Result<()> {
     }
     if !containers_installed() {
         apt_packages.extend(["containerd".to_string(), "runc".to_string()]);
+    }
+    // The systemd node's root filesystem: built by debootstrap, packed by cpio.
+    for (tool, package) in NODE_TOOLS {
+        if which(tool).is_none() {
+            apt_packages.push(package.to_string());
+        }
     }
     if !apt_packages.is_empty() {
         eprintln!("vm: installing {}", apt_packages.join(" "));
@@ -134,7 +143,7 @@ impl PrivateApt {
 
 /// The main and security mirror URIs of the system's deb822 sources, falling back to
 /// deb.debian.org.
-fn system_mirrors() -> (String, String) {
+pub(crate) fn system_mirrors() -> (String, String) {
     let text = fs::read_to_string("/etc/apt/sources.list.d/debian.sources").unwrap_or_default();
     mirrors_from_deb822(&text)
 }

@@ -5,7 +5,9 @@
 //!
 //! Steps: install host tools ([`host`]), fetch and cache the kernels ([`kernel`]), build
 //! static guest programs ([`payload`]), pack them ([`initramfs`]), boot each kernel
-//! ([`qemu`]) and judge its console output ([`report`]).
+//! ([`qemu`]) and judge its console output ([`report`]). Then, when the `systemd_node`
+//! test is built, one more boot: Debian 12 with systemd as PID 1 ([`node`]), which runs
+//! that test alone.
 use std::{
     path::{Path, PathBuf},
     time::Duration,
@@ -21,6 +23,7 @@ mod cpio;
 pub(crate) mod host;
 pub(crate) mod initramfs;
 pub(crate) mod kernel;
+mod node;
 pub(crate) mod payload;
 pub(crate) mod qemu;
 mod report;
@@ -113,7 +116,11 @@ pub fn run(args: VmArgs) -> Result<()> {
         .with_context(|| format!("creating {}", kernels_dir.display()))?;
 
     if args.no_install {
-        for tool in ["qemu-system-x86_64", host::BUSYBOX] {
+        let node_tools = host::NODE_TOOLS.map(|(tool, _)| tool);
+        for tool in ["qemu-system-x86_64", host::BUSYBOX]
+            .iter()
+            .chain(&node_tools)
+        {
             if host::which(tool).is_none() && !Path::new(tool).exists() {
                 bail!("{tool} is missing (run without --no-install to install it)");
             }
@@ -135,6 +142,22 @@ pub fn run(args: VmArgs) -> Result<()> {
         test_targets: args.tests.clone(),
     };
     let mut payload = payload::build(&workspace, &options)?;
+    // The systemd node's test runs on that node alone.
+    let (node_tests, tests): (Vec<_>, Vec<_>) = payload
+        .tests
+        .into_iter()
+        .partition(|t| t.name == node::TEST);
+    payload.tests = tests;
+    let node_payload = payload::Payload {
+        tests: node_tests,
+        bins: payload
+            .bins
+            .iter()
+            .filter(|b| b.name != "monitor")
+            .cloned()
+            .collect(),
+        files: payload.files.clone(),
+    };
     payload
         .files
         .extend(containers::modules(&kernels, &vm_dir.join("modules"))?);
@@ -147,7 +170,12 @@ pub fn run(args: VmArgs) -> Result<()> {
 
     let accel = qemu::choose_accel(args.accel, qemu::KvmProbe::of_this_host());
     let mut summaries = Vec::new();
-    for (index, kernel) in kernels.iter().enumerate() {
+    let busybox_kernels = if payload.tests.is_empty() {
+        &[][..]
+    } else {
+        &kernels[..]
+    };
+    for (index, kernel) in busybox_kernels.iter().enumerate() {
         let mut guest = payload.clone();
         let mut env = args.env.clone();
         if index == 0 || args.containers_everywhere {
@@ -175,6 +203,7 @@ pub fn run(args: VmArgs) -> Result<()> {
             mem: &args.mem,
             cpus: args.cpus,
             timeout: Duration::from_secs(args.timeout),
+            append: "",
         };
         let mut outcome = qemu::boot(&boot)?;
         // A kernel that dies under a test binary is booted once more for the binaries it
@@ -238,6 +267,17 @@ pub fn run(args: VmArgs) -> Result<()> {
         summaries.push((verdict == Verdict::Passed, lines));
     }
 
+    if !node_payload.tests.is_empty() {
+        summaries.push(systemd_node(
+            &args,
+            &kernels,
+            &kernels_dir,
+            &vm_dir,
+            &node_payload,
+            accel,
+        )?);
+    }
+
     println!("vm: ===== summary =====");
     for (_, lines) in &summaries {
         println!("{}", lines.first().map(String::as_str).unwrap_or_default());
@@ -247,6 +287,63 @@ pub fn run(args: VmArgs) -> Result<()> {
         bail!("{failed} of {} kernel(s) failed", summaries.len());
     }
     Ok(())
+}
+
+/// Boots the systemd node on Debian 12's kernel (fetched if the selection lacks it) and
+/// runs `payload`'s tests there; its summary lines, and whether it passed.
+fn systemd_node(
+    args: &VmArgs,
+    kernels: &[kernel::Kernel],
+    kernels_dir: &Path,
+    vm_dir: &Path,
+    payload: &payload::Payload,
+    accel: qemu::Accel,
+) -> Result<(bool, Vec<String>)> {
+    let kernel = match kernels
+        .iter()
+        .find(|k| k.release.starts_with(&format!("{}.", node::KERNEL_SERIES)))
+    {
+        Some(kernel) => kernel.clone(),
+        None => {
+            let wanted = kernel::parse_selection(&[node::KERNEL_SERIES.to_string()])?;
+            kernel::fetch(&wanted[0], kernels_dir)?
+        }
+    };
+    let rootfs = node::rootfs(vm_dir)?;
+    let image = RemoveOnDrop(vm_dir.join(format!("node-initramfs-{}.cpio", std::process::id())));
+    node::initramfs(&image.0, &rootfs, payload, &args.test_args, &args.env)?;
+    let expected: Vec<String> = payload.tests.iter().map(|t| t.name.clone()).collect();
+    println!(
+        "vm: ===== systemd node: Debian 12, kernel {} ({}), accel {accel:?}, {} RAM, {} CPUs, tests: {} =====",
+        kernel.release,
+        kernel.package,
+        node::MEM,
+        args.cpus,
+        expected.join(" ")
+    );
+    let outcome = qemu::boot(&qemu::Boot {
+        kernel: &kernel,
+        initramfs: &image.0,
+        accel,
+        mem: node::MEM,
+        cpus: args.cpus,
+        timeout: Duration::from_secs(args.timeout),
+        append: node::KERNEL_ARGS,
+    })?;
+    let mut verdict = outcome.report.verdict(&expected);
+    if outcome.timed_out
+        && let Verdict::Failed(problems) = &mut verdict
+    {
+        problems.push(format!("timed out after {} s", args.timeout));
+    }
+    let mut lines = summary_lines(&kernel, &outcome, &verdict);
+    if let Some(headline) = lines.first_mut() {
+        *headline = headline.replacen("vm: kernel", "vm: systemd node (Debian 12), kernel", 1);
+    }
+    for line in &lines {
+        println!("{line}");
+    }
+    Ok((verdict == Verdict::Passed, lines))
 }
 
 /// The per-kernel result: a headline, then one line per problem.

@@ -45,7 +45,8 @@ pub struct Payload {
     pub files: Vec<Executable>,
 }
 
-/// The test target that installs the Debian package in the guest.
+/// The test target that installs the Debian package in the busybox guest (the systemd
+/// node's test installs it too).
 const PACKAGE_TEST: &str = "package";
 
 /// How to build the payload.
@@ -117,7 +118,10 @@ pub fn build(workspace: &Path, options: &BuildOptions) -> Result<Payload> {
         bail!("cargo test -p {TESTS_PACKAGE} --no-run built no test executables");
     }
     let mut files = Vec::new();
-    if tests.iter().any(|t| t.name == PACKAGE_TEST) {
+    if tests
+        .iter()
+        .any(|t| t.name == PACKAGE_TEST || t.name == super::node::TEST)
+    {
         files.push(package(workspace, options, &bins)?);
     }
     Ok(Payload { tests, bins, files })

@@ -74,6 +74,8 @@ pub struct Boot<'a> {
     pub mem: &'a str,
     pub cpus: u32,
     pub timeout: Duration,
+    /// More kernel command line, after the console and panic settings.
+    pub append: &'a str,
 }
 
 /// How one boot ended.
@@ -158,6 +160,10 @@ fn command(boot: &Boot<'_>) -> Command {
     let mut append = String::from("console=ttyS0 quiet panic=-1");
     if boot.kernel.psi_off_by_default {
         append.push_str(" psi=1");
+    }
+    if !boot.append.is_empty() {
+        append.push(' ');
+        append.push_str(boot.append);
     }
     cmd.args(["-m", boot.mem, "-smp", &boot.cpus.to_string()])
         .args([
