@@ -75,6 +75,10 @@ enum Command {
     Completions(CompletionsArgs),
     /// Print the man page (roff) to stdout, e.g. into /usr/share/man/man8/monitor.8.
     Man,
+    /// Keep the systemd scope of the pods' cgroup tree alive (`monitor.systemdScope`):
+    /// started by the agent through systemd-run, not by hand.
+    #[command(hide = true)]
+    HoldScope,
 }
 
 #[derive(Debug, clap::Args)]
@@ -170,6 +174,13 @@ fn main() -> ExitCode {
         Command::Cleanup(args) => cleanup(&args),
         Command::Completions(args) => completions(args.shell),
         Command::Man => man(),
+        Command::HoldScope => match monitor::runtime::scope::hold() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("monitor hold-scope: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Run(args) => match run(args, cli.log_format) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {

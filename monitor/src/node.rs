@@ -127,6 +127,10 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
     let layout = CgroupLayout::given_or_detected(loaded.agent.layout.as_ref())
         .context("detecting the cgroup layout")?;
     loaded.agent.layout = Some(layout.clone());
+    if loaded.agent.settings.run_pods {
+        loaded.agent.settings.cgroup_root =
+            crate::runtime::scope::pods_root(&loaded.agent.settings, &layout, true);
+    }
     let settings = loaded.agent.settings.clone();
     state.lock().housekeeping = loaded.kubelet.housekeeping_interval;
     // The API first: when another agent already serves this socket, stop here, before

@@ -6,10 +6,12 @@
 //! keeps the pods (the new agent adopts them), `systemctl stop` leaves them running, and
 //! `dpkg -P` leaves nothing behind.
 //!
-//! The cgroup tree: the agent runs in `system.slice/monitor.service`, systemd's; the pods
-//! run in the agent's own tree `/monitor` beside systemd's slices, as the kubelet's
-//! cgroupfs driver lays `/kubepods`. The pods are outside the service's cgroup, which is
-//! why stopping the service (systemd kills every process of that cgroup) leaves them.
+//! The cgroup tree follows systemd's single-writer rule: the agent runs in
+//! `system.slice/monitor.service`, and the pods in the scope `monitor-pods.scope` that
+//! systemd delegates to the agent (the packaged `monitor.systemdScope`); nothing is
+//! created at the hierarchy's root or in systemd's slices. The pods are outside the
+//! service's cgroup, which is why stopping the service (systemd kills every process of
+//! that cgroup) leaves them.
 use std::path::Path;
 use std::process::Command;
 use std::str::FromStr;
@@ -25,6 +27,9 @@ use monitor_tests::{Feature, require, wait_until};
 const NODE_VARIABLE: &str = "MONITOR_TEST_SYSTEMD_NODE";
 /// Where the node carries the test programs (beside the package).
 const HOG: &str = "/usr/local/bin/hog";
+/// The packaged `monitor.systemdScope`, and its cgroup.
+const SCOPE: &str = "monitor-pods.scope";
+const SCOPE_TREE: &str = "system.slice/monitor-pods.scope";
 /// Trees systemd and the journal write to on their own while the test runs.
 const SYSTEMD_OWN: &[&str] = &[
     "/run",
@@ -122,7 +127,7 @@ fn systemd_node_installs_evicts_restarts_stops_and_purges() {
     );
 
     // A hog evicted before the kernel OOM killer; the Guaranteed pod keeps running.
-    let oom = monitor_tests::OomCounter::new(&format!("{CGROUP_ROOT}/kubepods"));
+    let oom = monitor_tests::OomCounter::new(&format!("{SCOPE_TREE}/kubepods"));
     start_web_and_batch(HOG);
     let evicted = wait_for_record("batch", Duration::from_secs(120), journal, |r| {
         r.phase == monitor::runtime::store::Phase::Failed
@@ -135,8 +140,28 @@ fn systemd_node_installs_evicts_restarts_stops_and_purges() {
     let web_pid = web.containers[0].pid.expect("web runs");
     let web_cgroup = std::fs::read_to_string(format!("/proc/{web_pid}/cgroup")).unwrap();
     assert!(
-        web_cgroup.starts_with(&format!("0::/{CGROUP_ROOT}/kubepods/")),
-        "the pod runs in the agent's tree, outside the service: {web_cgroup}"
+        web_cgroup.starts_with(&format!("0::/{SCOPE_TREE}/kubepods/")),
+        "the pod runs in the scope delegated to the agent, outside the service: {web_cgroup}"
+    );
+    // The single-writer rule: the scope is delegated, its own cgroup holds no process
+    // (the holder sits in a leaf), and nothing of the agent's is at the root.
+    assert_eq!(
+        systemctl_value(&["show", "--property=Delegate", "--value", SCOPE]),
+        "yes"
+    );
+    let scope_dir = Path::new("/sys/fs/cgroup").join(SCOPE_TREE);
+    let own = std::fs::read_to_string(scope_dir.join("cgroup.procs")).unwrap();
+    assert!(
+        own.trim().is_empty(),
+        "processes in the scope's own cgroup: {own}"
+    );
+    let holder = std::fs::read_to_string(scope_dir.join("holder/cgroup.procs")).unwrap();
+    assert_eq!(holder.lines().count(), 1, "one holder process: {holder}");
+    let at_root = Path::new("/sys/fs/cgroup").join(CGROUP_ROOT);
+    assert!(
+        !at_root.exists(),
+        "{} made beside systemd's slices",
+        at_root.display()
     );
 
     // Restart: a new agent process adopts the running pod.
@@ -164,6 +189,7 @@ fn systemd_node_installs_evicts_restarts_stops_and_purges() {
     assert!(!alive(restarted), "the agent stopped");
     std::thread::sleep(Duration::from_secs(2));
     assert!(alive(web_pid), "systemctl stop leaves the pods running");
+    assert_eq!(systemctl_value(&["is-active", SCOPE]), "active");
 
     // Pods are stopped through their manifests, by a running agent.
     systemctl(&["start", "monitor"]);
@@ -193,6 +219,11 @@ fn systemd_node_installs_evicts_restarts_stops_and_purges() {
     ] {
         assert!(!Path::new(gone).exists(), "{gone} left after dpkg -P");
     }
+    assert_ne!(
+        systemctl_value(&["is-active", SCOPE]),
+        "active",
+        "the scope ends at purge"
+    );
     let ours: Vec<_> = cgroups()
         .into_iter()
         .filter(|c| c.to_string_lossy().contains("monitor"))

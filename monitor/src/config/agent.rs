@@ -178,6 +178,9 @@ pub struct AgentSettings {
     pub pod_log_dir: PathBuf,
     /// Root of the agent's cgroups in every hierarchy (pods live in `<root>/kubepods`).
     pub cgroup_root: String,
+    /// On a systemd node with cgroup v2: the transient scope unit (`NAME.scope`) whose
+    /// cgroup, delegated to the agent, holds the pods' tree instead of `cgroupRoot`.
+    pub systemd_scope: Option<String>,
     /// First restart delay of a crashed container (doubles up to 5 minutes).
     #[serde(deserialize_with = "go_duration", serialize_with = "go_duration_text")]
     pub restart_backoff: Duration,
@@ -345,6 +348,17 @@ pub struct PreKillHookSettings {
     pub timeout: Duration,
 }
 
+/// A systemd scope unit's name: the unit name characters systemd takes, `.scope` at the
+/// end and something before it.
+fn valid_scope_name(unit: &str) -> bool {
+    unit.strip_suffix(".scope").is_some_and(|stem| {
+        !stem.is_empty()
+            && stem
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || ":_.\\@-".contains(c))
+    })
+}
+
 fn default_hook_timeout() -> Duration {
     Duration::from_secs(5)
 }
@@ -383,6 +397,7 @@ impl Default for AgentSettings {
             run_pods: true,
             pod_log_dir: PathBuf::from("/var/log/pods"),
             cgroup_root: "monitor".to_string(),
+            systemd_scope: None,
             restart_backoff: Duration::from_secs(10),
             metrics_address: None,
             hard_eviction_grace_period_seconds: IMMEDIATE_GRACE_PERIOD_SECONDS,
@@ -456,6 +471,15 @@ impl AgentSettings {
                 "cgroupRoot",
                 self.cgroup_root.clone(),
                 "must name a cgroup below the hierarchy's root (e.g. \"monitor\"), without empty, . or .. parts",
+            ));
+        }
+        if let Some(unit) = &self.systemd_scope
+            && !valid_scope_name(unit)
+        {
+            return Err(unsafe_value(
+                "systemdScope",
+                unit.clone(),
+                "must be a scope unit's name: letters, digits and :_.\\@- ending in .scope (e.g. \"monitor-pods.scope\")",
             ));
         }
         if let Some(unknown) = self
@@ -564,6 +588,9 @@ mod tests {
     #[case::empty("cgroupRoot: \"\"\n", "monitor.cgroupRoot")]
     #[case::slash("cgroupRoot: /\n", "monitor.cgroupRoot")]
     #[case::climbs_out("cgroupRoot: a/../..\n", "monitor.cgroupRoot")]
+    #[case::scope_not_a_scope("systemdScope: monitor.service\n", "monitor.systemdScope")]
+    #[case::scope_with_a_slash("systemdScope: a/b.scope\n", "monitor.systemdScope")]
+    #[case::scope_bare_suffix("systemdScope: .scope\n", "monitor.systemdScope")]
     #[case::hot_restart_loop("restartBackoff: 0s\n", "monitor.restartBackoff")]
     #[case::hot_image_gc_loop("imageGcPeriod: 0s\n", "monitor.imageGcPeriod")]
     #[case::quantity_of_the_wrong_type("podsMemoryLimit: [1, 2]\n", "monitor.podsMemoryLimit")]

@@ -44,8 +44,9 @@ pub fn cleanup(config: &LoadedConfig) -> anyhow::Result<CleanupReport> {
     }
     let layout = CgroupLayout::given_or_detected(config.agent.layout.as_ref())
         .context("detecting the cgroup layout")?;
-    let tree = CgroupTree::new(&layout, &settings.cgroup_root)
-        .with_context(|| format!("the cgroup tree under {}", settings.cgroup_root))?;
+    let root = super::scope::pods_root(settings, &layout, false);
+    let tree =
+        CgroupTree::new(&layout, &root).with_context(|| format!("the cgroup tree under {root}"))?;
     let mut report = CleanupReport::default();
     if settings.state_dir.is_dir() {
         let store = StateStore::open(&settings.state_dir)

@@ -32,6 +32,7 @@ pub(crate) mod logs;
 pub(crate) mod manifests;
 pub mod port;
 mod reclaim;
+pub mod scope;
 mod shared;
 pub mod store;
 mod sys;
