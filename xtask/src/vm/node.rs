@@ -21,7 +21,7 @@ use super::{cpio, host, payload::Payload};
 use crate::cmd::run as run_checked;
 
 /// The test target that runs on the systemd node, and only there.
-pub const TEST: &str = "systemd_node";
+pub use super::payload::SYSTEMD_NODE_TEST as TEST;
 /// The kernel series of the node: Debian 12's.
 pub const KERNEL_SERIES: &str = "6.1";
 /// Guest RAM: the unpacked root filesystem lives in it, beside the bounded pods.

@@ -49,6 +49,10 @@ pub struct Payload {
 /// node's test installs it too).
 const PACKAGE_TEST: &str = "package";
 
+/// The test target that runs on the systemd node ([`super::node`]), and only there; it
+/// installs the package too.
+pub const SYSTEMD_NODE_TEST: &str = "systemd_node";
+
 /// How to build the payload.
 #[derive(Debug, Clone)]
 pub struct BuildOptions {
@@ -120,7 +124,7 @@ pub fn build(workspace: &Path, options: &BuildOptions) -> Result<Payload> {
     let mut files = Vec::new();
     if tests
         .iter()
-        .any(|t| t.name == PACKAGE_TEST || t.name == super::node::TEST)
+        .any(|t| t.name == PACKAGE_TEST || t.name == SYSTEMD_NODE_TEST)
     {
         files.push(package(workspace, options, &bins)?);
     }
