@@ -38,7 +38,7 @@ pub fn ensure(vm_dir: &Path) -> Result<()> {
     }
     // The systemd node's root filesystem: built by debootstrap, packed by cpio.
     for (tool, package) in NODE_TOOLS {
-        if which(tool).is_none() {
+        if system_tool(tool).is_none() {
             apt_packages.push(package.to_string());
         }
     }
@@ -178,6 +178,17 @@ pub const CONTAINER_PROGRAMS: &[&str] = &["containerd", "ctr", "containerd-shim-
 /// Whether every program of [`CONTAINER_PROGRAMS`] is on the host's PATH.
 pub fn containers_installed() -> bool {
     CONTAINER_PROGRAMS.iter().all(|p| which(p).is_some())
+}
+
+/// A program on PATH or in the system directories a user's PATH may lack (debootstrap
+/// is in /usr/sbin).
+pub fn system_tool(name: &str) -> Option<PathBuf> {
+    which(name).or_else(|| {
+        ["/usr/sbin", "/sbin"]
+            .iter()
+            .map(|dir| Path::new(dir).join(name))
+            .find(|p| p.is_file())
+    })
 }
 
 pub fn which(name: &str) -> Option<PathBuf> {

@@ -121,7 +121,7 @@ pub fn run(args: VmArgs) -> Result<()> {
             .iter()
             .chain(&node_tools)
         {
-            if host::which(tool).is_none() && !Path::new(tool).exists() {
+            if host::system_tool(tool).is_none() && !Path::new(tool).exists() {
                 bail!("{tool} is missing (run without --no-install to install it)");
             }
         }

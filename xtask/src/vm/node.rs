@@ -67,8 +67,9 @@ pub fn rootfs(vm_dir: &Path) -> Result<PathBuf> {
     remove_tree(&tree)?;
     let (mirror, _) = host::system_mirrors();
     println!("vm: building the systemd node's root filesystem: debootstrap {SUITE} from {mirror}");
+    let debootstrap = host::system_tool("debootstrap").context("debootstrap is not installed")?;
     let built = run_checked(
-        Command::new("debootstrap")
+        Command::new(debootstrap)
             .args([
                 "--variant=minbase",
                 &format!("--include={}", PACKAGES.join(",")),
