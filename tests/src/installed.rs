@@ -106,6 +106,25 @@ pub fn notifier_threads(pid: u32) -> Vec<ThreadSched> {
     threads
 }
 
+/// Asserts that the agent `pid` runs its kernel notifier threads, the eBPF ring reader
+/// among them, SCHED_FIFO at priority 10 or more, as the kernel reports them; `log` is
+/// shown when not.
+pub fn assert_notifiers_run_fifo(pid: u32, log: &str) {
+    let notifiers = notifier_threads(pid);
+    assert!(
+        notifiers.iter().any(|t| t.name == "monitor-kernel"),
+        "the eBPF ring reader runs: {notifiers:?}"
+    );
+    for thread in &notifiers {
+        assert_eq!(
+            thread.policy, 1,
+            "{} runs SCHED_FIFO (policy 1), not {}: {notifiers:?}\n{log}",
+            thread.name, thread.policy
+        );
+        assert!(thread.rt_priority >= 10, "{notifiers:?}");
+    }
+}
+
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
@@ -215,6 +234,31 @@ pub fn cgroups() -> BTreeSet<PathBuf> {
         }
     }
     found
+}
+
+/// Whether a test that installs the package system-wide may run here: only where the VM
+/// run set `variable` (it prints why not, as a SKIP, elsewhere), as root with cgroup v2
+/// memory and eBPF, and with the package packed at [`PACKAGE`].
+pub fn may_install(name: &str, variable: &str, where_it_runs: &str) -> bool {
+    if std::env::var_os(variable).is_none() {
+        println!("SKIP: {name}: installs the package system-wide; runs only {where_it_runs}");
+        return false;
+    }
+    if !crate::require(
+        name,
+        &[
+            crate::Feature::Root,
+            crate::Feature::CgroupV2Memory,
+            crate::Feature::Ebpf,
+        ],
+    ) {
+        return false;
+    }
+    assert!(
+        Path::new(PACKAGE).exists(),
+        "{PACKAGE} is missing: the VM run packs it when the test is built"
+    );
+    true
 }
 
 /// Edits the packaged configuration as an operator bounding a node would: every pod

@@ -19,11 +19,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use monitor_tests::installed::{
-    CGROUP_ROOT, CONFIG, PACKAGE, PODS, SOCKET, STANDARD_DIRS, STATE, UNIT, bound_the_node,
-    cgroups, dpkg, field, filesystem, metrics, notifier_threads, read, run, start_web_and_batch,
-    wait_for_record,
+    CGROUP_ROOT, CONFIG, PACKAGE, PODS, SOCKET, STANDARD_DIRS, STATE, UNIT,
+    assert_notifiers_run_fifo, bound_the_node, cgroups, dpkg, field, filesystem, may_install,
+    metrics, read, run, start_web_and_batch, wait_for_record,
 };
-use monitor_tests::{Feature, require, wait_until};
+use monitor_tests::wait_until;
 use nix::sys::resource::{Resource, setrlimit};
 
 /// The configuration the package installs loads as it is, naming the directories the
@@ -46,24 +46,13 @@ fn the_packaged_config_loads_with_the_units_directories() {
 #[test]
 fn the_package_installs_evicts_and_purges_without_a_trace() {
     let name = "the_package_installs_evicts_and_purges_without_a_trace";
-    if std::env::var_os("MONITOR_TEST_VM").is_none() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stdout(),
-            "SKIP: {name}: installs a package system-wide; runs only in the VM (cargo xtask dist --test-vm)"
-        );
-        return;
-    }
-    if !require(
+    if !may_install(
         name,
-        &[Feature::Root, Feature::CgroupV2Memory, Feature::Ebpf],
+        "MONITOR_TEST_VM",
+        "in the VM (cargo xtask dist --test-vm)",
     ) {
         return;
     }
-    assert!(
-        Path::new(PACKAGE).exists(),
-        "{PACKAGE} is missing: the VM run packs it when the package test is built"
-    );
 
     // The guest has no dpkg database, and no /run or /var/log for the unit's directories.
     for dir in ["/var/lib/dpkg/info", "/var/log", "/run"] {
@@ -135,19 +124,7 @@ fn the_package_installs_evicts_and_purges_without_a_trace() {
     assert!(log.contains("memory locked"), "{log}");
     // Every kernel notifier thread runs SCHED_FIFO under the unit's limits, as the
     // kernel itself reports it.
-    let notifiers = notifier_threads(pid);
-    assert!(
-        notifiers.iter().any(|t| t.name == "monitor-kernel"),
-        "the eBPF ring reader runs: {notifiers:?}"
-    );
-    for thread in &notifiers {
-        assert_eq!(
-            thread.policy, 1,
-            "{} runs SCHED_FIFO (policy 1), not {}: {notifiers:?}\n{log}",
-            thread.name, thread.policy
-        );
-        assert!(thread.rt_priority >= 10, "{notifiers:?}");
-    }
+    assert_notifiers_run_fifo(pid, &log);
 
     // Pods: a Guaranteed service and a best-effort hog that runs past the bounded node.
     let oom = monitor_tests::OomCounter::new(&format!("{CGROUP_ROOT}/kubepods"));

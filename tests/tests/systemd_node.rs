@@ -18,10 +18,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use monitor_tests::installed::{
-    CGROUP_ROOT, CONFIG, PACKAGE, PODS, STATE, UNIT, bound_the_node, cgroups, dpkg, field,
-    filesystem, metrics, notifier_threads, run, start_web_and_batch, wait_for_record,
+    CGROUP_ROOT, CONFIG, PACKAGE, PODS, STATE, UNIT, assert_notifiers_run_fifo, bound_the_node,
+    cgroups, dpkg, field, filesystem, may_install, metrics, run, start_web_and_batch,
+    wait_for_record,
 };
-use monitor_tests::{Feature, require, wait_until};
+use monitor_tests::wait_until;
 
 /// Set by the systemd node's test runner; nowhere else does this test install anything.
 const NODE_VARIABLE: &str = "MONITOR_TEST_SYSTEMD_NODE";
@@ -43,21 +44,15 @@ const SYSTEMD_OWN: &[&str] = &[
 #[test]
 fn systemd_node_installs_evicts_restarts_stops_and_purges() {
     let name = "systemd_node_installs_evicts_restarts_stops_and_purges";
-    if std::env::var_os(NODE_VARIABLE).is_none() {
-        println!(
-            "SKIP: {name}: installs the package on a systemd node; runs only on the systemd node VM (cargo xtask vm)"
-        );
-        return;
-    }
-    if !require(
+    if !may_install(
         name,
-        &[Feature::Root, Feature::CgroupV2Memory, Feature::Ebpf],
+        NODE_VARIABLE,
+        "on the systemd node VM (cargo xtask vm)",
     ) {
         return;
     }
     let init = std::fs::read_to_string("/proc/1/comm").unwrap();
     assert_eq!(init.trim(), "systemd", "PID 1 is systemd");
-    assert!(Path::new(PACKAGE).exists(), "{PACKAGE} is missing");
     let files_before = filesystem(SYSTEMD_OWN);
 
     // Install: the package enables the unit and starts it (Type=notify: started means
@@ -101,18 +96,7 @@ fn systemd_node_installs_evicts_restarts_stops_and_purges() {
         );
     }
     // Real-time priority for the notifier threads, from the unit's LimitRTPRIO alone.
-    let notifiers = notifier_threads(pid);
-    assert!(
-        notifiers.iter().any(|t| t.name == "monitor-kernel"),
-        "the eBPF ring reader runs: {notifiers:?}"
-    );
-    for thread in &notifiers {
-        assert_eq!(
-            thread.policy, 1,
-            "{} runs SCHED_FIFO: {notifiers:?}",
-            thread.name
-        );
-    }
+    assert_notifiers_run_fifo(pid, &journal());
     let mut metrics_text = String::new();
     wait_until("the eBPF source's state", Duration::from_secs(60), || {
         metrics_text = metrics();

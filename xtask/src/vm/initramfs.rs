@@ -92,7 +92,11 @@ pub fn write(out: &Path, payload: &Payload, test_args: &[String], env: &[String]
         .with_context(|| format!("moving {} to {}", tmp.display(), out.display()))
 }
 
-fn add_host_file(archive: &mut cpio::Writer<impl Write>, name: &str, source: &Path) -> Result<()> {
+pub(super) fn add_host_file(
+    archive: &mut cpio::Writer<impl Write>,
+    name: &str,
+    source: &Path,
+) -> Result<()> {
     let file = File::open(source).with_context(|| format!("opening {}", source.display()))?;
     let len = file
         .metadata()

@@ -17,7 +17,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use super::{cpio, host, payload::Payload};
+use super::{cpio, host, initramfs::add_host_file, payload::Payload};
 use crate::cmd::run as run_checked;
 
 /// The test target that runs on the systemd node, and only there.
@@ -239,17 +239,17 @@ pub fn initramfs(
         )
         .with_context(context)?;
     for test in &payload.tests {
-        add_file(
+        add_host_file(
             &mut archive,
             &format!("{TESTS_DIR}/{}", test.name),
             &test.path,
         )?;
     }
     for bin in &payload.bins {
-        add_file(&mut archive, &format!("{BINS_DIR}/{}", bin.name), &bin.path)?;
+        add_host_file(&mut archive, &format!("{BINS_DIR}/{}", bin.name), &bin.path)?;
     }
     for file in &payload.files {
-        add_file(&mut archive, &file.name, &file.path)?;
+        add_host_file(&mut archive, &file.name, &file.path)?;
     }
     for (name, lines) in [("test-args", test_args), ("env", env)] {
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
@@ -266,17 +266,6 @@ pub fn initramfs(
     writer.flush().with_context(context)?;
     drop(writer);
     fs::rename(&tmp, out).with_context(|| format!("moving {} to {}", tmp.display(), out.display()))
-}
-
-fn add_file(archive: &mut cpio::Writer<impl Write>, name: &str, source: &Path) -> Result<()> {
-    let file = fs::File::open(source).with_context(|| format!("opening {}", source.display()))?;
-    let len = file
-        .metadata()
-        .with_context(|| format!("stat {}", source.display()))?
-        .len();
-    archive
-        .file(name, 0o755, len, file)
-        .with_context(|| format!("adding {} as /{name}", source.display()))
 }
 
 #[cfg(test)]
