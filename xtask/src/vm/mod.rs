@@ -61,10 +61,10 @@ pub struct VmArgs {
     /// Do not install missing host packages or Rust targets; fail instead.
     #[arg(long)]
     pub no_install: bool,
-    /// Run the container (CRI) tests in every kernel's boot. By default they run in the
-    /// first kernel's only (the newest of the matrix): they test the runtime on cgroup v2,
-    /// which every kernel here offers alike, and take about 9 minutes a boot under
-    /// emulation; the other boots carry no containerd and say so in their skips.
+    /// Run the container (CRI) tests in every kernel's boot (`cargo xtask test` does). By
+    /// default they run in the first kernel's only (the newest of the matrix), which
+    /// saves about 6 minutes a boot under emulation; the other boots then carry no
+    /// containerd and say so in their skips.
     #[arg(long)]
     pub containers_everywhere: bool,
     /// Environment for the tests in the guest (repeatable), e.g. `MONITOR_CHAOS_CYCLES=50`.
