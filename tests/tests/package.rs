@@ -7,8 +7,8 @@
 //! package at /packages/monitor.deb. The guest has busybox's dpkg and no systemd: the
 //! test starts `ExecStart` itself with what the unit sets that a process can carry
 //! (capability bounding set, no_new_privs, resource limits, oom_score_adj, the state,
-//! runtime and logs directories); the unit's mount sandboxing is systemd's alone and is
-//! checked by `systemd-analyze verify` on the build host instead.
+//! runtime and logs directories). The unit itself, run by systemd with its mount
+//! sandboxing, is tested on the systemd node (`systemd_node.rs`).
 use std::collections::BTreeSet;
 use std::ffi::CString;
 use std::os::unix::fs::PermissionsExt;
