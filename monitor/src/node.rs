@@ -127,11 +127,7 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
     let layout = CgroupLayout::given_or_detected(loaded.agent.layout.as_ref())
         .context("detecting the cgroup layout")?;
     loaded.agent.layout = Some(layout.clone());
-    if loaded.agent.settings.run_pods {
-        loaded.agent.settings.cgroup_root =
-            crate::runtime::scope::pods_root(&loaded.agent.settings, &layout, true);
-    }
-    let settings = loaded.agent.settings.clone();
+    let mut settings = loaded.agent.settings.clone();
     state.lock().housekeeping = loaded.kubelet.housekeeping_interval;
     // The API first: when another agent already serves this socket, stop here, before
     // touching its pods or cgroups.
@@ -145,6 +141,12 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
     let api = crate::api::serve(state.clone(), &settings.socket, metrics_addr)
         .await
         .context("starting the API")?;
+    // The pods' cgroup tree, once the socket is ours: under systemd the scope it
+    // delegates to the agent, registered at the first start.
+    if settings.run_pods {
+        settings.cgroup_root = crate::runtime::scope::pods_root(&settings, &layout, true);
+        loaded.agent.settings.cgroup_root = settings.cgroup_root.clone();
+    }
     // Every decision from now on is kept in the state directory; one that cannot be
     // opened costs the record, not the agent.
     if let Err(err) = state.open_decision_record(&settings.state_dir) {
