@@ -241,7 +241,10 @@ pub fn cgroups() -> BTreeSet<PathBuf> {
 /// memory and eBPF, and with the package packed at [`PACKAGE`].
 pub fn may_install(name: &str, variable: &str, where_it_runs: &str) -> bool {
     if std::env::var_os(variable).is_none() {
-        println!("SKIP: {name}: installs the package system-wide; runs only {where_it_runs}");
+        crate::skip(
+            name,
+            &format!("installs the package system-wide; runs only {where_it_runs}"),
+        );
         return false;
     }
     if !crate::require(
