@@ -124,7 +124,7 @@ pub fn check_env(variable: &str) -> Result<()> {
 
 /// One argument per line, read back by the init script with `read -r`; arguments holding
 /// a newline cannot be passed this way and are refused by the caller.
-fn test_args_file(args: &[String]) -> String {
+pub(super) fn test_args_file(args: &[String]) -> String {
     args.iter().map(|a| format!("{a}\n")).collect()
 }
 

@@ -17,7 +17,11 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use super::{cpio, host, initramfs::add_host_file, payload::Payload};
+use super::{
+    cpio, host,
+    initramfs::{add_host_file, test_args_file},
+    payload::Payload,
+};
 use crate::cmd::run as run_checked;
 
 /// The test target that runs on the systemd node, and only there.
@@ -252,7 +256,7 @@ pub fn initramfs(
         add_host_file(&mut archive, &file.name, &file.path)?;
     }
     for (name, lines) in [("test-args", test_args), ("env", env)] {
-        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let text = test_args_file(lines);
         archive
             .file(
                 &format!("etc/xtask-vm/{name}"),
