@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::harness::{Level, Mode};
+use crate::harness::{HEADROOM_MIB, Level, Mode};
 use crate::race::{self, Rate};
 use crate::trial::Trial;
 use crate::{bpf, peer};
@@ -40,18 +40,22 @@ fn loader(bin: &Path) -> Option<PathBuf> {
 /// The races in the guest: every mode on the bounded pods cgroup (rate label `vm-v2`),
 /// with `all` also with memory relief off; then the node-level race (`vm-v2-node`) with
 /// the agent's modes of `VM_NODE_MODES` and with the earlyoom peer, side by side on the
-/// same workload; then the memory relief races (half as many trials each, relief on and
-/// off alternating). `relief_only`: the pods race of `all` with relief on and off, and
-/// the relief races.
-pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32, relief_only: bool) -> Result<()> {
+/// same workload; all at the first of `headrooms`. At each further headroom the same two
+/// races with the agent's `VM_TIGHT_MODES` alone, earlyoom beside them on the node
+/// (labels `vm-v2-50Mi`, `vm-v2-node-50Mi`). Then the memory relief races (half as many
+/// trials each, relief on and off alternating). `relief_only`: the pods race of `all`
+/// with relief on and off, and the relief races.
+pub(crate) fn run(
+    modes: &[Mode],
+    rate: &Rate,
+    trials: u32,
+    headrooms: &[u64],
+    relief_only: bool,
+) -> Result<()> {
     let bin = PathBuf::from("/bin");
     // Statistics are for the host's table; the guest goes on without them.
     let _stats = bpf::StatsSetting::enable().ok();
-    let mut setup = race::Setup {
-        bin: &bin,
-        keep: false,
-        level: Level::Pods,
-    };
+    let (first, further) = headrooms.split_first().unwrap_or((&HEADROOM_MIB, &[]));
     let relief_races = || {
         if let Err(err) = crate::relief::run(&bin, (trials / 2).max(1), 3) {
             println!("bench: guest: the memory relief races FAILED: {err:#}");
@@ -74,12 +78,19 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32, relief_only: bool) -
             Err(err) => println!("bench: guest: the detector's cost FAILED: {err:#}"),
         }
     }
-    let races = |setup: &race::Setup, modes: &[&Mode], label: &str| {
+    let races = |level: Level, headroom_mib: u64, modes: &[&Mode], base: &str| {
+        let setup = race::Setup {
+            bin: &bin,
+            keep: false,
+            level,
+            headroom_mib,
+        };
+        let label = crate::modes::vm_label(base, headroom_mib);
         for mode in modes {
             for n in 1..=trials {
-                match race::trial(setup, mode, rate, n) {
+                match race::trial(&setup, mode, rate, n) {
                     Ok(mut t) => {
-                        t.rate = label.to_string();
+                        t.rate = label.clone();
                         emit(t)
                     }
                     Err(err) => println!(
@@ -90,39 +101,65 @@ pub(crate) fn run(modes: &[Mode], rate: &Rate, trials: u32, relief_only: bool) -
             }
         }
     };
-    races(&setup, &pods_modes, crate::modes::VM_RATE);
+    races(Level::Pods, *first, &pods_modes, crate::modes::VM_RATE);
     if relief_only {
         relief_races();
         return Ok(());
     }
-    setup.level = Level::Node;
     let node_modes: Vec<&Mode> = modes
         .iter()
         .filter(|m| crate::modes::VM_NODE_MODES.contains(&m.name))
         .collect();
-    races(&setup, &node_modes, crate::modes::VM_NODE_RATE);
-    match loader(&bin) {
-        Some(loader) => {
-            let command = vec![
-                loader.display().to_string(),
-                "--library-path".into(),
-                "/bin".into(),
-                "/bin/earlyoom".into(),
-            ];
-            for n in 1..=trials {
-                match peer::trial(&bin, &command, n) {
-                    Ok(mut t) => {
-                        t.rate = crate::modes::VM_NODE_RATE.to_string();
-                        emit(t)
-                    }
-                    Err(err) => println!("bench: guest earlyoom trial {n}: FAILED: {err:#}"),
+    let earlyoom = loader(&bin).map(|loader| {
+        vec![
+            loader.display().to_string(),
+            "--library-path".into(),
+            "/bin".into(),
+            "/bin/earlyoom".into(),
+        ]
+    });
+    let peer_races = |headroom_mib: u64| {
+        let label = crate::modes::vm_label(crate::modes::VM_NODE_RATE, headroom_mib);
+        let Some(command) = &earlyoom else {
+            println!("bench: guest: no dynamic loader in /bin: earlyoom not run");
+            return;
+        };
+        for n in 1..=trials {
+            match peer::trial(&bin, command, headroom_mib, n) {
+                Ok(mut t) => {
+                    t.rate = label.clone();
+                    emit(t)
                 }
+                Err(err) => println!("bench: guest {label} earlyoom trial {n}: FAILED: {err:#}"),
             }
         }
-        None => println!("bench: guest: no dynamic loader in /bin: earlyoom not run"),
+    };
+    races(Level::Node, *first, &node_modes, crate::modes::VM_NODE_RATE);
+    peer_races(*first);
+    let tight_pods: Vec<&Mode> = modes.iter().filter(|m| tight(m)).collect();
+    let tight_node: Vec<&Mode> = node_modes.iter().copied().filter(|m| tight(m)).collect();
+    for headroom_mib in further {
+        races(
+            Level::Pods,
+            *headroom_mib,
+            &tight_pods,
+            crate::modes::VM_RATE,
+        );
+        races(
+            Level::Node,
+            *headroom_mib,
+            &tight_node,
+            crate::modes::VM_NODE_RATE,
+        );
+        peer_races(*headroom_mib);
     }
     relief_races();
     Ok(())
+}
+
+/// Whether the agent races in `mode` at the VM's further headrooms.
+fn tight(mode: &Mode) -> bool {
+    crate::modes::VM_TIGHT_MODES.contains(&mode.name)
 }
 
 /// The detector's cost rows in the guest's console output.

@@ -79,17 +79,17 @@ pub(crate) fn node_kernel_kills(trials: &[Trial]) -> Vec<String> {
         if *mode != crate::peer::MODE {
             continue;
         }
-        let (peer, agent) = (
-            percentile(&of(rate, mode), 50.0),
-            percentile(&of(rate, "all"), 50.0),
-        );
-        if let (Some(peer), Some(agent)) = (peer, agent) {
-            out.push(format!(
-                "- same node-level race ({rate}), crossing → kernel-stamped SIGKILL p50: agent (all sources) {} ms, earlyoom {} ms (earlyoom / agent = {})",
-                ms(Some(agent)),
-                ms(Some(peer)),
-                times(ratio(Some(peer), Some(agent)))
-            ));
+        let peer = percentile(&of(rate, mode), 50.0);
+        for (agent_mode, sources) in [("all", "all sources"), ("ebpf", "ebpf alone")] {
+            let agent = percentile(&of(rate, agent_mode), 50.0);
+            if let (Some(peer), Some(agent)) = (peer, agent) {
+                out.push(format!(
+                    "- same node-level race ({rate}), crossing → kernel-stamped SIGKILL p50: agent ({sources}) {} ms, earlyoom {} ms (earlyoom / agent = {})",
+                    ms(Some(agent)),
+                    ms(Some(peer)),
+                    times(ratio(Some(peer), Some(agent)))
+                ));
+            }
         }
     }
     out

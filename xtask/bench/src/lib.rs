@@ -40,7 +40,7 @@ mod stats;
 mod trial;
 pub mod util;
 
-use modes::{MODES, RATES, VM_NODE_MODES, VM_NODE_RATE, VM_RATE, pick};
+use modes::{MODES, RATES, pick};
 use report::{Results, full_table};
 use trial::Trial;
 
@@ -69,6 +69,9 @@ pub struct GuestPlan<'a> {
     pub modes: &'a [String],
     /// Trials per mode.
     pub trials: u32,
+    /// The hard threshold's headrooms (MiB): every mode at the first, the agent's tight
+    /// modes and earlyoom at the others (see [`guest::run`]).
+    pub headrooms: &'a [u64],
     /// Only the memory relief races (see [`relief`]).
     pub relief_only: bool,
 }
@@ -80,6 +83,10 @@ impl GuestPlan<'_> {
         if !self.modes.is_empty() {
             command.push_str(&format!(" --modes {}", self.modes.join(",")));
         }
+        if !self.headrooms.is_empty() {
+            let headrooms: Vec<String> = self.headrooms.iter().map(u64::to_string).collect();
+            command.push_str(&format!(" --vm-headrooms {}", headrooms.join(",")));
+        }
         if self.relief_only {
             command.push_str(" --relief-only");
         }
@@ -88,7 +95,8 @@ impl GuestPlan<'_> {
 
     /// Sets of `trials` races the guest runs, for the VM's time limit: the pods race's
     /// modes and relief off, three on the node and earlyoom, and the relief races (their
-    /// longer trials as long as about three sets).
+    /// longer trials as long as about three sets); at each further headroom two pods
+    /// races, two node races and earlyoom.
     pub fn race_sets(&self) -> u64 {
         if self.relief_only {
             return 5;
@@ -98,7 +106,8 @@ impl GuestPlan<'_> {
         } else {
             self.modes.len()
         };
-        modes as u64 + 8
+        let further = self.headrooms.len().saturating_sub(1) as u64;
+        modes as u64 + 8 + 5 * further
     }
 }
 
@@ -169,6 +178,11 @@ pub struct BenchArgs {
     /// for stable percentiles. Without hardware virtualisation qemu emulates (TCG): ~15 minutes.
     #[arg(long, default_value_t = 20)]
     pub vm_trials: u32,
+    /// The hard threshold's headrooms (MiB) of the VM's races: every mode at the first;
+    /// at the others, the agent with every source and with the crossing detector alone,
+    /// on the pods and on the node, and earlyoom on the node beside them.
+    #[arg(long, value_delimiter = ',', default_values_t = modes::VM_HEADROOMS.to_vec())]
+    pub vm_headrooms: Vec<u64>,
     /// Run only the VM's memory relief races (page cache and a growing pod, relief on and
     /// off; the full-speed race with relief on and off; a pure I/O stall), print their
     /// lines, and stop.
@@ -204,8 +218,24 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
     if args.trials == 0 {
         bail!("--trials 0: at least one trial per mode is needed");
     }
+    if let Some(h) = args
+        .vm_headrooms
+        .iter()
+        .find(|&&h| h == 0 || h >= harness::NODE_MIB / 2)
+    {
+        bail!(
+            "--vm-headrooms {h}: a headroom is at least 1 MiB and below {} MiB (half the race's node)",
+            harness::NODE_MIB / 2
+        );
+    }
     if args.guest {
-        return guest::run(&modes, &RATES[0], args.trials, args.relief_only);
+        return guest::run(
+            &modes,
+            &RATES[0],
+            args.trials,
+            &args.vm_headrooms,
+            args.relief_only,
+        );
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -229,6 +259,7 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         let plan = GuestPlan {
             modes: &[],
             trials: args.vm_trials,
+            headrooms: &args.vm_headrooms[..args.vm_headrooms.len().min(1)],
             relief_only: true,
         };
         let run = host.vm(&root, &target, &plan)?;
@@ -259,6 +290,7 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         bin: &bin,
         keep: args.keep,
         level: harness::Level::Pods,
+        headroom_mib: harness::HEADROOM_MIB,
     };
 
     let mut trials: Vec<Trial> = Vec::new();
@@ -383,6 +415,7 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         let plan = GuestPlan {
             modes: &args.modes,
             trials,
+            headrooms: &args.vm_headrooms,
             relief_only: false,
         };
         match host.vm(&root, &target, &plan) {
@@ -434,25 +467,11 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
     }
     if vm_run.is_some() {
         let planned = args.vm_trials;
-        let node_modes = modes
-            .iter()
-            .filter(|m| VM_NODE_MODES.contains(&m.name))
-            .map(|m| (VM_NODE_RATE, m.name));
-        let relief_off = modes
-            .iter()
-            .any(|m| m.name == relief::RELIEF_ON_MODE)
-            .then_some((VM_RATE, relief::RELIEF_OFF_MODE));
-        for (rate, mode) in modes
-            .iter()
-            .map(|m| (VM_RATE, m.name))
-            .chain(relief_off)
-            .chain(node_modes)
-            .chain([(VM_NODE_RATE, peer::MODE)])
-        {
+        for (rate, mode) in modes::vm_groups(&modes, &args.vm_headrooms) {
             groups.push(report::Group {
-                rate: rate.to_string(),
-                mode: mode.to_string(),
                 polling: MODES.iter().any(|m| m.name == mode && m.polling()),
+                rate,
+                mode: mode.to_string(),
                 planned,
             });
         }
@@ -460,7 +479,7 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
     let summaries = report::summaries(&trials, &groups);
     let ratios = report::ratios(&summaries);
     // The host's kernel and the VM's are reported apart.
-    let in_vm = |t: &Trial| t.rate == VM_RATE || t.rate == VM_NODE_RATE;
+    let in_vm = |t: &Trial| modes::is_vm(&t.rate);
     let host_bpf: Vec<bpf::ProgStat> = trials
         .iter()
         .filter(|t| !in_vm(t))

@@ -3,7 +3,7 @@
 //! most of the guest's memory (oom_score_adj -1000, like a guaranteed pod, so that neither
 //! earlyoom nor the OOM killer prefers it), then the hog allocates until earlyoom or the
 //! kernel kills it. earlyoom's threshold is set to the same headroom as the agent's
-//! (`-M` HEADROOM_MIB in KiB, as both its SIGTERM and its SIGKILL size, so that it sends
+//! (`-M` the headroom in KiB, as both its SIGTERM and its SIGKILL size, so that it sends
 //! SIGKILL at the threshold, as the agent's hard eviction does). Both processes run in a
 //! cgroup of their own (`/sys/fs/cgroup/bench-peer`), without a limit: the guest's RAM
 //! bounds the node.
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::harness::{HEADROOM_MIB, HOG_TO_CROSSING_MIB, MIB};
+use crate::harness::{HOG_TO_CROSSING_MIB, MIB};
 use crate::memory::{meminfo_kib, vmstat};
 use crate::trial::{self, Trial};
 use crate::util::{self, monotonic_ns};
@@ -60,9 +60,10 @@ fn spawn_in_cgroup(command: &mut Command, what: &str) -> Result<Child> {
     Ok(child)
 }
 
-/// One node-level race against earlyoom; `earlyoom` is the command line that starts it
-/// (the dynamic loader and the binary, as the guest has no /lib).
-pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
+/// One node-level race against earlyoom, with its SIGTERM and SIGKILL levels
+/// `headroom_mib` of MemAvailable; `earlyoom` is the command line that starts it (the
+/// dynamic loader and the binary, as the guest has no /lib).
+pub(crate) fn trial(bin: &Path, earlyoom: &[String], headroom_mib: u64, n: u32) -> Result<Trial> {
     let _ = std::fs::create_dir(CGROUP);
     let mut guard = PeerGuard {
         children: Vec::new(),
@@ -75,7 +76,7 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
     let total = meminfo_kib("MemTotal:").context("MemTotal missing from /proc/meminfo")? * 1024;
     let available =
         meminfo_kib("MemAvailable:").context("MemAvailable missing from /proc/meminfo")? * 1024;
-    let ballast_mib = (available / MIB).saturating_sub(HEADROOM_MIB + HOG_TO_CROSSING_MIB);
+    let ballast_mib = (available / MIB).saturating_sub(headroom_mib + HOG_TO_CROSSING_MIB);
     let hog = bin.join("hog");
 
     let ballast = spawn_in_cgroup(
@@ -125,7 +126,7 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
     let (program, args) = earlyoom.split_first().context("no earlyoom command")?;
     let mut peer = Command::new(program)
         .args(args)
-        .args(["-M", &format!("{0},{0}", HEADROOM_MIB * 1024), "-r", "0"])
+        .args(["-M", &format!("{0},{0}", headroom_mib * 1024), "-r", "0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -217,12 +218,13 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], n: u32) -> Result<Trial> {
             .find(|(at, l)| *at >= start_ns && l.contains(needle))
             .map(|(at, _)| *at)
     };
-    let threshold = total.saturating_sub(HEADROOM_MIB * MIB);
+    let threshold = total.saturating_sub(headroom_mib * MIB);
     let mut trial = trial::from_points(trial::Observed {
         mode: MODE,
         rate: "full",
         n,
         node_mib: total / MIB,
+        headroom_mib,
         start_ns,
         threshold,
         points: &points,

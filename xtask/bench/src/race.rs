@@ -1,7 +1,7 @@
 //! One trial of the pressure race on this host: a bounded node (the pods cgroup limited to
 //! `NODE_MIB`), a guaranteed ballast pod holding most of it, and a best-effort hog pod that
 //! allocates at a set rate once told to. The hard threshold
-//! allocatableMemory.available<HEADROOM_MIB must make the agent kill the hog before the
+//! allocatableMemory.available<headroom (200 MiB, or as set) must make the agent kill the hog before the
 //! kernel OOM killer does.
 //!
 //! Crossing time, two ways:
@@ -25,8 +25,7 @@ use serde::Serialize;
 
 use crate::bpf::{self, ProgStat};
 use crate::harness::{
-    self, Bounds, HEADROOM_MIB, HOG_TO_CROSSING_MIB, Level, MIB, Mode, NAMESPACE, NODE_MIB,
-    start_agent,
+    self, Bounds, HOG_TO_CROSSING_MIB, Level, MIB, Mode, NAMESPACE, NODE_MIB, start_agent,
 };
 use crate::logparse;
 use crate::memory::{self, Sample};
@@ -48,12 +47,15 @@ pub(crate) struct Setup<'a> {
     pub(crate) bin: &'a Path,
     pub(crate) keep: bool,
     pub(crate) level: Level,
+    /// The hard threshold's distance below the node's size.
+    pub(crate) headroom_mib: u64,
 }
 
 /// Runs one trial; the guard cleans up whichever way it ends.
 pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<Trial> {
+    let headroom_mib = setup.headroom_mib;
     let id = format!(
-        "monitor-bench-{}-{}-{}-{}-{n}",
+        "monitor-bench-{}-{}-{}-{}-{headroom_mib}-{n}",
         std::process::id(),
         mode.name,
         rate.name,
@@ -70,11 +72,11 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
             let available_mib = node.total.saturating_sub(node.working_set) / MIB;
             (
                 node.total,
-                available_mib.saturating_sub(HEADROOM_MIB + HOG_TO_CROSSING_MIB),
+                available_mib.saturating_sub(headroom_mib + HOG_TO_CROSSING_MIB),
             )
         }
     };
-    let threshold = node_bytes.saturating_sub(HEADROOM_MIB * MIB);
+    let threshold = node_bytes.saturating_sub(headroom_mib * MIB);
     let (guard, dir) = start_agent(
         setup.bin,
         &id,
@@ -82,7 +84,10 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         "",
         setup.keep,
         setup.level,
-        Bounds::RACE,
+        Bounds {
+            node_mib: NODE_MIB,
+            headroom_mib,
+        },
     )?;
     let hog = setup.bin.join("hog").display().to_string();
     let go = dir.join("go");
@@ -268,7 +273,7 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         mode,
         rate,
         n,
-        node_bytes / MIB,
+        (node_bytes / MIB, headroom_mib),
         start_ns,
         threshold,
         &samples,
@@ -323,7 +328,7 @@ fn analyse(
     mode: &Mode,
     rate: &Rate,
     n: u32,
-    node_mib: u64,
+    (node_mib, headroom_mib): (u64, u64),
     start_ns: u64,
     threshold: u64,
     samples: &[Sample],
@@ -353,6 +358,7 @@ fn analyse(
         rate: rate.name,
         n,
         node_mib,
+        headroom_mib,
         start_ns,
         threshold,
         points: &points,

@@ -107,25 +107,37 @@ pub(crate) fn ratios(summaries: &[Summary]) -> Vec<Ratio> {
     out
 }
 
-/// The agent (all sources) against the earlyoom peer on the same node-level race.
-fn versus_peer(summaries: &[Summary]) -> Option<String> {
-    let peer = summaries.iter().find(|x| x.mode == crate::peer::MODE)?;
-    let agent = summaries
-        .iter()
-        .find(|x| x.rate == peer.rate && x.mode == "all")?;
+/// The agent (all sources, and the crossing detector alone) against the earlyoom peer on
+/// the same node-level race, one line per race (headroom) with earlyoom in it.
+fn versus_peer(summaries: &[Summary]) -> Vec<String> {
     let fraction = |x: &Summary| format!("{}/{}", x.oom_avoided, x.trials);
-    Some(format!(
-        "Same node-level race ({}), agent (all sources) vs earlyoom: crossing→kill p50 {} ms vs {} ms (earlyoom p50 / agent p50 = {}), OOM killer avoided {} vs {}.",
-        peer.rate,
-        ms(agent.crossing_to_kill.p50_ms),
-        ms(peer.crossing_to_kill.p50_ms),
-        times(ratio(
-            peer.crossing_to_kill.p50_ms,
-            agent.crossing_to_kill.p50_ms
-        )),
-        fraction(agent),
-        fraction(peer),
-    ))
+    let mut out = Vec::new();
+    for peer in summaries.iter().filter(|x| x.mode == crate::peer::MODE) {
+        for (mode, sources) in [
+            ("all", "all sources"),
+            ("ebpf", "the crossing detector alone"),
+        ] {
+            let Some(agent) = summaries
+                .iter()
+                .find(|x| x.rate == peer.rate && x.mode == mode)
+            else {
+                continue;
+            };
+            out.push(format!(
+                "Same node-level race ({}), agent ({sources}) vs earlyoom: crossing→kill p50 {} ms vs {} ms (earlyoom p50 / agent p50 = {}), OOM killer avoided {} vs {}.",
+                peer.rate,
+                ms(agent.crossing_to_kill.p50_ms),
+                ms(peer.crossing_to_kill.p50_ms),
+                times(ratio(
+                    peer.crossing_to_kill.p50_ms,
+                    agent.crossing_to_kill.p50_ms
+                )),
+                fraction(agent),
+                fraction(peer),
+            ));
+        }
+    }
+    out
 }
 
 pub(crate) fn trial_line(t: &Trial) -> String {
@@ -231,7 +243,7 @@ pub(crate) fn table(results: &Results) -> String {
             cell("poll-100ms")
         );
     }
-    if let Some(line) = versus_peer(summaries) {
+    for line in versus_peer(summaries) {
         let _ = writeln!(s, "\n{line}");
     }
     let _ = writeln!(s, "\nCosts:\n");

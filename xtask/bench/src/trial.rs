@@ -13,6 +13,10 @@ pub(crate) struct Trial {
     pub(crate) trial: u32,
     /// The node's size in this trial (the pods cgroup limit, or the VM's MemTotal).
     pub(crate) node_mib: u64,
+    /// The hard threshold's headroom: the threshold is this far below `node_mib` (runs
+    /// recorded before the races had several headrooms all raced at 200 MiB).
+    #[serde(default = "default_headroom")]
+    pub(crate) headroom_mib: u64,
     /// Random delay before the start (polling modes): the phase of the housekeeping timer.
     pub(crate) phase_delay_ms: u64,
     /// Working set crossed the threshold (interpolated 1 ms sampler).
@@ -69,6 +73,10 @@ pub(crate) struct Trial {
     pub(crate) curve: Vec<(f64, f64)>,
 }
 
+fn default_headroom() -> u64 {
+    crate::harness::HEADROOM_MIB
+}
+
 /// Interpolated crossing time (ns) and the sampling interval around it.
 pub(crate) fn crossing(
     samples: &[(u64, u64)],
@@ -98,6 +106,7 @@ pub(crate) struct Observed<'a> {
     pub(crate) rate: &'a str,
     pub(crate) n: u32,
     pub(crate) node_mib: u64,
+    pub(crate) headroom_mib: u64,
     pub(crate) start_ns: u64,
     /// Usage at which the threshold is crossed, bytes.
     pub(crate) threshold: u64,
@@ -147,6 +156,7 @@ pub(crate) fn from_points(o: Observed) -> Trial {
         rate: o.rate.to_string(),
         trial: o.n,
         node_mib: o.node_mib,
+        headroom_mib: o.headroom_mib,
         phase_delay_ms: 0,
         crossing_ms,
         crossing_error_ms: crossed.map(|(_, e)| e / 1e6),

@@ -11,14 +11,19 @@ use crate::trial::Trial;
 
 /// Whether a rate's race is node-level (the VM's memory.available race).
 pub(super) fn node_level(rate: &str) -> bool {
-    rate == crate::modes::VM_NODE_RATE
+    crate::modes::is_vm_node(rate)
 }
 
 /// Every trial of one mode at one rate, aligned on the threshold crossing.
 pub(super) fn trials_svg(rate: &str, mode: &str, trials: &[&Trial]) -> Result<String> {
     let series: Vec<Aligned> = trials.iter().filter_map(|t| aligned(t)).collect();
     let node_mib = trials.iter().map(|t| t.node_mib).max().unwrap_or(1) as f64;
-    let threshold = node_mib - HEADROOM_MIB as f64;
+    let headroom_mib = trials
+        .iter()
+        .map(|t| t.headroom_mib)
+        .max()
+        .unwrap_or(HEADROOM_MIB) as f64;
+    let threshold = node_mib - headroom_mib;
     // From the earliest start of a climb to a little after the last mark (kill, wake, OOM
     // kill, freed), where the curves still have samples.
     let start = series
