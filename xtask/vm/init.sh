@@ -45,34 +45,13 @@ echo "$M INFO cgroup.controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
 echo "$M INFO cgroup.subtree_control: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 echo "$M INFO memory: $(grep MemTotal /proc/meminfo) cpus: $(nproc) psi: $(test -r /proc/pressure/memory && echo yes || echo no)"
 
-# Environment the host passed with --env, one NAME=VALUE per line (checked on the host).
-if [ -r /etc/xtask-vm/env ]; then
-    while IFS= read -r variable; do export "$variable"; done < /etc/xtask-vm/env
-fi
-
-# The test filter passed after `--` on the host, one argument per line.
-set --
-if [ -r /etc/xtask-vm/test-args ]; then
-    while IFS= read -r arg; do set -- "$@" "$arg"; done < /etc/xtask-vm/test-args
-fi
-
-for t in /tests/*; do
-    [ -x "$t" ] || continue
-    name=${t##*/}
-    kernel_lines=$(dmesg | wc -l)
-    echo "$M TEST-BEGIN $name"
-    # Each binary starts in a fresh scratch directory; --test-threads=1 because the tests
-    # share one kernel (cgroups, eBPF programs, memory); --nocapture so output streams
-    # live and the host can count "SKIP:" lines.
-    mkdir -p "/tmp/$name" && cd "/tmp/$name" && "$t" --test-threads=1 --nocapture "$@"
-    status=$?
-    cd /
-    if [ "$status" -ne 0 ]; then
-        echo "$M INFO kernel messages while $name ran (last 60):"
-        dmesg | tail -n +$((kernel_lines + 1)) | tail -n 60
-    fi
-    echo "$M TEST-END $name status=$status"
-done
+mark_test_start() { kernel_lines=$(dmesg | wc -l); }
+show_failure() {
+    echo "$M INFO kernel messages while $1 ran (last 60):"
+    dmesg | tail -n +$((kernel_lines + 1)) | tail -n 60
+}
+. /etc/xtask-vm/run-tests.sh
+run_tests /tests
 
 echo "$M DONE"
 sync

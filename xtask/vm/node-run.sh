@@ -2,8 +2,9 @@
 # The test run of the systemd node VM (xtask/src/vm/node.rs): started by systemd as
 # xtask-vm-test.service once the node has booted, it runs every test binary in
 # /xtask-vm/tests one test at a time and powers the node off. It speaks the same
-# "@@xtask-vm@@" marker lines as the busybox VM's init (xtask/vm/init.sh), on the serial
-# console, and the host judges the run from them alone.
+# "@@xtask-vm@@" marker lines as the busybox VM's init (xtask/vm/init.sh), through the
+# same test loop (xtask/vm/run-tests.sh), on the serial console, and the host judges the
+# run from them alone.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/xtask-vm/tests HOME=/root RUST_BACKTRACE=1
 M=@@xtask-vm@@
 
@@ -16,28 +17,13 @@ echo "$M INFO cgroup.controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
 echo "$M INFO cgroup.subtree_control: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 echo "$M INFO memory: $(grep MemTotal /proc/meminfo) cpus: $(nproc) failed units: $(systemctl --failed --no-legend | wc -l)"
 
-if [ -r /etc/xtask-vm/env ]; then
-    while IFS= read -r variable; do export "$variable"; done < /etc/xtask-vm/env
-fi
-set --
-if [ -r /etc/xtask-vm/test-args ]; then
-    while IFS= read -r arg; do set -- "$@" "$arg"; done < /etc/xtask-vm/test-args
-fi
-
-for t in /xtask-vm/tests/*; do
-    [ -x "$t" ] || continue
-    name=${t##*/}
-    since=$(date +%s)
-    echo "$M TEST-BEGIN $name"
-    mkdir -p "/tmp/$name" && cd "/tmp/$name" && "$t" --test-threads=1 --nocapture "$@"
-    status=$?
-    cd /
-    if [ "$status" -ne 0 ]; then
-        echo "$M INFO the journal while $name ran (last 80 lines):"
-        journalctl --no-pager -o short-monotonic --since "@$since" | tail -n 80
-    fi
-    echo "$M TEST-END $name status=$status"
-done
+mark_test_start() { since=$(date +%s); }
+show_failure() {
+    echo "$M INFO the journal while $1 ran (last 80 lines):"
+    journalctl --no-pager -o short-monotonic --since "@$since" | tail -n 80
+}
+. /etc/xtask-vm/run-tests.sh
+run_tests /xtask-vm/tests
 
 echo "$M DONE"
 sync

@@ -13,6 +13,10 @@ use super::{cpio, host::BUSYBOX, payload::Payload};
 
 /// PID 1 of the guest; see the script for what it prepares.
 const INIT: &str = include_str!("../../vm/init.sh");
+/// The test loop both VM runners source (this archive's init and the systemd node's
+/// runner), at `RUN_TESTS_PATH`.
+pub(super) const RUN_TESTS: &str = include_str!("../../vm/run-tests.sh");
+pub(super) const RUN_TESTS_PATH: &str = "etc/xtask-vm/run-tests.sh";
 /// Directories the init script mounts on or writes to; `/sys/fs/cgroup`, `/sys/fs/bpf` and
 /// `/sys/kernel/tracing` are provided by sysfs itself.
 const DIRS: &[&str] = &[
@@ -43,6 +47,14 @@ pub fn write(out: &Path, payload: &Payload, test_args: &[String], env: &[String]
         .with_context(context)?;
     archive
         .file("init", 0o755, INIT.len() as u64, INIT.as_bytes())
+        .with_context(context)?;
+    archive
+        .file(
+            RUN_TESTS_PATH,
+            0o644,
+            RUN_TESTS.len() as u64,
+            RUN_TESTS.as_bytes(),
+        )
         .with_context(context)?;
     add_host_file(&mut archive, "bin/busybox", Path::new(BUSYBOX))?;
     for bin in &payload.bins {
@@ -158,17 +170,27 @@ mod tests {
             INIT.contains(&marker_definition),
             "init.sh must define {marker_definition}"
         );
+        for word in ["KERNEL", "DONE", "SETUP-FAILED", "poweroff -f"] {
+            assert!(INIT.contains(word), "init.sh must contain {word}");
+        }
+        assert!(INIT.contains(&format!(". /{RUN_TESTS_PATH}\nrun_tests /tests\n")));
+        for hook in ["mark_test_start()", "show_failure()"] {
+            assert!(INIT.contains(hook), "init.sh must define {hook}");
+        }
+    }
+
+    #[test]
+    fn the_shared_test_loop_marks_each_binary_and_reads_the_hosts_inputs() {
         for word in [
-            "KERNEL",
-            "TEST-BEGIN",
-            "TEST-END",
-            "DONE",
-            "SETUP-FAILED",
-            "poweroff -f",
+            "$M TEST-BEGIN $name",
+            "$M TEST-END $name status=$status",
             "--test-threads=1",
             "/etc/xtask-vm/env",
+            "/etc/xtask-vm/test-args",
+            "mark_test_start\n",
+            "show_failure \"$name\"",
         ] {
-            assert!(INIT.contains(word), "init.sh must contain {word}");
+            assert!(RUN_TESTS.contains(word), "run-tests.sh must contain {word}");
         }
     }
 }

@@ -233,6 +233,14 @@ pub fn initramfs(
             RUNNER.as_bytes(),
         )
         .with_context(context)?;
+    archive
+        .file(
+            super::initramfs::RUN_TESTS_PATH,
+            0o644,
+            super::initramfs::RUN_TESTS.len() as u64,
+            super::initramfs::RUN_TESTS.as_bytes(),
+        )
+        .with_context(context)?;
     let unit = format!("etc/systemd/system/{RUNNER_UNIT_NAME}");
     archive
         .file(
@@ -280,16 +288,13 @@ mod tests {
     fn the_runner_speaks_the_markers_and_its_unit_starts_it() {
         let marker_definition = format!("M={}", super::super::report::MARKER);
         assert!(RUNNER.contains(&marker_definition));
-        for word in [
-            "KERNEL",
-            "TEST-BEGIN",
-            "TEST-END",
-            "DONE",
-            "--test-threads=1",
-        ] {
+        for word in ["KERNEL", "DONE", "mark_test_start()", "show_failure()"] {
             assert!(RUNNER.contains(word), "node-run.sh must contain {word}");
         }
-        assert!(RUNNER.contains(&format!("/{TESTS_DIR}/")));
+        assert!(RUNNER.contains(&format!(
+            ". /{}\nrun_tests /{TESTS_DIR}\n",
+            super::super::initramfs::RUN_TESTS_PATH
+        )));
         assert!(RUNNER_UNIT.contains("ExecStart=/xtask-vm/run\n"));
         assert!(RUNNER_UNIT.contains("WantedBy=multi-user.target"));
     }
