@@ -88,6 +88,69 @@ fn memory_qos_on_node(
     })
 }
 
+/// Room a hard `memory.available` threshold should leave above the kernel's free-page
+/// reserve: about 15 ms of an allocation at 2 GiB/s.
+const RESERVE_RUNWAY_BYTES: i64 = 32 << 20;
+
+/// The warning for a hard `memory.available` threshold of `threshold` bytes on a kernel
+/// that keeps `min_free` bytes free (`vm.min_free_kbytes`), if it leaves too little room.
+///
+/// The kubelet's signal is capacity less the working set, in effect MemFree plus the
+/// inactive page cache. An allocation that would take free memory below the zones' min
+/// watermarks (their sum is `vm.min_free_kbytes`) reclaims, and with nothing left to
+/// reclaim it invokes the OOM killer: the signal does not go much below `min_free`
+/// before the kernel kills. A threshold at or near it is met a few MiB before the OOM
+/// killer fires, or never (measured in a 2 GiB cgroup v2 VM whose transparent huge pages
+/// raise the reserve to 45 MiB: with `memory.available<50Mi` the kernel killed first in
+/// most trials). earlyoom's MemAvailable subtracts the reserve; the kubelet's signal
+/// does not, and the agent keeps the kubelet's signal.
+pub(crate) fn reserve_runway_warning(threshold: i64, min_free: i64) -> Option<String> {
+    let runway = threshold - min_free;
+    (runway < RESERVE_RUNWAY_BYTES).then(|| {
+        let mib = |b: i64| b as f64 / f64::from(1u32 << 20);
+        format!(
+            "evictionHard memory.available<{:.0}Mi leaves {:.0} MiB above the kernel's free-page reserve (vm.min_free_kbytes = {:.0} MiB): the signal (free memory plus inactive page cache) reaches the reserve just before the kernel's OOM killer fires, so a fast allocation can meet the OOM killer before this threshold; set it at least {:.0}Mi",
+            mib(threshold),
+            mib(runway),
+            mib(min_free),
+            mib(min_free + RESERVE_RUNWAY_BYTES).ceil()
+        )
+    })
+}
+
+/// Warns, once at start, for each hard `memory.available` threshold too close to the
+/// kernel's free-page reserve (see [`reserve_runway_warning`]).
+fn warn_of_thresholds_near_the_reserve(loaded: &LoadedConfig, capacity: i64) {
+    let path = "/proc/sys/vm/min_free_kbytes";
+    let min_free = match std::fs::read_to_string(path) {
+        Ok(text) => match text.trim().parse::<i64>() {
+            Ok(kib) => kib.saturating_mul(1024),
+            Err(_) => {
+                tracing::debug!(
+                    "{path}: not a number ({:?}): reserve check skipped",
+                    text.trim()
+                );
+                return;
+            }
+        },
+        Err(err) => {
+            tracing::debug!("{path}: {err}: reserve check skipped");
+            return;
+        }
+    };
+    for threshold in loaded
+        .kubelet
+        .eviction
+        .thresholds
+        .iter()
+        .filter(|t| t.signal == crate::policy::signal::Signal::MemoryAvailable && t.is_hard())
+    {
+        if let Some(warning) = reserve_runway_warning(threshold.quantity(capacity), min_free) {
+            tracing::warn!("{warning}");
+        }
+    }
+}
+
 /// Linux's MCL_ONFAULT (since 4.4): lock pages as they are touched, not all at once.
 const MCL_ONFAULT: libc::c_int = 4;
 
@@ -164,6 +227,7 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
         .context("reading the node's memory capacity")?;
         let memory_capacity = node_memory.capacity_bytes as i64;
         let allocatable = node_allocatable(&loaded, &node_memory);
+        warn_of_thresholds_near_the_reserve(&loaded, memory_capacity);
         let config = RuntimeConfig {
             manifest_dir: PathBuf::from(
                 loaded
@@ -297,4 +361,32 @@ pub async fn start(mut loaded: LoadedConfig, state: SharedState) -> anyhow::Resu
         state,
         api,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: i64 = 1 << 20;
+
+    #[test]
+    fn a_threshold_near_the_kernels_reserve_is_warned_of_with_the_least_safe_value() {
+        // The cgroup v2 VM's: a 45 MiB reserve (transparent huge pages) and a 50Mi threshold.
+        let warning = reserve_runway_warning(50 * MIB, 45 * MIB).expect("a warning");
+        assert!(
+            warning.contains("memory.available<50Mi leaves 5 MiB"),
+            "{warning}"
+        );
+        assert!(warning.contains("vm.min_free_kbytes = 45 MiB"), "{warning}");
+        assert!(warning.ends_with("set it at least 77Mi"), "{warning}");
+        // Below the reserve the runway is negative: still a warning, never a panic.
+        assert!(reserve_runway_warning(10 * MIB, 45 * MIB).is_some());
+    }
+
+    #[test]
+    fn a_threshold_well_above_the_reserve_is_not_warned_of() {
+        assert_eq!(reserve_runway_warning(200 * MIB, 45 * MIB), None);
+        assert_eq!(reserve_runway_warning(77 * MIB, 45 * MIB), None);
+        assert!(reserve_runway_warning(77 * MIB - 1, 45 * MIB).is_some());
+    }
 }

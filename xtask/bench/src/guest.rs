@@ -50,6 +50,7 @@ pub(crate) fn run(
     rate: &Rate,
     trials: u32,
     headrooms: &[u64],
+    detector_cost: bool,
     relief_only: bool,
 ) -> Result<()> {
     let bin = PathBuf::from("/bin");
@@ -70,7 +71,7 @@ pub(crate) fn run(
         .filter(|m| !relief_only || m.name == crate::relief::RELIEF_ON_MODE)
         .chain(relief_off.as_ref())
         .collect();
-    if !relief_only {
+    if detector_cost && !relief_only {
         // The detector's cost first, on a quiet guest; its lines go to the console as
         // they are, for the host to read back (`detector_cost`).
         match crate::detector_cost::output(&bin, crate::detector_cost::GUEST) {

@@ -72,6 +72,8 @@ pub struct GuestPlan<'a> {
     /// The hard threshold's headrooms (MiB): every mode at the first, the agent's tight
     /// modes and earlyoom at the others (see [`guest::run`]).
     pub headrooms: &'a [u64],
+    /// Whether the guest measures the crossing detector's cost first.
+    pub detector_cost: bool,
     /// Only the memory relief races (see [`relief`]).
     pub relief_only: bool,
 }
@@ -86,6 +88,9 @@ impl GuestPlan<'_> {
         if !self.headrooms.is_empty() {
             let headrooms: Vec<String> = self.headrooms.iter().map(u64::to_string).collect();
             command.push_str(&format!(" --vm-headrooms {}", headrooms.join(",")));
+        }
+        if !self.detector_cost {
+            command.push_str(" --detector-cost false");
         }
         if self.relief_only {
             command.push_str(" --relief-only");
@@ -174,8 +179,9 @@ pub struct BenchArgs {
     /// Skip the VM part (cgroup v2 races and the earlyoom peer).
     #[arg(long)]
     pub no_vm: bool,
-    /// Trials per mode inside the VM (8 modes with earlyoom); 20 per mode by default, enough
-    /// for stable percentiles. Without hardware virtualisation qemu emulates (TCG): ~15 minutes.
+    /// Trials per mode inside the VM (8 modes with earlyoom, and 5 more races at each further
+    /// headroom); 20 per mode by default, enough for stable percentiles. Without hardware
+    /// virtualisation qemu emulates (TCG): ~15 minutes per headroom.
     #[arg(long, default_value_t = 20)]
     pub vm_trials: u32,
     /// The hard threshold's headrooms (MiB) of the VM's races: every mode at the first;
@@ -202,6 +208,48 @@ pub struct BenchArgs {
     /// run, `<target>/bench/bench.json`, without running anything.
     #[arg(long)]
     pub replot: bool,
+}
+
+/// The (rate label, mode) of every race the guest runs for `raced` at `headrooms`, in
+/// its order (see [`guest::run`]).
+fn vm_groups(raced: &[harness::Mode], headrooms: &[u64]) -> Vec<(String, &'static str)> {
+    let (first, further) = headrooms
+        .split_first()
+        .unwrap_or((&harness::HEADROOM_MIB, &[]));
+    let node = |m: &&harness::Mode| modes::VM_NODE_MODES.contains(&m.name);
+    let tight = |m: &&harness::Mode| modes::VM_TIGHT_MODES.contains(&m.name);
+    let relief_off = raced
+        .iter()
+        .any(|m| m.name == relief::RELIEF_ON_MODE)
+        .then_some(relief::RELIEF_OFF_MODE);
+    let (pods, on_node) = (
+        modes::vm_label(modes::VM_RATE, *first),
+        modes::vm_label(modes::VM_NODE_RATE, *first),
+    );
+    let mut groups: Vec<(String, &'static str)> = raced
+        .iter()
+        .map(|m| m.name)
+        .chain(relief_off)
+        .map(|m| (pods.clone(), m))
+        .chain(raced.iter().filter(node).map(|m| (on_node.clone(), m.name)))
+        .chain([(on_node.clone(), peer::MODE)])
+        .collect();
+    for headroom in further {
+        let (pods, on_node) = (
+            modes::vm_label(modes::VM_RATE, *headroom),
+            modes::vm_label(modes::VM_NODE_RATE, *headroom),
+        );
+        groups.extend(raced.iter().filter(tight).map(|m| (pods.clone(), m.name)));
+        groups.extend(
+            raced
+                .iter()
+                .filter(tight)
+                .filter(node)
+                .map(|m| (on_node.clone(), m.name)),
+        );
+        groups.push((on_node, peer::MODE));
+    }
+    groups
 }
 
 /// Pods beside the idle agent: the kubelet's default maxPods.
@@ -234,6 +282,7 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
             &RATES[0],
             args.trials,
             &args.vm_headrooms,
+            args.detector_cost,
             args.relief_only,
         );
     }
@@ -260,6 +309,7 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
             modes: &[],
             trials: args.vm_trials,
             headrooms: &args.vm_headrooms[..args.vm_headrooms.len().min(1)],
+            detector_cost: false,
             relief_only: true,
         };
         let run = host.vm(&root, &target, &plan)?;
@@ -416,6 +466,7 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
             modes: &args.modes,
             trials,
             headrooms: &args.vm_headrooms,
+            detector_cost: args.detector_cost,
             relief_only: false,
         };
         match host.vm(&root, &target, &plan) {
@@ -467,7 +518,7 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
     }
     if vm_run.is_some() {
         let planned = args.vm_trials;
-        for (rate, mode) in modes::vm_groups(&modes, &args.vm_headrooms) {
+        for (rate, mode) in vm_groups(&modes, &args.vm_headrooms) {
             groups.push(report::Group {
                 polling: MODES.iter().any(|m| m.name == mode && m.polling()),
                 rate,
@@ -581,4 +632,68 @@ fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::modes::{MODES, VM_HEADROOMS, VM_NODE_RATE, VM_RATE, is_vm, is_vm_node, vm_label};
+
+    #[test]
+    fn a_race_at_the_harness_headroom_keeps_its_old_label_and_others_name_theirs() {
+        assert_eq!(vm_label(VM_RATE, crate::harness::HEADROOM_MIB), "vm-v2");
+        assert_eq!(vm_label(VM_NODE_RATE, 50), "vm-v2-node-50Mi");
+        assert!(is_vm("vm-v2-50Mi") && !is_vm_node("vm-v2-50Mi"));
+        assert!(is_vm_node("vm-v2-node-50Mi") && is_vm("vm-v2-node"));
+        assert!(!is_vm("full") && !is_vm("slow"));
+    }
+
+    #[test]
+    fn a_further_headroom_races_the_agents_tight_modes_and_earlyoom_only() {
+        let groups = vm_groups(MODES, VM_HEADROOMS);
+        let at = |rate: &str| -> Vec<&str> {
+            groups
+                .iter()
+                .filter(|(r, _)| r == rate)
+                .map(|(_, m)| *m)
+                .collect()
+        };
+        assert_eq!(at("vm-v2").len(), MODES.len() + 1, "{groups:?}");
+        assert_eq!(at("vm-v2-node"), ["poll-100ms", "ebpf", "all", "earlyoom"]);
+        assert_eq!(at("vm-v2-50Mi"), ["ebpf", "all"]);
+        assert_eq!(at("vm-v2-node-50Mi"), ["ebpf", "all", "earlyoom"]);
+        // The guest's time limit counts the same races, and about three sets of relief.
+        let plan = GuestPlan {
+            modes: &[],
+            trials: 10,
+            headrooms: VM_HEADROOMS,
+            detector_cost: true,
+            relief_only: false,
+        };
+        assert_eq!(plan.race_sets(), groups.len() as u64 + 3);
+        assert!(
+            plan.command().ends_with(" --vm-headrooms 200,50"),
+            "{}",
+            plan.command()
+        );
+    }
+
+    #[test]
+    fn modes_without_a_tight_one_race_earlyoom_alone_at_a_further_headroom() {
+        let poll: Vec<harness::Mode> = MODES
+            .iter()
+            .copied()
+            .filter(|m| m.name == "poll-100ms")
+            .collect();
+        let groups = vm_groups(&poll, &[200, 50]);
+        assert_eq!(
+            groups,
+            [
+                ("vm-v2".to_string(), "poll-100ms"),
+                ("vm-v2-node".to_string(), "poll-100ms"),
+                ("vm-v2-node".to_string(), "earlyoom"),
+                ("vm-v2-node-50Mi".to_string(), "earlyoom"),
+            ]
+        );
+    }
 }

@@ -72,45 +72,6 @@ pub(crate) fn is_vm_node(rate: &str) -> bool {
     rate.starts_with(VM_NODE_RATE)
 }
 
-/// The (rate label, mode) of every race the guest runs for `modes` at `headrooms`, in
-/// its order (see [`crate::guest::run`]).
-pub(crate) fn vm_groups(modes: &[Mode], headrooms: &[u64]) -> Vec<(String, &'static str)> {
-    let (first, further) = headrooms
-        .split_first()
-        .unwrap_or((&crate::harness::HEADROOM_MIB, &[]));
-    let node = |m: &&Mode| VM_NODE_MODES.contains(&m.name);
-    let tight = |m: &&Mode| VM_TIGHT_MODES.contains(&m.name);
-    let relief_off = modes
-        .iter()
-        .any(|m| m.name == crate::relief::RELIEF_ON_MODE)
-        .then_some(crate::relief::RELIEF_OFF_MODE);
-    let (pods, on_node) = (vm_label(VM_RATE, *first), vm_label(VM_NODE_RATE, *first));
-    let mut groups: Vec<(String, &'static str)> = modes
-        .iter()
-        .map(|m| m.name)
-        .chain(relief_off)
-        .map(|m| (pods.clone(), m))
-        .chain(modes.iter().filter(node).map(|m| (on_node.clone(), m.name)))
-        .chain([(on_node.clone(), crate::peer::MODE)])
-        .collect();
-    for headroom in further {
-        let (pods, on_node) = (
-            vm_label(VM_RATE, *headroom),
-            vm_label(VM_NODE_RATE, *headroom),
-        );
-        groups.extend(modes.iter().filter(tight).map(|m| (pods.clone(), m.name)));
-        groups.extend(
-            modes
-                .iter()
-                .filter(tight)
-                .filter(node)
-                .map(|m| (on_node.clone(), m.name)),
-        );
-        groups.push((on_node, crate::peer::MODE));
-    }
-    groups
-}
-
 pub(crate) const RATES: &[Rate] = &[
     // As fast as the hog can touch pages (about 2 GiB/s here).
     Rate {
@@ -144,67 +105,4 @@ pub(crate) fn pick<T: Copy>(
             })
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::GuestPlan;
-
-    #[test]
-    fn a_race_at_the_harness_headroom_keeps_its_old_label_and_others_name_theirs() {
-        assert_eq!(vm_label(VM_RATE, crate::harness::HEADROOM_MIB), "vm-v2");
-        assert_eq!(vm_label(VM_NODE_RATE, 50), "vm-v2-node-50Mi");
-        assert!(is_vm("vm-v2-50Mi") && !is_vm_node("vm-v2-50Mi"));
-        assert!(is_vm_node("vm-v2-node-50Mi") && is_vm("vm-v2-node"));
-        assert!(!is_vm("full") && !is_vm("slow"));
-    }
-
-    #[test]
-    fn a_further_headroom_races_the_agents_tight_modes_and_earlyoom_only() {
-        let groups = vm_groups(MODES, VM_HEADROOMS);
-        let at = |rate: &str| -> Vec<&str> {
-            groups
-                .iter()
-                .filter(|(r, _)| r == rate)
-                .map(|(_, m)| *m)
-                .collect()
-        };
-        assert_eq!(at("vm-v2").len(), MODES.len() + 1, "{groups:?}");
-        assert_eq!(at("vm-v2-node"), ["poll-100ms", "ebpf", "all", "earlyoom"]);
-        assert_eq!(at("vm-v2-50Mi"), ["ebpf", "all"]);
-        assert_eq!(at("vm-v2-node-50Mi"), ["ebpf", "all", "earlyoom"]);
-        // The guest's time limit counts the same races, and about three sets of relief.
-        let plan = GuestPlan {
-            modes: &[],
-            trials: 10,
-            headrooms: VM_HEADROOMS,
-            relief_only: false,
-        };
-        assert_eq!(plan.race_sets(), groups.len() as u64 + 3);
-        assert!(
-            plan.command().ends_with(" --vm-headrooms 200,50"),
-            "{}",
-            plan.command()
-        );
-    }
-
-    #[test]
-    fn modes_without_a_tight_one_race_earlyoom_alone_at_a_further_headroom() {
-        let poll: Vec<Mode> = MODES
-            .iter()
-            .copied()
-            .filter(|m| m.name == "poll-100ms")
-            .collect();
-        let groups = vm_groups(&poll, &[200, 50]);
-        assert_eq!(
-            groups,
-            [
-                ("vm-v2".to_string(), "poll-100ms"),
-                ("vm-v2-node".to_string(), "poll-100ms"),
-                ("vm-v2-node".to_string(), "earlyoom"),
-                ("vm-v2-node-50Mi".to_string(), "earlyoom"),
-            ]
-        );
-    }
 }

@@ -289,6 +289,28 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         .map(|(crossed, killed)| killed.saturating_sub(crossed) as f64 / 1000.0);
     trial.kernel_kill_ms = logparse::kernel_kill(&kernel_log, start_ns)
         .map(|killed| killed.saturating_sub(start_ns) as f64 / 1e6);
+    // The OOM killer ended the trial: the kernel's report says why it found nothing to
+    // reclaim while the agent's signal was where it was.
+    if oom_kills > 0 {
+        for line in util::last_oom_report(80) {
+            println!("bench: OOM report: {line}");
+        }
+        // What the agent last saw before the OOM kill: its synchronizes started before it.
+        let before: Vec<u64> = logparse::syncs(&log)
+            .iter()
+            .filter(|s| oom_ns.is_some_and(|oom| s.started_ns < oom))
+            .map(|s| s.sequence)
+            .collect();
+        for sequence in &before[before.len().saturating_sub(3)..] {
+            let tag = format!("synchronize{{sequence={sequence} ");
+            for line in log
+                .lines()
+                .filter(|l| l.contains(&tag) && l.contains("synchronize:"))
+            {
+                println!("bench: OOM, a synchronize before it: {line}");
+            }
+        }
+    }
     // A kill more than 10 ms after the crossing: the agent's hot path lines of the trial
     // go to the output, for the reason (in the VM the run's directory goes with it).
     if trial

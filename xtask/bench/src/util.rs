@@ -235,6 +235,25 @@ pub fn output(command: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// The kernel's report of its last OOM kill (from its "invoked oom-killer" line, at most
+/// `lines` lines of `dmesg`), for a trial the OOM killer ended: which allocation failed and
+/// what memory the node held then. Empty when dmesg has none or cannot be read.
+pub fn last_oom_report(lines: usize) -> Vec<String> {
+    let Ok(out) = Command::new("dmesg").output() else {
+        return Vec::new();
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let all: Vec<&str> = text.lines().collect();
+    match all.iter().rposition(|l| l.contains("invoked oom-killer")) {
+        Some(start) => all[start..]
+            .iter()
+            .take(lines)
+            .map(|l| l.to_string())
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
