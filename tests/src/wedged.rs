@@ -207,13 +207,27 @@ impl WedgedNode {
             // one allocation step of the threshold), the sampler's first sample within
             // that step stands in: the real crossing came after it, so the times measured
             // from it are, if anything, too long.
+            // Under emulation the sampler can miss the whole climb (its thread not run for
+            // tens of ms while the hog and the agent's real-time threads hold the CPUs):
+            // then the agent's own eviction stamp stands in, which comes after the real
+            // crossing, so the times measured from it are shorter than the truth; the
+            // table says which cycles were seen so.
+            let killing_instant = killing.map(|k| {
+                Instant::now()
+                    .checked_sub(Duration::from_nanos(monotonic_ns().saturating_sub(k)))
+                    .unwrap_or_else(Instant::now)
+            });
             let crossed = sampled
                 .crossed
-                .or(sampled.near.filter(|_| killing.is_some()));
-            cycle.crossing_seen_by = match (sampled.crossed, crossed) {
-                (Some(_), _) => "sampler",
-                (None, Some(_)) => "sampler, one step before the agent's eviction",
-                (None, None) => "nobody",
+                .or(sampled.near.filter(|_| killing.is_some()))
+                .or(killing_instant);
+            cycle.crossing_seen_by = match (sampled.crossed, sampled.near, crossed) {
+                (Some(_), _, _) => "sampler",
+                (None, Some(_), Some(_)) => "sampler, one step before the agent's eviction",
+                (None, None, Some(_)) => {
+                    "the agent's eviction alone (the sampler missed the climb)"
+                }
+                (None, _, None) => "nobody",
             };
             let crossed_ns = crossed.map(instant_ns);
             cycle.peak_bytes = sampled.peak;
