@@ -133,9 +133,12 @@ fn reclaim_on_runtime(
             .state
             .event(EventReason::FailedGC, "node", err.clone());
     }
+    // Removed images are freed at once (the runtime collects them before it answers);
+    // a removed container's writable layer is deleted by the runtime in the background.
     let freed = ReclaimResult {
         freed_bytes: u64::try_from(images.image_bytes).unwrap_or(0),
         freed_inodes: 0,
+        released_later: !containers.containers.is_empty(),
     };
     record_gc(shared, "eviction", &containers, &images);
     shared.state.event(

@@ -91,11 +91,13 @@ impl StepReclaimer<'_> {
             return ReclaimResult {
                 freed_bytes,
                 freed_inodes: 0,
+                released_later: false,
             };
         }
         ReclaimResult {
             freed_bytes: self.bytes_for(signal),
             freed_inodes: 0,
+            released_later: false,
         }
     }
 }

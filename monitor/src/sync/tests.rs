@@ -12,6 +12,7 @@ use crate::config::parse_agent_config;
 use crate::notify::{CrossingHook, Wake, WakeSender, WakeSource, wake_channel};
 use crate::observe::{FsStats, NodeMemory, NodeObservation, ObserveError, PidStats};
 use crate::policy::eviction::{EvictionDecision, ReclaimResult};
+use crate::sync::eviction::Wait;
 use crate::policy::signal::Signal;
 use crate::policy::stats::{PodStats, PodWithStats};
 use crate::policy::testing::pod;
@@ -64,6 +65,8 @@ struct Node {
     scripted: Vec<EvictionOutcome>,
     reclaims: Vec<(Resource, Signal)>,
     reclaim_frees: u64,
+    /// The reclaim removes dead containers whose space the runtime frees later.
+    reclaim_releases_later: bool,
     conditions: Vec<NodeConditionType>,
     /// The pods whose containers' memory a pass asked for, in order.
     container_reads: Vec<String>,
@@ -98,6 +101,7 @@ impl Fake {
             scripted: Vec::new(),
             reclaims: Vec::new(),
             reclaim_frees: 0,
+            reclaim_releases_later: false,
             conditions: Vec::new(),
             container_reads: Vec::new(),
             needs_seen: Vec::new(),
@@ -289,6 +293,7 @@ impl NodeReclaim for Fake {
         ReclaimResult {
             freed_bytes: node.reclaim_frees,
             freed_inodes: 0,
+            released_later: node.reclaim_releases_later,
         }
     }
 }
@@ -550,7 +555,8 @@ async fn one_eviction_at_a_time_and_stale_pressure_never_evicts_twice() {
     assert!(started(&during).is_empty(), "{}", during.summary);
     let deferred = &during.pass.as_ref().expect("observed").deferred;
     assert_eq!(deferred.len(), 1, "{}", during.summary);
-    assert_eq!(deferred[0].pod_key, "default/a");
+    assert_eq!(deferred[0].decision.pod_key, "default/a");
+    assert_eq!(deferred[0].wait, Wait::UnderWay);
     // b is gone: the loop decides again at once on fresh stats, and the next pod goes.
     let after = h.next(secs(1)).await;
     assert_eq!(after.sources(), vec![WakeSource::Eviction]);
@@ -698,6 +704,63 @@ async fn node_level_reclaim_runs_off_the_loop_and_spares_the_pods_when_enough() 
     );
 }
 
+/// A reclaim that removed dead containers, whose writable layers the runtime deletes in
+/// the background: the disk signal's eviction waits for the space to show, up to
+/// [`eviction::RECLAIM_SETTLE`]; it starts then if the space never came.
+#[rstest::rstest]
+#[case::the_space_shows(true)]
+#[case::the_space_never_shows(false)]
+#[tokio::test(start_paused = true)]
+async fn a_reclaim_freeing_in_the_background_holds_the_disk_eviction_for_a_while(
+    #[case] space_shows: bool,
+) {
+    let fake = Fake::new(GI, &[("default/a", GI)]);
+    // nodefs 5Gi of 100Gi free: under the hard 10 %.
+    fake.node().nodefs_available = 5 * GI;
+    fake.node().reclaim_releases_later = true;
+    let mut h = Harness::start(fake, 1);
+    let first = h.next(secs(1)).await;
+    assert!(started(&first).is_empty(), "{}", first.summary);
+    let deferred = &first.pass.as_ref().expect("observed").deferred;
+    assert_eq!(deferred.len(), 1, "{}", first.summary);
+    assert_eq!(deferred[0].wait, Wait::ReclaimSettling);
+    assert!(
+        first.summary.contains("still freeing the dead containers"),
+        "{}",
+        first.summary
+    );
+    if space_shows {
+        // The runtime's collection ran: the next pass sees the space and evicts nobody.
+        h.fake.node().nodefs_available = 30 * GI;
+        h.wake();
+        let next = h.next(secs(1)).await;
+        assert!(started(&next).is_empty(), "{}", next.summary);
+        assert!(next.pass.as_ref().expect("observed").outcome.thresholds_met.is_empty());
+        h.none_for(secs(30)).await;
+        assert!(h.fake.kills().is_empty());
+        return;
+    }
+    // A pass before the time is up still waits, though its reclaim removed nothing new.
+    h.fake.node().reclaim_releases_later = false;
+    tokio::time::sleep(secs(2)).await;
+    h.wake();
+    let waiting = h.next(secs(1)).await;
+    assert!(started(&waiting).is_empty(), "{}", waiting.summary);
+    // The loop wakes itself when the wait is over, and the eviction starts on the fresh
+    // observation.
+    let due = h.next(secs(5)).await;
+    let waited = due.now - first.now;
+    assert!(
+        waited >= eviction::RECLAIM_SETTLE && waited < eviction::RECLAIM_SETTLE + secs(1),
+        "{waited:?}: {}",
+        due.summary
+    );
+    assert_eq!(started(&due), vec![("default/a".to_string(), 0)]);
+    // The wait is granted once per episode: another reclaim removing dead containers does
+    // not hold the next eviction back again.
+    assert_eq!(h.fake.node().reclaims.len(), 3);
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_pods_disk_usage_is_read_only_while_a_disk_threshold_is_met_or_near() {
     // nodefs.available<10% of 100Gi: 50Gi free is calm, 9Gi is under it.
@@ -818,7 +881,7 @@ async fn the_hot_path_kills_the_pre_ranked_victim_and_the_next_pass_records_it_o
     assert_eq!(
         pass.deferred
             .iter()
-            .map(|d| d.pod_key.as_str())
+            .map(|d| d.decision.pod_key.as_str())
             .collect::<Vec<_>>(),
         vec!["default/small"],
         "the hot kill counts as the immediate eviction under way: {}",

@@ -111,6 +111,10 @@ pub struct SyncInput {
 pub struct ReclaimResult {
     pub freed_bytes: u64,
     pub freed_inodes: u64,
+    /// Part of what was removed is freed by the runtime later, in the background
+    /// (containerd deletes a removed container's writable layer at its next garbage
+    /// collection), so neither `freed_bytes` nor a fresh observation shows it yet.
+    pub released_later: bool,
 }
 
 /// A threshold found met at this pass (or still unresolved by its minimum reclaim).

@@ -345,6 +345,7 @@ fn seed_node_reclaim_credits_freed_bytes(#[case] freed: u64, #[case] sufficient:
         frees: ReclaimResult {
             freed_bytes: freed,
             freed_inodes: 0,
+            released_later: false,
         },
         ..Default::default()
     };
@@ -421,6 +422,7 @@ fn reclaim_on_a_dedicated_imagefs_does_not_relieve_nodefs() {
         frees: ReclaimResult {
             freed_bytes: 50 * GI,
             freed_inodes: 0,
+            released_later: false,
         },
         ..Default::default()
     };
@@ -683,6 +685,7 @@ fn credit_goes_to_the_same_filesystem(
         ReclaimResult {
             freed_bytes: 200,
             freed_inodes: 5,
+            released_later: false,
         },
     );
     for s in all {

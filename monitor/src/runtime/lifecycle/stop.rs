@@ -97,8 +97,9 @@ pub(super) async fn kill_until_empty(
     }
 }
 
-/// How long an eviction waits for the runtime to delete the pod's writable layers (never
-/// past its deadline).
+/// How long an eviction waits, once the runtime has answered its stop and removal, for
+/// the runtime to delete the pod's writable layers (containerd does so at its next
+/// garbage collection). The wait is skipped when the runtime left a call unanswered.
 pub(super) const LAYER_CLEANUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Stops a pod that is being evicted or removed, by `deadline`.
@@ -108,11 +109,12 @@ pub(super) const LAYER_CLEANUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// (from the container runtime's StopContainer with the grace period, or through its
 /// cgroups on the process runtime or when the runtime refuses) and until the grace period
 /// ends to go; then whatever is left in its cgroups is killed at once. Only then is the
-/// container runtime told (the sandbox stopped and removed with its containers, and the
-/// writable layers' deletion waited for), each call dropped at `deadline`: a call left
-/// unanswered is reported (a `RuntimeUnresponsive` event, and the
-/// `monitor_runtime_unresponsive_calls_total` metric), and what the runtime holds of the
-/// pod is left to garbage collection.
+/// container runtime told (the sandbox stopped and removed with its containers), each
+/// call dropped at `deadline`: a call left unanswered is reported (a
+/// `RuntimeUnresponsive` event, and the `monitor_runtime_unresponsive_calls_total`
+/// metric), and what the runtime holds of the pod is left to garbage collection. When
+/// every call was answered, the writable layers' deletion is waited for, up to
+/// [`LAYER_CLEANUP_TIMEOUT`].
 pub(super) async fn stop_pod(
     shared: &Arc<Shared>,
     record: &PodRecord,
@@ -203,12 +205,26 @@ pub(super) async fn stop_pod(
             ),
             None => {}
         }
-        let layers_deadline = after(LAYER_CLEANUP_TIMEOUT).min(deadline);
+        // The kill is done and the runtime has answered: its deletion of the layers is
+        // waited for on a clock of its own, not what the slow calls left of the kill's
+        // deadline (a sandbox stop can take most of it on a loaded node).
+        let waiting = Instant::now();
+        let layers_deadline = after(LAYER_CLEANUP_TIMEOUT);
         while answers.answered_all()
             && layers.iter().any(|layer| layer.exists())
             && Instant::now() < layers_deadline
         {
             tokio::time::sleep(STOP_POLL).await;
+        }
+        if !layers.is_empty() {
+            let left = layers.iter().filter(|layer| layer.exists()).count();
+            tracing::info!(
+                pod = %key,
+                "{} of {} writable layer(s) deleted by the runtime {} ms after it answered",
+                layers.len() - left,
+                layers.len(),
+                waiting.elapsed().as_millis()
+            );
         }
         report_answers(
             shared,

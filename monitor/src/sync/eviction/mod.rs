@@ -34,15 +34,51 @@ pub(crate) struct EvictionPass {
     pub(crate) outcome: SyncOutcome,
     /// Evictions started at this pass.
     pub(crate) started: Vec<EvictionDecision>,
-    /// Evictions the policy asked for but held back because an eviction that counts as
-    /// much is still running (see [`EvictionSync::may_start`]); decided again once it ends.
-    pub(crate) deferred: Vec<EvictionDecision>,
+    /// Evictions the policy asked for but held back (see [`EvictionSync::may_start`]);
+    /// decided again at a later pass.
+    pub(crate) deferred: Vec<Deferred>,
     /// Evictions that ended since the previous pass.
     pub(crate) finished: Vec<FinishedEviction>,
     /// Kills the hot path carried out since the previous pass; their evictions started
     /// at this pass.
     pub(crate) hot_kills: Vec<HotKill>,
 }
+
+/// An eviction held back at a pass, and what it waits for.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Deferred {
+    pub(crate) decision: EvictionDecision,
+    pub(crate) wait: Wait,
+}
+
+/// Why an eviction the policy asked for did not start at this pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// An eviction that counts as much is still running: its pod still holds what the
+    /// same stats would pick a second victim for.
+    UnderWay,
+    /// The signal's last eviction freed far less than its victim held: one eviction per
+    /// housekeeping interval.
+    Paced,
+    /// A reclaim removed dead containers whose space the runtime frees in the background.
+    ReclaimSettling,
+}
+
+impl Wait {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Wait::UnderWay => "an eviction is under way",
+            Wait::Paced => "the signal is paced after an ineffective eviction",
+            Wait::ReclaimSettling => {
+                "the runtime is still freeing the dead containers the reclaim removed"
+            }
+        }
+    }
+}
+
+/// How long the evictions for a disk signal wait, at most, after a node-level reclaim
+/// removed dead containers, for the runtime to delete their writable layers.
+pub(crate) const RECLAIM_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// An eviction that ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +108,12 @@ pub(crate) struct EvictionSync {
     /// before which no other eviction for that signal starts (one per housekeeping
     /// interval), until the signal's thresholds are no longer met or an eviction helps.
     paced: std::collections::BTreeMap<Signal, Time>,
+    /// Disk signals whose node-level reclaim removed dead containers without yet
+    /// relieving the signal: the runtime deletes their writable layers in the background,
+    /// so no eviction for that signal starts before this time (see [`RECLAIM_SETTLE`])
+    /// unless a fresh observation still finds the threshold met then. Set once per
+    /// episode of pressure; cleared when the signal's thresholds are no longer met.
+    settling: std::collections::BTreeMap<Signal, Time>,
     /// Ended evictions received after this pass's observation was taken: held for the
     /// next pass, so that the signal is observed afresh after the victim is gone.
     later: Vec<FinishedEviction>,
@@ -118,6 +160,7 @@ impl EvictionSync {
             in_flight: Vec::new(),
             effects: Vec::new(),
             paced: std::collections::BTreeMap::new(),
+            settling: std::collections::BTreeMap::new(),
             later: Vec::new(),
             hot: None,
             unavailable: std::collections::BTreeSet::new(),
@@ -168,10 +211,16 @@ impl EvictionSync {
         self
     }
 
-    /// When the decision will change with time alone (a grace period ends, or a paced
-    /// signal may evict again).
+    /// When the decision will change with time alone (a grace period ends, a paced
+    /// signal may evict again, or a reclaim's background release has had its time).
     pub(crate) fn next_deadline(&self, now: Time) -> Option<Time> {
-        let paced = self.paced.values().copied().filter(|at| *at > now).min();
+        let paced = self
+            .paced
+            .values()
+            .chain(self.settling.values())
+            .copied()
+            .filter(|at| *at > now)
+            .min();
         [self.manager.next_grace_deadline(now), paced]
             .into_iter()
             .flatten()
@@ -241,17 +290,28 @@ impl EvictionSync {
         let outcome = match self.manager.decide(&input, now) {
             Step::Done(outcome) => outcome,
             Step::Reclaim(pending) => {
-                let freed = self.reclaim(pending.resource(), pending.signal()).await;
+                let signal = pending.signal();
+                let freed = self.reclaim(pending.resource(), signal).await;
                 self.state.record_decision(record::reclaim(
                     pending.resource(),
-                    pending.signal(),
+                    signal,
                     freed,
                     self.shadow.is_some(),
                     &input.observations,
                 ));
-                self.manager.after_reclaim(pending, &input, freed)
+                let outcome = self.manager.after_reclaim(pending, &input, freed);
+                if freed.released_later && !outcome.evictions.is_empty() {
+                    self.settle(signal, now);
+                }
+                outcome
             }
         };
+        let met: Vec<Signal> = outcome
+            .thresholds_met
+            .iter()
+            .map(|m| m.threshold.signal)
+            .collect();
+        self.settling.retain(|signal, _| met.contains(signal));
         self.ports
             .conditions
             .conditions_changed(&outcome.conditions);
@@ -279,8 +339,8 @@ impl EvictionSync {
                 }
                 continue;
             }
-            if !self.may_start(&decision, now) {
-                deferred.push(decision);
+            if let Some(wait) = self.may_start(&decision, now) {
+                deferred.push(Deferred { decision, wait });
                 continue;
             }
             self.note_effect(&decision, &input);
@@ -297,10 +357,11 @@ impl EvictionSync {
             self.state
                 .record_stats_age(node.taken_at_ns, &outcome.thresholds_met);
         }
-        for decision in &deferred {
+        for deferred in &deferred {
             tracing::debug!(
-                pod = %decision.pod_key,
-                "eviction deferred: an eviction under way already answers this pressure"
+                pod = %deferred.decision.pod_key,
+                "eviction deferred: {}",
+                deferred.wait.as_str()
             );
         }
         let hot_victim = self.arm_hot_path(&input, &memory_ranking);
@@ -558,20 +619,47 @@ impl EvictionSync {
     /// soft eviction wait it out: kubernetes#123872). Immediate is the decision's flag, not a grace of 0: with
     /// `hardEvictionGracePeriodSeconds: 1` hard evictions have a grace of 1 s.
     /// A signal that is paced (see [`EvictionSync::judge_effects`]) starts one eviction
-    /// per housekeeping interval.
-    fn may_start(&self, decision: &EvictionDecision, now: Time) -> bool {
+    /// per housekeeping interval, and one whose reclaim is settling (see
+    /// [`EvictionSync::settle`]) none until its time is up.
+    /// Returns what the decision waits for, or `None` when it may start now.
+    fn may_start(&self, decision: &EvictionDecision, now: Time) -> Option<Wait> {
+        let until = |times: &std::collections::BTreeMap<Signal, Time>| {
+            decision
+                .signal
+                .and_then(|s| times.get(&s))
+                .is_some_and(|at| now < *at)
+        };
         if self.in_flight.iter().any(|e| e.pod_key == decision.pod_key) {
-            return false;
-        }
-        if decision
-            .signal
-            .and_then(|s| self.paced.get(&s))
-            .is_some_and(|at| now < *at)
-        {
-            return false;
-        }
-        self.in_flight.is_empty()
+            Some(Wait::UnderWay)
+        } else if until(&self.paced) {
+            Some(Wait::Paced)
+        } else if until(&self.settling) {
+            Some(Wait::ReclaimSettling)
+        } else if self.in_flight.is_empty()
             || (decision.immediate && self.in_flight.iter().all(|e| !e.immediate))
+        {
+            None
+        } else {
+            Some(Wait::UnderWay)
+        }
+    }
+
+    /// A reclaim for `signal` removed dead containers and the signal is still met: the
+    /// runtime frees their writable layers in the background (containerd at its next
+    /// garbage collection, which on a busy node comes seconds later), so the evictions
+    /// for `signal` wait up to [`RECLAIM_SETTLE`] for a fresh observation to show the
+    /// space. The wait is granted once per episode of pressure: a pod that keeps leaving
+    /// dead containers cannot hold off evictions.
+    fn settle(&mut self, signal: Signal, now: Time) {
+        if self.settling.contains_key(&signal) {
+            return;
+        }
+        tracing::info!(
+            signal = signal.as_str(),
+            "node-level reclaim removed dead containers whose writable layers the runtime deletes in the background: evictions for this signal wait up to {} for the space to show",
+            format_go_duration(RECLAIM_SETTLE)
+        );
+        self.settling.insert(signal, now + RECLAIM_SETTLE);
     }
 
     /// Publishes each signal against its thresholds, and the conditions.
@@ -691,10 +779,11 @@ pub(crate) fn summarize(pass: &EvictionPass) -> String {
             eviction.pod_key, eviction.grace_period_seconds, eviction.message
         ));
     }
-    for eviction in &pass.deferred {
+    for deferred in &pass.deferred {
         parts.push(format!(
-            "deferred eviction of {}: an eviction is under way",
-            eviction.pod_key
+            "deferred eviction of {}: {}",
+            deferred.decision.pod_key,
+            deferred.wait.as_str()
         ));
     }
     for kill in &pass.hot_kills {
