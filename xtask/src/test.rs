@@ -301,10 +301,10 @@ pub fn run(args: TestArgs) -> Result<()> {
                 cargo()
                     .current_dir(&root)
                     .args(["run", "--quiet", "-p", "xtask", "--", "vm", "--matrix"])
-                    // One boot runs every test binary, the chaos run's short version and
-                    // the package's install among them: under emulation that takes
-                    // several minutes, more than `vm`'s default allows a boot.
-                    .args(["--timeout", "1800"])
+                    // The first boot runs every test binary, the chaos run's short
+                    // version and the package's install among them: under emulation
+                    // that takes about 28 minutes, near `vm`'s default for a boot.
+                    .args(["--timeout", "2400"])
                     // Containers on cgroup v2 in every kernel's boot, so that no CRI test
                     // is skipped in the VM (about 6 minutes more a boot); then the
                     // systemd node's boot.
