@@ -534,13 +534,15 @@ fn logged_at(log: &str, needle: &str) -> Option<u64> {
 impl Sampler {
     /// Watches `pods` (the pods cgroup) and `pod` (the hog's own): the first sample at
     /// which the pods' working set is at or over the threshold, the first at which it is
-    /// within [`NEAR_BYTES`] of it, the first one after that at which the hog's cgroup
-    /// holds less than [`FREED_BELOW_BYTES`] (or is gone), and the pods' peak.
+    /// within [`NEAR_BYTES`] of it, the first one after that (or after the hog's cgroup
+    /// was seen holding twice [`FREED_BELOW_BYTES`]) at which the hog's cgroup holds less
+    /// than [`FREED_BELOW_BYTES`] (or is gone), and the pods' peak.
     fn start(pods: std::path::PathBuf, pod: std::path::PathBuf) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let thread = std::thread::spawn(move || {
             let mut seen = Sampled::default();
+            let mut hog_peak = 0;
             while !stopping.load(Ordering::Relaxed) && seen.freed.is_none() {
                 let ws = working_set(&pods);
                 let at = Instant::now();
@@ -551,7 +553,14 @@ impl Sampler {
                 if seen.near.is_none() && ws >= THRESHOLD_BYTES - NEAR_BYTES {
                     seen.near = Some(at);
                 }
-                if seen.near.is_some() && usage(&pod) < FREED_BELOW_BYTES {
+                // Freed: the hog's cgroup back under FREED_BELOW_BYTES once the pods came
+                // near the threshold, or once the hog itself was seen holding twice that
+                // (the sampler's thread may not run through the whole climb under
+                // emulation, and then it sees neither the crossing nor the approach).
+                let hog = usage(&pod);
+                hog_peak = hog_peak.max(hog);
+                let climbed = seen.near.is_some() || hog_peak >= 2 * FREED_BELOW_BYTES;
+                if climbed && hog < FREED_BELOW_BYTES {
                     seen.freed = Some(Instant::now());
                 }
                 std::thread::sleep(Duration::from_millis(1));

@@ -110,9 +110,10 @@ pub(crate) struct EvictionSync {
     paced: std::collections::BTreeMap<Signal, Time>,
     /// Disk signals whose node-level reclaim removed dead containers without yet
     /// relieving the signal: the runtime deletes their writable layers in the background,
-    /// so no eviction for that signal starts before this time (see [`RECLAIM_SETTLE`])
-    /// unless a fresh observation still finds the threshold met then. Set once per
-    /// episode of pressure; cleared when the signal's thresholds are no longer met.
+    /// so no eviction for that signal starts before this time (see [`RECLAIM_SETTLE`]);
+    /// after it, one starts if a fresh observation still finds the threshold met. Set
+    /// once per episode of pressure; cleared when the signal's thresholds are no longer
+    /// met.
     settling: std::collections::BTreeMap<Signal, Time>,
     /// Ended evictions received after this pass's observation was taken: held for the
     /// next pass, so that the signal is observed afresh after the victim is gone.
@@ -306,12 +307,6 @@ impl EvictionSync {
                 outcome
             }
         };
-        let met: Vec<Signal> = outcome
-            .thresholds_met
-            .iter()
-            .map(|m| m.threshold.signal)
-            .collect();
-        self.settling.retain(|signal, _| met.contains(signal));
         self.ports
             .conditions
             .conditions_changed(&outcome.conditions);

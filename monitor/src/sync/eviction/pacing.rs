@@ -54,7 +54,8 @@ impl EvictionSync {
     /// freed far less than its victim held is reported (a Warning `EvictionIneffective`
     /// and a metric) and paces its signal to one eviction per housekeeping interval, as
     /// the kubelet's loop does by itself. An effective one, or a signal whose thresholds
-    /// are no longer met, ends the pacing.
+    /// are no longer met, ends the pacing (and a signal no longer met ends the wait for
+    /// its reclaim's background release, see [`EvictionSync::settle`]).
     pub(super) fn judge_effects(
         &mut self,
         finished: &[FinishedEviction],
@@ -117,5 +118,7 @@ impl EvictionSync {
             .map(|m| m.threshold.signal)
             .collect();
         self.paced.retain(|signal, _| met.contains(signal));
+        // A reclaim's background release is waited for within one episode of pressure.
+        self.settling.retain(|signal, _| met.contains(signal));
     }
 }
