@@ -231,7 +231,13 @@ impl WedgedNode {
             };
             let crossed_ns = crossed.map(instant_ns);
             cycle.peak_bytes = sampled.peak;
-            cycle.crossing_to_freed = match (crossed, sampled.freed) {
+            // Seen from the eviction stamp alone, the memory counts as freed at the first
+            // of the low samples that all came after the eviction: later than the truth,
+            // if anything.
+            let freed = sampled.freed.or(sampled.low_since.filter(|low| {
+                sampled.near.is_none() && killing_instant.is_some_and(|k| *low >= k)
+            }));
+            cycle.crossing_to_freed = match (crossed, freed) {
                 (Some(c), Some(f)) => Some(f.saturating_duration_since(c)),
                 _ => None,
             };
@@ -507,6 +513,9 @@ struct Sampled {
     crossed: Option<Instant>,
     near: Option<Instant>,
     freed: Option<Instant>,
+    /// Since when the hog's cgroup has held less than [`FREED_BELOW_BYTES`] (or been
+    /// gone), in the last run of such samples.
+    low_since: Option<Instant>,
     peak: i64,
 }
 
@@ -534,15 +543,13 @@ fn logged_at(log: &str, needle: &str) -> Option<u64> {
 impl Sampler {
     /// Watches `pods` (the pods cgroup) and `pod` (the hog's own): the first sample at
     /// which the pods' working set is at or over the threshold, the first at which it is
-    /// within [`NEAR_BYTES`] of it, the first one after that (or after the hog's cgroup
-    /// was seen holding twice [`FREED_BELOW_BYTES`]) at which the hog's cgroup holds less
-    /// than [`FREED_BELOW_BYTES`] (or is gone), and the pods' peak.
+    /// within [`NEAR_BYTES`] of it, the first one after that at which the hog's cgroup
+    /// holds less than [`FREED_BELOW_BYTES`] (or is gone), and the pods' peak.
     fn start(pods: std::path::PathBuf, pod: std::path::PathBuf) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let thread = std::thread::spawn(move || {
             let mut seen = Sampled::default();
-            let mut hog_peak = 0;
             while !stopping.load(Ordering::Relaxed) && seen.freed.is_none() {
                 let ws = working_set(&pods);
                 let at = Instant::now();
@@ -553,15 +560,18 @@ impl Sampler {
                 if seen.near.is_none() && ws >= THRESHOLD_BYTES - NEAR_BYTES {
                     seen.near = Some(at);
                 }
-                // Freed: the hog's cgroup back under FREED_BELOW_BYTES once the pods came
-                // near the threshold, or once the hog itself was seen holding twice that
-                // (the sampler's thread may not run through the whole climb under
-                // emulation, and then it sees neither the crossing nor the approach).
                 let hog = usage(&pod);
-                hog_peak = hog_peak.max(hog);
-                let climbed = seen.near.is_some() || hog_peak >= 2 * FREED_BELOW_BYTES;
-                if climbed && hog < FREED_BELOW_BYTES {
+                if seen.near.is_some() && hog < FREED_BELOW_BYTES {
                     seen.freed = Some(Instant::now());
+                }
+                // Under emulation the sampler's thread may not run through the whole
+                // climb and see neither the crossing nor the approach: the start of the
+                // last run of samples with the hog's cgroup low is kept, for the cycle to
+                // judge against the agent's eviction stamp.
+                if hog < FREED_BELOW_BYTES {
+                    seen.low_since.get_or_insert(at);
+                } else {
+                    seen.low_since = None;
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
