@@ -232,11 +232,11 @@ impl WedgedNode {
             let crossed_ns = crossed.map(instant_ns);
             cycle.peak_bytes = sampled.peak;
             // Seen from the eviction stamp alone, the memory counts as freed at the first
-            // of the low samples that all came after the eviction: later than the truth,
-            // if anything.
-            let freed = sampled.freed.or(sampled.low_since.filter(|low| {
-                sampled.near.is_none() && killing_instant.is_some_and(|k| *low >= k)
-            }));
+            // low sample after the eviction: later than the truth, if anything.
+            let freed = sampled.freed.or_else(|| {
+                let killed = killing_instant.filter(|_| sampled.near.is_none())?;
+                sampled.lows.iter().copied().find(|low| *low >= killed)
+            });
             cycle.crossing_to_freed = match (crossed, freed) {
                 (Some(c), Some(f)) => Some(f.saturating_duration_since(c)),
                 _ => None,
@@ -513,9 +513,8 @@ struct Sampled {
     crossed: Option<Instant>,
     near: Option<Instant>,
     freed: Option<Instant>,
-    /// Since when the hog's cgroup has held less than [`FREED_BELOW_BYTES`] (or been
-    /// gone), in the last run of such samples.
-    low_since: Option<Instant>,
+    /// When the hog's cgroup held less than [`FREED_BELOW_BYTES`] (or was gone).
+    lows: Vec<Instant>,
     peak: i64,
 }
 
@@ -565,13 +564,11 @@ impl Sampler {
                     seen.freed = Some(Instant::now());
                 }
                 // Under emulation the sampler's thread may not run through the whole
-                // climb and see neither the crossing nor the approach: the start of the
-                // last run of samples with the hog's cgroup low is kept, for the cycle to
-                // judge against the agent's eviction stamp.
+                // climb and see neither the crossing nor the approach: the times of the
+                // samples with the hog's cgroup low are kept, for the cycle to judge
+                // against the agent's eviction stamp.
                 if hog < FREED_BELOW_BYTES {
-                    seen.low_since.get_or_insert(at);
-                } else {
-                    seen.low_since = None;
+                    seen.lows.push(at);
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
