@@ -12,7 +12,6 @@ use crate::config::parse_agent_config;
 use crate::notify::{CrossingHook, Wake, WakeSender, WakeSource, wake_channel};
 use crate::observe::{FsStats, NodeMemory, NodeObservation, ObserveError, PidStats};
 use crate::policy::eviction::{EvictionDecision, ReclaimResult};
-use crate::sync::eviction::Wait;
 use crate::policy::signal::Signal;
 use crate::policy::stats::{PodStats, PodWithStats};
 use crate::policy::testing::pod;
@@ -21,6 +20,7 @@ use crate::runtime::port::{
     ActivePods, BoxFuture, ConditionsSink, EvictionOutcome, NodeReclaim, PodKiller, Ports,
 };
 use crate::state::SharedState;
+use crate::sync::eviction::Wait;
 
 const GI: u64 = 1 << 30;
 const MI: u64 = 1 << 20;
@@ -735,7 +735,14 @@ async fn a_reclaim_freeing_in_the_background_holds_the_disk_eviction_for_a_while
         h.wake();
         let next = h.next(secs(1)).await;
         assert!(started(&next).is_empty(), "{}", next.summary);
-        assert!(next.pass.as_ref().expect("observed").outcome.thresholds_met.is_empty());
+        assert!(
+            next.pass
+                .as_ref()
+                .expect("observed")
+                .outcome
+                .thresholds_met
+                .is_empty()
+        );
         h.none_for(secs(30)).await;
         assert!(h.fake.kills().is_empty());
         return;

@@ -44,42 +44,6 @@ pub(crate) struct EvictionPass {
     pub(crate) hot_kills: Vec<HotKill>,
 }
 
-/// An eviction held back at a pass, and what it waits for.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Deferred {
-    pub(crate) decision: EvictionDecision,
-    pub(crate) wait: Wait,
-}
-
-/// Why an eviction the policy asked for did not start at this pass.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Wait {
-    /// An eviction that counts as much is still running: its pod still holds what the
-    /// same stats would pick a second victim for.
-    UnderWay,
-    /// The signal's last eviction freed far less than its victim held: one eviction per
-    /// housekeeping interval.
-    Paced,
-    /// A reclaim removed dead containers whose space the runtime frees in the background.
-    ReclaimSettling,
-}
-
-impl Wait {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Wait::UnderWay => "an eviction is under way",
-            Wait::Paced => "the signal is paced after an ineffective eviction",
-            Wait::ReclaimSettling => {
-                "the runtime is still freeing the dead containers the reclaim removed"
-            }
-        }
-    }
-}
-
-/// How long the evictions for a disk signal wait, at most, after a node-level reclaim
-/// removed dead containers, for the runtime to delete their writable layers.
-pub(crate) const RECLAIM_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// An eviction that ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FinishedEviction {
@@ -110,7 +74,7 @@ pub(crate) struct EvictionSync {
     paced: std::collections::BTreeMap<Signal, Time>,
     /// Disk signals whose node-level reclaim removed dead containers without yet
     /// relieving the signal: the runtime deletes their writable layers in the background,
-    /// so no eviction for that signal starts before this time (see [`RECLAIM_SETTLE`]);
+    /// so no eviction for that signal starts before this time (see [`pacing::RECLAIM_SETTLE`]);
     /// after it, one starts if a fresh observation still finds the threshold met. Set
     /// once per episode of pressure; cleared when the signal's thresholds are no longer
     /// met.
@@ -605,58 +569,6 @@ impl EvictionSync {
         }
     }
 
-    /// Whether an eviction may start while others run. One eviction per pass, and no new
-    /// one while an eviction that counts as much is under way (its pod still holds the
-    /// memory or disk it is being evicted for, so the same stats would pick a second
-    /// victim for the same pressure). The exception: an immediate eviction (a hard
-    /// threshold or a local storage limit) starts while only soft ones run, so a hard
-    /// crossing never waits out a soft eviction's grace period (kubelets that block on the
-    /// soft eviction wait it out: kubernetes#123872). Immediate is the decision's flag, not a grace of 0: with
-    /// `hardEvictionGracePeriodSeconds: 1` hard evictions have a grace of 1 s.
-    /// A signal that is paced (see [`EvictionSync::judge_effects`]) starts one eviction
-    /// per housekeeping interval, and one whose reclaim is settling (see
-    /// [`EvictionSync::settle`]) none until its time is up.
-    /// Returns what the decision waits for, or `None` when it may start now.
-    fn may_start(&self, decision: &EvictionDecision, now: Time) -> Option<Wait> {
-        let until = |times: &std::collections::BTreeMap<Signal, Time>| {
-            decision
-                .signal
-                .and_then(|s| times.get(&s))
-                .is_some_and(|at| now < *at)
-        };
-        if self.in_flight.iter().any(|e| e.pod_key == decision.pod_key) {
-            Some(Wait::UnderWay)
-        } else if until(&self.paced) {
-            Some(Wait::Paced)
-        } else if until(&self.settling) {
-            Some(Wait::ReclaimSettling)
-        } else if self.in_flight.is_empty()
-            || (decision.immediate && self.in_flight.iter().all(|e| !e.immediate))
-        {
-            None
-        } else {
-            Some(Wait::UnderWay)
-        }
-    }
-
-    /// A reclaim for `signal` removed dead containers and the signal is still met: the
-    /// runtime frees their writable layers in the background (containerd at its next
-    /// garbage collection, which on a busy node comes seconds later), so the evictions
-    /// for `signal` wait up to [`RECLAIM_SETTLE`] for a fresh observation to show the
-    /// space. The wait is granted once per episode of pressure: a pod that keeps leaving
-    /// dead containers cannot hold off evictions.
-    fn settle(&mut self, signal: Signal, now: Time) {
-        if self.settling.contains_key(&signal) {
-            return;
-        }
-        tracing::info!(
-            signal = signal.as_str(),
-            "node-level reclaim removed dead containers whose writable layers the runtime deletes in the background: evictions for this signal wait up to {} for the space to show",
-            format_go_duration(RECLAIM_SETTLE)
-        );
-        self.settling.insert(signal, now + RECLAIM_SETTLE);
-    }
-
     /// Publishes each signal against its thresholds, and the conditions.
     fn publish(&self, observations: &Observations, outcome: &SyncOutcome) {
         let mut signals = Vec::new();
@@ -848,7 +760,10 @@ mod shadow;
 
 #[cfg(test)]
 pub(crate) use carry::MAX_KILL_ATTEMPTS;
+pub(crate) use pacing::Deferred;
 use pacing::Effect;
+#[cfg(test)]
+pub(crate) use pacing::{RECLAIM_SETTLE, Wait};
 
 #[cfg(test)]
 mod tests;
