@@ -470,15 +470,7 @@ impl Drop for KillOnDrop {
 /// `monitor run --config CONFIG`, uncoloured, stdin closed, stdout and stderr appended
 /// to `log`; the caller adds what else it needs and spawns it.
 pub fn monitor_run(config: &Path, log: &std::fs::File) -> Command {
-    let mut command = Command::new(helper_binary("monitor"));
-    command
-        .args(["run", "--config"])
-        .arg(config)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log file"))
-        .stderr(log.try_clone().expect("log file"));
-    command
+    monitor_bench::util::monitor_run(&helper_binary("monitor"), config, log).expect("log file")
 }
 
 /// `monitor pods` against the agent on `socket`: its table.

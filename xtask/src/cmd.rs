@@ -111,6 +111,31 @@ pub fn exit(result: Result<()>) -> std::process::ExitCode {
     }
 }
 
+/// `apt-get download PACKAGE` into `dir` (the package lists refreshed once if the mirror
+/// has dropped the version they name); returns the downloaded `.deb`.
+pub fn apt_download(package: &str, dir: &std::path::Path) -> Result<std::path::PathBuf> {
+    let get = || {
+        run(std::process::Command::new("apt-get")
+            .args(["download", "-q", package])
+            .current_dir(dir))
+    };
+    if get().is_err() {
+        run(std::process::Command::new("apt-get").args(["update", "-q"]))?;
+        get()?;
+    }
+    std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .with_context(|| {
+            format!(
+                "apt-get download {package} left no .deb in {}",
+                dir.display()
+            )
+        })
+}
+
 /// Builds the agent and the test helpers (the hog), in release mode or not; returns the
 /// directory holding the binaries.
 pub fn build_bins(workspace: &std::path::Path, release: bool) -> Result<std::path::PathBuf> {

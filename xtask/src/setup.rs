@@ -97,17 +97,21 @@ fn ensure_llvm() -> Result<()> {
     apt_install(&[LLVM_PACKAGE])
 }
 
+/// apt-get's arguments for installing packages unattended: nothing recommended, nothing
+/// removed.
+pub(crate) const APT_INSTALL: &[&str] = &[
+    "install",
+    "-y",
+    "-q",
+    "--no-install-recommends",
+    "--no-remove",
+];
+
 /// Installs Debian packages (the lists refreshed first), never removing any.
 fn apt_install(packages: &[&str]) -> Result<()> {
     run(Command::new("apt-get").args(["update", "-q"]))?;
     run(Command::new("apt-get")
-        .args([
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "--no-remove",
-        ])
+        .args(APT_INSTALL)
         .args(packages)
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }

@@ -151,7 +151,7 @@ pub fn run(args: TestArgs) -> Result<()> {
 
     // Checks that need no build come first, so that their findings head the output.
     println!("== architecture (cargo xtask arch): import circles, I/O crates under the policy");
-    let arch = crate::arch::check(&root)?;
+    let arch = monitor_arch::check(&root)?;
     for line in arch.lines() {
         println!("{line}");
     }
@@ -190,6 +190,8 @@ pub fn run(args: TestArgs) -> Result<()> {
             "xtask",
             "-p",
             "monitor-bench",
+            "-p",
+            "monitor-arch",
             "-p",
             "monitor-tests",
             "--all-targets",

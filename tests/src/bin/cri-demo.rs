@@ -16,7 +16,7 @@
 //! Each race prints a timeline and its verdict; the exit status is non-zero when a race
 //! failed.
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, ExitCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -109,14 +109,8 @@ impl Node {
     fn start(&mut self, monitor: &Path) -> Result<()> {
         let log = std::fs::File::create(self.dir.join("agent.log"))?;
         self.agent = Some(
-            Command::new(monitor)
-                .args(["run", "--config"])
-                .arg(self.dir.join("config.yaml"))
+            monitor_bench::util::monitor_run(monitor, &self.dir.join("config.yaml"), &log)?
                 .env("RUST_LOG", "info")
-                .env("NO_COLOR", "1")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
                 .spawn()
                 .context("starting monitor run")?,
         );

@@ -27,15 +27,7 @@ use crate::util;
 const MIB: u64 = 1 << 20;
 
 /// The agent as deployed: every source on, the default housekeeping.
-const ALL_SOURCES: Mode = Mode {
-    name: "adversarial",
-    ebpf: true,
-    memcg_thresholds: true,
-    memory_events: true,
-    psi: true,
-    housekeeping: "10s",
-    monitor_keys: "",
-};
+const ALL_SOURCES: Mode = Mode::deployed("adversarial");
 
 /// The target every row is held to: 2 % of one core.
 pub(crate) const TARGET_PERCENT: f64 = 2.0;

@@ -13,15 +13,7 @@ use crate::stats::Spread;
 use crate::util;
 
 /// Every kernel source on, the default 10 s housekeeping: the agent as deployed.
-const ALL_SOURCES: Mode = Mode {
-    name: "idle",
-    ebpf: true,
-    memcg_thresholds: true,
-    memory_events: true,
-    psi: true,
-    housekeeping: "10s",
-    monitor_keys: "",
-};
+const ALL_SOURCES: Mode = Mode::deployed("idle");
 
 /// Only the timer, every second: with 1000 pods a synchronize takes a good fraction of
 /// 100 ms, so a faster timer would measure a saturated agent.

@@ -19,15 +19,7 @@ use crate::memory;
 use crate::util::{self, field, monotonic_ns};
 
 /// The agent as deployed: every event source, the kubelet's default housekeeping.
-const DEFAULTS: Mode = Mode {
-    name: "demo",
-    ebpf: true,
-    memcg_thresholds: true,
-    memory_events: true,
-    psi: true,
-    housekeeping: "10s",
-    monitor_keys: "",
-};
+const DEFAULTS: Mode = Mode::deployed("demo");
 
 /// One run of the race (`run` numbers it); fails when the OOM killer fired or the wrong
 /// pod died.
@@ -100,7 +92,7 @@ pub fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
 
     // Timeline.
     let threshold = (NODE_MIB - THRESHOLD_MIB) * MIB;
-    let ms = |ns: u64| ns.saturating_sub(start_ns) as f64 / 1e6;
+    let ms = |ns: u64| util::ms_after(start_ns, ns);
     let crossing = samples
         .iter()
         .find(|s| s.at_ns >= start_ns && s.working_set >= threshold)
@@ -197,10 +189,7 @@ pub fn race(bin: &Path, run: u32, keep: bool) -> Result<()> {
         );
     }
     if let (Some((at, _)), Some(k)) = (&wake, killing) {
-        println!(
-            "  wake → SIGKILL {:.2} ms",
-            k.saturating_sub(*at) as f64 / 1e6
-        );
+        println!("  wake → SIGKILL {:.2} ms", util::ms_after(*at, k));
     }
 
     // Verdict.

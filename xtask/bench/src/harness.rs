@@ -3,7 +3,7 @@
 //! a fresh run directory with a guard that stops it and removes its cgroups, and the pod
 //! records it writes.
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -48,6 +48,20 @@ pub(crate) struct Mode {
 }
 
 impl Mode {
+    /// The agent as deployed (every kernel source on, the kubelet's default 10 s
+    /// housekeeping), under `name`.
+    pub(crate) const fn deployed(name: &'static str) -> Mode {
+        Mode {
+            name,
+            ebpf: true,
+            memcg_thresholds: true,
+            memory_events: true,
+            psi: true,
+            housekeeping: "10s",
+            monitor_keys: "",
+        }
+    }
+
     pub(crate) fn polling(&self) -> bool {
         !(self.ebpf || self.memcg_thresholds || self.memory_events || self.psi)
     }
@@ -167,15 +181,9 @@ fn spawn_agent(guard: &mut Guard, bin: &Path, dir: &Path) -> Result<()> {
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     guard.agent = Some(
-        Command::new(bin.join("monitor"))
-            .args(["run", "--config"])
-            .arg(dir.join("config.yaml"))
+        util::monitor_run(&bin.join("monitor"), &dir.join("config.yaml"), &log)?
             // Debug of the synchronize loop only: its "synchronize done" lines carry the duration.
             .env("RUST_LOG", "info,monitor::sync=debug")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
             .spawn()
             .with_context(|| format!("starting {} run", bin.join("monitor").display()))?,
     );

@@ -235,7 +235,6 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], headroom_mib: u64, n: u32) 
         sync_durations_ms: Vec::new(),
         bpf: Vec::new(),
     });
-    trial.kernel_kill_ms =
-        kernel_kill_ns.map(|killed| killed.saturating_sub(start_ns) as f64 / 1e6);
+    trial.kernel_kill_ms = kernel_kill_ns.map(|killed| util::ms_after(start_ns, killed));
     Ok(trial)
 }

@@ -287,8 +287,8 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
     trial.memory_high_set = high_file.map(|_| memory_high_set);
     trial.kernel_crossing_to_kill_us = logparse::kernel_crossing_and_kill(&kernel_log, start_ns)
         .map(|(crossed, killed)| killed.saturating_sub(crossed) as f64 / 1000.0);
-    trial.kernel_kill_ms = logparse::kernel_kill(&kernel_log, start_ns)
-        .map(|killed| killed.saturating_sub(start_ns) as f64 / 1e6);
+    trial.kernel_kill_ms =
+        logparse::kernel_kill(&kernel_log, start_ns).map(|killed| util::ms_after(start_ns, killed));
     // The OOM killer ended the trial: the kernel's report says why it found nothing to
     // reclaim while the agent's signal was where it was.
     if oom_kills > 0 {

@@ -81,13 +81,8 @@ pub(crate) struct ReliefTrial {
 
 fn mode(name: &'static str, keys: &'static str) -> Mode {
     Mode {
-        name,
-        ebpf: true,
-        memcg_thresholds: true,
-        memory_events: true,
-        psi: true,
-        housekeeping: "10s",
         monitor_keys: keys,
+        ..Mode::deployed(name)
     }
 }
 

@@ -129,15 +129,8 @@ fn trial(bin: &Path, shadow: bool, n: u32, keep: bool) -> Result<ShadowTrial> {
     let log_path = dir.join("agent.log");
     let log = std::fs::File::create(&log_path)?;
     let agent = Reaped(
-        Command::new(bin.join("monitor"))
-            .arg("run")
-            .arg("--config")
-            .arg(dir.join("config.yaml"))
+        util::monitor_run(&bin.join("monitor"), &dir.join("config.yaml"), &log)?
             .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
             .spawn()
             .context("starting the agent")?,
     );

@@ -21,6 +21,27 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Milliseconds from `start_ns` to `at_ns` (both [`monotonic_ns`]), 0 for a stamp before
+/// the start.
+pub fn ms_after(start_ns: u64, at_ns: u64) -> f64 {
+    at_ns.saturating_sub(start_ns) as f64 / 1e6
+}
+
+/// `MONITOR run --config CONFIG`, uncoloured, stdin closed, stdout and stderr appended to
+/// `log`: the agent as every race, demo and test starts it (the caller adds its
+/// `RUST_LOG` and what else it needs, and spawns it).
+pub fn monitor_run(monitor: &Path, config: &Path, log: &std::fs::File) -> Result<Command> {
+    let mut command = Command::new(monitor);
+    command
+        .args(["run", "--config"])
+        .arg(config)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().context("the agent's log file")?)
+        .stderr(log.try_clone().context("the agent's log file")?);
+    Ok(command)
+}
+
 /// A field `key=value` or `key="value"` of one of the agent's (tracing) log lines.
 pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     let start = line.find(&format!(" {key}="))? + key.len() + 2;

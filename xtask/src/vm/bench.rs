@@ -81,22 +81,7 @@ fn fetch_earlyoom(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     let binary = dir.join("usr/bin/earlyoom");
     if !binary.exists() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        crate::cmd::run(
-            Command::new("apt-get")
-                .args(["download", "earlyoom"])
-                .current_dir(dir),
-        )?;
-        let deb = std::fs::read_dir(dir)
-            .with_context(|| format!("listing {}", dir.display()))?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|e| e == "deb"))
-            .with_context(|| {
-                format!(
-                    "apt-get download earlyoom left no .deb in {}",
-                    dir.display()
-                )
-            })?;
+        let deb = crate::cmd::apt_download("earlyoom", dir)?;
         crate::cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(dir))?;
     }
     let out = Command::new("ldd")

@@ -129,13 +129,7 @@ impl PrivateApt {
                 // (qemu-system-common, -data, seabios) come from there too; packages that
                 // backports lacks still come from bookworm.
                 .args(["-t", BACKPORTS])
-                .args([
-                    "install",
-                    "-y",
-                    "-q",
-                    "--no-install-recommends",
-                    "--no-remove",
-                ])
+                .args(crate::setup::APT_INSTALL)
                 .args(packages),
         )
     }

@@ -230,28 +230,7 @@ fn download(package: &str, kernels_dir: &Path, dest: &Path) -> Result<()> {
     let unpacked = scratch.join("unpacked");
     fs::create_dir_all(&unpacked).with_context(|| format!("creating {}", unpacked.display()))?;
     eprintln!("vm: downloading {package}");
-    let get = || {
-        run_checked(
-            Command::new("apt-get")
-                .args(["download", "-q", package])
-                .current_dir(&scratch),
-        )
-    };
-    if get().is_err() {
-        // The lists may name a version the mirror has dropped.
-        run_checked(Command::new("apt-get").args(["update", "-q"]))?;
-        get()?;
-    }
-    let deb = fs::read_dir(&scratch)?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .with_context(|| {
-            format!(
-                "apt-get download {package} left no .deb in {}",
-                scratch.display()
-            )
-        })?;
+    let deb = crate::cmd::apt_download(package, &scratch)?;
     let mut dpkg = Command::new("dpkg-deb")
         .arg("--fsys-tarfile")
         .arg(&deb)

@@ -1,5 +1,6 @@
-//! `cargo xtask arch`: the import graph of `monitor`, `monitor-policy` and the developer
-//! commands (`xtask`, `monitor-bench`), checked from their source text.
+//! The architecture check behind `cargo xtask arch`: the import graph of `monitor`,
+//! `monitor-policy` and the developer commands (`xtask`, `monitor-bench`, this crate),
+//! checked from their source text.
 //!
 //! One rule, read from each crate's `src` without compiling anything (so the check is
 //! quick and can run before the build): no import circle between modules, neither among
@@ -16,9 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
-
-use crate::cmd::workspace_root;
+use anyhow::{Context, Result};
 
 mod graph;
 mod lex;
@@ -40,69 +39,10 @@ const CRATES: &[(&str, &[&str])] = &[
         ],
     ),
     ("monitor/policy/src", &[]),
-    ("xtask/src", &["vm", "dist", "arch"]),
+    ("xtask/src", &["vm", "dist"]),
     ("xtask/bench/src", &[]),
+    ("xtask/arch/src", &[]),
 ];
-
-/// `cargo xtask arch`: prints the findings and the summary; fails when a rule is broken.
-pub fn run() -> Result<()> {
-    let root = workspace_root();
-    let report = check(&root)?;
-    for line in report.lines() {
-        println!("{line}");
-    }
-    let io_crates = policy_io_dependencies(&root)?;
-    println!(
-        "arch: monitor-policy depends on {}",
-        if io_crates.is_empty() {
-            "no I/O crate".to_string()
-        } else {
-            io_crates.join(", ")
-        }
-    );
-    if !report.ok() || !io_crates.is_empty() {
-        bail!(
-            "architecture check failed: {}, {}",
-            plural(report.circles.len(), "import circle"),
-            plural(io_crates.len(), "I/O crate"),
-        );
-    }
-    Ok(())
-}
-
-/// Crates that do I/O (an async runtime, system calls), which the policy must not build on.
-const IO_CRATES: &[&str] = &["tokio", "mio", "nix", "libc", "socket2", "rustix"];
-
-/// The crates of [`IO_CRATES`] that `monitor-policy` depends on, directly or not (from
-/// `cargo tree`, normal dependencies only: its tests may use anything).
-pub fn policy_io_dependencies(workspace: &Path) -> Result<Vec<String>> {
-    let out = crate::cmd::cargo()
-        .current_dir(workspace)
-        .args([
-            "tree",
-            "-p",
-            "monitor-policy",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-        ])
-        .output()
-        .context("running cargo tree")?;
-    if !out.status.success() {
-        bail!(
-            "cargo tree -p monitor-policy failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let found: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|name| IO_CRATES.contains(name))
-        .map(str::to_string)
-        .collect();
-    Ok(found.into_iter().collect())
-}
 
 /// Checks every crate of [`CRATES`] in the workspace at `workspace`, as one report.
 pub fn check(workspace: &Path) -> Result<Report> {
@@ -186,7 +126,8 @@ impl Report {
     }
 }
 
-fn plural(n: usize, what: &str) -> String {
+/// `n` of `what`: "1 circle", "2 circles".
+pub fn plural(n: usize, what: &str) -> String {
     if n == 1 {
         format!("1 {what}")
     } else {
