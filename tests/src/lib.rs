@@ -275,6 +275,13 @@ pub fn stop_agent(mut child: Child) {
     }
 }
 
+/// Kills an agent the test started with SIGKILL, as a crash or the OOM killer would, and
+/// reaps it.
+pub fn crash_agent(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// The pod records an agent keeps in `state_dir` (none when it has none yet).
 pub fn pod_records(state_dir: &Path) -> Vec<monitor::runtime::store::PodRecord> {
     monitor::runtime::store::StateStore::open(state_dir)

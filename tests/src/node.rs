@@ -155,9 +155,8 @@ impl Node {
 
     /// Kills the agent with SIGKILL, as a crash or the OOM killer would, and reaps it.
     pub fn crash(&mut self) {
-        if let Some(mut child) = self.agent.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.agent.take() {
+            crate::crash_agent(child);
         }
     }
 

@@ -130,9 +130,8 @@ impl Agent {
 
     /// Kills the agent with SIGKILL, as a crash would, and reaps it.
     pub fn crash(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.child.take() {
+            crate::crash_agent(child);
         }
     }
 

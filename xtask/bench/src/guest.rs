@@ -37,14 +37,78 @@ fn loader(bin: &Path) -> Option<PathBuf> {
         })
 }
 
-/// The races in the guest: every mode on the bounded pods cgroup (rate label `vm-v2`),
-/// with `all` also with memory relief off; then the node-level race (`vm-v2-node`) with
-/// the agent's modes of `VM_NODE_MODES` and with the earlyoom peer, side by side on the
-/// same workload; all at the first of `headrooms`. At each further headroom the same two
-/// races with the agent's `VM_TIGHT_MODES` alone, earlyoom beside them on the node
-/// (labels `vm-v2-50Mi`, `vm-v2-node-50Mi`). Then the memory relief races (half as many
-/// trials each, relief on and off alternating). `relief_only`: the pods race of `all`
-/// with relief on and off, and the relief races.
+/// One set of the guest's races: `trials` trials of the agent in `mode` (or of earlyoom,
+/// [`peer::MODE`]) at `level`, the hard threshold `headroom_mib` below the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct VmRace {
+    pub(crate) level: Level,
+    pub(crate) headroom_mib: u64,
+    pub(crate) mode: &'static str,
+}
+
+impl VmRace {
+    /// The rate label of its trials in the table.
+    pub(crate) fn label(&self) -> String {
+        let base = match self.level {
+            Level::Pods => crate::modes::VM_RATE,
+            Level::Node => crate::modes::VM_NODE_RATE,
+        };
+        crate::modes::vm_label(base, self.headroom_mib)
+    }
+}
+
+/// The guest's races for the modes `raced`, in the order it runs them (the host's table
+/// plans the same list): every mode on the bounded pods cgroup (rate label `vm-v2`), with
+/// `all` also with memory relief off; then the node-level race (`vm-v2-node`) with the
+/// agent's modes of `VM_NODE_MODES` and with the earlyoom peer, side by side on the same
+/// workload; all at the first of `headrooms`. At each further headroom the same two races
+/// with the agent's `VM_TIGHT_MODES` alone, earlyoom beside them on the node (labels
+/// `vm-v2-50Mi`, `vm-v2-node-50Mi`). `relief_only`: the pods race of `all` with relief on
+/// and off.
+pub(crate) fn races(raced: &[Mode], headrooms: &[u64], relief_only: bool) -> Vec<VmRace> {
+    use crate::modes::{VM_NODE_MODES, VM_TIGHT_MODES};
+    fn at(
+        level: Level,
+        headroom_mib: u64,
+        modes: impl Iterator<Item = &'static str>,
+    ) -> impl Iterator<Item = VmRace> {
+        modes.map(move |mode| VmRace {
+            level,
+            headroom_mib,
+            mode,
+        })
+    }
+    let (first, further) = headrooms.split_first().unwrap_or((&HEADROOM_MIB, &[]));
+    let names: Vec<&'static str> = raced.iter().map(|m| m.name).collect();
+    let relief_off = names
+        .contains(&crate::relief::RELIEF_ON_MODE)
+        .then_some(crate::relief::RELIEF_OFF_MODE);
+    let all = || names.iter().copied();
+    let pods = all()
+        .filter(|m| !relief_only || *m == crate::relief::RELIEF_ON_MODE)
+        .chain(relief_off);
+    let mut out: Vec<VmRace> = at(Level::Pods, *first, pods).collect();
+    if relief_only {
+        return out;
+    }
+    let on_node = |m: &&'static str| VM_NODE_MODES.contains(m);
+    let tight = |m: &&'static str| VM_TIGHT_MODES.contains(m);
+    out.extend(at(
+        Level::Node,
+        *first,
+        all().filter(on_node).chain([peer::MODE]),
+    ));
+    for &headroom in further {
+        out.extend(at(Level::Pods, headroom, all().filter(tight)));
+        let node = all().filter(tight).filter(on_node).chain([peer::MODE]);
+        out.extend(at(Level::Node, headroom, node));
+    }
+    out
+}
+
+/// Runs the guest's part: the detector's cost (unless `relief_only` or not
+/// `detector_cost`), the races of [`races`], then the memory relief races (half as many
+/// trials each, relief on and off alternating).
 pub(crate) fn run(
     modes: &[Mode],
     rate: &Rate,
@@ -56,21 +120,6 @@ pub(crate) fn run(
     let bin = PathBuf::from("/bin");
     // Statistics are for the host's table; the guest goes on without them.
     let _stats = bpf::StatsSetting::enable().ok();
-    let (first, further) = headrooms.split_first().unwrap_or((&HEADROOM_MIB, &[]));
-    let relief_races = || {
-        if let Err(err) = crate::relief::run(&bin, (trials / 2).max(1), 3) {
-            println!("bench: guest: the memory relief races FAILED: {err:#}");
-        }
-    };
-    let relief_off = modes
-        .iter()
-        .any(|m| m.name == crate::relief::RELIEF_ON_MODE)
-        .then_some(crate::modes::VM_RELIEF_OFF);
-    let pods_modes: Vec<&Mode> = modes
-        .iter()
-        .filter(|m| !relief_only || m.name == crate::relief::RELIEF_ON_MODE)
-        .chain(relief_off.as_ref())
-        .collect();
     if detector_cost && !relief_only {
         // The detector's cost first, on a quiet guest; its lines go to the console as
         // they are, for the host to read back (`detector_cost`).
@@ -79,38 +128,6 @@ pub(crate) fn run(
             Err(err) => println!("bench: guest: the detector's cost FAILED: {err:#}"),
         }
     }
-    let races = |level: Level, headroom_mib: u64, modes: &[&Mode], base: &str| {
-        let setup = race::Setup {
-            bin: &bin,
-            keep: false,
-            level,
-            headroom_mib,
-        };
-        let label = crate::modes::vm_label(base, headroom_mib);
-        for mode in modes {
-            for n in 1..=trials {
-                match race::trial(&setup, mode, rate, n) {
-                    Ok(mut t) => {
-                        t.rate = label.clone();
-                        emit(t)
-                    }
-                    Err(err) => println!(
-                        "bench: guest {label} {} trial {n}: FAILED: {err:#}",
-                        mode.name
-                    ),
-                }
-            }
-        }
-    };
-    races(Level::Pods, *first, &pods_modes, crate::modes::VM_RATE);
-    if relief_only {
-        relief_races();
-        return Ok(());
-    }
-    let node_modes: Vec<&Mode> = modes
-        .iter()
-        .filter(|m| crate::modes::VM_NODE_MODES.contains(&m.name))
-        .collect();
     let earlyoom = loader(&bin).map(|loader| {
         vec![
             loader.display().to_string(),
@@ -119,48 +136,46 @@ pub(crate) fn run(
             "/bin/earlyoom".into(),
         ]
     });
-    let peer_races = |headroom_mib: u64| {
-        let label = crate::modes::vm_label(crate::modes::VM_NODE_RATE, headroom_mib);
-        let Some(command) = &earlyoom else {
-            println!("bench: guest: no dynamic loader in /bin: earlyoom not run");
-            return;
+    let agent_modes: Vec<&Mode> = modes.iter().chain([&crate::modes::VM_RELIEF_OFF]).collect();
+    for race in races(modes, headrooms, relief_only) {
+        let label = race.label();
+        let command = match (race.mode, &earlyoom) {
+            (peer::MODE, None) => {
+                println!("bench: guest: no dynamic loader in /bin: earlyoom not run");
+                continue;
+            }
+            (peer::MODE, Some(command)) => Some(command),
+            _ => None,
+        };
+        let mode = agent_modes.iter().find(|m| m.name == race.mode);
+        let setup = race::Setup {
+            bin: &bin,
+            keep: false,
+            level: race.level,
+            headroom_mib: race.headroom_mib,
         };
         for n in 1..=trials {
-            match peer::trial(&bin, command, headroom_mib, n) {
+            let trial = match (command, mode) {
+                (Some(command), _) => peer::trial(&bin, command, race.headroom_mib, n),
+                (None, Some(mode)) => race::trial(&setup, mode, rate, n),
+                (None, None) => anyhow::bail!("no mode named {}", race.mode),
+            };
+            match trial {
                 Ok(mut t) => {
                     t.rate = label.clone();
                     emit(t)
                 }
-                Err(err) => println!("bench: guest {label} earlyoom trial {n}: FAILED: {err:#}"),
+                Err(err) => println!(
+                    "bench: guest {label} {} trial {n}: FAILED: {err:#}",
+                    race.mode
+                ),
             }
         }
-    };
-    races(Level::Node, *first, &node_modes, crate::modes::VM_NODE_RATE);
-    peer_races(*first);
-    let tight_pods: Vec<&Mode> = modes.iter().filter(|m| tight(m)).collect();
-    let tight_node: Vec<&Mode> = node_modes.iter().copied().filter(|m| tight(m)).collect();
-    for headroom_mib in further {
-        races(
-            Level::Pods,
-            *headroom_mib,
-            &tight_pods,
-            crate::modes::VM_RATE,
-        );
-        races(
-            Level::Node,
-            *headroom_mib,
-            &tight_node,
-            crate::modes::VM_NODE_RATE,
-        );
-        peer_races(*headroom_mib);
     }
-    relief_races();
+    if let Err(err) = crate::relief::run(&bin, (trials / 2).max(1), 3) {
+        println!("bench: guest: the memory relief races FAILED: {err:#}");
+    }
     Ok(())
-}
-
-/// Whether the agent races in `mode` at the VM's further headrooms.
-fn tight(mode: &Mode) -> bool {
-    crate::modes::VM_TIGHT_MODES.contains(&mode.name)
 }
 
 /// The detector's cost rows in the guest's console output.

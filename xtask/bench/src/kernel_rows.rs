@@ -80,7 +80,7 @@ pub(crate) fn node_kernel_kills(trials: &[Trial]) -> Vec<String> {
             continue;
         }
         let peer = percentile(&of(rate, mode), 50.0);
-        for (agent_mode, sources) in [("all", "all sources"), ("ebpf", "ebpf alone")] {
+        for (agent_mode, sources) in crate::peer::RIVALS {
             let agent = percentile(&of(rate, agent_mode), 50.0);
             if let (Some(peer), Some(agent)) = (peer, agent) {
                 out.push(format!(

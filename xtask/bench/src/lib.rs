@@ -211,45 +211,12 @@ pub struct BenchArgs {
 }
 
 /// The (rate label, mode) of every race the guest runs for `raced` at `headrooms`, in
-/// its order (see [`guest::run`]).
+/// its order (see [`guest::races`]).
 fn vm_groups(raced: &[harness::Mode], headrooms: &[u64]) -> Vec<(String, &'static str)> {
-    let (first, further) = headrooms
-        .split_first()
-        .unwrap_or((&harness::HEADROOM_MIB, &[]));
-    let node = |m: &&harness::Mode| modes::VM_NODE_MODES.contains(&m.name);
-    let tight = |m: &&harness::Mode| modes::VM_TIGHT_MODES.contains(&m.name);
-    let relief_off = raced
-        .iter()
-        .any(|m| m.name == relief::RELIEF_ON_MODE)
-        .then_some(relief::RELIEF_OFF_MODE);
-    let (pods, on_node) = (
-        modes::vm_label(modes::VM_RATE, *first),
-        modes::vm_label(modes::VM_NODE_RATE, *first),
-    );
-    let mut groups: Vec<(String, &'static str)> = raced
-        .iter()
-        .map(|m| m.name)
-        .chain(relief_off)
-        .map(|m| (pods.clone(), m))
-        .chain(raced.iter().filter(node).map(|m| (on_node.clone(), m.name)))
-        .chain([(on_node.clone(), peer::MODE)])
-        .collect();
-    for headroom in further {
-        let (pods, on_node) = (
-            modes::vm_label(modes::VM_RATE, *headroom),
-            modes::vm_label(modes::VM_NODE_RATE, *headroom),
-        );
-        groups.extend(raced.iter().filter(tight).map(|m| (pods.clone(), m.name)));
-        groups.extend(
-            raced
-                .iter()
-                .filter(tight)
-                .filter(node)
-                .map(|m| (on_node.clone(), m.name)),
-        );
-        groups.push((on_node, peer::MODE));
-    }
-    groups
+    guest::races(raced, headrooms, false)
+        .into_iter()
+        .map(|race| (race.label(), race.mode))
+        .collect()
 }
 
 /// Pods beside the idle agent: the kubelet's default maxPods.

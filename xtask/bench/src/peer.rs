@@ -28,6 +28,11 @@ use crate::trial::{self, Trial};
 use crate::util::{self, monotonic_ns};
 
 pub(crate) const MODE: &str = "earlyoom";
+/// The agent's modes set beside earlyoom in the report, with how the report names them.
+pub(crate) const RIVALS: [(&str, &str); 2] = [
+    ("all", "all sources"),
+    ("ebpf", "the crossing detector alone"),
+];
 const CGROUP: &str = "/sys/fs/cgroup/bench-peer";
 
 /// Kills what the trial started and removes its cgroup, whichever way the trial ends.

@@ -113,10 +113,7 @@ fn versus_peer(summaries: &[Summary]) -> Vec<String> {
     let fraction = |x: &Summary| format!("{}/{}", x.oom_avoided, x.trials);
     let mut out = Vec::new();
     for peer in summaries.iter().filter(|x| x.mode == crate::peer::MODE) {
-        for (mode, sources) in [
-            ("all", "all sources"),
-            ("ebpf", "the crossing detector alone"),
-        ] {
+        for (mode, sources) in crate::peer::RIVALS {
             let Some(agent) = summaries
                 .iter()
                 .find(|x| x.rate == peer.rate && x.mode == mode)
@@ -588,5 +585,45 @@ mod tests {
         let page = std::fs::read_to_string(root.path().join(PAGE)).unwrap();
         assert!(page.contains("Run: not recorded, build `a5bd7ba`, kernel k, cgroup v2."));
         assert!(page.contains("Rows `vm-v2` run the same race"));
+    }
+
+    /// The README's headline and the benchmark page come from one run: the headline
+    /// names the page's run (its day and build) and quotes the page's figure.
+    #[test]
+    fn the_readme_headline_quotes_the_benchmark_page() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).expect(p);
+        let (readme, page) = (read("README.md"), read(PAGE));
+        let headline = readme
+            .split("\n\n")
+            .find(|p| p.starts_with("Headline:"))
+            .expect("README.md has a paragraph starting `Headline:`")
+            .replace('\n', " ");
+        // "Run: 2026-12-02T07:40:00Z, build `b11725d`, kernel …"
+        let run = page.lines().find_map(|l| l.strip_prefix("Run: "));
+        let (date, rest) = run
+            .and_then(|r| r.split_once(", build "))
+            .expect("the page names its run: `Run: DATE, build BUILD, …`");
+        let build = rest.split(',').next().unwrap_or_default();
+        let day = date.get(..10).unwrap_or(date);
+        let named = format!("the run of {day}, build {build}");
+        assert!(
+            headline.contains(&named),
+            "the README's headline does not name the page's run ({named}): {headline}"
+        );
+        // The pods race beside 110 idle pods, every source, 200 MiB headroom: its
+        // crossing→SIGKILL p50 (the fifth cell).
+        let p50 = page
+            .lines()
+            .filter(|l| l.starts_with("| all | 110 ("))
+            .map(|l| l.split(" | ").collect::<Vec<_>>())
+            .find(|cells| cells.get(2) == Some(&"200"))
+            .and_then(|cells| Some(cells.get(4)?.split(" / ").next()?.to_string()))
+            .expect("the page has the row of every source beside 110 pods at 200 MiB");
+        let quoted = format!("came {p50} µs (median");
+        assert!(
+            headline.contains(&quoted),
+            "the README's headline does not quote the page's p50 ({quoted}): {headline}"
+        );
     }
 }
