@@ -158,7 +158,7 @@ pub(crate) fn run(
             let trial = match (command, mode) {
                 (Some(command), _) => peer::trial(&bin, command, race.headroom_mib, n),
                 (None, Some(mode)) => race::trial(&setup, mode, rate, n),
-                (None, None) => anyhow::bail!("no mode named {}", race.mode),
+                (None, None) => Err(anyhow::anyhow!("no mode named {}", race.mode)),
             };
             match trial {
                 Ok(mut t) => {
