@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::hot::{CANDIDATES, Candidates, HotKill, HotPath};
+use super::hot::{CANDIDATES, Candidates, HotKill, HotPath, Unarmed};
 use super::signals::node_stats;
 use crate::config::kubelet::{KubeletConfig, format_go_duration};
 use crate::notify::{Wake, WakeDetail, WakeSender, WakeSource};
@@ -503,12 +503,18 @@ impl EvictionSync {
         let Some(hot) = &self.hot else { return None };
         let immediate_under_way = self.in_flight.iter().any(|e| e.immediate);
         let paced = self.paced.keys().any(|s| s.is_memory());
-        let victim = (!immediate_under_way && !paced)
-            .then(|| self.manager.prospective_hot_eviction(input, ranking))
-            .flatten()
-            .filter(|d| d.grace_period_seconds == 0);
-        let victim_key = victim.as_ref().map(|d| d.pod_key.clone());
-        let candidates = victim.is_some().then(|| Candidates {
+        let victim = if immediate_under_way {
+            Err(Unarmed::EvictionUnderWay)
+        } else if paced {
+            Err(Unarmed::Paced)
+        } else {
+            self.manager
+                .prospective_hot_eviction(input, ranking)
+                .filter(|d| d.grace_period_seconds == 0)
+                .ok_or(Unarmed::NoVictim)
+        };
+        let victim_key = victim.as_ref().ok().map(|d| d.pod_key.clone());
+        let candidates = victim.map(|_| Candidates {
             pods: ranking
                 .iter()
                 .filter_map(|&i| input.pods.get(i))

@@ -222,7 +222,12 @@ impl HotPath {
     ) -> Look {
         let mut armed = self.lock();
         if armed.candidates.is_empty() {
-            tracing::debug!(source = %source, detected_ns, "hot path: told, but no victim is armed");
+            tracing::debug!(
+                source = %source,
+                detected_ns,
+                "hot path: told, but no victim is armed: {}",
+                armed.unarmed.as_str()
+            );
             return Look::Disarmed;
         }
         let locked_ns = monotonic_ns();
@@ -269,6 +274,7 @@ impl HotPath {
             (Ok(()), Some(decision)) => {
                 // Disarmed until a synchronize has booked this kill and it has ended.
                 let mut candidates = std::mem::take(&mut armed.candidates);
+                armed.unarmed = super::Unarmed::Killed;
                 let victim = candidates.swap_remove(index);
                 let path = victim.switch.path.clone();
                 armed.fired.push(HotKill {

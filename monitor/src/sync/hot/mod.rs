@@ -230,10 +230,45 @@ impl Candidate {
     }
 }
 
+/// Why the hot path holds no candidate: said when a notifier tells it of a crossing
+/// then, so that a kill left to a synchronize is explained in the log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Unarmed {
+    /// No synchronize has ranked the pods since the agent started.
+    #[default]
+    NotYet,
+    /// The last synchronize found no pod to rank, or no hard memory threshold that
+    /// evicts at once.
+    NoVictim,
+    /// An eviction is under way (its cleanup is awaited before the next one).
+    EvictionUnderWay,
+    /// Evictions for a memory signal are paced: the next one waits for the interval.
+    Paced,
+    /// No candidate's kill switch could be opened (their cgroups are gone).
+    NoSwitch,
+    /// The hot path killed; the candidates come back with the synchronize that books it.
+    Killed,
+}
+
+impl Unarmed {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Unarmed::NotYet => "no synchronize has ranked the pods yet",
+            Unarmed::NoVictim => "the last synchronize found no pod to evict at once",
+            Unarmed::EvictionUnderWay => "an eviction is under way",
+            Unarmed::Paced => "evictions for memory are paced",
+            Unarmed::NoSwitch => "no candidate's cgroup could be opened",
+            Unarmed::Killed => "the last kill is not booked yet",
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Armed {
     levels: Vec<Level>,
     candidates: Vec<Candidate>,
+    /// Why `candidates` is empty, when it is.
+    unarmed: Unarmed,
     /// The candidates' parent cgroups (their QoS classes'): what a parent's usage leaves
     /// beyond its candidates read bounds the working set of those not read.
     holders: Vec<CgroupReader>,
@@ -368,19 +403,32 @@ impl HotPath {
         }
     }
 
-    /// The pods to pick the next victim from; `None` disarms. Candidates armed now keep
-    /// their open switches; others get theirs from `open` (no switch: not a candidate).
-    /// While a kill is queued and not yet taken by a synchronize, nothing is armed: that
-    /// kill is an eviction under way.
+    /// Why nothing is armed now; `None` while a victim is.
+    pub(crate) fn unarmed(&self) -> Option<Unarmed> {
+        let armed = self.lock();
+        armed.candidates.is_empty().then_some(armed.unarmed)
+    }
+
+    /// The pods to pick the next victim from; `Err` disarms, saying why. Candidates
+    /// armed now keep their open switches; others get theirs from `open` (no switch: not
+    /// a candidate). While a kill is queued and not yet taken by a synchronize, nothing
+    /// is armed: that kill is an eviction under way.
     pub(crate) fn arm(
         &self,
-        candidates: Option<Candidates>,
+        candidates: Result<Candidates, Unarmed>,
         open: impl Fn(&str) -> Option<KillSwitch>,
     ) {
-        let Some(candidates) = candidates else {
-            let old = std::mem::take(&mut self.lock().candidates);
-            drop(old);
-            return;
+        let candidates = match candidates {
+            Ok(candidates) => candidates,
+            Err(why) => {
+                let old = {
+                    let mut armed = self.lock();
+                    armed.unarmed = why;
+                    std::mem::take(&mut armed.candidates)
+                };
+                drop(old);
+                return;
+            }
         };
         let kept: Vec<String> = self
             .lock()
@@ -430,6 +478,11 @@ impl HotPath {
                 };
                 armed.candidates.push(Candidate::new(pod, switch));
             }
+            armed.unarmed = if armed.candidates.is_empty() {
+                Unarmed::NoSwitch
+            } else {
+                Unarmed::default()
+            };
             armed.fs_layout = candidates.fs_layout;
             armed.config = Some(candidates.config);
             previous

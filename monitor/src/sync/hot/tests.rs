@@ -156,7 +156,7 @@ impl Fixture {
             })
             .collect();
         self.hot.arm(
-            Some(Candidates {
+            Ok(Candidates {
                 pods: stats,
                 fs_layout: FsLayout::Shared,
                 config: config(),
@@ -414,10 +414,26 @@ fn nothing_is_killed_when_disarmed_or_without_a_hard_level() {
     f.set_usage(5000);
     f.hot.hard_crossing(WakeSource::MemcgThreshold);
     assert!(f.fired().is_empty(), "no victim armed");
+    assert_eq!(f.hot.unarmed(), Some(super::Unarmed::NotYet));
     f.arm("default/a");
-    f.hot.arm(None, |_| None);
+    assert_eq!(f.hot.unarmed(), None, "armed");
+    f.hot.arm(Err(super::Unarmed::Paced), |_| None);
+    assert_eq!(f.hot.unarmed(), Some(super::Unarmed::Paced));
     f.hot.hard_crossing(WakeSource::MemcgThreshold);
     assert_eq!(f.killed("default/a"), "", "disarmed");
+    // Armed with a pod whose cgroup does not open: said so.
+    f.hot.arm(
+        Ok(Candidates {
+            pods: vec![PodWithStats {
+                pod: Arc::new(crate::policy::testing::pod("gone", "", "")),
+                stats: PodStats::default(),
+            }],
+            fs_layout: FsLayout::Shared,
+            config: config(),
+        }),
+        |_| None,
+    );
+    assert_eq!(f.hot.unarmed(), Some(super::Unarmed::NoSwitch));
     // Only soft levels: the soft spec's 50 is exceeded, but it does not count.
     let f = Fixture::new(u64::MAX);
     f.set_usage(5000);
@@ -543,7 +559,7 @@ fn a_watch_that_sees_no_crossing_ends_by_its_window_or_its_budget() {
     f.hot.take_fired();
     f.arm("default/b");
     // Disarmed: no watch at all.
-    f.hot.arm(None, |_| None);
+    f.hot.arm(Err(super::Unarmed::NoVictim), |_| None);
     assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
 }
 
