@@ -404,6 +404,7 @@ impl HotPath {
     }
 
     /// Why nothing is armed now; `None` while a victim is.
+    #[cfg(test)]
     pub(crate) fn unarmed(&self) -> Option<Unarmed> {
         let armed = self.lock();
         armed.candidates.is_empty().then_some(armed.unarmed)
