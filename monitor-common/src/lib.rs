@@ -172,6 +172,64 @@ pub const PRESSURE_EVENT_SIZE: usize = core::mem::size_of::<PressureEvent>();
 pub const LEVELS_MAP: &str = "CROSSING_LEVELS";
 /// How many memory cgroups can carry levels at once.
 pub const LEVELS_ENTRIES: u32 = 64;
+/// Name of the one-entry array holding the depths at which levels are armed (see
+/// [`ArmedDepths`]).
+pub const DEPTHS_MAP: &str = "ARMED_DEPTHS";
+/// At most this many distinct depths are told to the detector; with more it walks.
+pub const ARMED_DEPTHS_MAX: usize = 4;
+
+/// The depths in the cgroup hierarchy (the root is 0) of the cgroups that carry levels.
+/// With them the detector goes from the charged cgroup straight to its ancestors at
+/// those depths (`struct cgroup`'s `ancestors[]`), where it otherwise walks up every
+/// ancestor with three reads and a map lookup each. `count` 0: not known (not written
+/// yet, more than [`ARMED_DEPTHS_MAX`] depths, or one the agent could not tell); the
+/// detector then walks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArmedDepths {
+    pub count: u32,
+    pub depths: [u32; ARMED_DEPTHS_MAX],
+}
+
+/// A depth beyond any cgroup tree the kernel builds; deeper ones are not told.
+pub const DEPTH_LIMIT: u32 = 64;
+
+impl ArmedDepths {
+    /// The depths of cgroups carrying levels, each told once; unknown when one is `None`,
+    /// too deep, or they are more than [`ARMED_DEPTHS_MAX`].
+    pub fn of(depths: impl IntoIterator<Item = Option<u32>>) -> ArmedDepths {
+        let mut out = ArmedDepths::default();
+        for depth in depths {
+            let Some(depth) = depth.filter(|d| *d < DEPTH_LIMIT) else {
+                return ArmedDepths::default();
+            };
+            let count = out.count as usize;
+            if out.depths[..count].contains(&depth) {
+                continue;
+            }
+            if count == ARMED_DEPTHS_MAX {
+                return ArmedDepths::default();
+            }
+            out.depths[count] = depth;
+            out.count += 1;
+        }
+        out
+    }
+
+    /// Both sets (unknown if either is, or together they are too many).
+    pub fn union(self, other: ArmedDepths) -> ArmedDepths {
+        if self.count == 0 || other.count == 0 {
+            return ArmedDepths::default();
+        }
+        ArmedDepths::of(self.told().iter().chain(other.told()).map(|d| Some(*d)))
+    }
+
+    /// The depths told (none when unknown).
+    pub fn told(&self) -> &[u32] {
+        &self.depths[..(self.count as usize).min(ARMED_DEPTHS_MAX)]
+    }
+}
+
 /// Levels per cgroup: hard and soft thresholds of the node and of allocatable, an early
 /// level below each hard one, and memory relief's level above each signal's thresholds.
 pub const LEVELS_PER_CGROUP: usize = 8;
@@ -260,6 +318,11 @@ pub struct MemcgLayout {
     /// (swap, kmem, hugetlb); 0 when the kernel's BTF does not give it (that program then
     /// does nothing).
     pub cgroup_memory_css: u32,
+    /// `struct cgroup` → `level` (an `int`, the depth below the hierarchy's root) and
+    /// `ancestors` (`struct cgroup *[]`, indexed by depth), for [`ArmedDepths`]; 0 when
+    /// the BTF does not give them (the detector then walks every ancestor).
+    pub cgroup_level: u32,
+    pub cgroup_ancestors: u32,
 }
 
 /// Global: where the pods cgroup sits in the cgroup v2 hierarchy (see [`PodsPath`]).
@@ -336,6 +399,8 @@ mod user {
     unsafe impl aya::Pod for super::MemcgLayout {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::PodsPath {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ArmedDepths {}
 }
 
 #[cfg(test)]
@@ -347,9 +412,41 @@ mod tests {
         assert_eq!(PRESSURE_EVENT_SIZE, 48);
         assert_eq!(core::mem::size_of::<ArmedLevel>(), 24);
         assert_eq!(core::mem::size_of::<ArmedLevels>(), 24 * LEVELS_PER_CGROUP);
-        assert_eq!(core::mem::size_of::<MemcgLayout>(), 32);
+        assert_eq!(core::mem::size_of::<MemcgLayout>(), 40);
+        assert_eq!(core::mem::size_of::<ArmedDepths>(), 20);
         assert_eq!(core::mem::size_of::<RateKey>(), 16);
         assert_eq!(core::mem::size_of::<RateState>(), 16);
+    }
+
+    #[test]
+    fn armed_depths_are_told_once_each_and_unknown_past_what_the_detector_takes() {
+        // Levels on the root (0) and twice on the pods cgroup (2).
+        let depths = ArmedDepths::of([Some(0), Some(2), Some(2)]);
+        assert_eq!(depths.told(), &[0, 2]);
+        // Unknown: a depth not told, one too deep, more depths than the detector takes.
+        for unknown in [
+            ArmedDepths::of([Some(1), None]),
+            ArmedDepths::of([Some(DEPTH_LIMIT)]),
+            ArmedDepths::of([Some(1), Some(2), Some(3), Some(4), Some(5)]),
+            depths.union(ArmedDepths::default()),
+        ] {
+            assert_eq!(unknown.count, 0);
+            assert!(unknown.told().is_empty());
+        }
+        assert_eq!(
+            depths.union(ArmedDepths::of([Some(3), Some(2)])).told(),
+            &[0, 2, 3]
+        );
+        assert_eq!(
+            ArmedDepths::of([Some(1), Some(2), Some(3), Some(4)]).told(),
+            &[1, 2, 3, 4]
+        );
+        // A count the agent never writes reads no further than the array.
+        let odd = ArmedDepths {
+            count: 9,
+            depths: [1, 2, 3, 4],
+        };
+        assert_eq!(odd.told(), &[1, 2, 3, 4]);
     }
 
     #[test]

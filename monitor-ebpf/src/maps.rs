@@ -3,10 +3,10 @@
 //! `AYA_LOGS` ring buffer for the log records.)
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use monitor_common::{
-    ArmedLevels, COUNTER_SLOTS, EVENTS_RING_BYTES, LAST_EMIT_ENTRIES, LEVELS_ENTRIES,
+    ArmedDepths, ArmedLevels, COUNTER_SLOTS, EVENTS_RING_BYTES, LAST_EMIT_ENTRIES, LEVELS_ENTRIES,
     PressureEvent as _Record, RateKey, RateState,
 };
 
@@ -29,6 +29,11 @@ pub static LAST_EMIT: LruHashMap<RateKey, RateState> =
 #[map(name = "CROSSING_LEVELS")]
 pub static CROSSING_LEVELS: HashMap<u64, ArmedLevels> =
     HashMap::with_max_entries(LEVELS_ENTRIES, 0);
+
+/// The depths of the cgroups in `CROSSING_LEVELS` (one entry), written by the agent with
+/// the levels: the detector looks up only the ancestors at those depths.
+#[map(name = "ARMED_DEPTHS")]
+pub static ARMED_DEPTHS: Array<ArmedDepths> = Array::with_max_entries(1, 0);
 
 // Keep the record type referenced so a layout change breaks this crate's build too.
 const _: usize = core::mem::size_of::<_Record>();

@@ -121,6 +121,13 @@ async fn fires_once_per_arming_on(point: AttachPoint) -> bool {
     println!("detector on {}", detector.attach.name());
     let pods = TestCgroup::new("pods", 512 * MIB);
     let pod = child(&pods, "pod");
+    // The hog runs a level below the pod, as a container does: the walk passes a cgroup
+    // with no levels before the first it looks up.
+    if pods.version == CgroupVersion::V2 {
+        std::fs::write(pod.join("cgroup.subtree_control"), "+memory").expect("pod's controllers");
+    }
+    let container = pod.join("container");
+    std::fs::create_dir(&container).expect("container cgroup");
 
     let base = usage(&pods.memory_dir, pods.version);
     // The pods cgroup (an ancestor of the charged one) at +40 MiB, hard; the pod itself
@@ -133,11 +140,19 @@ async fn fires_once_per_arming_on(point: AttachPoint) -> bool {
         spec(&pods.memory_dir, never, true),
         spec(&pod, pod_level, false),
     ]);
+    // Levels on two cgroups, one below the other: the detector looks at those two
+    // depths alone (on kernels whose BTF gives `cgroup.ancestors`, all of this suite's).
+    let depths = detector.armed_depths().expect("the armed depths' map");
+    let told = depths.told();
+    assert!(
+        told.len() == 2 && told[1] == told[0] + 1,
+        "two adjacent depths armed: {depths:?}"
+    );
 
     // Below every level first: nothing.
     let mut command = hog(&["anon", "20", "1", "2", "1"]);
     command.stdout(Stdio::null());
-    join_before_exec(&mut command, &[pod.join("cgroup.procs")]);
+    join_before_exec(&mut command, &[container.join("cgroup.procs")]);
     let _ = command.spawn().expect("hog").wait();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(crossings(&mut rx), vec![], "no record below the levels");
@@ -145,7 +160,7 @@ async fn fires_once_per_arming_on(point: AttachPoint) -> bool {
     // Then up to 120 MiB in 1 MiB steps: across both levels, held for a second.
     let mut command = hog(&["anon", "120", "1", "2", "1"]);
     command.stdout(Stdio::null());
-    join_before_exec(&mut command, &[pod.join("cgroup.procs")]);
+    join_before_exec(&mut command, &[container.join("cgroup.procs")]);
     let _ = command.spawn().expect("hog").wait();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let records = crossings(&mut rx);
@@ -187,7 +202,7 @@ async fn fires_once_per_arming_on(point: AttachPoint) -> bool {
     detector.arm(&[spec(&pods.memory_dir, pods_level, true)]);
     let mut command = hog(&["anon", "60", "1", "2", "0"]);
     command.stdout(Stdio::null());
-    join_before_exec(&mut command, &[pod.join("cgroup.procs")]);
+    join_before_exec(&mut command, &[container.join("cgroup.procs")]);
     let _ = command.spawn().expect("hog").wait();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let again = crossings(&mut rx);

@@ -143,14 +143,47 @@ fn count_check(
     }
 }
 
+/// How long each part of the run took, said at its end: the run must stay well inside
+/// CI's time, and this says where it goes.
+#[derive(Default)]
+struct Stages {
+    done: Vec<(&'static str, std::time::Duration)>,
+    current: Option<(&'static str, std::time::Instant)>,
+}
+
+impl Stages {
+    /// Ends the part under way and starts `name`, heading it in the output.
+    fn start(&mut self, name: &'static str) {
+        self.end();
+        println!("== {name}");
+        self.current = Some((name, std::time::Instant::now()));
+    }
+
+    fn end(&mut self) {
+        if let Some((name, at)) = self.current.take() {
+            self.done.push((name, at.elapsed()));
+        }
+    }
+
+    fn report(mut self) {
+        self.end();
+        println!("== time per part");
+        for (name, took) in &self.done {
+            println!("{:>6} s  {name}", took.as_secs());
+        }
+    }
+}
+
 pub fn run(args: TestArgs) -> Result<()> {
+    let mut stages = Stages::default();
+    stages.start("setup (cargo xtask setup): toolchains and packages");
     crate::setup::ensure()?;
     let root = workspace_root();
     let mut totals = Totals::default();
     let mut failures = Vec::new();
 
     // Checks that need no build come first, so that their findings head the output.
-    println!("== architecture (cargo xtask arch): import circles, I/O crates under the policy");
+    stages.start("architecture (cargo xtask arch): import circles, I/O crates under the policy");
     let arch = monitor_arch::check(&root)?;
     for line in arch.lines() {
         println!("{line}");
@@ -175,7 +208,7 @@ pub fn run(args: TestArgs) -> Result<()> {
     // The same environment as the unit tests below (AYA_BUILD_SKIP as the caller set it):
     // monitor's build.rs sees the same inputs, so the eBPF object is not rebuilt for
     // clippy's sake.
-    println!("== clippy (every target, warnings denied)");
+    stages.start("clippy (every target, warnings denied)");
     let clippy = cargo()
         .current_dir(&root)
         .args([
@@ -207,7 +240,7 @@ pub fn run(args: TestArgs) -> Result<()> {
     // and sanitizers, `cargo xtask fuzz`); checking that they still compile here keeps
     // them in step with what `monitor` makes public. Their own target directory: another
     // lock file, other features.
-    println!("== fuzz targets compile (cargo check of monitor/fuzz)");
+    stages.start("fuzz targets compile (cargo check of monitor/fuzz)");
     let fuzz = cargo()
         .current_dir(&root)
         .env("AYA_BUILD_SKIP", "1")
@@ -225,7 +258,7 @@ pub fn run(args: TestArgs) -> Result<()> {
     );
 
     // The shipped alert rules: valid, and each fires when and only when its test says.
-    println!("== alert rules (promtool check rules, promtool test rules)");
+    stages.start("alert rules (promtool check rules, promtool test rules)");
     let rules_dir = root.join("packaging/prometheus");
     let rules_ok = std::process::Command::new("promtool")
         .current_dir(&rules_dir)
@@ -248,7 +281,7 @@ pub fn run(args: TestArgs) -> Result<()> {
 
     // The shipped dashboard's queries: each one valid PromQL, checked by promtool as a
     // recording rule with Grafana's variables given values.
-    println!("== dashboard queries (promtool check rules)");
+    stages.start("dashboard queries (promtool check rules)");
     let dashboard_ok =
         check_dashboard_queries(&root.join("packaging/grafana/monitor.dashboard.json"))?;
     count_check(
@@ -258,7 +291,7 @@ pub fn run(args: TestArgs) -> Result<()> {
         dashboard_ok,
     );
 
-    println!("== unit tests (pure policy, parsers, readers)");
+    stages.start("unit tests (pure policy, parsers, readers)");
     let (ok, t) = run_counted(cargo().current_dir(&root).args([
         "test",
         "--workspace",
@@ -279,10 +312,8 @@ pub fn run(args: TestArgs) -> Result<()> {
             );
         }
         let features = machine_features();
-        println!(
-            "== privileged integration tests on this host (features: {})",
-            features.join(", ")
-        );
+        stages.start("privileged integration tests on this host");
+        println!("features: {}", features.join(", "));
         // The agent binary and the hog are run by the tests: build them first.
         crate::cmd::build_bins(&root, false)?;
         let (ok, t) = run_counted(
@@ -298,7 +329,7 @@ pub fn run(args: TestArgs) -> Result<()> {
             failures.push("integration tests");
         }
         if !args.no_vm {
-            println!("== cgroup v2 suite in a VM (cargo xtask vm)");
+            stages.start("cgroup v2 suite in a VM (cargo xtask vm)");
             let (ok, t) = run_counted(
                 cargo()
                     .current_dir(&root)
@@ -319,6 +350,7 @@ pub fn run(args: TestArgs) -> Result<()> {
         }
     }
 
+    stages.report();
     println!(
         "{} passed, {} failed, {} skipped",
         totals.passed, totals.failed, totals.skipped

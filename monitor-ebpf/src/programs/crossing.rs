@@ -18,8 +18,10 @@
 //! The page counters move in steps of the per-CPU charge batch (64 pages), so looking at
 //! every hit buys nothing: each program adds up, per CPU, the pages its hits move and
 //! looks once they reach `SAMPLE_EVERY_*` (16 pages charged, or 64 page-count units of
-//! the tracepoint, about 13 pages), which keeps the walk's cost (a few kernel reads and
-//! one map lookup per ancestor) off most hits. A crossing is then seen a few pages late
+//! the tracepoint, about 13 pages), which keeps the walk's cost off most hits. The walk
+//! itself goes straight to the ancestors at the depths the agent armed levels at (a few
+//! kernel reads and a map lookup each), where it would otherwise look up every ancestor
+//! up to the root. A crossing is then seen a few pages late
 //! at most, and a huge page is looked at at once.
 //!
 //! A level flagged `LEVEL_EARLY` (a little below a hard one: the agent's head start)
@@ -38,14 +40,14 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::{error, warn};
 use monitor_common::{
-    COUNTER_READ_FAILED, DEFAULT_SAMPLE_EVERY_CHARGE, DEFAULT_SAMPLE_EVERY_LRUVEC, EventKind,
-    LEVEL_ARMED, LEVEL_EARLY, LEVEL_FIRED, LEVEL_WAIT_BELOW, LEVELS_PER_CGROUP,
-    LOG_TARGET_CROSSING_CHARGE, LOG_TARGET_CROSSING_COUNTER, LOG_TARGET_CROSSING_LRUVEC,
-    MAX_CGROUP_DEPTH, MemcgLayout, PressureEvent,
+    ARMED_DEPTHS_MAX, COUNTER_READ_FAILED, DEFAULT_SAMPLE_EVERY_CHARGE,
+    DEFAULT_SAMPLE_EVERY_LRUVEC, DEPTH_LIMIT, EventKind, LEVEL_ARMED, LEVEL_EARLY, LEVEL_FIRED,
+    LEVEL_WAIT_BELOW, LEVELS_PER_CGROUP, LOG_TARGET_CROSSING_CHARGE, LOG_TARGET_CROSSING_COUNTER,
+    LOG_TARGET_CROSSING_LRUVEC, MAX_CGROUP_DEPTH, MemcgLayout, PressureEvent,
 };
 
 use crate::emit::{count, dropped, worth_logging};
-use crate::maps::{CROSSING_LEVELS, PRESSURE_EVENTS};
+use crate::maps::{ARMED_DEPTHS, CROSSING_LEVELS, PRESSURE_EVENTS};
 
 /// Offsets from the kernel's BTF; set by the agent at load.
 #[unsafe(no_mangle)]
@@ -58,6 +60,8 @@ static MEMCG_LAYOUT: MemcgLayout = MemcgLayout {
     kn_id: 0,
     page_shift: 12,
     cgroup_memory_css: 0,
+    cgroup_level: 0,
+    cgroup_ancestors: 0,
 };
 
 /// One charge in this many per CPU is looked at by `crossing_charge`; set at load.
@@ -209,43 +213,26 @@ fn check<C>(ctx: &C, log_target: &'static str, memcg: *const u8) {
 
 /// Looks at `memcg` and its ancestors; `None` when a read failed. `drops` is set to the
 /// drop count when a record was dropped and that count is worth a log record.
+///
+/// With the armed depths known (see `monitor_common::ArmedDepths`), only the ancestors at
+/// those depths are looked at, reached through `cgroup->ancestors[]`; else every
+/// ancestor up to the root, through the page counters' parent pointers.
 #[inline(always)]
 fn walk(memcg: *const u8, layout: &MemcgLayout, drops: &mut u64) -> Option<()> {
+    if layout.cgroup_level != 0
+        && layout.cgroup_ancestors != 0
+        && layout.cgroup_memory_css != 0
+        && let Some(depths) = ARMED_DEPTHS.get(0)
+        && depths.count != 0
+    {
+        return look_at_depths(memcg, layout, depths, drops);
+    }
     let mut memcg = memcg;
     for _ in 0..MAX_CGROUP_DEPTH {
         if memcg.is_null() {
             return Some(());
         }
-        let id = cgroup_id(memcg, layout)?;
-        // SAFETY: the pointer comes from a successful lookup in a map whose values live
-        // as long as their entry; the agent replaces entries, it does not free them
-        // under us (hash map values are RCU-protected).
-        if let Some(levels) = CROSSING_LEVELS.get_ptr_mut(&id) {
-            let counter = memcg.wrapping_add(layout.memcg_memory as usize);
-            let pages = read::<u64>(counter, layout.counter_usage)?;
-            let usage = pages << (layout.page_shift & 63);
-            // SAFETY: see above; a racing update can at worst fire one level twice or
-            // miss a re-arm, which the agent's next synchronize repairs.
-            let levels = unsafe { &mut (*levels).levels };
-            for index in 0..LEVELS_PER_CGROUP {
-                let level = &mut levels[index];
-                if level.state == LEVEL_ARMED && usage >= level.level_bytes {
-                    // An early level tells every rise through it; the others once per
-                    // arming.
-                    level.state = if level.flags & LEVEL_EARLY != 0 {
-                        LEVEL_WAIT_BELOW
-                    } else {
-                        LEVEL_FIRED
-                    };
-                    let n = emit(id, usage, level.level_bytes, level.flags);
-                    if n != 0 {
-                        *drops = n;
-                    }
-                } else if level.state == LEVEL_WAIT_BELOW && usage < level.rearm_below_bytes {
-                    level.state = LEVEL_ARMED;
-                }
-            }
-        }
+        look(memcg, layout, drops)?;
         let counter = memcg.wrapping_add(layout.memcg_memory as usize);
         let parent = read::<*const u8>(counter, layout.counter_parent)?;
         if parent.is_null() {
@@ -253,6 +240,72 @@ fn walk(memcg: *const u8, layout: &MemcgLayout, drops: &mut u64) -> Option<()> {
         }
         // container_of: the parent counter is the `memory` counter of the parent memcg.
         memcg = parent.wrapping_sub(layout.memcg_memory as usize);
+    }
+    Some(())
+}
+
+/// Looks at the ancestors of `memcg` (itself included) at the armed depths.
+#[inline(always)]
+fn look_at_depths(
+    memcg: *const u8,
+    layout: &MemcgLayout,
+    depths: &monitor_common::ArmedDepths,
+    drops: &mut u64,
+) -> Option<()> {
+    let cgroup = read::<*const u8>(memcg, layout.memcg_css_cgroup)?;
+    let level = read::<i32>(cgroup, layout.cgroup_level)?;
+    for index in 0..ARMED_DEPTHS_MAX {
+        if index as u32 >= depths.count {
+            break;
+        }
+        let depth = depths.depths[index];
+        // `ancestors[]` holds `level + 1` entries, the root first.
+        if depth >= DEPTH_LIMIT || depth as i64 > level as i64 {
+            continue;
+        }
+        let slot = layout.cgroup_ancestors as usize + depth as usize * 8;
+        let ancestor = read::<*const u8>(cgroup, slot as u32)?;
+        // Its memory css, which is its `struct mem_cgroup`.
+        let ancestor_memcg = read::<*const u8>(ancestor, layout.cgroup_memory_css)?;
+        if !ancestor_memcg.is_null() {
+            look(ancestor_memcg, layout, drops)?;
+        }
+    }
+    Some(())
+}
+
+/// Compares `memcg`'s usage with the levels armed on it, if any, and fires those reached.
+#[inline(always)]
+fn look(memcg: *const u8, layout: &MemcgLayout, drops: &mut u64) -> Option<()> {
+    let id = cgroup_id(memcg, layout)?;
+    // SAFETY: the pointer comes from a successful lookup in a map whose values live as
+    // long as their entry; the agent replaces entries, it does not free them under us
+    // (hash map values are RCU-protected).
+    let Some(levels) = CROSSING_LEVELS.get_ptr_mut(&id) else {
+        return Some(());
+    };
+    let counter = memcg.wrapping_add(layout.memcg_memory as usize);
+    let pages = read::<u64>(counter, layout.counter_usage)?;
+    let usage = pages << (layout.page_shift & 63);
+    // SAFETY: see above; a racing update can at worst fire one level twice or miss a
+    // re-arm, which the agent's next synchronize repairs.
+    let levels = unsafe { &mut (*levels).levels };
+    for index in 0..LEVELS_PER_CGROUP {
+        let level = &mut levels[index];
+        if level.state == LEVEL_ARMED && usage >= level.level_bytes {
+            // An early level tells every rise through it; the others once per arming.
+            level.state = if level.flags & LEVEL_EARLY != 0 {
+                LEVEL_WAIT_BELOW
+            } else {
+                LEVEL_FIRED
+            };
+            let n = emit(id, usage, level.level_bytes, level.flags);
+            if n != 0 {
+                *drops = n;
+            }
+        } else if level.state == LEVEL_WAIT_BELOW && usage < level.rearm_below_bytes {
+            level.state = LEVEL_ARMED;
+        }
     }
     Some(())
 }

@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use aya::maps::{HashMap, MapData};
+use aya::maps::{Array, HashMap, MapData};
 use btf_rs::{Btf, Type};
 use monitor_common::{
-    ArmedLevel, ArmedLevels, LEVEL_ARMED, LEVEL_EARLY, LEVEL_EMPTY, LEVEL_HARD, LEVEL_WAIT_BELOW,
-    LEVELS_PER_CGROUP, MemcgLayout,
+    ArmedDepths, ArmedLevel, ArmedLevels, LEVEL_ARMED, LEVEL_EARLY, LEVEL_EMPTY, LEVEL_HARD,
+    LEVEL_WAIT_BELOW, LEVELS_PER_CGROUP, MemcgLayout,
 };
 
 use super::memcg::ThresholdSpec;
@@ -111,7 +111,64 @@ pub(crate) fn memcg_layout(path: &Path) -> Result<MemcgLayout, LayoutError> {
         kn_id: offset_of(&btf, "kernfs_node", &["id"])?,
         page_shift: page_size.trailing_zeros(),
         cgroup_memory_css: memory_css_offset(&btf),
+        // Without these the detector walks every ancestor.
+        cgroup_level: offset_of(&btf, "cgroup", &["level"]).unwrap_or(0),
+        cgroup_ancestors: offset_of(&btf, "cgroup", &["ancestors"]).unwrap_or(0),
     })
+}
+
+/// The inode of the initial cgroup namespace (the kernel's `PROC_CGROUP_INIT_INO`): in
+/// it, cgroup paths and depths are the kernel's own.
+const INIT_CGROUP_NAMESPACE: &str = "cgroup:[4026531835]";
+
+/// How deep a cgroup directory sits below its hierarchy's root, as the kernel counts it
+/// (`struct cgroup`'s `level`), told from the agent's mounts: known only under a mount
+/// of a whole hierarchy (mountinfo's root "/") seen from the initial cgroup namespace.
+/// Elsewhere (a cgroup namespace, a mounted subtree) a path's depth is not the kernel's,
+/// and `depth` answers `None`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CgroupDepths {
+    /// Mount points of whole hierarchies.
+    roots: Vec<PathBuf>,
+}
+
+impl CgroupDepths {
+    pub(crate) fn of_this_process() -> CgroupDepths {
+        let in_init_namespace = std::fs::read_link("/proc/self/ns/cgroup")
+            .is_ok_and(|link| link.as_os_str() == INIT_CGROUP_NAMESPACE);
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        CgroupDepths::from_mountinfo(&mountinfo, in_init_namespace)
+    }
+
+    pub(crate) fn from_mountinfo(mountinfo: &str, in_init_namespace: bool) -> CgroupDepths {
+        let roots = if in_init_namespace {
+            crate::observe::cgroup::cgroup_mounts(mountinfo)
+                .into_iter()
+                .filter(|m| m.root == Path::new("/"))
+                .map(|m| m.mount_point)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        CgroupDepths { roots }
+    }
+
+    /// The depth of `dir` (its hierarchy's root is 0), under the deepest mount holding it.
+    pub(crate) fn depth(&self, dir: &Path) -> Option<u32> {
+        let relative = self
+            .roots
+            .iter()
+            .filter_map(|root| dir.strip_prefix(root).ok())
+            .min_by_key(|rest| rest.as_os_str().len())?;
+        let mut depth = 0u32;
+        for component in relative.components() {
+            match component {
+                std::path::Component::Normal(_) => depth += 1,
+                _ => return None,
+            }
+        }
+        Some(depth)
+    }
 }
 
 /// Offset of `subsys[memory_cgrp_id]` in `struct cgroup`, when the BTF gives it and a
@@ -305,6 +362,14 @@ pub(crate) fn hysteresis(level_bytes: u64) -> u64 {
     (64 * 4096u64).max(level_bytes / 128)
 }
 
+/// Writes the depths the detector looks at; after a failed write it walks every ancestor.
+fn set_depths(array: &mut Array<MapData, ArmedDepths>, depths: ArmedDepths) {
+    if let Err(err) = array.set(0, depths, 0) {
+        tracing::warn!("crossing detector: writing the armed depths: {err}");
+        let _ = array.set(0, ArmedDepths::default(), 0);
+    }
+}
+
 /// The inode number of a cgroup directory: the id the kernel gives the cgroup.
 pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
     Ok(std::fs::metadata(dir)?.ino())
@@ -314,6 +379,10 @@ pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
 pub struct Detector {
     pub attach: AttachPoint,
     levels: Mutex<HashMap<MapData, u64, ArmedLevels>>,
+    /// The depths of the armed cgroups, for the kernel's walk (`None`: an object without
+    /// the map, whose walk looks up every ancestor).
+    depths: Mutex<Option<Array<MapData, ArmedDepths>>>,
+    cgroup_depths: CgroupDepths,
     /// How far below each hard level an early level is armed (0: none). Set by the agent
     /// when the hot path runs and no memcg v1 eventfd arms early thresholds already.
     /// Shared with the ring reader, which hands it to the hot path with an early record.
@@ -345,10 +414,17 @@ fn left_out_change(before: usize, now: usize) -> Option<(bool, String)> {
 }
 
 impl Detector {
-    pub(crate) fn new(attach: AttachPoint, levels: HashMap<MapData, u64, ArmedLevels>) -> Detector {
+    pub(crate) fn new(
+        attach: AttachPoint,
+        levels: HashMap<MapData, u64, ArmedLevels>,
+        depths: Option<Array<MapData, ArmedDepths>>,
+        cgroup_depths: CgroupDepths,
+    ) -> Detector {
         Detector {
             attach,
             levels: Mutex::new(levels),
+            depths: Mutex::new(depths),
+            cgroup_depths,
             early_margin: Arc::default(),
             written: Mutex::new(Vec::new()),
             left_out: AtomicUsize::new(0),
@@ -395,6 +471,18 @@ impl Detector {
         }
         let mut map = self.levels.lock().unwrap_or_else(|p| p.into_inner());
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let mut depths = self.depths.lock().unwrap_or_else(|p| p.into_inner());
+        // While the levels change, the detector looks at the depths of both the old and
+        // the new ones; then at the new ones alone.
+        let new_depths = ArmedDepths::of(
+            by_cgroup
+                .iter()
+                .map(|(dir, _)| self.cgroup_depths.depth(dir)),
+        );
+        if let Some(array) = depths.as_mut() {
+            let old = array.get(&0, 0).unwrap_or_default();
+            set_depths(array, old.union(new_depths));
+        }
         let mut now = Vec::with_capacity(by_cgroup.len());
         for (dir, levels) in by_cgroup {
             match cgroup_id(&dir) {
@@ -413,6 +501,15 @@ impl Detector {
             let _ = map.remove(id);
         }
         *written = now;
+        if let Some(array) = depths.as_mut() {
+            set_depths(array, new_depths);
+        }
+    }
+
+    /// The depths the detector looks at now (tests, status); `None` without the map.
+    pub fn armed_depths(&self) -> Option<ArmedDepths> {
+        let depths = self.depths.lock().unwrap_or_else(|p| p.into_inner());
+        depths.as_ref().and_then(|array| array.get(&0, 0).ok())
     }
 
     /// The levels armed on a cgroup now, as the kernel holds them (tests, status).
@@ -447,6 +544,41 @@ mod tests {
     }
 
     use super::*;
+
+    /// A host with cgroup v1's memory hierarchy, the unified one beside it, and a
+    /// container's view (a subtree mounted as its root).
+    const MOUNTINFO: &str = "\
+25 30 0:22 / /sys rw,nosuid shared:7 - sysfs sysfs rw
+35 25 0:30 / /sys/fs/cgroup ro shared:9 - tmpfs tmpfs ro,mode=755
+36 35 0:31 / /sys/fs/cgroup/unified rw shared:10 - cgroup2 cgroup2 rw
+40 35 0:35 / /sys/fs/cgroup/memory rw shared:15 - cgroup cgroup rw,memory
+41 35 0:36 /kubepods /sys/fs/cgroup/cpu rw shared:16 - cgroup cgroup rw,cpu
+";
+
+    #[rstest::rstest]
+    #[case::hierarchy_root("/sys/fs/cgroup/memory", Some(0))]
+    #[case::pods("/sys/fs/cgroup/memory/kubepods", Some(1))]
+    #[case::container("/sys/fs/cgroup/memory/kubepods/burstable/pod1/c1", Some(4))]
+    #[case::unified("/sys/fs/cgroup/unified/system.slice", Some(1))]
+    #[case::mounted_subtree("/sys/fs/cgroup/cpu/burstable", None)]
+    #[case::not_a_cgroup("/sys/fs/cgroup", None)]
+    #[case::dot_dot("/sys/fs/cgroup/memory/kubepods/../x", None)]
+    fn a_cgroup_depth_is_counted_below_a_whole_hierarchy(
+        #[case] dir: &str,
+        #[case] depth: Option<u32>,
+    ) {
+        let depths = CgroupDepths::from_mountinfo(MOUNTINFO, true);
+        assert_eq!(depths.depth(Path::new(dir)), depth);
+    }
+
+    #[test]
+    fn in_a_cgroup_namespace_no_depth_is_known() {
+        let depths = CgroupDepths::from_mountinfo(MOUNTINFO, false);
+        assert_eq!(
+            depths.depth(Path::new("/sys/fs/cgroup/memory/kubepods")),
+            None
+        );
+    }
 
     fn spec(cgroup: &str, usage_bytes: u64, hard: bool, passed: bool) -> ThresholdSpec {
         ThresholdSpec {
@@ -588,6 +720,22 @@ mod tests {
         assert_eq!(layout.page_shift, 12);
         // Every kernel with the memory controller has the enum and the array.
         assert_ne!(layout.cgroup_memory_css, 0);
+        // Kernels from 6.0 on index a cgroup's ancestors by depth (`ancestors[]`, the
+        // struct's last field): the detector goes straight to the armed ones.
+        let release = nix::sys::utsname::uname().expect("uname");
+        let release = release.release().to_string_lossy().into_owned();
+        let major: u32 = release
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        if major >= 6 {
+            assert!(layout.cgroup_level > 0, "cgroup.level on {release}");
+            assert!(
+                layout.cgroup_ancestors > layout.cgroup_level,
+                "cgroup.ancestors on {release}"
+            );
+        }
     }
 
     #[test]

@@ -89,6 +89,9 @@ impl CgroupLayout {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CgroupMount {
     pub(crate) mount_point: PathBuf,
+    /// The directory of the hierarchy mounted there ("/" for the whole hierarchy; shown
+    /// relative to the reader's cgroup namespace).
+    pub(crate) root: PathBuf,
     /// cgroup2 (else a v1 hierarchy).
     pub(crate) v2: bool,
     /// Super options: a v1 hierarchy's controllers ("rw", "memory", "cpu", …).
@@ -99,6 +102,8 @@ pub(crate) struct CgroupMount {
 /// ("36 35 0:30 / /sys/fs/cgroup/memory rw,relatime shared:1 - cgroup cgroup rw,memory").
 pub(crate) struct Mount {
     pub(crate) mount_point: PathBuf,
+    /// The directory of the filesystem mounted there (mountinfo's fourth field).
+    pub(crate) root: PathBuf,
     pub(crate) fstype: String,
     pub(crate) super_options: Vec<String>,
 }
@@ -110,12 +115,15 @@ pub(crate) fn mounts(mountinfo: &str) -> Vec<Mount> {
         .lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
-            let mount_point = left.split_whitespace().nth(4)?;
+            let mut left = left.split_whitespace();
+            let root = left.nth(3)?;
+            let mount_point = left.next()?;
             let mut right = right.split_whitespace();
             let fstype = right.next()?;
             let options = right.nth(1).unwrap_or("");
             Some(Mount {
                 mount_point: PathBuf::from(unescape_mount_path(mount_point)),
+                root: PathBuf::from(unescape_mount_path(root)),
                 fstype: fstype.to_string(),
                 super_options: options.split(',').map(str::to_string).collect(),
             })
@@ -135,6 +143,7 @@ pub(crate) fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
             };
             Some(CgroupMount {
                 mount_point: m.mount_point,
+                root: m.root,
                 v2,
                 options: m.super_options,
             })

@@ -13,22 +13,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, FExit, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use monitor_common::{
     COUNTER_RATE_MAP_FAILED, COUNTER_READ_FAILED, COUNTER_RING_FULL, COUNTERS_MAP,
     DEFAULT_MARK_VICTIM_PID_OFFSET, DEFAULT_SAMPLE_EVERY_CHARGE, DEFAULT_SAMPLE_EVERY_LRUVEC,
-    DEFAULT_SIGNAL_PID_OFFSET, DEFAULT_SIGNAL_SIG_OFFSET, EVENTS_MAP, EventKind, GLOBAL_AGENT_TGID,
-    GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MEMCG_LAYOUT, GLOBAL_MIN_INTERVAL_NS, GLOBAL_PODS_PATH,
-    GLOBAL_SAMPLE_EVERY_CHARGE, GLOBAL_SAMPLE_EVERY_LRUVEC, GLOBAL_SIGNAL_PID_OFFSET,
-    GLOBAL_SIGNAL_SIG_OFFSET, KIND_COUNT, LEVEL_EARLY, LEVEL_HARD, LEVELS_MAP, MemcgLayout,
-    PRESSURE_EVENT_SIZE, PodsPath, PressureEvent,
+    DEFAULT_SIGNAL_PID_OFFSET, DEFAULT_SIGNAL_SIG_OFFSET, DEPTHS_MAP, EVENTS_MAP, EventKind,
+    GLOBAL_AGENT_TGID, GLOBAL_MARK_VICTIM_PID_OFFSET, GLOBAL_MEMCG_LAYOUT, GLOBAL_MIN_INTERVAL_NS,
+    GLOBAL_PODS_PATH, GLOBAL_SAMPLE_EVERY_CHARGE, GLOBAL_SAMPLE_EVERY_LRUVEC,
+    GLOBAL_SIGNAL_PID_OFFSET, GLOBAL_SIGNAL_SIG_OFFSET, KIND_COUNT, LEVEL_EARLY, LEVEL_HARD,
+    LEVELS_MAP, MemcgLayout, PRESSURE_EVENT_SIZE, PodsPath, PressureEvent,
 };
 
 use crate::clock::monotonic_ns;
 
-use super::detector::{AttachPoint, Detector, VMLINUX_BTF, memcg_layout};
+use super::detector::{AttachPoint, CgroupDepths, Detector, VMLINUX_BTF, memcg_layout};
 use super::ebpf_log::{self, KernelLog};
 use super::{Hook, SourceStatus, WakeDetail, WakeSender, WakeSource, realtime};
 
@@ -298,7 +298,11 @@ pub fn start(
             .take_map(LEVELS_MAP)
             .ok_or_else(|| format!("{LEVELS_MAP} not in the object"))?;
         let map = HashMap::try_from(map).map_err(|e| format!("{LEVELS_MAP}: {e}"))?;
-        Ok((Arc::new(Detector::new(attach, map)), tried))
+        let depths = ebpf
+            .take_map(DEPTHS_MAP)
+            .and_then(|depths| Array::try_from(depths).ok());
+        let detector = Detector::new(attach, map, depths, CgroupDepths::of_this_process());
+        Ok((Arc::new(detector), tried))
     });
     let early_margin = match &detector {
         Ok((detector, _)) => detector.early_margin_cell(),
