@@ -3,21 +3,24 @@
 //!
 //!   detector-cost HOG ROUNDS MIB
 //!
-//! For each attach point, ROUNDS times (which goes first alternates), the hog allocates
-//! and touches MIB MiB at full speed in a cgroup of its own: once with the agent's eBPF
-//! programs loaded with the detector on that point and a level armed on the hog's cgroup
-//! (never reached: the common path, a sampled look and a walk of the ancestors, as beside
-//! the agent's pods), once with the same programs and no detector. One line per run:
-//! `detector-cost: point=... detector=on|off round=N mib=MIB mib_per_s=...` (MiB per second of the
-//! hog's own CPU time); a point the kernel
-//! refuses prints `detector-cost: point=... refused: ...` and is skipped.
-use std::path::Path;
+//! For each attach point, ROUNDS times (which goes first rotates), the hog allocates and
+//! touches MIB MiB at full speed in a cgroup three levels below a cgroup with a level
+//! armed, as a pod's container sits below the pods cgroup (the level is never reached:
+//! the common path, a sampled look and the way to the armed cgroup): once with the
+//! agent's eBPF programs loaded with the detector on that point (`on`), once with it
+//! walking every ancestor instead of going to the armed depth (`walk`), and once with the
+//! same programs and no detector (`off`). One line per run:
+//! `detector-cost: point=... detector=on|walk|off round=N mib=MIB mib_per_s=...` (MiB per
+//! second of the hog's own CPU time); a point the kernel refuses prints
+//! `detector-cost: point=... refused: ...` and is skipped.
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use monitor::notify::detector::AttachPoint;
 use monitor::notify::ebpf::{self, EbpfSettings};
 use monitor::notify::memcg::ThresholdSpec;
-use monitor_tests::TestCgroup;
+use monitor::observe::CgroupVersion;
+use monitor_tests::{TestCgroup, join_before_exec};
 
 const MIB: u64 = 1 << 20;
 
@@ -44,7 +47,7 @@ fn children_cpu() -> f64 {
 /// charge path, and the detector on it, run in the allocating task). Wall time would
 /// add what the rest of the machine takes from the hog, which here varies by more than
 /// the cost measured.
-fn hog_throughput(hog: &Path, cgroup: &TestCgroup, mib: u64) -> Option<f64> {
+fn hog_throughput(hog: &Path, cgroup: &Path, mib: u64) -> Option<f64> {
     let mut command = Command::new(hog);
     let step = (mib / 32).max(1);
     command
@@ -52,13 +55,51 @@ fn hog_throughput(hog: &Path, cgroup: &TestCgroup, mib: u64) -> Option<f64> {
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     let before = children_cpu();
-    let status = cgroup.spawn(command).wait().ok()?;
+    join_before_exec(&mut command, &[cgroup.join("cgroup.procs")]);
+    let status = command.spawn().ok()?.wait().ok()?;
     let cpu = children_cpu() - before;
     if !status.success() {
         eprintln!("detector-cost: the hog failed: {status}");
         return None;
     }
     (cpu > 0.0).then(|| mib as f64 / cpu)
+}
+
+/// The memory cgroup `names` below `cgroup` (each inside the one before), created with
+/// the memory controller on for its children; removed with `cgroup`.
+fn descendant(cgroup: &TestCgroup, names: &[&str]) -> PathBuf {
+    let mut dir = cgroup.memory_dir.clone();
+    for name in names {
+        if cgroup.version == CgroupVersion::V2 {
+            let control = dir.join("cgroup.subtree_control");
+            std::fs::write(&control, "+memory")
+                .unwrap_or_else(|e| panic!("writing {}: {e}", control.display()));
+        }
+        dir = dir.join(name);
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    }
+    dir
+}
+
+/// How the programs are loaded for one run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Detector {
+    /// The detector, going to the armed depth.
+    On,
+    /// The detector, walking every ancestor.
+    Walk,
+    /// No detector.
+    Off,
+}
+
+impl Detector {
+    fn name(self) -> &'static str {
+        match self {
+            Detector::On => "on",
+            Detector::Walk => "walk",
+            Detector::Off => "off",
+        }
+    }
 }
 
 fn main() {
@@ -69,15 +110,20 @@ fn main() {
     let hog = Path::new(hog);
     let (rounds, mib) = (number(rounds, "ROUNDS"), number(mib, "MIB"));
     let cgroup = TestCgroup::new("detector-cost", 2 * mib * MIB + 256 * MIB);
+    let container = descendant(&cgroup, &["qos", "pod", "container"]);
     for point in AttachPoint::ALL {
-        let load = |detector: bool| {
+        let load = |detector: Detector| {
             let settings = EbpfSettings {
-                detector: if detector { vec![point] } else { vec![] },
+                detector: match detector {
+                    Detector::Off => vec![],
+                    Detector::On | Detector::Walk => vec![point],
+                },
+                walk_every_ancestor: detector == Detector::Walk,
                 ..EbpfSettings::default()
             };
             let (wakes, _rx) = monitor::notify::wake_channel();
             let source = ebpf::start(&settings, wakes, None).map_err(|e| e.to_string())?;
-            if detector {
+            if detector != Detector::Off {
                 let armed = source.detector.as_ref().map_err(Clone::clone)?;
                 armed.arm(&[ThresholdSpec {
                     cgroup: cgroup.memory_dir.clone(),
@@ -89,16 +135,13 @@ fn main() {
             }
             Ok::<_, String>(source)
         };
-        if let Err(why) = load(true) {
+        if let Err(why) = load(Detector::On) {
             println!("detector-cost: point={} refused: {why}", point.name());
             continue;
         }
         for round in 1..=rounds {
-            let order = if round % 2 == 1 {
-                [true, false]
-            } else {
-                [false, true]
-            };
+            let mut order = [Detector::On, Detector::Walk, Detector::Off];
+            order.rotate_left(round as usize % 3);
             for detector in order {
                 let source = match load(detector) {
                     Ok(source) => source,
@@ -107,13 +150,13 @@ fn main() {
                         continue;
                     }
                 };
-                let throughput = hog_throughput(hog, &cgroup, mib);
+                let throughput = hog_throughput(hog, &container, mib);
                 drop(source);
                 if let Some(mib_per_s) = throughput {
                     println!(
                         "detector-cost: point={} detector={} round={round} mib={mib} mib_per_s={mib_per_s:.1}",
                         point.name(),
-                        if detector { "on" } else { "off" }
+                        detector.name()
                     );
                 }
             }

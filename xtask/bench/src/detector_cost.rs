@@ -1,7 +1,7 @@
 //! The crossing detector's cost as the pods see it: the `detector-cost` helper
-//! (tests/src/bin/detector-cost.rs) runs a memory hog with the detector attached and
-//! detached, alternating, per attach point; this reads its lines back into one row per
-//! point. The kernel's BPF statistics are off meanwhile (they add to every program run).
+//! (tests/src/bin/detector-cost.rs) runs a memory hog with the detector attached (going
+//! to the armed depth, and walking every ancestor) and detached, rotating, per attach
+//! point; this reads its lines back into one row per point. The kernel's BPF statistics are off meanwhile (they add to every program run).
 //! The ratio is taken round by round (each round runs both, back to back), so a
 //! drift of the machine over the run cancels out; the row gives their median.
 use std::path::Path;
@@ -49,6 +49,12 @@ pub(crate) struct DetectorCost {
     /// Median over the rounds of (off / on − 1), in percent: what the detector takes from
     /// the allocating pod's throughput.
     pub(crate) cost_percent: Option<f64>,
+    /// The same with the detector walking every ancestor of the charged cgroup instead
+    /// of going to the armed depth (absent from runs before that choice existed).
+    #[serde(default)]
+    pub(crate) walk_mib_per_s: Option<f64>,
+    #[serde(default)]
+    pub(crate) walk_cost_percent: Option<f64>,
 }
 
 /// Runs the helper from `bin` and reads its lines.
@@ -82,8 +88,8 @@ pub(crate) fn output(bin: &Path, size: Size) -> Result<String> {
 pub(crate) fn parse(text: &str) -> Vec<DetectorCost> {
     let mut points: Vec<String> = Vec::new();
     let mut refused: Vec<(String, String)> = Vec::new();
-    // (point, round, on) -> MiB/s
-    let mut runs: Vec<(String, u32, bool, f64)> = Vec::new();
+    // (point, round, detector: on, walk or off) -> MiB/s
+    let mut runs: Vec<(String, u32, String, f64)> = Vec::new();
     let mut mib = 0;
     for line in text.lines() {
         // The leading space stays: `field` looks for " key=".
@@ -109,37 +115,42 @@ pub(crate) fn parse(text: &str) -> Vec<DetectorCost> {
             mib = m;
         }
         if let (Some(round), Some(detector), Some(mib_per_s)) = parsed {
-            runs.push((point.to_string(), round, detector == "on", mib_per_s));
+            runs.push((point.to_string(), round, detector.to_string(), mib_per_s));
         }
     }
     points
         .into_iter()
         .map(|point| {
-            let of = |on: bool| -> Vec<(u32, f64)> {
+            let of = |detector: &str| -> Vec<(u32, f64)> {
                 runs.iter()
-                    .filter(|r| r.0 == point && r.2 == on)
+                    .filter(|r| r.0 == point && r.2 == detector)
                     .map(|r| (r.1, r.3))
                     .collect()
             };
-            let (on, off) = (of(true), of(false));
-            let costs: Vec<f64> = on
-                .iter()
-                .filter_map(|(round, on)| {
-                    let off = off.iter().find(|(r, _)| r == round)?.1;
-                    (*on > 0.0).then(|| (off / on - 1.0) * 100.0)
-                })
-                .collect();
+            let (on, walk, off) = (of("on"), of("walk"), of("off"));
+            // Per round, off / with − 1: a drift of the machine cancels out.
+            let costs = |with: &[(u32, f64)]| -> Vec<f64> {
+                with.iter()
+                    .filter_map(|(round, with)| {
+                        let off = off.iter().find(|(r, _)| r == round)?.1;
+                        (*with > 0.0).then(|| (off / with - 1.0) * 100.0)
+                    })
+                    .collect()
+            };
             let values = |runs: &[(u32, f64)]| runs.iter().map(|r| r.1).collect::<Vec<_>>();
+            let on_costs = costs(&on);
             DetectorCost {
                 refused: refused
                     .iter()
                     .find(|(p, _)| *p == point)
                     .map(|(_, why)| why.clone()),
-                rounds: costs.len(),
+                rounds: on_costs.len(),
                 mib,
                 on_mib_per_s: percentile(&values(&on), 50.0),
                 off_mib_per_s: percentile(&values(&off), 50.0),
-                cost_percent: percentile(&costs, 50.0),
+                cost_percent: percentile(&on_costs, 50.0),
+                walk_mib_per_s: percentile(&values(&walk), 50.0),
+                walk_cost_percent: percentile(&costs(&walk), 50.0),
                 point,
             }
         })
@@ -152,12 +163,18 @@ pub(crate) fn lines(rows: &[DetectorCost], place: &str) -> Vec<String> {
         .map(|row| match (&row.refused, row.cost_percent) {
             (Some(why), _) => format!("- crossing detector {} {place}: refused ({why})", row.point),
             (None, Some(cost)) => format!(
-                "- crossing detector {} {place}: the hog allocates {cost:.1} % slower with it attached (median over {} rounds of {} MiB, attached and detached alternating; {:.0} vs {:.0} MiB per CPU-second of the hog)",
+                "- crossing detector {} {place}: the hog allocates {cost:.1} % slower with it attached (median over {} rounds of {} MiB, three levels below the armed cgroup, attached and detached in turn; {:.0} vs {:.0} MiB per CPU-second of the hog){}",
                 row.point,
                 row.rounds,
                 row.mib,
                 row.on_mib_per_s.unwrap_or(0.0),
                 row.off_mib_per_s.unwrap_or(0.0),
+                match (row.walk_cost_percent, row.walk_mib_per_s) {
+                    (Some(walk), Some(mib_per_s)) => format!(
+                        "; walking every ancestor instead of going to the armed depth, {walk:.1} % ({mib_per_s:.0} MiB per CPU-second)"
+                    ),
+                    _ => String::new(),
+                }
             ),
             (None, None) => format!("- crossing detector {} {place}: no complete round", row.point),
         })
@@ -178,6 +195,8 @@ detector-cost: point=tp_btf/mod_memcg_lruvec_state detector=off round=1 mib_per_
 detector-cost: point=tp_btf/mod_memcg_lruvec_state detector=off round=2 mib_per_s=1100.0
 detector-cost: point=tp_btf/mod_memcg_lruvec_state detector=on round=2 mib_per_s=1000.0
 detector-cost: point=tp_btf/mod_memcg_lruvec_state detector=on round=3 mib_per_s=1000.0
+detector-cost: point=tp_btf/mod_memcg_lruvec_state detector=walk round=1 mib_per_s=800.0
+detector-cost: point=tp_btf/mod_memcg_lruvec_state detector=walk round=2 mib_per_s=880.0
 ";
         let rows = parse(text);
         assert_eq!(rows.len(), 2);
@@ -191,8 +210,17 @@ detector-cost: point=tp_btf/mod_memcg_lruvec_state detector=on round=3 mib_per_s
         let cost = tp.cost_percent.unwrap();
         assert!((10.0..=11.2).contains(&cost), "{cost}");
         assert_eq!(tp.off_mib_per_s, Some(1000.0), "the lower middle of two");
+        // Walking: 1000 / 800 and 1100 / 880, 25 % each.
+        let walk = tp.walk_cost_percent.unwrap();
+        assert!((24.9..=25.1).contains(&walk), "{walk}");
+        assert_eq!(rows[0].walk_cost_percent, None);
         let lines = lines(&rows, "on this host");
         assert!(lines[0].contains("refused (attaching fexit: EINVAL)"));
         assert!(lines[1].contains("allocates 10."), "{}", lines[1]);
+        assert!(
+            lines[1].contains("every ancestor instead of going to the armed depth, 25.0 %"),
+            "{}",
+            lines[1]
+        );
     }
 }

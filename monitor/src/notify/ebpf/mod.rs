@@ -109,6 +109,10 @@ pub struct EbpfSettings {
     /// needs no haste, and at real-time priority its reader took the CPU from the agent's
     /// watch it measures (about 45 µs at each record, several per race).
     pub ring_priority: Option<i32>,
+    /// The detector walks every ancestor of a charged cgroup up to the root, as on a
+    /// kernel whose depths it cannot tell, instead of going to the armed depths: the
+    /// benchmark measures what going there saves.
+    pub walk_every_ancestor: bool,
 }
 
 impl Default for EbpfSettings {
@@ -123,6 +127,7 @@ impl Default for EbpfSettings {
             kills_by: None,
             pods_path: None,
             ring_priority: Some(realtime::RING_PRIORITY),
+            walk_every_ancestor: false,
         }
     }
 }
@@ -300,7 +305,8 @@ pub fn start(
         let map = HashMap::try_from(map).map_err(|e| format!("{LEVELS_MAP}: {e}"))?;
         let depths = ebpf
             .take_map(DEPTHS_MAP)
-            .and_then(|depths| Array::try_from(depths).ok());
+            .and_then(|depths| Array::try_from(depths).ok())
+            .filter(|_| !settings.walk_every_ancestor);
         let detector = Detector::new(attach, map, depths, CgroupDepths::of_this_process());
         Ok((Arc::new(detector), tried))
     });
