@@ -232,7 +232,7 @@ fn walk(memcg: *const u8, layout: &MemcgLayout, drops: &mut u64) -> Option<()> {
         if memcg.is_null() {
             return Some(());
         }
-        look(memcg, layout, drops)?;
+        look(memcg, cgroup_id(memcg, layout)?, layout, drops)?;
         let counter = memcg.wrapping_add(layout.memcg_memory as usize);
         let parent = read::<*const u8>(counter, layout.counter_parent)?;
         if parent.is_null() {
@@ -268,16 +268,18 @@ fn look_at_depths(
         // Its memory css, which is its `struct mem_cgroup`.
         let ancestor_memcg = read::<*const u8>(ancestor, layout.cgroup_memory_css)?;
         if !ancestor_memcg.is_null() {
-            look(ancestor_memcg, layout, drops)?;
+            let kn = read::<*const u8>(ancestor, layout.cgroup_kn)?;
+            let id = read::<u64>(kn, layout.kn_id)?;
+            look(ancestor_memcg, id, layout, drops)?;
         }
     }
     Some(())
 }
 
-/// Compares `memcg`'s usage with the levels armed on it, if any, and fires those reached.
+/// Compares `memcg`'s usage with the levels armed on it (its cgroup's id is `id`), if
+/// any, and fires those reached.
 #[inline(always)]
-fn look(memcg: *const u8, layout: &MemcgLayout, drops: &mut u64) -> Option<()> {
-    let id = cgroup_id(memcg, layout)?;
+fn look(memcg: *const u8, id: u64, layout: &MemcgLayout, drops: &mut u64) -> Option<()> {
     // SAFETY: the pointer comes from a successful lookup in a map whose values live as
     // long as their entry; the agent replaces entries, it does not free them under us
     // (hash map values are RCU-protected).
