@@ -128,8 +128,8 @@ const INIT_CGROUP_NAMESPACE: &str = "cgroup:[4026531835]";
 /// and `depth` answers `None`.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct CgroupDepths {
-    /// Mount points of whole hierarchies.
-    roots: Vec<PathBuf>,
+    /// Every cgroup mount point, and whether a whole hierarchy is mounted there.
+    mounts: Vec<(PathBuf, bool)>,
 }
 
 impl CgroupDepths {
@@ -141,25 +141,31 @@ impl CgroupDepths {
     }
 
     pub(crate) fn from_mountinfo(mountinfo: &str, in_init_namespace: bool) -> CgroupDepths {
-        let roots = if in_init_namespace {
+        let mounts = if in_init_namespace {
             crate::observe::cgroup::cgroup_mounts(mountinfo)
                 .into_iter()
-                .filter(|m| m.root == Path::new("/"))
-                .map(|m| m.mount_point)
+                .map(|m| {
+                    let whole = m.root == Path::new("/");
+                    (m.mount_point, whole)
+                })
                 .collect()
         } else {
             Vec::new()
         };
-        CgroupDepths { roots }
+        CgroupDepths { mounts }
     }
 
-    /// The depth of `dir` (its hierarchy's root is 0), under the deepest mount holding it.
+    /// The depth of `dir` (its hierarchy's root is 0), when the deepest cgroup mount
+    /// holding it is of a whole hierarchy.
     pub(crate) fn depth(&self, dir: &Path) -> Option<u32> {
-        let relative = self
-            .roots
+        let (relative, whole) = self
+            .mounts
             .iter()
-            .filter_map(|root| dir.strip_prefix(root).ok())
-            .min_by_key(|rest| rest.as_os_str().len())?;
+            .filter_map(|(point, whole)| Some((dir.strip_prefix(point).ok()?, *whole)))
+            .min_by_key(|(rest, _)| rest.as_os_str().len())?;
+        if !whole {
+            return None;
+        }
         let mut depth = 0u32;
         for component in relative.components() {
             match component {
@@ -553,6 +559,7 @@ mod tests {
 36 35 0:31 / /sys/fs/cgroup/unified rw shared:10 - cgroup2 cgroup2 rw
 40 35 0:35 / /sys/fs/cgroup/memory rw shared:15 - cgroup cgroup rw,memory
 41 35 0:36 /kubepods /sys/fs/cgroup/cpu rw shared:16 - cgroup cgroup rw,cpu
+42 40 0:35 /kubepods/guaranteed /sys/fs/cgroup/memory/bound rw shared:17 - cgroup cgroup rw,memory
 ";
 
     #[rstest::rstest]
@@ -561,6 +568,7 @@ mod tests {
     #[case::container("/sys/fs/cgroup/memory/kubepods/burstable/pod1/c1", Some(4))]
     #[case::unified("/sys/fs/cgroup/unified/system.slice", Some(1))]
     #[case::mounted_subtree("/sys/fs/cgroup/cpu/burstable", None)]
+    #[case::subtree_mounted_inside_the_whole("/sys/fs/cgroup/memory/bound/pod1", None)]
     #[case::not_a_cgroup("/sys/fs/cgroup", None)]
     #[case::dot_dot("/sys/fs/cgroup/memory/kubepods/../x", None)]
     fn a_cgroup_depth_is_counted_below_a_whole_hierarchy(
