@@ -350,6 +350,23 @@ impl TestCgroup {
         cg
     }
 
+    /// The memory cgroup `names` below this one, each inside the one before (a pod's
+    /// container: `&["pod", "container"]`), created with the memory controller on for
+    /// the children on cgroup v2; removed with this cgroup.
+    pub fn descendant(&self, names: &[&str]) -> PathBuf {
+        let mut dir = self.memory_dir.clone();
+        for name in names {
+            if self.version == CgroupVersion::V2 {
+                let control = dir.join("cgroup.subtree_control");
+                std::fs::write(&control, "+memory")
+                    .unwrap_or_else(|e| panic!("writing {}: {e}", control.display()));
+            }
+            dir = dir.join(name);
+            std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        }
+        dir
+    }
+
     /// Writes a file in the memory directory.
     pub fn write(&self, file: &str, value: &str) {
         let path = self.memory_dir.join(file);

@@ -1,6 +1,6 @@
 //! The eBPF crossing detector on this kernel: real cgroups, a real memory hog, the real
 //! charge path. Run as root, one test at a time (`cargo xtask test`).
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,15 +78,6 @@ fn spec(cgroup: &Path, usage_bytes: u64, hard: bool) -> ThresholdSpec {
 }
 
 /// A child cgroup of `parent` (a pod below the pods cgroup), removed with it.
-fn child(parent: &TestCgroup, name: &str) -> PathBuf {
-    if parent.version == CgroupVersion::V2 {
-        parent.write("cgroup.subtree_control", "+memory");
-    }
-    let dir = parent.memory_dir.join(name);
-    std::fs::create_dir(&dir).expect("child cgroup");
-    dir
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn detector_fires_once_per_arming_at_the_level_on_the_cgroup_and_its_ancestors() {
     if !require(
@@ -120,14 +111,10 @@ async fn fires_once_per_arming_on(point: AttachPoint) -> bool {
     };
     println!("detector on {}", detector.attach.name());
     let pods = TestCgroup::new("pods", 512 * MIB);
-    let pod = child(&pods, "pod");
-    // The hog runs a level below the pod, as a container does: the walk passes a cgroup
-    // with no levels before the first it looks up.
-    if pods.version == CgroupVersion::V2 {
-        std::fs::write(pod.join("cgroup.subtree_control"), "+memory").expect("pod's controllers");
-    }
-    let container = pod.join("container");
-    std::fs::create_dir(&container).expect("container cgroup");
+    // The hog runs a level below the pod, as a container does: the detector passes a
+    // cgroup with no levels before the first it looks at.
+    let container = pods.descendant(&["pod", "container"]);
+    let pod = container.parent().expect("the pod's cgroup").to_path_buf();
 
     let base = usage(&pods.memory_dir, pods.version);
     // The pods cgroup (an ancestor of the charged one) at +40 MiB, hard; the pod itself
@@ -200,6 +187,13 @@ async fn fires_once_per_arming_on(point: AttachPoint) -> bool {
 
     // Armed again while usage is below: fires again on the next crossing.
     detector.arm(&[spec(&pods.memory_dir, pods_level, true)]);
+    let pods_depth = told[0];
+    let depths = detector.armed_depths().expect("the armed depths' map");
+    assert_eq!(
+        depths.told(),
+        &[pods_depth],
+        "the pod's depth no longer armed"
+    );
     let mut command = hog(&["anon", "60", "1", "2", "0"]);
     command.stdout(Stdio::null());
     join_before_exec(&mut command, &[container.join("cgroup.procs")]);
@@ -242,7 +236,7 @@ async fn an_early_level_fires_below_its_hard_level_and_again_on_every_rise() {
     }
     init_tracing();
     let pods = TestCgroup::new("pods", 512 * MIB);
-    let pod = child(&pods, "pod");
+    let pod = pods.descendant(&["pod"]);
     let (wakes, mut rx) = wake_channel();
     let told = Arc::new(ToldHook::default());
     let settings = EbpfSettings {
@@ -552,7 +546,7 @@ async fn detector_fires_at_full_speed_with_large_steps() {
     // the kernel uses them: charges of 512 pages at once), a level 200 MiB under the limit.
     for round in 0..3 {
         let pods = TestCgroup::new("pods", 1024 * MIB);
-        let pod = child(&pods, "pod");
+        let pod = pods.descendant(&["pod"]);
         let (source, mut rx) = start_source(&[]);
         let detector = source.detector.as_ref().expect("a detector attaches");
         let level = usage(&pods.memory_dir, pods.version) + 600 * MIB;

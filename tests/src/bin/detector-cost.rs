@@ -13,13 +13,12 @@
 //! `detector-cost: point=... detector=on|walk|off round=N mib=MIB mib_per_s=...` (MiB per
 //! second of the hog's own CPU time); a point the kernel refuses prints
 //! `detector-cost: point=... refused: ...` and is skipped.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use monitor::notify::detector::AttachPoint;
 use monitor::notify::ebpf::{self, EbpfSettings};
 use monitor::notify::memcg::ThresholdSpec;
-use monitor::observe::CgroupVersion;
 use monitor_tests::{TestCgroup, join_before_exec};
 
 const MIB: u64 = 1 << 20;
@@ -65,22 +64,6 @@ fn hog_throughput(hog: &Path, cgroup: &Path, mib: u64) -> Option<f64> {
     (cpu > 0.0).then(|| mib as f64 / cpu)
 }
 
-/// The memory cgroup `names` below `cgroup` (each inside the one before), created with
-/// the memory controller on for its children; removed with `cgroup`.
-fn descendant(cgroup: &TestCgroup, names: &[&str]) -> PathBuf {
-    let mut dir = cgroup.memory_dir.clone();
-    for name in names {
-        if cgroup.version == CgroupVersion::V2 {
-            let control = dir.join("cgroup.subtree_control");
-            std::fs::write(&control, "+memory")
-                .unwrap_or_else(|e| panic!("writing {}: {e}", control.display()));
-        }
-        dir = dir.join(name);
-        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
-    }
-    dir
-}
-
 /// How the programs are loaded for one run.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Detector {
@@ -110,7 +93,7 @@ fn main() {
     let hog = Path::new(hog);
     let (rounds, mib) = (number(rounds, "ROUNDS"), number(mib, "MIB"));
     let cgroup = TestCgroup::new("detector-cost", 2 * mib * MIB + 256 * MIB);
-    let container = descendant(&cgroup, &["qos", "pod", "container"]);
+    let container = cgroup.descendant(&["qos", "pod", "container"]);
     for point in AttachPoint::ALL {
         let load = |detector: Detector| {
             let settings = EbpfSettings {
