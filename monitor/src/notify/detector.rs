@@ -485,10 +485,15 @@ impl Detector {
                 .iter()
                 .map(|(dir, _)| self.cgroup_depths.depth(dir)),
         );
-        if let Some(array) = depths.as_mut() {
+        // Most synchronizes arm the same cgroups: the depths are written only when
+        // they change.
+        let mut changed = depths.as_mut().and_then(|array| {
             let old = array.get(&0, 0).unwrap_or_default();
-            set_depths(array, old.union(new_depths));
-        }
+            (old != new_depths).then(|| {
+                set_depths(array, old.union(new_depths));
+                array
+            })
+        });
         let mut now = Vec::with_capacity(by_cgroup.len());
         for (dir, levels) in by_cgroup {
             match cgroup_id(&dir) {
@@ -507,7 +512,7 @@ impl Detector {
             let _ = map.remove(id);
         }
         *written = now;
-        if let Some(array) = depths.as_mut() {
+        if let Some(array) = changed.as_mut() {
             set_depths(array, new_depths);
         }
     }
