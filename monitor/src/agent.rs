@@ -67,11 +67,12 @@ impl Agent {
         let (reports, _) = broadcast::channel(REPORT_BUFFER);
         // The hot kill path: the memory notifiers tell it of hard crossings first.
         let hot = settings.hot_kill.then(|| {
-            Arc::new(if settings.shadow {
+            let hot = if settings.shadow {
                 HotPath::shadow()
             } else {
                 HotPath::new()
-            })
+            };
+            Arc::new(hot.confirming_node_on(observer.node_counter(), layout.memory_root.clone()))
         });
         if let Some(hot) = &hot {
             match hot.start_watcher(wakes.clone()) {

@@ -7,12 +7,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub(crate) mod cgroup;
+mod counter;
 mod error;
 pub mod fs;
 pub(crate) mod open_files;
 pub mod parse;
 
 pub use cgroup::{CgroupLayout, CgroupReader, CgroupVersion, MemoryEvents, MemoryStats};
+pub(crate) use counter::MemoryCounter;
 pub(crate) use error::ObserveError;
 pub(crate) use fs::{BoundedStatvfs, FsStats};
 pub(crate) use open_files::OpenFiles;
@@ -183,6 +185,16 @@ impl Observer {
 
     fn read(&self, path: &std::path::Path) -> Result<String, ObserveError> {
         self.open.read(path)
+    }
+
+    /// The node's memory counter, read as [`Observer::node_memory`] reads it (its own
+    /// descriptors: the caller reads it between synchronizes, on another thread).
+    pub(crate) fn node_counter(&self) -> MemoryCounter {
+        MemoryCounter::node(
+            self.reader.version(),
+            self.reader.root(),
+            &self.config.proc_root,
+        )
     }
 
     /// Reads everything now. Memory is what every decision that protects the node from

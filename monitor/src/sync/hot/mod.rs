@@ -47,7 +47,7 @@ use std::time::Duration;
 use crate::clock::monotonic_ns;
 use crate::notify::memcg::{ArmedThreshold, ThresholdSpec};
 use crate::notify::{CrossingHook, WakeSource};
-use crate::observe::{CgroupReader, CgroupVersion, OpenFiles};
+use crate::observe::{CgroupReader, CgroupVersion, MemoryCounter, OpenFiles};
 use crate::policy::eviction::{
     EvictionConfig, EvictionDecision, SyncInput, hard_eviction_of, hard_eviction_victim,
 };
@@ -65,13 +65,16 @@ const LEVEL_FILES_KEPT: usize = 8;
 /// pick rests on stats up to a housekeeping interval old.
 pub(crate) const CANDIDATES: usize = 16;
 
-/// One level whose crossing calls for a kill, on the cgroup's working set (usage
-/// minus inactive_file, as the signals count it): a notifier armed on usage also fires
-/// when page cache alone grows, and that must cost a read, never a kill.
+/// One level whose crossing calls for a kill, on the working set (usage minus
+/// inactive_file, as the signals count it) of the counter its signal is computed from: a
+/// notifier armed on usage also fires when page cache alone grows, and that must cost a
+/// read, never a kill.
 #[derive(Clone, Debug)]
 struct Level {
-    /// Reads the cgroup whose level this is (the reader's root is the cgroup itself).
-    cgroup: CgroupReader,
+    /// The counter the level is confirmed on: the cgroup of an allocatableMemory level, the
+    /// node's own for a memory.available level (where the hot path has it), whichever
+    /// cgroup the notifier that tells of it is armed on.
+    counter: MemoryCounter,
     /// The working set at which the threshold is met.
     working_set: u64,
     /// The usage the notifiers are armed at (the working set level plus the inactive
@@ -85,13 +88,13 @@ struct Level {
 impl Level {
     /// The cgroup's usage now: one read.
     fn usage_now(&self) -> Option<u64> {
-        self.cgroup.usage_bytes("").ok()
+        self.counter.usage_bytes().ok()
     }
 
     /// The same level, its files read through `files`.
     fn reading_through(&self, files: Arc<OpenFiles>) -> Level {
         Level {
-            cgroup: self.cgroup.clone().keeping_open(files),
+            counter: self.counter.clone().keeping_open(files),
             ..self.clone()
         }
     }
@@ -307,6 +310,9 @@ pub(crate) struct HotPath {
     watcher: Mutex<Option<std::sync::mpsc::Sender<WatchRequest>>>,
     /// Shadow mode: everything runs, the kill is decided and booked, nothing is written.
     shadow: bool,
+    /// The node's memory counter and the memory root it stands for: memory.available
+    /// levels are confirmed on it, whichever cgroup their notifier is armed on.
+    node: Option<(MemoryCounter, std::path::PathBuf)>,
 }
 
 /// A watch the ring reader hands over instead of running it itself.
@@ -340,7 +346,24 @@ impl HotPath {
             hard_told: Mutex::new(None),
             watcher: Mutex::new(None),
             shadow: false,
+            node: None,
         }
+    }
+
+    /// Confirms memory.available levels on the node's own `counter` (that of the memory
+    /// hierarchy rooted at `memory_root`), read at the crossing. Without it they are
+    /// confirmed on the cgroup their notifier is armed on. The crossing detector arms the
+    /// node's levels on the pods cgroup, offset by what the rest of the node held at the
+    /// last synchronize; when the rest has shrunk since, the pods reach that level while
+    /// the node is still above its threshold, and a kill there would be one the kubelet
+    /// never makes.
+    pub(crate) fn confirming_node_on(
+        mut self,
+        counter: MemoryCounter,
+        memory_root: std::path::PathBuf,
+    ) -> HotPath {
+        self.node = Some((counter, memory_root));
+        self
     }
 
     /// A hot path that decides its kills as usual and writes none (shadow mode): each
@@ -379,12 +402,25 @@ impl HotPath {
         let levels: Vec<Level> = specs
             .iter()
             .filter(|s| s.hard)
-            .map(|s| Level {
-                cgroup: CgroupReader::new(version, s.cgroup.clone())
-                    .keeping_open(self.open.clone()),
-                working_set: s.usage_bytes.saturating_sub(inactive_file_at(&s.cgroup)),
-                usage: s.usage_bytes,
-                threshold: s.threshold,
+            .map(|s| match (&self.node, s.threshold) {
+                // The node's own level: the first working set at which its available is
+                // below the threshold's quantity, whichever cgroup the notifier rides on.
+                (Some((node, root)), Some(t)) if t.signal == Signal::MemoryAvailable => {
+                    let working_set = t.capacity_bytes.saturating_sub(t.quantity_bytes) + 1;
+                    Level {
+                        counter: node.clone().keeping_open(self.open.clone()),
+                        working_set,
+                        usage: working_set.saturating_add(inactive_file_at(root)),
+                        threshold: s.threshold,
+                    }
+                }
+                _ => Level {
+                    counter: MemoryCounter::Cgroup(CgroupReader::new(version, s.cgroup.clone()))
+                        .keeping_open(self.open.clone()),
+                    working_set: s.usage_bytes.saturating_sub(inactive_file_at(&s.cgroup)),
+                    usage: s.usage_bytes,
+                    threshold: s.threshold,
+                },
             })
             .collect();
         let old = {
@@ -601,7 +637,7 @@ impl HotPath {
                 note(usage, level.working_set);
                 continue;
             }
-            let Some(inactive_file) = level.cgroup.inactive_file_bytes("").ok() else {
+            let Some(inactive_file) = level.counter.inactive_file_bytes().ok() else {
                 continue;
             };
             let ws = usage.saturating_sub(inactive_file.unwrap_or(0));

@@ -743,3 +743,98 @@ fn setting_the_levels_opens_the_watchers_descriptors_before_any_watch() {
         held(&second) && !held(&first)
     });
 }
+
+/// A fixture whose hot path confirms memory.available levels on a fake node (a meminfo
+/// of 8 GiB), with memory.available<1Gi armed on the fixture's cgroup at usage 1000, as
+/// the crossing detector arms the node's level on the pods cgroup.
+fn with_node_counter() -> (Fixture, tempfile::TempDir) {
+    let mut f = Fixture::new(0);
+    let proc = tempfile::tempdir().expect("tempdir");
+    f.hot = HotPath::new().confirming_node_on(
+        MemoryCounter::node(
+            CgroupVersion::V2,
+            std::path::Path::new("/node"),
+            proc.path(),
+        ),
+        "/node".into(),
+    );
+    f.hot.set_levels(
+        CgroupVersion::V1,
+        &[ThresholdSpec {
+            cgroup: f.dir.path().to_path_buf(),
+            usage_bytes: 1000,
+            hard: true,
+            passed_when_armed: false,
+            threshold: Some(ArmedThreshold {
+                signal: Signal::MemoryAvailable,
+                quantity_bytes: 1 << 30,
+                capacity_bytes: 8 << 30,
+                relief: false,
+            }),
+        }],
+        |_| 0,
+    );
+    (f, proc)
+}
+
+/// Writes the fake node's meminfo with `free_mib` free and no page cache.
+fn set_node_free(proc: &tempfile::TempDir, free_mib: u64) {
+    std::fs::write(
+        proc.path().join("meminfo"),
+        format!(
+            "MemTotal: {} kB\nMemFree: {} kB\nInactive(file): 0 kB\n",
+            8 << 20,
+            free_mib << 10
+        ),
+    )
+    .expect("meminfo");
+}
+
+#[test]
+fn a_node_level_on_the_pods_cgroup_kills_only_once_the_node_itself_is_past_it() {
+    let (f, proc) = with_node_counter();
+    f.arm("default/big");
+    // The pods reached the level armed for them, but the rest of the node has shrunk
+    // since it was armed: the node still has 2 GiB available, and the kubelet would not
+    // evict anybody.
+    set_node_free(&proc, 2048);
+    f.set_usage(1000);
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    assert_eq!(
+        f.killed("default/big"),
+        "",
+        "the node is 1 GiB above its threshold"
+    );
+    assert!(f.hot.take_fired().is_empty());
+    // The node itself past the threshold: the kill, worded on the node's own numbers.
+    set_node_free(&proc, 512);
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    assert_eq!(f.killed("default/big"), "1");
+    let fired = f.hot.take_fired();
+    assert_eq!(fired.len(), 1);
+    assert_eq!(fired[0].signal_available, Some(512 << 20));
+    assert_eq!(fired[0].level_bytes, (7 << 30) + 1);
+    assert_eq!(fired[0].working_set_bytes, (8 << 30) - (512 << 20));
+    assert!(
+        fired[0]
+            .decision
+            .message
+            .contains("Threshold quantity: 1Gi, available: 512Mi."),
+        "{}",
+        fired[0].decision.message
+    );
+}
+
+#[test]
+fn a_node_level_is_watched_on_the_node_when_the_rest_of_it_grew() {
+    let (f, proc) = with_node_counter();
+    f.arm("default/big");
+    // The pods are far below the level armed for them, but the rest of the node grew
+    // since: the node is past its threshold already. The early notifier's watch reads
+    // the node and kills.
+    f.set_usage(10);
+    set_node_free(&proc, 1000);
+    assert!(f.hot.early_crossing(WakeSource::Ebpf, 1 << 20, 1));
+    assert_eq!(f.killed("default/big"), "1");
+    assert_eq!(f.hot.take_fired()[0].signal_available, Some(1000 << 20));
+}

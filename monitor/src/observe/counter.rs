@@ -1,0 +1,134 @@
+//! A memory counter read again and again between synchronizes: a cgroup's, or the node's
+//! as the memory.available signal counts it. The hot path confirms each crossing on the
+//! counter of the signal that crossed, in two steps: the usage (one read), then, if that
+//! reaches the level, the inactive page cache.
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::{CgroupReader, CgroupVersion, ObserveError, OpenFiles, parse};
+
+#[derive(Clone, Debug)]
+pub(crate) enum MemoryCounter {
+    /// A memory cgroup (the reader's root): its usage file and memory.stat. On cgroup v1
+    /// the root memory cgroup is also the node's counter.
+    Cgroup(CgroupReader),
+    /// The node on cgroup v2, whose root cgroup has no memory.current: /proc/meminfo,
+    /// usage MemTotal − MemFree and Inactive(file), as a synchronize reads it.
+    Meminfo {
+        path: PathBuf,
+        open: Option<Arc<OpenFiles>>,
+    },
+}
+
+impl MemoryCounter {
+    /// The node's counter: the root memory cgroup `memory_root` on cgroup v1, meminfo
+    /// under `proc_root` on cgroup v2.
+    pub(crate) fn node(version: CgroupVersion, memory_root: &Path, proc_root: &Path) -> Self {
+        match version {
+            CgroupVersion::V1 => MemoryCounter::Cgroup(CgroupReader::new(version, memory_root)),
+            CgroupVersion::V2 => MemoryCounter::Meminfo {
+                path: proc_root.join("meminfo"),
+                open: None,
+            },
+        }
+    }
+
+    /// The same counter, its files kept open in `files`.
+    pub(crate) fn keeping_open(self, files: Arc<OpenFiles>) -> Self {
+        match self {
+            MemoryCounter::Cgroup(reader) => MemoryCounter::Cgroup(reader.keeping_open(files)),
+            MemoryCounter::Meminfo { path, .. } => MemoryCounter::Meminfo {
+                path,
+                open: Some(files),
+            },
+        }
+    }
+
+    /// The usage now: one read.
+    pub(crate) fn usage_bytes(&self) -> Result<u64, ObserveError> {
+        match self {
+            MemoryCounter::Cgroup(reader) => reader.usage_bytes(""),
+            MemoryCounter::Meminfo { path, open } => {
+                let [total, free] = meminfo(path, open.as_deref(), ["MemTotal", "MemFree"])?;
+                Ok(total.saturating_sub(free))
+            }
+        }
+    }
+
+    /// The inactive page cache now (`None`: the file has no such key): one read.
+    pub(crate) fn inactive_file_bytes(&self) -> Result<Option<u64>, ObserveError> {
+        match self {
+            MemoryCounter::Cgroup(reader) => reader.inactive_file_bytes(""),
+            MemoryCounter::Meminfo { path, open } => {
+                meminfo(path, open.as_deref(), ["Inactive(file)"]).map(|[v]| Some(v))
+            }
+        }
+    }
+}
+
+/// The values of `keys` in the meminfo file `path`, read now (through `open` if given); a
+/// missing key names the file and the key.
+fn meminfo<const N: usize>(
+    path: &Path,
+    open: Option<&OpenFiles>,
+    keys: [&str; N],
+) -> Result<[u64; N], ObserveError> {
+    let parse = |text: &str| keys.map(|k| parse::flat_keyed_value(text, k));
+    let values = match open {
+        Some(open) => open.read_with(path, parse)?,
+        None => parse(&super::error::read_file(path)?),
+    };
+    let mut out = [0; N];
+    for ((slot, value), key) in out.iter_mut().zip(values).zip(keys) {
+        *slot = value.ok_or_else(|| ObserveError::Missing {
+            path: path.to_path_buf(),
+            key: key.into(),
+        })?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meminfo(text: &str) -> (tempfile::TempDir, MemoryCounter) {
+        let proc = tempfile::tempdir().expect("tempdir");
+        std::fs::write(proc.path().join("meminfo"), text).expect("meminfo");
+        let counter = MemoryCounter::node(CgroupVersion::V2, Path::new("/unused"), proc.path());
+        (proc, counter)
+    }
+
+    #[test]
+    fn the_v2_node_counts_usage_and_page_cache_from_meminfo() {
+        let (_proc, counter) = meminfo(
+            "MemTotal:       10000 kB\nMemFree:         2500 kB\nInactive(file):   700 kB\n",
+        );
+        assert_eq!(counter.usage_bytes().unwrap(), 7500 * 1024);
+        assert_eq!(counter.inactive_file_bytes().unwrap(), Some(700 * 1024));
+        let kept = counter.keeping_open(Arc::new(OpenFiles::with_budget(1)));
+        assert_eq!(kept.usage_bytes().unwrap(), 7500 * 1024);
+        assert_eq!(kept.inactive_file_bytes().unwrap(), Some(700 * 1024));
+    }
+
+    #[test]
+    fn a_missing_meminfo_key_names_the_file_and_the_key() {
+        let (_proc, counter) = meminfo("MemTotal: 10000 kB\nInactive(file): 1 kB\n");
+        let err = counter.usage_bytes().unwrap_err().to_string();
+        assert!(err.contains("meminfo") && err.contains("MemFree"), "{err}");
+    }
+
+    #[test]
+    fn the_v1_node_is_the_root_memory_cgroup() {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::write(root.path().join("memory.usage_in_bytes"), "4096\n").unwrap();
+        std::fs::write(
+            root.path().join("memory.stat"),
+            "total_inactive_file 1024\n",
+        )
+        .unwrap();
+        let counter = MemoryCounter::node(CgroupVersion::V1, root.path(), Path::new("/unused"));
+        assert_eq!(counter.usage_bytes().unwrap(), 4096);
+        assert_eq!(counter.inactive_file_bytes().unwrap(), Some(1024));
+    }
+}
