@@ -7,7 +7,8 @@
 //! detector), its source calls [`HotPath::hard_crossing`] before it even queues its wake.
 //! The crossing is confirmed against the kernel's own numbers (the level's cgroup usage,
 //! then, if that reaches the level, its page cache: a v1 notifier also fires on the way down, memory.events for other
-//! counters). Then the victim is picked afresh: each candidate's usage is read again (one
+//! counters); a memory.available level on the node's own (meminfo on cgroup v2, the root
+//! memory cgroup on v1), even where its notifier rides on the pods cgroup. Then the victim is picked afresh: each candidate's usage is read again (one
 //! `pread` of a file kept open), its working set taken as that usage less the inactive
 //! page cache it had at the synchronize, and the victim is the first by the policy's own
 //! memory key on those working sets, critical pods left out (the pods' copies for the
