@@ -19,6 +19,22 @@ struct Fixture {
     hot: HotPath,
 }
 
+/// The hard memory.available<1Gi (of 8 GiB) level armed on `cgroup` at `usage_bytes`.
+fn available_level(cgroup: &std::path::Path, usage_bytes: u64) -> ThresholdSpec {
+    ThresholdSpec {
+        cgroup: cgroup.to_path_buf(),
+        usage_bytes,
+        hard: true,
+        passed_when_armed: false,
+        threshold: Some(ArmedThreshold {
+            signal: Signal::MemoryAvailable,
+            quantity_bytes: 1 << 30,
+            capacity_bytes: 8 << 30,
+            relief: false,
+        }),
+    }
+}
+
 impl Fixture {
     fn new(level: u64) -> Fixture {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -28,18 +44,7 @@ impl Fixture {
         hot.set_levels(
             CgroupVersion::V1,
             &[
-                ThresholdSpec {
-                    cgroup: dir.path().to_path_buf(),
-                    usage_bytes: level,
-                    hard: true,
-                    passed_when_armed: false,
-                    threshold: Some(ArmedThreshold {
-                        signal: Signal::MemoryAvailable,
-                        quantity_bytes: 1 << 30,
-                        capacity_bytes: 8 << 30,
-                        relief: false,
-                    }),
-                },
+                available_level(dir.path(), level),
                 // Soft levels never arm the hot path.
                 ThresholdSpec {
                     cgroup: dir.path().to_path_buf(),
@@ -760,18 +765,7 @@ fn with_node_counter() -> (Fixture, tempfile::TempDir) {
     );
     f.hot.set_levels(
         CgroupVersion::V1,
-        &[ThresholdSpec {
-            cgroup: f.dir.path().to_path_buf(),
-            usage_bytes: 1000,
-            hard: true,
-            passed_when_armed: false,
-            threshold: Some(ArmedThreshold {
-                signal: Signal::MemoryAvailable,
-                quantity_bytes: 1 << 30,
-                capacity_bytes: 8 << 30,
-                relief: false,
-            }),
-        }],
+        &[available_level(f.dir.path(), 1000)],
         |_| 0,
     );
     (f, proc)
