@@ -1,7 +1,6 @@
 //! A memory counter read again and again between synchronizes: a cgroup's, or the node's
 //! as the memory.available signal counts it. The hot path confirms each crossing on the
-//! counter of the signal that crossed, in two steps: the usage (one read), then, if that
-//! reaches the level, the inactive page cache.
+//! counter of the signal that crossed, reading only as far as the level needs.
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -55,15 +54,39 @@ impl MemoryCounter {
         }
     }
 
-    /// The inactive page cache now (`None`: the file has no such key): one read.
-    pub(crate) fn inactive_file_bytes(&self) -> Result<Option<u64>, ObserveError> {
-        match self {
-            MemoryCounter::Cgroup(reader) => reader.inactive_file_bytes(""),
-            MemoryCounter::Meminfo { path, open } => {
-                meminfo(path, open.as_deref(), ["Inactive(file)"]).map(|[v]| Some(v))
+    /// The working set now, read only as far as `level` needs it: a usage short of
+    /// `level` is short in working set too (page cache is part of the usage), and then
+    /// a cgroup's memory.stat, whose read first flushes its pending statistics, is not
+    /// read. meminfo holds both numbers: one read.
+    pub(crate) fn working_set_toward(&self, level: u64) -> Result<Toward, ObserveError> {
+        let (usage, inactive_file) = match self {
+            MemoryCounter::Cgroup(reader) => {
+                let usage = reader.usage_bytes("")?;
+                if usage < level {
+                    return Ok(Toward::Short(usage));
+                }
+                (usage, reader.inactive_file_bytes("")?.unwrap_or(0))
             }
-        }
+            MemoryCounter::Meminfo { path, open } => {
+                let [total, free, inactive] = meminfo(
+                    path,
+                    open.as_deref(),
+                    ["MemTotal", "MemFree", "Inactive(file)"],
+                )?;
+                (total.saturating_sub(free), inactive)
+            }
+        };
+        Ok(Toward::WorkingSet(usage.saturating_sub(inactive_file)))
     }
+}
+
+/// What [`MemoryCounter::working_set_toward`] read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Toward {
+    /// The usage, short of the level: the working set was not read.
+    Short(u64),
+    /// The working set (usage less the inactive page cache).
+    WorkingSet(u64),
 }
 
 /// The values of `keys` in the meminfo file `path`, read now (through `open` if given); a
@@ -105,10 +128,16 @@ mod tests {
             "MemTotal:       10000 kB\nMemFree:         2500 kB\nInactive(file):   700 kB\n",
         );
         assert_eq!(counter.usage_bytes().unwrap(), 7500 * 1024);
-        assert_eq!(counter.inactive_file_bytes().unwrap(), Some(700 * 1024));
+        assert_eq!(
+            counter.working_set_toward(0).unwrap(),
+            Toward::WorkingSet(6800 * 1024)
+        );
         let kept = counter.keeping_open(Arc::new(OpenFiles::with_budget(1)));
         assert_eq!(kept.usage_bytes().unwrap(), 7500 * 1024);
-        assert_eq!(kept.inactive_file_bytes().unwrap(), Some(700 * 1024));
+        assert_eq!(
+            kept.working_set_toward(7000 * 1024).unwrap(),
+            Toward::WorkingSet(6800 * 1024)
+        );
     }
 
     #[test]
@@ -129,6 +158,15 @@ mod tests {
         .unwrap();
         let counter = MemoryCounter::node(CgroupVersion::V1, root.path(), Path::new("/unused"));
         assert_eq!(counter.usage_bytes().unwrap(), 4096);
-        assert_eq!(counter.inactive_file_bytes().unwrap(), Some(1024));
+        assert_eq!(
+            counter.working_set_toward(4096).unwrap(),
+            Toward::WorkingSet(3072)
+        );
+        // A usage short of the level: memory.stat is not read (here it no longer parses).
+        std::fs::remove_file(root.path().join("memory.stat")).unwrap();
+        assert_eq!(
+            counter.working_set_toward(4097).unwrap(),
+            Toward::Short(4096)
+        );
     }
 }

@@ -14,7 +14,7 @@ pub(crate) mod open_files;
 pub mod parse;
 
 pub use cgroup::{CgroupLayout, CgroupReader, CgroupVersion, MemoryEvents, MemoryStats};
-pub(crate) use counter::MemoryCounter;
+pub(crate) use counter::{MemoryCounter, Toward};
 pub(crate) use error::ObserveError;
 pub(crate) use fs::{BoundedStatvfs, FsStats};
 pub(crate) use open_files::OpenFiles;

@@ -48,7 +48,7 @@ use std::time::Duration;
 use crate::clock::monotonic_ns;
 use crate::notify::memcg::{ArmedThreshold, ThresholdSpec};
 use crate::notify::{CrossingHook, WakeSource};
-use crate::observe::{CgroupReader, CgroupVersion, MemoryCounter, OpenFiles};
+use crate::observe::{CgroupReader, CgroupVersion, MemoryCounter, OpenFiles, Toward};
 use crate::policy::eviction::{
     EvictionConfig, EvictionDecision, SyncInput, hard_eviction_of, hard_eviction_victim,
 };
@@ -627,21 +627,14 @@ impl HotPath {
             }
         };
         for level in levels {
-            // The usage first (one read of a counter): the working set is never above
-            // it, so a level the usage is short of is not reached, and its memory.stat
-            // (whose read first flushes the cgroup's pending statistics: tens of
-            // microseconds beside a fast allocator, more on the root) is not read.
-            let Some(usage) = level.usage_now() else {
-                continue;
+            let ws = match level.counter.working_set_toward(level.working_set) {
+                Ok(Toward::WorkingSet(ws)) => ws,
+                Ok(Toward::Short(usage)) => {
+                    note(usage, level.working_set);
+                    continue;
+                }
+                Err(_) => continue,
             };
-            if usage < level.working_set {
-                note(usage, level.working_set);
-                continue;
-            }
-            let Some(inactive_file) = level.counter.inactive_file_bytes().ok() else {
-                continue;
-            };
-            let ws = usage.saturating_sub(inactive_file.unwrap_or(0));
             if ws >= level.working_set {
                 return Ok(Crossing {
                     threshold: level.threshold,
