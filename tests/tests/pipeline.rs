@@ -14,7 +14,7 @@ use monitor::state::SharedState;
 use monitor::sync::SyncReport;
 use monitor_common::EventKind;
 use monitor_tests::memory_only_kubelet_config;
-use monitor_tests::{Feature, TestCgroup, hog, init_tracing, require};
+use monitor_tests::{Feature, TestCgroup, hog, init_tracing, node_available_v2, require};
 use tokio::sync::broadcast;
 
 const MIB: u64 = 1 << 20;
@@ -409,14 +409,6 @@ async fn memory_threshold_wakes_at_the_crossing_and_not_before() {
             "the agent lifts memory.high when it stops"
         );
     }
-}
-
-/// memory.available as the agent computes it on cgroup v2: MemFree + Inactive(file)
-/// (capacity − (MemTotal − MemFree − inactive file)).
-fn node_available_v2() -> u64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let map = monitor::observe::parse::flat_keyed(&meminfo);
-    map["MemFree"] + map["Inactive(file)"]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

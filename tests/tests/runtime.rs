@@ -426,6 +426,210 @@ fn the_detector_alone_gives_the_hot_path_a_head_start_and_the_kill_comes_at_the_
     );
 }
 
+/// The meminfo lines that move memory.available, in MiB, for a failure's message.
+fn meminfo_brief() -> String {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let map = monitor::observe::parse::flat_keyed(&meminfo);
+    [
+        "MemFree",
+        "Active(file)",
+        "Inactive(file)",
+        "AnonPages",
+        "Shmem",
+        "Unevictable",
+        "Mlocked",
+        "KernelStack",
+        "PageTables",
+        "Slab",
+    ]
+    .iter()
+    .map(|k| format!("{k} {}", map.get(*k).copied().unwrap_or(0) / MIB))
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
+#[test]
+fn a_node_threshold_armed_on_the_pods_cgroup_kills_only_once_the_node_is_past_it() {
+    if !require(
+        "a_node_threshold_armed_on_the_pods_cgroup_kills_only_once_the_node_is_past_it",
+        &[Feature::Root, Feature::Ebpf, Feature::CgroupV2Memory],
+    ) {
+        return;
+    }
+    // The crossing detector arms the node's memory.available threshold on the pods
+    // cgroup, offset by what the rest of the node holds at the synchronize. Something
+    // outside the pods holds 128 MiB then, and exits: the pods reach the level armed for
+    // them 128 MiB before the node reaches its threshold. No pod may die there; once the
+    // node itself is past the threshold, the hot path kills.
+    let rest = monitor_tests::TestCgroup::new("rest", 192 * MIB);
+    let mut rest_hog = monitor_tests::KillOnDrop(rest.spawn({
+        let mut c = monitor_tests::hog(&["anon", "128", "8", "0", "600"]);
+        c.stdout(std::process::Stdio::null());
+        c
+    }));
+    wait_until(
+        "the rest of the node holds 128 MiB",
+        Duration::from_secs(20),
+        || {
+            rest.read("memory.current")
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0)
+                >= 128 * MIB
+        },
+    );
+    // A first run, whose threshold nobody reaches, starts the pods and the agent: what
+    // they take of the node is then known. Node allocatable is not enforced on the pods,
+    // so memory.available gets no allocatableMemory.available copy (whose capacity would
+    // be the pods' 512 MiB): the node's own threshold is the only one.
+    let mut node = Node::with_agent_keys(
+        "evictionHard: {memory.available: 1Mi}\nenforceNodeAllocatable: [none]\nhousekeepingInterval: 60s",
+        // Relief off: its level, a margin above the threshold, would wake a synchronize
+        // that arms the pods' level afresh before the hard level is reached.
+        "  sources:\n    memcgThresholds: false\n    memoryEvents: false\n    psi: false\n  memoryRelief: {enabled: false}\n",
+    );
+    let hog = helper_binary("hog").display().to_string();
+    let grow = |name: &str, go: &Path, mib: &str| {
+        pod(
+            name,
+            "",
+            &[
+                &hog,
+                "after",
+                &go.display().to_string(),
+                "anon",
+                mib,
+                "4",
+                "2",
+                "600",
+            ],
+            "",
+        )
+    };
+    let (go, go2) = (node.path("go"), node.path("go2"));
+    node.manifest("batch.yaml", &grow("batch", &go, "208"));
+    node.manifest("batch2.yaml", &grow("batch2", &go2, "128"));
+    node.log_filter = Some("info,monitor::sync::hot=debug".into());
+    node.start();
+    let batch = node.wait_running("batch");
+    node.wait_running("batch2");
+    // Once its event sources run (loading the eBPF programs takes seconds under
+    // emulation), the first synchronize starts, and arms the levels as it ends.
+    let synchronized = |node: &Node| {
+        wait_until("the first synchronize", Duration::from_secs(60), || {
+            node.log(node.runs).contains("wake sequence=1 ")
+        });
+        std::thread::sleep(Duration::from_millis(1000));
+    };
+    synchronized(&node);
+    let settled = monitor_tests::node_available_v2();
+    node.stop();
+    // The second run (which adopts the pods) arms memory.available 160 MiB below that:
+    // the node crosses once the pods grow by 160 MiB while the rest holds its 128 MiB.
+    let threshold_mib = settled / MIB - 160;
+    let config = node.path("config.yaml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        text.replace(
+            "memory.available: 1Mi",
+            &format!("memory.available: {threshold_mib}Mi"),
+        ),
+    )
+    .expect("config");
+    node.start();
+    wait_until("the pods adopted", Duration::from_secs(20), || {
+        node.log(2).contains("Adopted")
+    });
+    assert_eq!(node.record("batch").unwrap().phase, Phase::Running);
+    // A synchronize arms the detector with the rest's 128 MiB in the offset.
+    synchronized(&node);
+    let _ = rest_hog.0.kill();
+    let _ = rest_hog.0.wait();
+    wait_until(
+        "the rest of the node freed its memory",
+        Duration::from_secs(10),
+        || {
+            rest.read("memory.current")
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(u64::MAX)
+                < 8 * MIB
+        },
+    );
+    // 208 MiB: past the pods' level (160 MiB), 80 MiB short of the node's threshold.
+    std::fs::write(&go, "").expect("start file");
+    let log = node
+        .path("logs")
+        .join(format!("demo_batch_{}/main/0.log", batch.uid));
+    let held = monitor_tests::node::poll(Duration::from_secs(20), || reached(&log, 208).is_some());
+    assert!(
+        held,
+        "batch did not come to hold 208 MiB: {:?}; node available {} MiB, threshold {threshold_mib} MiB; its log:\n{}\nagent log:\n{}",
+        node.record("batch").map(|r| (r.phase, r.message)),
+        monitor_tests::node_available_v2() / MIB,
+        std::fs::read_to_string(&log).unwrap_or_default(),
+        node.log(2)
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let agent_log = node.log(2);
+    assert!(
+        !agent_log.contains("hot path: cgroup.kill written"),
+        "a kill while the node was above its threshold (available {} MiB, threshold {threshold_mib} MiB)\n{agent_log}",
+        monitor_tests::node_available_v2() / MIB
+    );
+    let record = node.record("batch").unwrap();
+    assert_eq!(
+        record.phase,
+        Phase::Running,
+        "evicted while the node was above its threshold: {:?} (settled at {} MiB available, threshold {threshold_mib} MiB, {} MiB available now; {})\n{agent_log}",
+        record.message,
+        settled / MIB,
+        monitor_tests::node_available_v2() / MIB,
+        meminfo_brief()
+    );
+    // 128 MiB more in batch2 takes the node past its threshold: batch, the larger,
+    // is killed by the hot path, and its eviction quotes the node's own numbers.
+    std::fs::write(&go2, "").expect("start file");
+    let evicted = node.wait_phase("batch", Phase::Failed, Duration::from_secs(30));
+    assert_eq!(evicted.reason.as_deref(), Some("Evicted"), "{evicted:?}");
+    let message = evicted.message.unwrap_or_default();
+    assert!(
+        message.contains(&format!("Threshold quantity: {threshold_mib}Mi")),
+        "{message}"
+    );
+    let agent_log = node.log(2);
+    let kill = agent_log
+        .lines()
+        .find(|l| l.contains("hot path: cgroup.kill written"))
+        .unwrap_or_else(|| panic!("the hot path killed\n{agent_log}"));
+    assert!(kill.contains("pod=demo/batch "), "{kill}");
+    let number = |key: &str| -> u64 {
+        monitor_bench::util::field(kill, key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} in {kill}"))
+    };
+    // The level is the node's working set at its threshold (MemTotal less the
+    // threshold, one byte past), not the pods' level, and the node was past it.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let total = monitor::observe::parse::flat_keyed(&meminfo)["MemTotal"];
+    assert_eq!(
+        number("level_bytes"),
+        total - threshold_mib * MIB + 1,
+        "killed at the node's level: {kill}"
+    );
+    assert!(
+        number("working_set_bytes") >= number("level_bytes"),
+        "{kill}"
+    );
+    assert_eq!(
+        node.pods_oom_kills(),
+        0,
+        "the OOM killer fired\n{agent_log}"
+    );
+    assert_eq!(node.record("batch2").unwrap().phase, Phase::Running);
+}
+
 /// The hog's log: "allocated <MiB> <ns>" lines; returns when it first held `mib`.
 fn reached(log: &Path, mib: u64) -> Option<u64> {
     let file = std::fs::File::open(log).ok()?;
