@@ -4,7 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{CgroupReader, CgroupVersion, ObserveError, OpenFiles, parse};
+use super::cgroup::{CgroupReader, CgroupVersion};
+use super::error::{ObserveError, read_file};
+use super::open_files::OpenFiles;
+use super::parse;
 
 #[derive(Clone, Debug)]
 pub(crate) enum MemoryCounter {
@@ -99,7 +102,7 @@ fn meminfo<const N: usize>(
     let parse = |text: &str| keys.map(|k| parse::flat_keyed_value(text, k));
     let values = match open {
         Some(open) => open.read_with(path, parse)?,
-        None => parse(&super::error::read_file(path)?),
+        None => parse(&read_file(path)?),
     };
     let mut out = [0; N];
     for ((slot, value), key) in out.iter_mut().zip(values).zip(keys) {
