@@ -19,6 +19,7 @@ use monitor_common::{
 };
 
 use super::memcg::ThresholdSpec;
+use crate::policy::signal::Signal;
 
 /// Where the detector runs, in the order they are tried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -277,6 +278,29 @@ fn strip(btf: &Btf, mut ty: Type) -> Option<Type> {
     None
 }
 
+/// How far below a memory.available level its early level is armed, at least. The
+/// node's level rides on the pods cgroup, offset by what the rest of the node held at the
+/// synchronize, and under reclaim the node's working set drifts from the pods' usage (the
+/// kernel's LRU aging moves page cache in and out of the working set, and pages on the
+/// per-CPU free lists are not counted free): in the cgroup v2 VM, a hog at about 400 MiB/s
+/// brought the node to its threshold 4-7 MiB before the pods cgroup reached the level armed
+/// 30 ms earlier. The hot path confirms the level on the node itself and watches the node
+/// from this far below, inside its CPU budget.
+pub(crate) const NODE_EARLY_MARGIN: u64 = 8 << 20;
+
+/// The early margin of `spec`'s level: `margin` (0: no early levels), widened to
+/// [`NODE_EARLY_MARGIN`] for the node's memory.available levels.
+fn early_margin_of(spec: &ThresholdSpec, margin: u64) -> u64 {
+    let node = spec
+        .threshold
+        .is_some_and(|t| t.signal == Signal::MemoryAvailable);
+    if margin != 0 && node {
+        margin.max(NODE_EARLY_MARGIN)
+    } else {
+        margin
+    }
+}
+
 /// The levels to write, per cgroup directory: hard thresholds first, then soft ones,
 /// then the early levels, then memory relief's levels, each group lowest first, at most [`LEVELS_PER_CGROUP`] per
 /// cgroup (more are left out and counted in the second value). A level the observation
@@ -284,7 +308,7 @@ fn strip(btf: &Btf, mut ty: Type) -> Option<Type> {
 /// arms.
 ///
 /// With an `early_margin`, each hard level not yet passed gets an early level that much
-/// below it ([`LEVEL_EARLY`]): a head start for the hot path, which then watches the
+/// below it ([`LEVEL_EARLY`]; [`NODE_EARLY_MARGIN`] at least for the node's): a head start for the hot path, which then watches the
 /// counter itself. `usage_of` gives a cgroup's usage now: an early level usage is already
 /// above waits below it (it tells a rise, as the memcg v1 eventfd does, not a level).
 pub(crate) fn levels_by_cgroup(
@@ -317,14 +341,11 @@ pub(crate) fn levels_by_cgroup(
                 flags: if spec.hard { LEVEL_HARD } else { 0 },
             },
         ));
-        if early_margin == 0 || !spec.hard || spec.passed_when_armed {
+        let margin = early_margin_of(spec, early_margin);
+        if margin == 0 || !spec.hard || spec.passed_when_armed {
             continue;
         }
-        let Some(early) = spec
-            .usage_bytes
-            .checked_sub(early_margin)
-            .filter(|b| *b > 0)
-        else {
+        let Some(early) = spec.usage_bytes.checked_sub(margin).filter(|b| *b > 0) else {
             continue;
         };
         let above = usage_of(&spec.cgroup).is_some_and(|usage| usage >= early);
@@ -695,6 +716,42 @@ mod tests {
             out.iter()
                 .all(|(_, levels)| levels.levels.iter().all(|l| l.flags != LEVEL_EARLY))
         );
+    }
+
+    #[test]
+    fn the_nodes_levels_get_the_wider_early_margin() {
+        let with = |signal| ThresholdSpec {
+            threshold: Some(super::super::memcg::ArmedThreshold {
+                signal,
+                quantity_bytes: 100 << 20,
+                capacity_bytes: 1 << 30,
+                relief: false,
+            }),
+            ..spec("/pods", 500 << 20, true, false)
+        };
+        let specs = [
+            with(Signal::MemoryAvailable),
+            with(Signal::AllocatableMemoryAvailable),
+        ];
+        let early = |margin| {
+            let (out, _) = levels_by_cgroup(&specs, margin, |_| Some(0));
+            let mut early: Vec<u64> = out[0]
+                .1
+                .levels
+                .iter()
+                .filter(|l| l.flags == LEVEL_EARLY)
+                .map(|l| (500 << 20) - l.level_bytes)
+                .collect();
+            early.sort();
+            early
+        };
+        // The pods' own level keeps the margin; the node's rides on the pods cgroup and
+        // gets NODE_EARLY_MARGIN.
+        assert_eq!(early(1 << 20), vec![1 << 20, NODE_EARLY_MARGIN]);
+        // A margin wider than it stands for both.
+        assert_eq!(early(16 << 20), vec![16 << 20]);
+        // No early levels at all: none for the node either.
+        assert!(early(0).is_empty());
     }
 
     #[test]

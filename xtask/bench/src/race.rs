@@ -311,16 +311,27 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
             }
         }
     }
-    // A kill more than 10 ms after the crossing: the agent's hot path lines of the trial
-    // go to the output, for the reason (in the VM the run's directory goes with it).
-    if trial
-        .kernel_crossing_to_kill_us
-        .is_some_and(|us| us > 10_000.0)
-    {
+    // A kill more than 10 ms after the crossing (the kernel's stamps on the pods race,
+    // the sampler's crossing on the node race): the agent's hot path lines and its
+    // synchronizes go to the output, for the reason (in the VM the run's directory goes
+    // with it).
+    let slow = match setup.level {
+        Level::Pods => trial
+            .kernel_crossing_to_kill_us
+            .is_some_and(|us| us > 10_000.0),
+        Level::Node => trial.crossing_to_kill_ms.is_some_and(|ms| ms > 10.0),
+    };
+    if slow {
+        println!(
+            "bench: slow kill: crossing at {:?} ms, first wake at {:?} ms, kill at {:?} ms (hog at {:?} MiB/s)",
+            trial.crossing_ms, trial.wake_ms, trial.kill_ms, trial.measured_rate_mib_s
+        );
         for line in log
             .lines()
-            .filter(|l| l.contains("hot path") || l.contains(": wake "))
-            .take(60)
+            .filter(|l| {
+                l.contains("hot path") || l.contains(": wake ") || l.contains("synchronize done")
+            })
+            .take(100)
         {
             println!("bench: slow kill, agent log: {line}");
         }

@@ -46,6 +46,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::clock::monotonic_ns;
+use crate::notify::detector::NODE_EARLY_MARGIN;
 use crate::notify::memcg::{ArmedThreshold, ThresholdSpec};
 use crate::notify::{CrossingHook, WakeSource};
 use crate::observe::{CgroupReader, CgroupVersion, MemoryCounter, OpenFiles, Toward};
@@ -84,12 +85,30 @@ struct Level {
     usage: u64,
     /// The eviction threshold the level stands for.
     threshold: Option<ArmedThreshold>,
+    /// How far below `usage` a watch keeps watching, at least, whatever margin it was
+    /// started with: the node's levels are told by a notifier on another counter, which
+    /// may fire that far off ([`NODE_EARLY_MARGIN`]); 0 for the others.
+    watch_margin: u64,
 }
 
 impl Level {
     /// The cgroup's usage now: one read.
     fn usage_now(&self) -> Option<u64> {
         self.counter.usage_bytes().ok()
+    }
+
+    /// What a watch compares, read once, and the value it compares it with: a cgroup's
+    /// usage with the usage level (its working set would cost a memory.stat read); the
+    /// node's working set with the working set level, since meminfo holds both numbers in
+    /// one read and, under reclaim, its page cache moves while the working set does not.
+    fn watched_now(&self) -> Option<(u64, u64)> {
+        match &self.counter {
+            MemoryCounter::Meminfo { .. } => match self.counter.working_set_toward(0).ok()? {
+                Toward::WorkingSet(working_set) => Some((working_set, self.working_set)),
+                Toward::Short(_) => None,
+            },
+            MemoryCounter::Cgroup(_) => Some((self.usage_now()?, self.usage)),
+        }
     }
 
     /// The same level, its files read through `files`.
@@ -142,6 +161,10 @@ pub(crate) const WATCH_POLL: Duration = Duration::from_micros(25);
 /// preemption, 250–700 µs was seen). Never where only one CPU is usable: the spin would
 /// keep the allocating task itself from running.
 pub(crate) const WATCH_SPIN: Duration = Duration::from_millis(10);
+/// The longest a watch sleeps between two looks at the node's level, which it paces by
+/// the node's rise (see `watch::pace_ns`): a burst faster than the rise seen so far is
+/// seen at most this late.
+pub(crate) const WATCH_PACE_MAX: Duration = Duration::from_millis(2);
 /// After a watch that ran out its window, an early notifier starts no new one for this
 /// long; the notifiers at the levels themselves still tell.
 pub(crate) const WATCH_REST: Duration = Duration::from_millis(100);
@@ -413,6 +436,7 @@ impl HotPath {
                         working_set,
                         usage: working_set.saturating_add(inactive_file_at(root)),
                         threshold: s.threshold,
+                        watch_margin: NODE_EARLY_MARGIN,
                     }
                 }
                 _ => Level {
@@ -421,6 +445,7 @@ impl HotPath {
                     working_set: s.usage_bytes.saturating_sub(inactive_file_at(&s.cgroup)),
                     usage: s.usage_bytes,
                     threshold: s.threshold,
+                    watch_margin: 0,
                 },
             })
             .collect();

@@ -820,6 +820,37 @@ fn a_node_level_on_the_pods_cgroup_kills_only_once_the_node_itself_is_past_it() 
 }
 
 #[test]
+fn a_node_level_told_early_by_the_pods_notifier_is_watched_on_the_node_until_it_is_past() {
+    let (f, proc) = with_node_counter();
+    f.arm("default/big");
+    // The pods reached the level armed for them while the node is still 4 MiB short of
+    // its own (the rest of the node shrank a little since it was armed). The notifier
+    // will not fire again: the look becomes a watch of the node, which kills once the
+    // node gets there.
+    set_node_free(&proc, 1028);
+    f.set_usage(1000);
+    let later = {
+        let proc = proc.path().to_path_buf();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            std::fs::write(
+                proc.join("meminfo"),
+                format!(
+                    "MemTotal: {} kB\nMemFree: {} kB\nInactive(file): 0 kB\n",
+                    8 << 20,
+                    1020 << 10
+                ),
+            )
+            .expect("meminfo");
+        })
+    };
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    later.join().expect("the writer");
+    assert_eq!(f.killed("default/big"), "1", "killed once the node is past");
+    assert_eq!(f.hot.take_fired()[0].signal_available, Some(1020 << 20));
+}
+
+#[test]
 fn a_node_level_is_watched_on_the_node_when_the_rest_of_it_grew() {
     let (f, proc) = with_node_counter();
     f.arm("default/big");
@@ -831,4 +862,59 @@ fn a_node_level_is_watched_on_the_node_when_the_rest_of_it_grew() {
     assert!(f.hot.early_crossing(WakeSource::Ebpf, 1 << 20, 1));
     assert_eq!(f.killed("default/big"), "1");
     assert_eq!(f.hot.take_fired()[0].signal_available, Some(1000 << 20));
+}
+
+#[test]
+fn a_watch_paces_its_looks_at_the_nodes_level_by_the_nodes_rise() {
+    let pace = |value: u64, now_ns, first| {
+        watch::pace_ns(100 << 20, NODE_EARLY_MARGIN, value, now_ns, first)
+    };
+    let ms = 1_000_000;
+    // The first look gives no rate: look again at once.
+    assert_eq!(pace(90 << 20, ms, None), 0);
+    // 1 MiB in 1 ms, 9 MiB to go: 9 ms away, the longest pause.
+    let first = Some((90 << 20, ms));
+    assert_eq!(pace(91 << 20, 2 * ms, first), 2 * ms);
+    // 9 MiB in 9 ms, 1 MiB to go: half of the millisecond left.
+    assert_eq!(pace(99 << 20, 10 * ms, first), ms / 2);
+    // Not rising: the longest pause; at the level: look at once (the kill's look).
+    assert_eq!(pace(90 << 20, 10 * ms, first), 2 * ms);
+    assert_eq!(pace(100 << 20, 10 * ms, first), 0);
+    // A cgroup's level is never paced.
+    assert_eq!(watch::pace_ns(100 << 20, 0, 91 << 20, 2 * ms, first), 0);
+}
+
+#[test]
+fn a_node_level_is_watched_on_the_working_set_while_reclaim_shrinks_the_page_cache() {
+    let (f, proc) = with_node_counter();
+    // Armed with 64 MiB of page cache on the node; since then reclaim freed all of it, so
+    // the node's usage is that much lower while its working set is 1 MiB short of the
+    // level. The watch follows the working set, not the usage (which it would see 65 MiB
+    // short, past its margin, and stop).
+    f.hot.set_levels(
+        CgroupVersion::V1,
+        &[available_level(f.dir.path(), 1000)],
+        |_| 64 << 20,
+    );
+    f.arm("default/big");
+    let meminfo = |free_mib: u64, inactive_mib: u64| {
+        format!(
+            "MemTotal: {} kB\nMemFree: {} kB\nInactive(file): {} kB\n",
+            8 << 20,
+            free_mib << 10,
+            inactive_mib << 10
+        )
+    };
+    std::fs::write(proc.path().join("meminfo"), meminfo(1025, 0)).expect("meminfo");
+    f.set_usage(1000);
+    let later = {
+        let proc = proc.path().to_path_buf();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            std::fs::write(proc.join("meminfo"), meminfo(1020, 0)).expect("meminfo");
+        })
+    };
+    assert!(f.hot.early_crossing(WakeSource::Ebpf, 1 << 20, 1));
+    later.join().expect("the writer");
+    assert_eq!(f.killed("default/big"), "1");
 }

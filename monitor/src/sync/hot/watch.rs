@@ -325,14 +325,25 @@ impl HotPath {
             };
         let until = started + WATCH_WINDOW;
         let mut looks = 0u32;
+        // Each level's first usage read by this watch, and when: its rate of rise.
+        let mut first: Vec<Option<(u64, u64)>> = vec![None; levels.len()];
         loop {
             let (mut reached, mut all_below) = (false, true);
-            for level in levels {
-                let Some(usage) = level.usage_now() else {
+            // How long the levels let the watch sleep before its next look.
+            let mut pause_ns = u64::MAX;
+            for (level, first) in levels.iter().zip(first.iter_mut()) {
+                let Some((value, at)) = level.watched_now() else {
                     continue;
                 };
-                reached |= usage >= level.usage;
-                all_below &= usage < level.usage.saturating_sub(margin);
+                let read_ns = monotonic_ns();
+                reached |= value >= at;
+                let near = value >= at.saturating_sub(margin.max(level.watch_margin));
+                all_below &= !near;
+                if near {
+                    pause_ns =
+                        pause_ns.min(pace_ns(at, level.watch_margin, value, read_ns, *first));
+                }
+                first.get_or_insert((value, read_ns));
             }
             // After the reads: the moment the crossing was seen.
             let now_ns = monotonic_ns();
@@ -361,7 +372,8 @@ impl HotPath {
             // looked at every 8 reads while spinning and after every read once the watch
             // sleeps between them, so a watch overruns its allowance by a few reads at most.
             let now = std::time::Instant::now();
-            let check = looks.is_multiple_of(8) || now >= spin_until;
+            let paced = pause_ns != 0 && pause_ns != u64::MAX;
+            let check = looks.is_multiple_of(8) || now >= spin_until || paced;
             if check && thread_cpu_ns().saturating_sub(cpu_start) >= allowance {
                 tracing::debug!(source = %source, told_ns, "hot path: watch ended, its CPU budget is spent");
                 self.last_watch_end_ns
@@ -374,11 +386,48 @@ impl HotPath {
                     .store(monotonic_ns(), std::sync::atomic::Ordering::Relaxed);
                 return false;
             }
-            if now < spin_until {
+            if paced {
+                std::thread::sleep(Duration::from_nanos(pause_ns));
+            } else if now < spin_until {
                 std::hint::spin_loop();
             } else {
                 std::thread::sleep(WATCH_POLL);
             }
         }
     }
+}
+
+/// How long a watch may sleep before it looks again at a level `at`, whose watched value
+/// (see `Level::watched_now`) was `value` at `now_ns` (`first`: the watch's first read of
+/// it, and when). A cgroup's level (`watch_margin` 0) is looked at again at once: its
+/// notifier fires a few pages off, and the watch is there to kill within microseconds of
+/// the level. The node's level is told by a notifier on the pods cgroup, megabytes off
+/// either way, and meminfo costs more to read: the watch sleeps half the time the node,
+/// rising as fast as it has since the watch's first look, takes to get there, and at most
+/// [`WATCH_PACE_MAX`] (also while it does not rise), so that its CPU budget lasts as far
+/// as the level.
+pub(super) fn pace_ns(
+    at: u64,
+    watch_margin: u64,
+    value: u64,
+    now_ns: u64,
+    first: Option<(u64, u64)>,
+) -> u64 {
+    let max = WATCH_PACE_MAX.as_nanos() as u64;
+    if watch_margin == 0 || value >= at {
+        return 0;
+    }
+    let Some((first_value, first_ns)) = first else {
+        // One more read gives a rate.
+        return 0;
+    };
+    let (rise, elapsed) = (
+        value.saturating_sub(first_value),
+        now_ns.saturating_sub(first_ns),
+    );
+    if rise == 0 || elapsed == 0 {
+        return max;
+    }
+    let to_level_ns = u128::from(at - value) * u128::from(elapsed) / u128::from(rise);
+    u64::try_from(to_level_ns / 2).unwrap_or(u64::MAX).min(max)
 }
