@@ -771,10 +771,11 @@ fn with_node_counter() -> (Fixture, tempfile::TempDir) {
     (f, proc)
 }
 
-/// Writes the fake node's meminfo with `free_mib` free and no page cache.
-fn set_node_free(proc: &tempfile::TempDir, free_mib: u64) {
+/// Writes the fake node's meminfo (under the proc root `proc`) with `free_mib` free and no
+/// page cache.
+fn set_node_free(proc: &std::path::Path, free_mib: u64) {
     std::fs::write(
-        proc.path().join("meminfo"),
+        proc.join("meminfo"),
         format!(
             "MemTotal: {} kB\nMemFree: {} kB\nInactive(file): 0 kB\n",
             8 << 20,
@@ -784,6 +785,15 @@ fn set_node_free(proc: &tempfile::TempDir, free_mib: u64) {
     .expect("meminfo");
 }
 
+/// [`set_node_free`] 5 ms from now, on another thread: the node moving while a watch runs.
+fn set_node_free_soon(proc: &tempfile::TempDir, free_mib: u64) -> std::thread::JoinHandle<()> {
+    let proc = proc.path().to_path_buf();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(5));
+        set_node_free(&proc, free_mib);
+    })
+}
+
 #[test]
 fn a_node_level_on_the_pods_cgroup_kills_only_once_the_node_itself_is_past_it() {
     let (f, proc) = with_node_counter();
@@ -791,7 +801,7 @@ fn a_node_level_on_the_pods_cgroup_kills_only_once_the_node_itself_is_past_it() 
     // The pods reached the level armed for them, but the rest of the node has shrunk
     // since it was armed: the node still has 2 GiB available, and the kubelet would not
     // evict anybody.
-    set_node_free(&proc, 2048);
+    set_node_free(proc.path(), 2048);
     f.set_usage(1000);
     f.hot.hard_crossing(WakeSource::Ebpf);
     assert_eq!(
@@ -801,7 +811,7 @@ fn a_node_level_on_the_pods_cgroup_kills_only_once_the_node_itself_is_past_it() 
     );
     assert!(f.hot.take_fired().is_empty());
     // The node itself past the threshold: the kill, worded on the node's own numbers.
-    set_node_free(&proc, 512);
+    set_node_free(proc.path(), 512);
     f.hot.hard_crossing(WakeSource::Ebpf);
     assert_eq!(f.killed("default/big"), "1");
     let fired = f.hot.take_fired();
@@ -827,23 +837,9 @@ fn a_node_level_told_early_by_the_pods_notifier_is_watched_on_the_node_until_it_
     // its own (the rest of the node shrank a little since it was armed). The notifier
     // will not fire again: the look becomes a watch of the node, which kills once the
     // node gets there.
-    set_node_free(&proc, 1028);
+    set_node_free(proc.path(), 1028);
     f.set_usage(1000);
-    let later = {
-        let proc = proc.path().to_path_buf();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(5));
-            std::fs::write(
-                proc.join("meminfo"),
-                format!(
-                    "MemTotal: {} kB\nMemFree: {} kB\nInactive(file): 0 kB\n",
-                    8 << 20,
-                    1020 << 10
-                ),
-            )
-            .expect("meminfo");
-        })
-    };
+    let later = set_node_free_soon(&proc, 1020);
     f.hot.hard_crossing(WakeSource::Ebpf);
     later.join().expect("the writer");
     assert_eq!(f.killed("default/big"), "1", "killed once the node is past");
@@ -858,7 +854,7 @@ fn a_node_level_is_watched_on_the_node_when_the_rest_of_it_grew() {
     // since: the node is past its threshold already. The early notifier's watch reads
     // the node and kills.
     f.set_usage(10);
-    set_node_free(&proc, 1000);
+    set_node_free(proc.path(), 1000);
     assert!(f.hot.early_crossing(WakeSource::Ebpf, 1 << 20, 1));
     assert_eq!(f.killed("default/big"), "1");
     assert_eq!(f.hot.take_fired()[0].signal_available, Some(1000 << 20));
@@ -897,23 +893,9 @@ fn a_node_level_is_watched_on_the_working_set_while_reclaim_shrinks_the_page_cac
         |_| 64 << 20,
     );
     f.arm("default/big");
-    let meminfo = |free_mib: u64, inactive_mib: u64| {
-        format!(
-            "MemTotal: {} kB\nMemFree: {} kB\nInactive(file): {} kB\n",
-            8 << 20,
-            free_mib << 10,
-            inactive_mib << 10
-        )
-    };
-    std::fs::write(proc.path().join("meminfo"), meminfo(1025, 0)).expect("meminfo");
+    set_node_free(proc.path(), 1025);
     f.set_usage(1000);
-    let later = {
-        let proc = proc.path().to_path_buf();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(5));
-            std::fs::write(proc.join("meminfo"), meminfo(1020, 0)).expect("meminfo");
-        })
-    };
+    let later = set_node_free_soon(&proc, 1020);
     assert!(f.hot.early_crossing(WakeSource::Ebpf, 1 << 20, 1));
     later.join().expect("the writer");
     assert_eq!(f.killed("default/big"), "1");
