@@ -282,10 +282,10 @@ fn strip(btf: &Btf, mut ty: Type) -> Option<Type> {
 /// node's level rides on the pods cgroup, offset by what the rest of the node held at the
 /// synchronize, and under reclaim the node's working set drifts from the pods' usage (the
 /// kernel's LRU aging moves page cache in and out of the working set, and pages on the
-/// per-CPU free lists are not counted free): in the cgroup v2 VM, a hog at about 400 MiB/s
-/// brought the node to its threshold 4-7 MiB before the pods cgroup reached the level armed
-/// 30 ms earlier. The hot path confirms the level on the node itself and watches the node
-/// from this far below, inside its CPU budget.
+/// per-CPU free lists are not counted free): in the cgroup v2 VM, with a hog at about
+/// 400 MiB/s, the node reached its threshold 4-7 MiB before or after the pods cgroup
+/// reached the level armed 30 ms earlier. The hot path confirms the level on the node
+/// itself and watches the node from this far below, inside its CPU budget.
 pub(crate) const NODE_EARLY_MARGIN: u64 = 8 << 20;
 
 /// The early margin of `spec`'s level: `margin` (0: no early levels), widened to
@@ -308,8 +308,8 @@ fn early_margin_of(spec: &ThresholdSpec, margin: u64) -> u64 {
 /// arms.
 ///
 /// With an `early_margin`, each hard level not yet passed gets an early level that much
-/// below it ([`LEVEL_EARLY`]; [`NODE_EARLY_MARGIN`] at least for the node's): a head start for the hot path, which then watches the
-/// counter itself. `usage_of` gives a cgroup's usage now: an early level usage is already
+/// below it ([`LEVEL_EARLY`]; [`NODE_EARLY_MARGIN`] at least for the node's): a head
+/// start for the hot path, which then watches the counter itself. `usage_of` gives a cgroup's usage now: an early level usage is already
 /// above waits below it (it tells a rise, as the memcg v1 eventfd does, not a level).
 pub(crate) fn levels_by_cgroup(
     specs: &[ThresholdSpec],
