@@ -216,7 +216,6 @@ pub fn memcg_oom_kills(dir: &Path, version: CgroupVersion) -> u64 {
         .unwrap_or(0)
 }
 
-/// OOM kills on the whole node since boot (`oom_kill` of /proc/vmstat).
 /// memory.available as the agent computes it on cgroup v2: MemFree + Inactive(file)
 /// (capacity − (MemTotal − MemFree − inactive file)).
 pub fn node_available_v2() -> u64 {
@@ -225,6 +224,7 @@ pub fn node_available_v2() -> u64 {
     map["MemFree"] + map["Inactive(file)"]
 }
 
+/// OOM kills on the whole node since boot (`oom_kill` of /proc/vmstat).
 pub fn node_oom_kills() -> u64 {
     let text = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
     text.lines()

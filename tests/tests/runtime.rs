@@ -467,16 +467,12 @@ fn a_node_threshold_armed_on_the_pods_cgroup_kills_only_once_the_node_is_past_it
         c.stdout(std::process::Stdio::null());
         c
     }));
+    // The rest's usage; `None` while its memory.current does not read.
+    let rest_usage = || rest.read("memory.current").trim().parse::<u64>().ok();
     wait_until(
         "the rest of the node holds 128 MiB",
         Duration::from_secs(20),
-        || {
-            rest.read("memory.current")
-                .trim()
-                .parse::<u64>()
-                .unwrap_or(0)
-                >= 128 * MIB
-        },
+        || rest_usage().is_some_and(|usage| usage >= 128 * MIB),
     );
     // A first run, whose threshold nobody reaches, starts the pods and the agent: what
     // they take of the node is then known. Node allocatable is not enforced on the pods,
@@ -549,13 +545,7 @@ fn a_node_threshold_armed_on_the_pods_cgroup_kills_only_once_the_node_is_past_it
     wait_until(
         "the rest of the node freed its memory",
         Duration::from_secs(10),
-        || {
-            rest.read("memory.current")
-                .trim()
-                .parse::<u64>()
-                .unwrap_or(u64::MAX)
-                < 8 * MIB
-        },
+        || rest_usage().is_some_and(|usage| usage < 8 * MIB),
     );
     // 208 MiB: past the pods' level (160 MiB), 80 MiB short of the node's threshold.
     std::fs::write(&go, "").expect("start file");
