@@ -174,6 +174,12 @@ pub(crate) const WATCH_REST: Duration = Duration::from_millis(100);
 /// back: 10 ms in a burst, 2 % of one CPU over time.
 pub(crate) const WATCH_BUDGET: Duration = Duration::from_millis(10);
 pub(crate) const WATCH_REFILL_PER_SEC: Duration = Duration::from_millis(20);
+/// The part of [`WATCH_BUDGET`] a watch started by an early notifier leaves to the watch
+/// a hard notifier starts when its level is not quite reached. An early watch may start
+/// megabytes below the node's level and spend its allowance on the way; the hard record
+/// that follows, a fraction of a MiB short, then found nothing left and the kill waited
+/// for the next record (15 ms in the cgroup v2 VM).
+pub(crate) const WATCH_HARD_RESERVE: Duration = Duration::from_millis(3);
 /// Watches one early notifier may start within [`FLAP_WINDOW`] between two armings: a
 /// workload whose usage moves across the early level and back fires it again and again,
 /// and is then rested until the next synchronize. Fires further apart (a node whose usage

@@ -541,7 +541,8 @@ fn a_watch_that_sees_no_crossing_ends_by_its_window_or_its_budget() {
     f.set_usage(950);
     let started = std::time::Instant::now();
     assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
-    assert!(started.elapsed() >= WATCH_SPIN.min(WATCH_BUDGET));
+    // An early watch spends the budget but for the hard notifiers' reserve.
+    assert!(started.elapsed() >= WATCH_SPIN.min(WATCH_BUDGET - WATCH_HARD_RESERVE));
     assert_eq!(f.killed("default/a"), "", "never reached: nobody killed");
     let used = f.hot.watch_cpu();
     assert!(
@@ -616,6 +617,31 @@ fn the_watch_budget_refills_at_its_rate_and_caps_at_its_size() {
         budget.refill(100_000_000_000),
         WATCH_BUDGET.as_nanos() as u64
     );
+}
+
+#[test]
+fn an_early_watch_leaves_the_budgets_reserve_to_a_hard_notifiers_watch() {
+    let mut f = Fixture::with_page_cache_at_arming();
+    // Sleeping between looks, the reserve lasts past the rewrite below.
+    f.hot.spin = false;
+    // What an early watch that started far below the level left of the budget (less
+    // 100 µs, which the budget takes 5 s to regain while the test runs).
+    *f.hot.budget.lock().expect("budget") = WatchBudget {
+        left_ns: (WATCH_HARD_RESERVE - Duration::from_micros(100)).as_nanos() as u64,
+        refilled_at_ns: monotonic_ns(),
+    };
+    // The usage level is reached, the working set not yet (400 of page cache).
+    f.set_usage(1000);
+    f.set_inactive(400);
+    // Another early notifier starts no watch on the reserve.
+    assert!(!f.hot.early_crossing(WakeSource::Ebpf, 100, 1));
+    assert_eq!(f.hot.watch_cpu(), Duration::ZERO, "no early watch ran");
+    // The hard notifier's watch runs on it and kills once the working set gets there.
+    let shrink = f.rewrite_later("memory.stat", "cache 1\ntotal_inactive_file 200\n");
+    f.hot.hard_crossing(WakeSource::Ebpf);
+    shrink.join().expect("shrink");
+    assert_eq!(f.killed("default/a"), "1", "killed on the reserve");
+    assert!(f.hot.watch_cpu() > Duration::ZERO, "the hard watch ran");
 }
 
 #[test]

@@ -285,12 +285,19 @@ impl HotPath {
                     .collect()
             })
         };
-        let allowance = {
+        let left = {
             let mut budget = self.budget.lock().unwrap_or_else(|p| p.into_inner());
             budget.refill(monotonic_ns())
         };
+        // An early notifier's watch (started `margin` below the levels) leaves the
+        // reserve to a hard notifier's, whose level is closer.
+        let allowance = if margin > 0 {
+            left.saturating_sub(WATCH_HARD_RESERVE.as_nanos() as u64)
+        } else {
+            left
+        };
         if allowance == 0 {
-            tracing::debug!(source = %source, "hot path: watch skipped, its CPU budget is spent");
+            tracing::debug!(source = %source, margin, "hot path: watch skipped, its CPU budget is spent (an early watch leaves the reserve to a hard notifier's)");
             return false;
         }
         let cpu_start = thread_cpu_ns();
