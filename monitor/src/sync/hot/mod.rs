@@ -178,7 +178,7 @@ pub(crate) const WATCH_REFILL_PER_SEC: Duration = Duration::from_millis(20);
 /// a hard notifier starts when its level is not quite reached. An early watch may start
 /// megabytes below the node's level and spend its allowance on the way; the hard record
 /// that follows, a fraction of a MiB short, then found nothing left and the kill waited
-/// for the next record (15 ms in the cgroup v2 VM).
+/// for the next record (17 ms in the cgroup v2 VM).
 pub(crate) const WATCH_HARD_RESERVE: Duration = Duration::from_millis(3);
 /// Watches one early notifier may start within [`FLAP_WINDOW`] between two armings: a
 /// workload whose usage moves across the early level and back fires it again and again,
