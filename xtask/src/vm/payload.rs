@@ -64,29 +64,26 @@ pub struct BuildOptions {
 pub fn build(workspace: &Path, options: &BuildOptions) -> Result<Payload> {
     let profile: &[&str] = if options.release { &["--release"] } else { &[] };
 
+    // One cargo run for all the guest programs: run apart, the agent's build (without the
+    // tests' package) resolved other features than the hog's and the tests' builds and the
+    // dependency tree was compiled twice more.
+    let mut cmd = cargo(workspace);
+    cmd.args(["build", "--target", MUSL_TARGET]).args(profile);
+    for (package, bin) in GUEST_BINS {
+        cmd.args(["-p", package, "--bin", bin]);
+    }
+    let built = run_cargo_json(cmd)?;
     let mut bins = Vec::new();
     for (package, bin) in GUEST_BINS {
-        let mut cmd = cargo(workspace);
-        cmd.args([
-            "build",
-            "-p",
-            package,
-            "--bin",
-            bin,
-            "--target",
-            MUSL_TARGET,
-        ])
-        .args(profile);
-        let built = run_cargo_json(cmd)?;
         let exe = built
-            .into_iter()
+            .iter()
             .find(|a| a.kind == ArtifactKind::Bin && a.name == *bin)
             .with_context(|| {
                 format!("cargo build -p {package} --bin {bin} reported no executable")
             })?;
         bins.push(Executable {
             name: bin.to_string(),
-            path: exe.path,
+            path: exe.path.clone(),
         });
     }
 
