@@ -17,6 +17,41 @@ fn config() -> Arc<EvictionConfig> {
 struct Fixture {
     dir: tempfile::TempDir,
     hot: HotPath,
+    /// Held while the fixture lives: a watch reads without sleeping, and two at once (two
+    /// tests in parallel) would keep the threads that rewrite their files off both CPUs
+    /// of a small machine until their budgets ran out.
+    _one_test_at_a_time: OneTestAtATime,
+}
+
+/// The lock of [`Fixture`]s: taken by a test's first fixture, and not again by a second
+/// one the same test makes while the first lives.
+struct OneTestAtATime(Option<std::sync::MutexGuard<'static, ()>>);
+
+static FIXTURES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+thread_local! {
+    static HOLDS_FIXTURES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl OneTestAtATime {
+    fn take() -> OneTestAtATime {
+        if HOLDS_FIXTURES.get() {
+            return OneTestAtATime(None);
+        }
+        let guard = FIXTURES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        HOLDS_FIXTURES.set(true);
+        OneTestAtATime(Some(guard))
+    }
+}
+
+impl Drop for OneTestAtATime {
+    fn drop(&mut self) {
+        if self.0.is_some() {
+            HOLDS_FIXTURES.set(false);
+        }
+    }
 }
 
 /// The hard memory.available<1Gi (of 8 GiB) level armed on `cgroup` at `usage_bytes`.
@@ -56,7 +91,11 @@ impl Fixture {
             ],
             |_| 0,
         );
-        Fixture { dir, hot }
+        Fixture {
+            dir,
+            hot,
+            _one_test_at_a_time: OneTestAtATime::take(),
+        }
     }
 
     /// A usage level of 1000 armed when 300 of it was inactive page cache (the
@@ -904,6 +943,68 @@ fn a_watch_paces_its_looks_at_the_nodes_level_by_the_nodes_rise() {
     assert_eq!(pace(100 << 20, 10 * ms, first), 0);
     // A cgroup's level is never paced.
     assert_eq!(watch::pace_ns(100 << 20, 0, 91 << 20, 2 * ms, first), 0);
+}
+
+#[test]
+fn a_watch_paces_its_looks_at_a_cgroups_level_by_the_steps_of_its_usage() {
+    let ms = 1_000_000;
+    let seen = |first: (u64, u64), moved: Option<(u64, u64)>| Some(watch::Seen { first, moved });
+    let pace = |value, now_ns, seen| watch::pace_cgroup_ns(1000, value, now_ns, seen);
+    // No step seen yet, or none at all: no rate, read again at once.
+    assert_eq!(pace(900, 0, None), 0);
+    assert_eq!(pace(900, 5 * ms, seen((900, 0), None)), 0);
+    // 10 in the first 2 ms: the level is due at 20 ms; half of the 18 ms left, less the
+    // wake's slack, is past the longest pause.
+    let early = seen((900, 0), Some((910, 2 * ms)));
+    assert_eq!(pace(910, 2 * ms, early), WATCH_PACE_MAX.as_nanos() as u64);
+    // 80 in 16 ms, last step at 16 ms: due at 20 ms. At 17 ms, half of the 3 ms left
+    // less the slack; at 18.5 ms the last stretch, read back to back.
+    let late = seen((900, 0), Some((980, 16 * ms)));
+    assert_eq!(pace(980, 17 * ms, late), ms / 2);
+    assert_eq!(pace(980, 18 * ms + ms / 2, late), 0);
+    // Overdue, or at the level: at once.
+    assert_eq!(pace(980, 25 * ms, late), 0);
+    assert_eq!(
+        pace(1000, 17 * ms, seen((900, 0), Some((1000, 16 * ms)))),
+        0
+    );
+}
+
+#[test]
+fn an_early_watch_over_a_slow_rise_sleeps_while_far_and_kills_at_the_level() {
+    let f = Fixture::new(10_000);
+    f.arm("default/a");
+    f.set_usage(9_000);
+    // The usage climbs the early margin in steps, as the charge batches of an allocator
+    // slowed by reclaim would: 100 every 2 ms, at the level after 20 ms. Read back to
+    // back all the way, a watch would run out its CPU budget (7 ms for an early watch)
+    // long before that.
+    let path = f.dir.path().join("memory.usage_in_bytes");
+    let climb = std::thread::spawn(move || {
+        use std::io::Write;
+        for usage in (9_100..=10_000).step_by(100) {
+            std::thread::sleep(Duration::from_millis(2));
+            // In place: a reader never sees the file empty.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(format!("{usage}\n").as_bytes()))
+                .expect("usage");
+        }
+    });
+    let killed = f.hot.early_crossing(WakeSource::MemcgThreshold, 1_000, 1);
+    climb.join().expect("climb");
+    assert!(
+        killed,
+        "the watch lasted to the level: cpu {:?}",
+        f.hot.watch_cpu()
+    );
+    assert_eq!(f.killed("default/a"), "1");
+    let used = f.hot.watch_cpu();
+    assert!(
+        used < WATCH_BUDGET - WATCH_HARD_RESERVE,
+        "within an early watch's allowance: {used:?}"
+    );
 }
 
 #[test]
