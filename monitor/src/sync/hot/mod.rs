@@ -157,20 +157,16 @@ impl Crossing {
 /// ([`HotPath::early_crossing`]), and how often it reads the usage meanwhile.
 pub(crate) const WATCH_WINDOW: Duration = Duration::from_millis(50);
 pub(crate) const WATCH_POLL: Duration = Duration::from_micros(25);
-/// For this long a watch reads without sleeping (time it sleeps by its pace, far from a
-/// level, not counted): a fast allocator covers the early margin in well under a
-/// millisecond, and a thread woken from a sleep may wait for the CPU's current task to
-/// leave the kernel (on a kernel built without preemption, 250–700 µs was seen). Never
-/// where only one CPU is usable: the spin would keep the allocating task itself from
-/// running.
+/// For the first part of a watch the thread reads without sleeping: a fast allocator
+/// covers the early margin in well under a millisecond, and a thread woken from a sleep
+/// may wait for the CPU's current task to leave the kernel (on a kernel built without
+/// preemption, 250–700 µs was seen). Never where only one CPU is usable: the spin would
+/// keep the allocating task itself from running.
 pub(crate) const WATCH_SPIN: Duration = Duration::from_millis(10);
-/// The longest a watch sleeps between two looks at a level, which it paces by the rise
-/// it has seen (see `watch::pace_ns`, `watch::pace_cgroup_ns`): a burst faster than the
-/// rise seen so far is seen at most this late.
+/// The longest a watch sleeps between two looks at the node's level, which it paces by
+/// the node's rise (see `watch::pace_ns`): a burst faster than the rise seen so far is
+/// seen at most this late.
 pub(crate) const WATCH_PACE_MAX: Duration = Duration::from_millis(2);
-/// How much sooner than half the time left to a cgroup's level a paced watch wakes: a
-/// sleeping thread may wait that long for the CPU (see [`WATCH_SPIN`]).
-pub(crate) const WATCH_WAKE_SLACK: Duration = Duration::from_millis(1);
 /// After a watch that ran out its window, an early notifier starts no new one for this
 /// long; the notifiers at the levels themselves still tell.
 pub(crate) const WATCH_REST: Duration = Duration::from_millis(100);

@@ -946,68 +946,6 @@ fn a_watch_paces_its_looks_at_the_nodes_level_by_the_nodes_rise() {
 }
 
 #[test]
-fn a_watch_paces_its_looks_at_a_cgroups_level_by_the_steps_of_its_usage() {
-    let ms = 1_000_000;
-    let seen = |first: (u64, u64), moved: Option<(u64, u64)>| Some(watch::Seen { first, moved });
-    let pace = |value, now_ns, seen| watch::pace_cgroup_ns(1000, value, now_ns, seen);
-    // No step seen yet, or none at all: no rate, read again at once.
-    assert_eq!(pace(900, 0, None), 0);
-    assert_eq!(pace(900, 5 * ms, seen((900, 0), None)), 0);
-    // 10 in the first 2 ms: the level is due at 20 ms; half of the 18 ms left, less the
-    // wake's slack, is past the longest pause.
-    let early = seen((900, 0), Some((910, 2 * ms)));
-    assert_eq!(pace(910, 2 * ms, early), WATCH_PACE_MAX.as_nanos() as u64);
-    // 80 in 16 ms, last step at 16 ms: due at 20 ms. At 17 ms, half of the 3 ms left
-    // less the slack; at 18.5 ms the last stretch, read back to back.
-    let late = seen((900, 0), Some((980, 16 * ms)));
-    assert_eq!(pace(980, 17 * ms, late), ms / 2);
-    assert_eq!(pace(980, 18 * ms + ms / 2, late), 0);
-    // Overdue, or at the level: at once.
-    assert_eq!(pace(980, 25 * ms, late), 0);
-    assert_eq!(
-        pace(1000, 17 * ms, seen((900, 0), Some((1000, 16 * ms)))),
-        0
-    );
-}
-
-#[test]
-fn an_early_watch_over_a_slow_rise_sleeps_while_far_and_kills_at_the_level() {
-    let f = Fixture::new(10_000);
-    f.arm("default/a");
-    f.set_usage(9_000);
-    // The usage climbs the early margin in steps, as the charge batches of an allocator
-    // slowed by reclaim would: 100 every 2 ms, at the level after 20 ms. Read back to
-    // back all the way, a watch would run out its CPU budget (7 ms for an early watch)
-    // long before that.
-    let path = f.dir.path().join("memory.usage_in_bytes");
-    let climb = std::thread::spawn(move || {
-        use std::io::Write;
-        for usage in (9_100..=10_000).step_by(100) {
-            std::thread::sleep(Duration::from_millis(2));
-            // In place: a reader never sees the file empty.
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .and_then(|mut f| f.write_all(format!("{usage}\n").as_bytes()))
-                .expect("usage");
-        }
-    });
-    let killed = f.hot.early_crossing(WakeSource::MemcgThreshold, 1_000, 1);
-    climb.join().expect("climb");
-    assert!(
-        killed,
-        "the watch lasted to the level: cpu {:?}",
-        f.hot.watch_cpu()
-    );
-    assert_eq!(f.killed("default/a"), "1");
-    let used = f.hot.watch_cpu();
-    assert!(
-        used < WATCH_BUDGET - WATCH_HARD_RESERVE,
-        "within an early watch's allowance: {used:?}"
-    );
-}
-
-#[test]
 fn a_node_level_is_watched_on_the_working_set_while_reclaim_shrinks_the_page_cache() {
     let (f, proc) = with_node_counter();
     // Armed with 64 MiB of page cache on the node; since then reclaim freed all of it, so

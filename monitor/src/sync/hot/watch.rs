@@ -324,8 +324,7 @@ impl HotPath {
         allowance: u64,
     ) -> bool {
         let started = std::time::Instant::now();
-        // Paced sleeps move this on by their length: the spin is the time spent reading.
-        let mut spin_until = started
+        let spin_until = started
             + if self.spin {
                 WATCH_SPIN
             } else {
@@ -333,13 +332,13 @@ impl HotPath {
             };
         let until = started + WATCH_WINDOW;
         let mut looks = 0u32;
-        // What this watch has read of each level so far: its rate of rise.
-        let mut seen: Vec<Option<Seen>> = vec![None; levels.len()];
+        // Each level's first usage read by this watch, and when: its rate of rise.
+        let mut first: Vec<Option<(u64, u64)>> = vec![None; levels.len()];
         loop {
             let (mut reached, mut all_below) = (false, true);
             // How long the levels let the watch sleep before its next look.
             let mut pause_ns = u64::MAX;
-            for (level, seen) in levels.iter().zip(seen.iter_mut()) {
+            for (level, first) in levels.iter().zip(first.iter_mut()) {
                 let Some((value, at)) = level.watched_now() else {
                     continue;
                 };
@@ -347,17 +346,11 @@ impl HotPath {
                 reached |= value >= at;
                 let near = value >= at.saturating_sub(margin.max(level.watch_margin));
                 all_below &= !near;
-                let before = *seen;
-                Seen::record(seen, value, read_ns);
                 if near {
-                    let pause = if level.watch_margin == 0 {
-                        pace_cgroup_ns(at, value, read_ns, *seen)
-                    } else {
-                        let first = before.map(|s| s.first);
-                        pace_ns(at, level.watch_margin, value, read_ns, first)
-                    };
-                    pause_ns = pause_ns.min(pause);
+                    pause_ns =
+                        pause_ns.min(pace_ns(at, level.watch_margin, value, read_ns, *first));
                 }
+                first.get_or_insert((value, read_ns));
             }
             // After the reads: the moment the crossing was seen.
             let now_ns = monotonic_ns();
@@ -401,9 +394,7 @@ impl HotPath {
                 return false;
             }
             if paced {
-                let slept = std::time::Instant::now();
                 std::thread::sleep(Duration::from_nanos(pause_ns));
-                spin_until += slept.elapsed();
             } else if now < spin_until {
                 std::hint::spin_loop();
             } else {
@@ -411,69 +402,6 @@ impl HotPath {
             }
         }
     }
-}
-
-/// What a watch has read of one level's watched value: its first read, and the last read
-/// that found the value moved, each as (value, CLOCK_MONOTONIC ns).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Seen {
-    pub(super) first: (u64, u64),
-    pub(super) moved: Option<(u64, u64)>,
-}
-
-impl Seen {
-    fn record(seen: &mut Option<Seen>, value: u64, now_ns: u64) {
-        match seen {
-            None => {
-                *seen = Some(Seen {
-                    first: (value, now_ns),
-                    moved: None,
-                })
-            }
-            Some(s) => {
-                let last = s.moved.unwrap_or(s.first).0;
-                if value != last {
-                    s.moved = Some((value, now_ns));
-                }
-            }
-        }
-    }
-}
-
-/// How long a watch may sleep before it looks again at a cgroup's level `at`, its usage
-/// `value` at `now_ns` (this look, already in `seen`). The usage moves in steps, each CPU
-/// charging a batch of pages at a time, so the rate is taken from the watch's first read
-/// to the last step it saw, and until it has seen one the watch reads without sleeping.
-/// At that rate the level is due some time after the last step; while it is far, the
-/// watch sleeps half the time left, less [`WATCH_WAKE_SLACK`] for its wake, and at most
-/// [`WATCH_PACE_MAX`]; in the last stretch it reads without sleeping, so the level is
-/// still seen within microseconds. An allocator slowed near its limit (reclaim) took
-/// 9 ms over an early margin that a fast one covers in under one: read back to back all
-/// the way, that watch ran out its CPU budget first and the kill waited for the notifier
-/// at the level.
-pub(super) fn pace_cgroup_ns(at: u64, value: u64, now_ns: u64, seen: Option<Seen>) -> u64 {
-    let Some(Seen {
-        first: (first_value, first_ns),
-        moved: Some((moved_value, moved_ns)),
-    }) = seen
-    else {
-        return 0;
-    };
-    let (rise, elapsed) = (
-        moved_value.saturating_sub(first_value),
-        moved_ns.saturating_sub(first_ns),
-    );
-    if value >= at || moved_value >= at || rise == 0 || elapsed == 0 {
-        return 0;
-    }
-    let due_ns = u128::from(moved_ns)
-        + u128::from(at - moved_value) * u128::from(elapsed) / u128::from(rise);
-    let left_ns = due_ns.saturating_sub(u128::from(now_ns));
-    let slack = WATCH_WAKE_SLACK.as_nanos() as u64;
-    u64::try_from(left_ns / 2)
-        .unwrap_or(u64::MAX)
-        .saturating_sub(slack)
-        .min(WATCH_PACE_MAX.as_nanos() as u64)
 }
 
 /// How long a watch may sleep before it looks again at a level `at`, whose watched value
