@@ -64,9 +64,11 @@ pub struct BuildOptions {
 pub fn build(workspace: &Path, options: &BuildOptions) -> Result<Payload> {
     let profile: &[&str] = if options.release { &["--release"] } else { &[] };
 
-    // One cargo run for all the guest programs: run apart, the agent's build (without the
-    // tests' package) resolved other features than the hog's and the tests' builds and the
-    // dependency tree was compiled twice more.
+    // One cargo run for all the guest programs. It resolves the same features as the
+    // tests' build below (rstest is a normal dependency of the tests' package for that
+    // reason, see tests/Cargo.toml), so that build compiles only the test executables;
+    // and the agent comes out as `cargo build -p monitor` alone makes it, the one the
+    // package ships.
     let mut cmd = cargo(workspace);
     cmd.args(["build", "--target", MUSL_TARGET]).args(profile);
     for (package, bin) in GUEST_BINS {
