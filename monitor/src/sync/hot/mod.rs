@@ -163,6 +163,12 @@ pub(crate) const WATCH_POLL: Duration = Duration::from_micros(25);
 /// preemption, 250–700 µs was seen). Never where only one CPU is usable: the spin would
 /// keep the allocating task itself from running.
 pub(crate) const WATCH_SPIN: Duration = Duration::from_millis(10);
+/// How long the levels' usage may stand still while a watch spins before the watch
+/// leaves its CPU, and how many times one watch may (see `watch::CpuMoves`). An
+/// allocator at a few hundred MiB/s moves a cgroup's usage by a charge batch (64 pages
+/// per CPU) every millisecond or so; one held off its CPU by the watch does not move it.
+pub(crate) const WATCH_STILL: Duration = Duration::from_micros(500);
+pub(crate) const WATCH_MOVES: u32 = 2;
 /// The longest a watch sleeps between two looks at the node's level, which it paces by
 /// the node's rise (see `watch::pace_ns`): a burst faster than the rise seen so far is
 /// seen at most this late.

@@ -578,10 +578,18 @@ fn a_watch_that_sees_no_crossing_ends_by_its_window_or_its_budget() {
     let f = Fixture::new(1000);
     f.arm("default/a");
     f.set_usage(950);
+    let cpus = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("affinity");
     let started = std::time::Instant::now();
     assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
     // An early watch spends the budget but for the hard notifiers' reserve.
     assert!(started.elapsed() >= WATCH_SPIN.min(WATCH_BUDGET - WATCH_HARD_RESERVE));
+    // The usage stood still all along: where it spun, the watch left its CPU, and gave
+    // the thread all its CPUs back when it ended.
+    assert_eq!(
+        nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("affinity"),
+        cpus,
+        "the watch gave its CPUs back"
+    );
     assert_eq!(f.killed("default/a"), "", "never reached: nobody killed");
     let used = f.hot.watch_cpu();
     assert!(
@@ -964,4 +972,47 @@ fn a_node_level_is_watched_on_the_working_set_while_reclaim_shrinks_the_page_cac
     assert!(f.hot.early_crossing(WakeSource::Ebpf, 1 << 20, 1));
     later.join().expect("the writer");
     assert_eq!(f.killed("default/big"), "1");
+}
+
+#[test]
+fn a_watch_leaves_its_cpu_at_most_twice_and_gives_the_cpus_back() {
+    // Its own thread: the test harness's threads keep their CPUs whatever happens here.
+    std::thread::spawn(|| {
+        use nix::sched::{sched_getaffinity, sched_getcpu};
+        let this = nix::unistd::Pid::from_raw(0);
+        let cpus = sched_getaffinity(this).expect("affinity");
+        let usable = (0..nix::sched::CpuSet::count())
+            .filter(|&c| cpus.is_set(c).unwrap_or(false))
+            .count();
+        let mut moves = watch::CpuMoves::new();
+        if usable < 2 {
+            assert_eq!(moves.leave_this_cpu(), None, "one CPU: nowhere to go");
+            println!("SKIP a_watch_leaves_its_cpu: this thread may run on one CPU only");
+            return;
+        }
+        for _ in 0..WATCH_MOVES {
+            let (left, on) = moves.leave_this_cpu().expect("another CPU");
+            assert_ne!(left, on, "moved");
+            assert_ne!(
+                sched_getcpu().expect("cpu"),
+                left,
+                "not back on the CPU it left"
+            );
+            assert!(cpus.is_set(on).expect("cpu"), "on a CPU the thread had");
+        }
+        assert_eq!(moves.leave_this_cpu(), None, "no third move");
+        assert_ne!(
+            sched_getaffinity(this).expect("affinity"),
+            cpus,
+            "pinned while it watches"
+        );
+        drop(moves);
+        assert_eq!(
+            sched_getaffinity(this).expect("affinity"),
+            cpus,
+            "its CPUs back"
+        );
+    })
+    .join()
+    .expect("the test thread");
 }

@@ -69,6 +69,72 @@ pub(super) fn thread_cpu_ns() -> u64 {
     }
 }
 
+/// Moves a spinning watch off its CPU when the usage it watches stands still
+/// ([`WATCH_STILL`]), at most [`WATCH_MOVES`] times per watch, and gives the thread its
+/// CPUs back when dropped.
+///
+/// Why: the kernel wakes a real-time thread on the CPU it last ran on, whatever runs
+/// there. When that is the CPU of the task whose charge woke it (the allocator the watch
+/// is there for), the watch keeps that task off its CPU, and the load balancer moves it
+/// to an idle CPU only at a later tick: on a 250 Hz kernel the allocator stood still
+/// 2-8 ms while the other CPU was idle, and the watch spent its allowance waiting for a
+/// rise it was holding back. Nothing tells the watch which CPU the allocator is on, so
+/// it goes by the usage: once it has not moved for a while, the watch leaves its CPU; if
+/// the usage still stands, the allocator was not there, and the second move leaves the
+/// CPU the first one may have taken from it.
+pub(super) struct CpuMoves {
+    /// The thread's CPUs when the watch began (restored on drop), once it has moved.
+    original: Option<nix::sched::CpuSet>,
+    pub(super) moves: u32,
+}
+
+impl CpuMoves {
+    pub(super) fn new() -> CpuMoves {
+        CpuMoves {
+            original: None,
+            moves: 0,
+        }
+    }
+
+    /// Leaves the CPU this thread runs on for another it may run on; the CPU left and the
+    /// one it runs on now. `None` when it may run on one CPU only, has moved
+    /// [`WATCH_MOVES`] times, or the kernel refused.
+    pub(super) fn leave_this_cpu(&mut self) -> Option<(usize, usize)> {
+        use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity};
+        use nix::unistd::Pid;
+        if self.moves >= WATCH_MOVES {
+            return None;
+        }
+        let this = Pid::from_raw(0);
+        let original = match &self.original {
+            Some(set) => *set,
+            None => sched_getaffinity(this).ok()?,
+        };
+        let cpu = sched_getcpu().ok()?;
+        let mut others = original;
+        others.unset(cpu).ok()?;
+        let usable = (0..nix::sched::CpuSet::count())
+            .filter(|&c| others.is_set(c).unwrap_or(false))
+            .count();
+        if usable == 0 {
+            return None;
+        }
+        sched_setaffinity(this, &others).ok()?;
+        self.original = Some(original);
+        self.moves += 1;
+        Some((cpu, sched_getcpu().unwrap_or(usize::MAX)))
+    }
+}
+
+impl Drop for CpuMoves {
+    fn drop(&mut self) {
+        if let Some(original) = self.original.take() {
+            // Back to every CPU the thread had: the kernel leaves it where it runs.
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &original);
+        }
+    }
+}
+
 /// Whether this process may run on more than one CPU now.
 pub(super) fn more_than_one_cpu() -> bool {
     std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
@@ -334,14 +400,21 @@ impl HotPath {
         let mut looks = 0u32;
         // Each level's first usage read by this watch, and when: its rate of rise.
         let mut first: Vec<Option<(u64, u64)>> = vec![None; levels.len()];
+        // Each level's last value, and since when none has moved (see `CpuMoves`).
+        let mut last: Vec<Option<u64>> = vec![None; levels.len()];
+        let mut still_since = started;
+        let mut moves = CpuMoves::new();
         loop {
             let (mut reached, mut all_below) = (false, true);
             // How long the levels let the watch sleep before its next look.
             let mut pause_ns = u64::MAX;
-            for (level, first) in levels.iter().zip(first.iter_mut()) {
+            for ((level, first), last) in levels.iter().zip(first.iter_mut()).zip(last.iter_mut()) {
                 let Some((value, at)) = level.watched_now() else {
                     continue;
                 };
+                if last.replace(value).is_some_and(|was| was != value) {
+                    still_since = std::time::Instant::now();
+                }
                 let read_ns = monotonic_ns();
                 reached |= value >= at;
                 let near = value >= at.saturating_sub(margin.max(level.watch_margin));
@@ -396,6 +469,19 @@ impl HotPath {
             if paced {
                 std::thread::sleep(Duration::from_nanos(pause_ns));
             } else if now < spin_until {
+                if now.saturating_duration_since(still_since) >= WATCH_STILL
+                    && let Some((left, on)) = moves.leave_this_cpu()
+                {
+                    tracing::debug!(
+                        source = %source,
+                        told_ns,
+                        left,
+                        on,
+                        still_us = now.saturating_duration_since(still_since).as_micros() as u64,
+                        "hot path: the usage stood still while the watch spun; it left its CPU (the allocator may wait behind it there)"
+                    );
+                    still_since = std::time::Instant::now();
+                }
                 std::hint::spin_loop();
             } else {
                 std::thread::sleep(WATCH_POLL);
