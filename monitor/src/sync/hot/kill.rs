@@ -165,7 +165,8 @@ impl Pick {
     }
 }
 
-/// Reaps the killed victim's memory (`process_mrelease`) on a thread of its own, if the
+/// Raises the killed victim's threads to nice -20 at once (its exit frees its memory on
+/// its own CPU time), then reaps its memory (`process_mrelease`) on a thread of its own, if the
 /// victim has not freed it by itself [`REAP_AFTER`] the kill: the reap unmaps the memory
 /// from the calling thread and takes as long as freeing it does (60-90 ms for the bench's
 /// hog of about 370 MiB), and a notifier thread must not be deaf, nor its wake for the
@@ -174,10 +175,12 @@ fn reap(victim: Candidate, pod: String, killed_ns: u64) {
     let spawned = std::thread::Builder::new()
         .name(REAPER_THREAD.into())
         .spawn(move || {
+            let hastened = victim.switch.hasten_exit();
             std::thread::sleep(REAP_AFTER);
             let reaped = victim.switch.release_memory();
             tracing::info!(
                 pod = %pod,
+                hastened,
                 reaped,
                 reap_us = monotonic_ns().saturating_sub(killed_ns) / 1000,
                 "hot path: victim's memory reaped"
