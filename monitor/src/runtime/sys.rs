@@ -239,17 +239,23 @@ impl CgroupKill {
 mod tests {
     use super::*;
 
-    /// A pidfd outlives its process: once reaped, signalling it reaches nobody, even when
-    /// the number is handed out again.
-    #[test]
-    fn a_reaped_process_is_never_signalled_through_its_pidfd() {
-        let mut child = std::process::Command::new("sleep")
+    /// A child of the test's own with one thread (`sleep 60`), its pid and a pidfd of it.
+    fn sleeping_child() -> (std::process::Child, i32, PidFd) {
+        let child = std::process::Command::new("sleep")
             .arg("60")
             .stdin(std::process::Stdio::null())
             .spawn()
             .expect("spawn sleep");
         let pid = i32::try_from(child.id()).expect("a pid fits an i32");
         let fd = PidFd::open(pid).expect("pidfd_open").expect("alive");
+        (child, pid, fd)
+    }
+
+    /// A pidfd outlives its process: once reaped, signalling it reaches nobody, even when
+    /// the number is handed out again.
+    #[test]
+    fn a_reaped_process_is_never_signalled_through_its_pidfd() {
+        let (mut child, _, fd) = sleeping_child();
         assert!(fd.exists(), "the child runs");
         child.kill().expect("kill");
         child.wait().expect("reap");
@@ -271,14 +277,7 @@ mod tests {
 
     #[test]
     fn a_killed_process_is_raised_to_nice_minus_20_while_it_exists() {
-        // A child of the test's own, with one thread (`sleep`).
-        let mut child = std::process::Command::new("sleep")
-            .arg("60")
-            .stdin(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn sleep");
-        let pid = i32::try_from(child.id()).expect("a pid fits an i32");
-        let fd = PidFd::open(pid).expect("pidfd_open").expect("alive");
+        let (mut child, pid, fd) = sleeping_child();
         let raised = fd.hasten_exit();
         if nix::unistd::geteuid().is_root() {
             assert_eq!(raised, 1, "its one thread raised");

@@ -404,6 +404,11 @@ impl HotPath {
         let mut last: Vec<Option<u64>> = vec![None; levels.len()];
         let mut still_since = started;
         let mut moves = CpuMoves::new();
+        // When this watch first saw a usage at its level while the working set was short
+        // of it (page cache grown since arming): the kill waits for the working set.
+        let mut usage_at_level: Option<std::time::Instant> = None;
+        // The value and level of the last look, for the log of a watch that ends below.
+        let mut seen = (0u64, 0u64);
         loop {
             let (mut reached, mut all_below) = (false, true);
             // How long the levels let the watch sleep before its next look.
@@ -417,6 +422,7 @@ impl HotPath {
                 }
                 let read_ns = monotonic_ns();
                 reached |= value >= at;
+                seen = (value, at);
                 let near = value >= at.saturating_sub(margin.max(level.watch_margin));
                 all_below &= !near;
                 if near {
@@ -436,15 +442,28 @@ impl HotPath {
                             looks,
                             watched_us = started.elapsed().as_micros() as u64,
                             cpu_us = thread_cpu_ns().saturating_sub(cpu_start) / 1000,
+                            usage_at_level_us = usage_at_level
+                                .map_or(0, |at| at.elapsed().as_micros() as u64),
                             "hot path: the watch saw a level reached and killed"
                         );
                         return true;
                     }
                     Look::Disarmed => return false,
-                    Look::NotReached => {}
+                    Look::NotReached => {
+                        usage_at_level.get_or_insert_with(std::time::Instant::now);
+                    }
                 }
             } else if all_below {
                 // Under every early level: it fired on the way down, or usage fell back.
+                tracing::debug!(
+                    source = %source,
+                    told_ns,
+                    looks,
+                    usage = seen.0,
+                    level = seen.1,
+                    margin,
+                    "hot path: watch ended, the usage is below every early level"
+                );
                 return false;
             }
             looks += 1;
