@@ -41,9 +41,9 @@
 //! notifier that fired [`EARLY_FIRES_PER_ARMING`] times without a kill is not watched again
 //! until the next synchronize re-arms the levels; where only one CPU is usable the
 //! watch never spins; a spinning watch whose levels' usage stands still leaves its CPU,
-//! where the allocator may be waiting behind it ([`WATCH_STILL`]); and a watch of the node's level, told from megabytes away (see
-//! [`NODE_EARLY_MARGIN`]), sleeps between its reads of the node as long as the node's
-//! rise allows ([`WATCH_PACE_MAX`] at most).
+//! where the allocator may be waiting behind it ([`WATCH_STILL`]); and a watch of the
+//! node's level, told from megabytes away (see [`NODE_EARLY_MARGIN`]), sleeps between
+//! its reads of the node as long as the node's rise allows ([`WATCH_PACE_MAX`] at most).
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
