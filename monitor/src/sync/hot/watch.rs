@@ -85,7 +85,7 @@ pub(super) fn thread_cpu_ns() -> u64 {
 pub(super) struct CpuMoves {
     /// The thread's CPUs when the watch began (restored on drop), once it has moved.
     original: Option<nix::sched::CpuSet>,
-    pub(super) moves: u32,
+    moves: u32,
 }
 
 impl CpuMoves {
