@@ -266,13 +266,10 @@ mod tests {
     /// The nice value of thread `tid` of `pid`, from its stat line (field 19).
     fn nice_of(pid: i32, tid: &str) -> i64 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).expect("stat");
-        let after_name = stat.rsplit_once(')').expect("a stat line").1;
-        after_name
-            .split_whitespace()
-            .nth(16)
+        crate::observe::parse::ProcStat::parse(&stat)
+            .expect("a stat line")
+            .number(19)
             .expect("nice")
-            .parse()
-            .expect("a number")
     }
 
     #[test]
