@@ -79,39 +79,41 @@ impl Mode {
     }
 }
 
-/// The node's size and the hard threshold's headroom of an agent run.
+/// The node's size and the hard threshold of an agent run.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Bounds {
     /// The pods cgroup's limit (Level::Pods only).
     pub(crate) node_mib: u64,
-    pub(crate) headroom_mib: u64,
+    /// The hard threshold: the available memory, in MiB, below which the agent evicts
+    /// (allocatableMemory.available on the pods cgroup, memory.available on the node).
+    pub(crate) threshold_mib: u64,
 }
 
 impl Bounds {
     /// The race's: a 1 GiB node, 200 MiB headroom.
     pub(crate) const RACE: Bounds = Bounds {
         node_mib: NODE_MIB,
-        headroom_mib: HEADROOM_MIB,
+        threshold_mib: HEADROOM_MIB,
     };
 }
 
 fn config(dir: &Path, id: &str, mode: &Mode, extra: &str, level: Level, bounds: Bounds) -> String {
     let Bounds {
         node_mib,
-        headroom_mib,
+        threshold_mib,
     } = bounds;
     let (eviction, limit) = match level {
         // The node here is the agent's cgroup root, about the size of the pods cgroup: its
         // own threshold stays below the headroom raced, or it would be met first.
         Level::Pods => (
             format!(
-                "{{allocatableMemory.available: {headroom_mib}Mi, memory.available: {}Mi}}",
-                headroom_mib / 2
+                "{{allocatableMemory.available: {threshold_mib}Mi, memory.available: {}Mi}}",
+                threshold_mib / 2
             ),
             format!("  podsMemoryLimit: {node_mib}Mi\n"),
         ),
         Level::Node => (
-            format!("{{memory.available: {headroom_mib}Mi}}"),
+            format!("{{memory.available: {threshold_mib}Mi}}"),
             String::new(),
         ),
     };

@@ -33,6 +33,7 @@ mod probe;
 mod race;
 mod relief;
 mod report;
+mod reserve;
 mod scaling;
 mod shadow;
 mod stalls;

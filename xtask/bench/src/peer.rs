@@ -2,9 +2,10 @@
 //! watches the node's MemAvailable, so this race is node-level: a ballast process holds
 //! most of the guest's memory (oom_score_adj -1000, like a guaranteed pod, so that neither
 //! earlyoom nor the OOM killer prefers it), then the hog allocates until earlyoom or the
-//! kernel kills it. earlyoom's threshold is set to the same headroom as the agent's
-//! (`-M` the headroom in KiB, as both its SIGTERM and its SIGKILL size, so that it sends
-//! SIGKILL at the threshold, as the agent's hard eviction does). Both processes run in a
+//! kernel kills it. earlyoom's threshold lies at the same free memory as the agent's, the
+//! headroom above the kernel's floor ([`crate::reserve`]): `-M` that level of MemAvailable
+//! in KiB, as both its SIGTERM and its SIGKILL size, so that it sends SIGKILL at the
+//! threshold, as the agent's hard eviction does. Both processes run in a
 //! cgroup of their own (`/sys/fs/cgroup/bench-peer`), without a limit: the guest's RAM
 //! bounds the node.
 //!
@@ -24,6 +25,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::harness::{HOG_TO_CROSSING_MIB, MIB};
 use crate::memory::{meminfo_kib, vmstat};
+use crate::reserve::Reserve;
 use crate::trial::{self, Trial};
 use crate::util::{self, monotonic_ns};
 
@@ -81,7 +83,14 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], headroom_mib: u64, n: u32) 
     let total = meminfo_kib("MemTotal:").context("MemTotal missing from /proc/meminfo")? * 1024;
     let available =
         meminfo_kib("MemAvailable:").context("MemAvailable missing from /proc/meminfo")? * 1024;
-    let ballast_mib = (available / MIB).saturating_sub(headroom_mib + HOG_TO_CROSSING_MIB);
+    // earlyoom's level: MemAvailable at the free memory where the agent's threshold for
+    // the same headroom lies, both `headroom_mib` above the kernel's floor.
+    let reserve = Reserve::read()?;
+    let level_kib = reserve.earlyoom_level_kib(headroom_mib)?;
+    if n == 1 {
+        println!("bench: earlyoom race: {}", reserve.describe(headroom_mib));
+    }
+    let ballast_mib = (available / MIB).saturating_sub(level_kib / 1024 + HOG_TO_CROSSING_MIB);
     let hog = bin.join("hog");
 
     let ballast = spawn_in_cgroup(
@@ -131,7 +140,7 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], headroom_mib: u64, n: u32) 
     let (program, args) = earlyoom.split_first().context("no earlyoom command")?;
     let mut peer = Command::new(program)
         .args(args)
-        .args(["-M", &format!("{0},{0}", headroom_mib * 1024), "-r", "0"])
+        .args(["-M", &format!("{level_kib},{level_kib}"), "-r", "0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -223,7 +232,7 @@ pub(crate) fn trial(bin: &Path, earlyoom: &[String], headroom_mib: u64, n: u32) 
             .find(|(at, l)| *at >= start_ns && l.contains(needle))
             .map(|(at, _)| *at)
     };
-    let threshold = total.saturating_sub(headroom_mib * MIB);
+    let threshold = total.saturating_sub(level_kib * 1024);
     let mut trial = trial::from_points(trial::Observed {
         mode: MODE,
         rate: "full",

@@ -29,6 +29,7 @@ use crate::harness::{
 };
 use crate::logparse;
 use crate::memory::{self, Sample};
+use crate::reserve::Reserve;
 use crate::trial::{Observed, Trial, crossing, from_points};
 use crate::util::{self, monotonic_ns};
 
@@ -64,19 +65,29 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
             Level::Node => "node",
         }
     );
-    // The node's size, the usage at which the threshold is crossed, and the ballast.
-    let (node_bytes, ballast_mib) = match setup.level {
-        Level::Pods => (NODE_MIB * MIB, BALLAST_MIB),
+    // The node's size, the hard threshold (the available memory below which the agent
+    // evicts), and the ballast. On the pods cgroup the kernel kills at its limit, so the
+    // threshold is the headroom; on the node it kills at its free-page reserve, so the
+    // threshold is the headroom above that reserve ([`Reserve`]).
+    let (node_bytes, threshold_mib, ballast_mib) = match setup.level {
+        Level::Pods => (NODE_MIB * MIB, headroom_mib, BALLAST_MIB),
         Level::Node => {
+            let reserve = Reserve::read()?;
+            if n == 1 {
+                println!("bench: node race: {}", reserve.describe(headroom_mib));
+            }
+            let threshold_mib = reserve.agent_threshold_mib(headroom_mib);
             let node = memory::node_memory().context("reading /proc/meminfo")?;
             let available_mib = node.total.saturating_sub(node.working_set) / MIB;
             (
                 node.total,
-                available_mib.saturating_sub(headroom_mib + HOG_TO_CROSSING_MIB),
+                threshold_mib,
+                available_mib.saturating_sub(threshold_mib + HOG_TO_CROSSING_MIB),
             )
         }
     };
-    let threshold = node_bytes.saturating_sub(headroom_mib * MIB);
+    // The working set at which the threshold is crossed.
+    let threshold = node_bytes.saturating_sub(threshold_mib * MIB);
     let (guard, dir) = start_agent(
         setup.bin,
         &id,
@@ -86,7 +97,7 @@ pub(crate) fn trial(setup: &Setup, mode: &Mode, rate: &Rate, n: u32) -> Result<T
         setup.level,
         Bounds {
             node_mib: NODE_MIB,
-            headroom_mib,
+            threshold_mib,
         },
     )?;
     let hog = setup.bin.join("hog").display().to_string();

@@ -392,7 +392,7 @@ pub(crate) fn page(run: &RunInfo, table: &str, plots: &[String]) -> String {
         date, build, run.kernel, run.cgroup
     );
     if run.vm {
-        s.push_str(" Rows `vm-v2` run the same race in a 2 GiB VM on cgroup v2 under qemu emulation (TCG: compare them with each other, not with the host); rows `vm-v2-node` race on the whole VM instead (memory.available<200Mi, no pods limit, crossing from a 1 ms sampler of /proc/meminfo), the race earlyoom (Debian package, `-M` at the same 200 MiB) runs beside them.");
+        s.push_str(" Rows `vm-v2` run the same race in a 2 GiB VM on cgroup v2 under qemu emulation (TCG: compare them with each other, not with the host); rows `vm-v2-node` race on the whole VM instead (no pods limit, crossing from a 1 ms sampler of /proc/meminfo), the race earlyoom (Debian package) runs beside them. On the node the kernel's OOM killer fires near its free-page reserve (vm.min_free_kbytes), not at 0, so a node race's headroom is measured from there, for both killers: the agent's memory.available threshold is the reserve plus the headroom, and earlyoom's `-M` is what MemAvailable reads at that same free memory (MemAvailable leaves out the kernel's reserves, so a `-M` of the headroom itself would give earlyoom some 70 MiB more room than the agent on this VM).");
     }
     let _ = write!(s, "\n\n{}\n", table.trim_end());
     // The CDF of every mode tells the story; the stages and one mode's trials explain it.

@@ -139,7 +139,7 @@ pub(crate) fn run(
     let pods_mib = u64::try_from(pods).unwrap_or(u64::MAX) * IDLE_POD_MIB;
     let bounds = Bounds {
         node_mib: harness::NODE_MIB + pods_mib,
-        headroom_mib,
+        threshold_mib: headroom_mib,
     };
     let extra = format!("maxPods: {}\n", pods.saturating_add(10));
     let (guard, dir) = harness::start_agent(bin, &id, mode, &extra, keep, Level::Pods, bounds)?;
