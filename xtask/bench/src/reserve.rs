@@ -47,7 +47,8 @@ impl Reserve {
             .trim()
             .parse()
             .with_context(|| format!("{path}: not a number: {:?}", text.trim()))?;
-        let zoneinfo = std::fs::read_to_string("/proc/zoneinfo").context("reading /proc/zoneinfo")?;
+        let zoneinfo =
+            std::fs::read_to_string("/proc/zoneinfo").context("reading /proc/zoneinfo")?;
         let meminfo = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
         let reclaimable = meminfo_field(&meminfo, "KReclaimable:")
             .or_else(|| meminfo_field(&meminfo, "SReclaimable:"))
@@ -274,10 +275,7 @@ Node 0, zone   Normal
         // earlyoom, at 95 MiB free: 95 - 67 + (20 - 10) = 38 MiB of MemAvailable.
         assert_eq!(r.earlyoom_level_kib(50).unwrap(), 38 * 1024);
         // Half the reclaimable memory counts, unless the low watermarks are smaller.
-        let low = Reserve {
-            low: 4 * MIB,
-            ..r
-        };
+        let low = Reserve { low: 4 * MIB, ..r };
         assert_eq!(low.earlyoom_level_kib(50).unwrap(), (95 - 67 + 16) * 1024);
     }
 
