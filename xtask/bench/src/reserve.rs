@@ -76,8 +76,13 @@ impl Reserve {
     /// What MemAvailable reads, in bytes, with `free` bytes free and no page cache
     /// (`si_mem_available`'s sum); 0 where the reserve exceeds it, as the kernel clamps.
     pub(crate) fn mem_available_at(&self, free: u64) -> u64 {
-        let reclaimable = self.reclaimable - (self.reclaimable / 2).min(self.low);
-        (free + reclaimable).saturating_sub(self.total_reserve)
+        (free + self.counted_reclaimable()).saturating_sub(self.total_reserve)
+    }
+
+    /// The part of the reclaimable kernel memory MemAvailable counts: all of it less the
+    /// smaller of its half and the low watermarks.
+    fn counted_reclaimable(&self) -> u64 {
+        self.reclaimable - (self.reclaimable / 2).min(self.low)
     }
 
     /// earlyoom's MemAvailable level, in KiB, at the same free memory as the agent's
@@ -111,7 +116,7 @@ impl Reserve {
             self.min_free / MIB,
             self.agent_threshold_mib(headroom_mib),
             self.total_reserve / MIB,
-            (self.reclaimable - (self.reclaimable / 2).min(self.low)) / MIB,
+            self.counted_reclaimable() / MIB,
             self.reclaimable / MIB,
         )
     }

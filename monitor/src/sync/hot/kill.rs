@@ -168,10 +168,9 @@ impl Pick {
 /// On a thread of its own: raises the killed victim's threads to nice -20 at once (its
 /// exit frees its memory on its own CPU time), then reaps its memory
 /// (`process_mrelease`) if the victim has not freed it by itself [`REAP_AFTER`] the
-/// kill: the reap unmaps the memory
-/// from the calling thread and takes as long as freeing it does (60-90 ms for the bench's
-/// hog of about 370 MiB), and a notifier thread must not be deaf, nor its wake for the
-/// booking held back, that long. Logs how long it took.
+/// kill: the reap unmaps the memory from the calling thread and takes as long as freeing
+/// it does (60-90 ms for the bench's hog of about 370 MiB), and a notifier thread must
+/// not be deaf, nor its wake for the booking held back, that long. Logs how long it took.
 fn reap(victim: Candidate, pod: String, killed_ns: u64) {
     let spawned = std::thread::Builder::new()
         .name(REAPER_THREAD.into())
