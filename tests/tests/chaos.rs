@@ -1,8 +1,8 @@
 //! Chaos against the real agent (see `monitor_tests::chaos`): SIGKILL at random moments
 //! under memory pressure, each event source off in turn, hostile input, a container
 //! runtime stopped with SIGSTOP during evictions (`monitor_tests::wedged`). The normal suite
-//! runs a short version; `cargo xtask chaos` runs 50 cycles (`MONITOR_CHAOS_CYCLES`) on
-//! the host and in the VM, and `--soak` the soak below.
+//! runs a short version (the wedged runtime once, in `cri`); `cargo xtask chaos` runs 50
+//! cycles (`MONITOR_CHAOS_CYCLES`) on the host and in the VM, and `--soak` the soak below.
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -130,13 +130,17 @@ fn a_fast_kill_keeps_the_kubelets_guarantees() {
     );
 }
 
-/// Cycles of the wedged-runtime scenario in `cargo xtask test`; `cargo xtask chaos` runs
-/// `MONITOR_CHAOS_CYCLES` of them, at most [`WEDGED_CYCLES`].
+/// Cycles of the wedged-runtime scenario when run by hand without
+/// `MONITOR_CHAOS_CYCLES`; `cargo xtask chaos` runs that many, at most [`WEDGED_CYCLES`].
 const SHORT_WEDGED_CYCLES: u32 = 2;
 /// The wedged-runtime cycles of `cargo xtask chaos` (each takes several seconds).
 const WEDGED_CYCLES: u32 = 20;
 
+/// The wedged runtime, cycle after cycle. The normal suite runs one cycle with every
+/// check as `cri`'s `a_stopped_containerd_holds_up_no_eviction_and_its_silence_is_reported`
+/// (the same `monitor_tests::wedged` node); the repetition is `cargo xtask chaos`'s.
 #[test]
+#[ignore = "chaos: cargo xtask chaos runs it; the suite runs one cycle in cri"]
 fn a_wedged_runtime_never_holds_up_an_eviction() {
     if !require(
         "chaos wedged runtime",

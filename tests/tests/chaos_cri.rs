@@ -1,13 +1,15 @@
 //! Chaos on a real container runtime (a private containerd, tests/src/containerd/).
-//! The normal suite runs a short version; `MONITOR_CHAOS_CYCLES` sets the cycles (the
-//! two-agent scenario runs at most 10).
+//! `cargo xtask chaos` runs it, `MONITOR_CHAOS_CYCLES` setting the cycles (at most 10);
+//! the normal suite runs one cycle with every check as `cri`'s
+//! `two_agents_on_one_containerd_never_collect_each_others_containers_sandboxes_or_logs`
+//! (the same `monitor_tests::two_agents` pair).
 use std::io::Write;
 use std::time::Instant;
 
 use monitor_tests::require;
 use monitor_tests::two_agents;
 
-/// Cycles of the short version in `cargo xtask test` (each agent stopped once).
+/// Cycles when run by hand without `MONITOR_CHAOS_CYCLES` (each agent stopped once).
 const SHORT_CYCLES: u32 = 2;
 /// At most this many two-agent cycles, whatever `MONITOR_CHAOS_CYCLES` asks (it is sized
 /// for the kill cycles, 50 in `cargo xtask chaos`): a cycle takes about 20 s here, and
@@ -25,6 +27,7 @@ fn say(text: &str) {
 /// of the stopped agent's (dead containers, sandboxes, log files, images its containers
 /// hold) is removed, while each collects its own.
 #[test]
+#[ignore = "chaos: cargo xtask chaos runs it; the suite runs one cycle in cri"]
 fn two_agents_on_one_containerd_touch_nothing_of_each_other() {
     if !require("chaos two agents on one containerd", two_agents::FEATURES) {
         return;

@@ -1102,8 +1102,9 @@ fn a_stopped_containerd_holds_up_no_eviction_and_its_silence_is_reported() {
 /// Two agents (two nodes' worth of pods: two cgroup roots, state and log directories) on
 /// ONE containerd. Agent B runs a crash loop, a job that succeeded on an image only it
 /// uses, and a sleeper; an older agent (`monitor.managed=true`, no instance label) left a
-/// dead container in a sandbox of its own; B is stopped (its pods keep running, its dead
-/// containers stay). Agent A, with the same pods of its own (its crash loop has B's pod
+/// dead container in a sandbox of its own; B is killed with SIGKILL as in a crash (its
+/// pods keep running, its dead containers stay; `cargo xtask chaos` repeats this, each
+/// agent in turn). Agent A, with the same pods of its own (its crash loop has B's pod
 /// uid), runs its periodic container GC and, under imagefs pressure, its node-level
 /// reclaim: nothing of B's or the older agent's goes (0 foreign containers, sandboxes,
 /// logs and images), while A collects its own.
@@ -1127,7 +1128,7 @@ fn two_agents_on_one_containerd_never_collect_each_others_containers_sandboxes_o
     let older = two
         .older_agents_dead_container(&two.b.log_dir())
         .unwrap_or_else(|e| panic!("{e}\n{}", two.containerd.log_tail(30)));
-    two.b.stop();
+    two.b.crash();
     let before = two
         .holdings(&two.b, std::slice::from_ref(&older))
         .unwrap_or_else(|e| panic!("{e}"));

@@ -97,12 +97,18 @@ pub(crate) const FIRST_KERNEL_ONLY: &[&str] = &[
     "containerd_fixture",
 ];
 
-/// Tests of the container runtime binaries whose subject is the runtime's own state
-/// rather than the kernel's (images collected by age and by space, pull policies against a
-/// registry, an unreachable or stopped runtime, two agents' ownership): skipped in later
-/// kernels' boots as [`FIRST_KERNEL_ONLY`]'s binaries are. The container tests that meet
-/// the kernel (QoS cgroups, eviction before the OOM killer, the writable layer's overlay,
-/// the grace period's signals) run in every boot.
+/// Tests whose subject is the agent's logic or the runtime's own state rather than the
+/// kernel's, in binaries that also hold tests meeting the kernel: skipped in later
+/// kernels' boots as [`FIRST_KERNEL_ONLY`]'s binaries are.
+/// - Containers: images collected by age and by space, pull policies against a registry,
+///   an unreachable or stopped runtime, two agents' ownership. The container tests that
+///   meet the kernel (QoS cgroups, eviction before the OOM killer, the writable layer's
+///   overlay, the grace period's signals) run in every boot.
+/// - Pods (`runtime`): manifests and their directory, records and adoption after a
+///   restart, restart policies, admission and preemption, soft thresholds' grace, disk
+///   pressure. The pod tests that meet the kernel (QoS cgroups and memory.high/min/low,
+///   leftover processes killed with the cgroup, eviction before the OOM killer, the node
+///   threshold on the pods cgroup, the detector's head start) run in every boot.
 pub(crate) const FIRST_KERNEL_ONLY_TESTS: &[&str] = &[
     "image_gc_frees_the_least_recently_used_unused_images_down_to_the_low_threshold",
     "imagefs_pressure_removes_dead_containers_and_unused_images_before_evicting",
@@ -110,6 +116,17 @@ pub(crate) const FIRST_KERNEL_ONLY_TESTS: &[&str] = &[
     "an_unreachable_runtime_stops_the_agent_with_the_endpoint_named",
     "a_stopped_containerd_holds_up_no_eviction_and_its_silence_is_reported",
     "two_agents_on_one_containerd_never_collect_each_others_containers_sandboxes_or_logs",
+    "a_critical_pod_left_pending_by_a_crash_is_admitted_again",
+    "a_malformed_manifest_is_reported_and_skipped",
+    "a_recreated_manifest_directory_is_watched_again",
+    "admission_rejects_best_effort_under_memory_pressure_and_critical_pods_preempt",
+    "pods_without_a_readable_record_are_left_running_and_never_run_twice",
+    "pods_whose_cgroups_are_gone_start_afresh",
+    "pods_survive_an_agent_restart_and_pressure_still_evicts",
+    "restart_policies_are_honoured",
+    "soft_threshold_evicts_after_its_grace_period_with_sigterm",
+    "disk_pressure_collects_dead_containers_logs_before_evicting",
+    "disk_pressure_evicts_the_pod_using_the_most_disk_when_gc_is_not_enough",
 ];
 
 /// The `package` test in the VM (`cargo xtask dist --test-vm`): install, start, evict,
