@@ -157,6 +157,19 @@ pub(crate) fn parse(text: &str) -> Vec<DetectorCost> {
         .collect()
 }
 
+/// How the VM's figures are named, from how the VM ran ([`crate::VmRun::accel`]): with
+/// instructions counted, a second of the hog's CPU is 10⁹ of its instructions.
+pub(crate) fn vm_place(accel: &str) -> String {
+    if accel.contains(INSTRUCTIONS_COUNTED) {
+        "in the VM, instructions counted (a CPU-second is 10⁹ guest instructions)".to_string()
+    } else {
+        format!("in the VM ({accel})")
+    }
+}
+
+/// What [`crate::VmRun::accel`] says of a boot whose clock counts instructions.
+pub const INSTRUCTIONS_COUNTED: &str = "instructions counted";
+
 /// The report's lines, one per attach point, under `place` ("on this host", "in the VM").
 pub(crate) fn lines(rows: &[DetectorCost], place: &str) -> Vec<String> {
     rows.iter()
@@ -184,6 +197,15 @@ pub(crate) fn lines(rows: &[DetectorCost], place: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_vm_place_says_how_the_clock_ran() {
+        assert_eq!(
+            vm_place("Tcg, instructions counted"),
+            "in the VM, instructions counted (a CPU-second is 10⁹ guest instructions)"
+        );
+        assert_eq!(vm_place("Kvm"), "in the VM (Kvm)");
+    }
 
     #[test]
     fn rounds_pair_up_and_refused_points_are_said() {

@@ -106,28 +106,29 @@ pub(crate) fn races(raced: &[Mode], headrooms: &[u64], relief_only: bool) -> Vec
     out
 }
 
-/// Runs the guest's part: the detector's cost (unless `relief_only` or not
-/// `detector_cost`), the races of [`races`], then the memory relief races (half as many
-/// trials each, relief on and off alternating).
+/// Runs the guest's part: the detector's cost alone, or the races of [`races`] then the
+/// memory relief races (half as many trials each, relief on and off alternating), or
+/// those alone.
 pub(crate) fn run(
     modes: &[Mode],
     rate: &Rate,
     trials: u32,
     headrooms: &[u64],
-    detector_cost: bool,
-    relief_only: bool,
+    part: crate::GuestPart,
 ) -> Result<()> {
     let bin = PathBuf::from("/bin");
-    // Statistics are for the host's table; the guest goes on without them.
-    let _stats = bpf::StatsSetting::enable().ok();
-    if detector_cost && !relief_only {
-        // The detector's cost first, on a quiet guest; its lines go to the console as
-        // they are, for the host to read back (`detector_cost`).
+    if part == crate::GuestPart::DetectorCost {
+        // Its lines go to the console as they are, for the host to read back
+        // (`detector_cost`).
         match crate::detector_cost::output(&bin, crate::detector_cost::GUEST) {
             Ok(text) => print!("{text}"),
             Err(err) => println!("bench: guest: the detector's cost FAILED: {err:#}"),
         }
+        return Ok(());
     }
+    let relief_only = part == crate::GuestPart::Relief;
+    // Statistics are for the host's table; the guest goes on without them.
+    let _stats = bpf::StatsSetting::enable().ok();
     let earlyoom = loader(&bin).map(|loader| {
         vec![
             loader.display().to_string(),

@@ -19,7 +19,7 @@ mod adversarial;
 mod bpf;
 mod costs;
 pub mod demo;
-mod detector_cost;
+pub mod detector_cost;
 mod guest;
 mod harness;
 mod kernel_rows;
@@ -73,10 +73,21 @@ pub struct GuestPlan<'a> {
     /// The hard threshold's headrooms (MiB): every mode at the first, the agent's tight
     /// modes and earlyoom at the others (see [`guest::run`]).
     pub headrooms: &'a [u64],
-    /// Whether the guest measures the crossing detector's cost first.
-    pub detector_cost: bool,
+    /// What the guest runs.
+    pub part: GuestPart,
+}
+
+/// The benchmark VM's boots, each with one part of the guest's work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestPart {
+    /// The races and the earlyoom peer, then the memory relief races.
+    Races,
     /// Only the memory relief races (see [`relief`]).
-    pub relief_only: bool,
+    Relief,
+    /// Only the crossing detector's cost, with the guest's clock counting instructions
+    /// (qemu's `-icount` under emulation): the hog's CPU time is then the instructions it
+    /// executed, which the host's other work cannot stretch (see [`detector_cost`]).
+    DetectorCost,
 }
 
 impl GuestPlan<'_> {
@@ -90,13 +101,17 @@ impl GuestPlan<'_> {
             let headrooms: Vec<String> = self.headrooms.iter().map(u64::to_string).collect();
             command.push_str(&format!(" --vm-headrooms {}", headrooms.join(",")));
         }
-        if !self.detector_cost {
-            command.push_str(" --detector-cost false");
-        }
-        if self.relief_only {
-            command.push_str(" --relief-only");
+        match self.part {
+            GuestPart::Races => {}
+            GuestPart::Relief => command.push_str(" --relief-only"),
+            GuestPart::DetectorCost => command.push_str(" --detector-cost-only"),
         }
         command
+    }
+
+    /// Whether the guest's clock counts instructions.
+    pub fn instruction_clock(&self) -> bool {
+        self.part == GuestPart::DetectorCost
     }
 
     /// Sets of `trials` races the guest runs, for the VM's time limit: the pods race's
@@ -104,8 +119,11 @@ impl GuestPlan<'_> {
     /// longer trials as long as about three sets); at each further headroom two pods
     /// races, two node races and earlyoom.
     pub fn race_sets(&self) -> u64 {
-        if self.relief_only {
-            return 5;
+        match self.part {
+            GuestPart::Races => {}
+            GuestPart::Relief => return 5,
+            // Every attach point's rounds, hog by hog on one host thread.
+            GuestPart::DetectorCost => return 30,
         }
         let modes = if self.modes.is_empty() {
             MODES.len()
@@ -198,6 +216,10 @@ pub struct BenchArgs {
     /// Run inside the benchmark VM (set by its /tests/bench script).
     #[arg(long, hide = true)]
     pub guest: bool,
+    /// Run only the crossing detector's cost, on this host and (unless `--no-vm`) in the
+    /// VM, print its lines, and stop.
+    #[arg(long)]
+    pub detector_cost_only: bool,
     /// Keep each run's directory (config, manifests, agent log).
     #[arg(long)]
     pub keep: bool,
@@ -218,6 +240,37 @@ fn vm_groups(raced: &[harness::Mode], headrooms: &[u64]) -> Vec<(String, &'stati
         .into_iter()
         .map(|race| (race.label(), race.mode))
         .collect()
+}
+
+/// The crossing detector's cost in the VM, in a boot of its own whose clock counts
+/// instructions: under emulation a guest's CPU time otherwise counts whatever delays
+/// qemu's threads on the host, which has moved the figure by more than the cost between
+/// runs. The rows and how the VM ran.
+fn detector_cost_in_vm(
+    host: &dyn Host,
+    root: &Path,
+    target: &Path,
+) -> (Vec<detector_cost::DetectorCost>, Option<String>) {
+    println!("bench: the crossing detector's cost in the VM, instructions counted");
+    let plan = GuestPlan {
+        modes: &[],
+        trials: 1,
+        headrooms: &[],
+        part: GuestPart::DetectorCost,
+    };
+    match host.vm(root, target, &plan) {
+        Ok(run) => {
+            let rows = guest::detector_cost(&run.console);
+            for line in detector_cost::lines(&rows, &detector_cost::vm_place(&run.accel)) {
+                println!("bench: {line}");
+            }
+            (rows, Some(run.accel))
+        }
+        Err(err) => {
+            println!("bench: the detector's cost in the VM FAILED: {err:#}");
+            (Vec::new(), None)
+        }
+    }
 }
 
 /// Pods beside the idle agent: the kubelet's default maxPods.
@@ -245,14 +298,14 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         );
     }
     if args.guest {
-        return guest::run(
-            &modes,
-            &RATES[0],
-            args.trials,
-            &args.vm_headrooms,
-            args.detector_cost,
-            args.relief_only,
-        );
+        let part = if args.detector_cost_only {
+            GuestPart::DetectorCost
+        } else if args.relief_only {
+            GuestPart::Relief
+        } else {
+            GuestPart::Races
+        };
+        return guest::run(&modes, &RATES[0], args.trials, &args.vm_headrooms, part);
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -272,13 +325,27 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         );
         return Ok(());
     }
+    if args.detector_cost_only {
+        let rows = detector_cost::run(&bin, detector_cost::HOST)?;
+        println!("\nThe crossing detector's cost as the pods see it:\n");
+        for line in detector_cost::lines(&rows, "on this host") {
+            println!("{line}");
+        }
+        if !args.no_vm {
+            let (rows, accel) = detector_cost_in_vm(host, &root, &target);
+            let place = detector_cost::vm_place(accel.as_deref().unwrap_or("unknown"));
+            for line in detector_cost::lines(&rows, &place) {
+                println!("{line}");
+            }
+        }
+        return Ok(());
+    }
     if args.relief_only {
         let plan = GuestPlan {
             modes: &[],
             trials: args.vm_trials,
             headrooms: &args.vm_headrooms[..args.vm_headrooms.len().min(1)],
-            detector_cost: false,
-            relief_only: true,
+            part: GuestPart::Relief,
         };
         let run = host.vm(&root, &target, &plan)?;
         let trials = guest::collect(&run.console);
@@ -434,17 +501,13 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
             modes: &args.modes,
             trials,
             headrooms: &args.vm_headrooms,
-            detector_cost: args.detector_cost,
-            relief_only: false,
+            part: GuestPart::Races,
         };
         match host.vm(&root, &target, &plan) {
             Ok(run) => {
                 let trials = guest::collect(&run.console);
                 for t in &trials {
                     println!("{}", report::trial_line(t));
-                }
-                for line in detector_cost::lines(&guest::detector_cost(&run.console), "in the VM") {
-                    println!("bench: {line}");
                 }
                 for line in relief::lines(&relief::collect(&run.console), &trials) {
                     println!("bench: {line}");
@@ -460,6 +523,11 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
     if let Some((_, vm_trials)) = &vm_run {
         trials.extend(vm_trials.iter().cloned());
     }
+    let (detector_cost_vm, detector_cost_vm_accel) = if args.no_vm || !args.detector_cost {
+        (Vec::new(), None)
+    } else {
+        detector_cost_in_vm(host, &root, &target)
+    };
 
     let policy = if args.no_criterion {
         Vec::new()
@@ -531,10 +599,8 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
         adversarial,
         detector_cost,
         shadow_race,
-        detector_cost_vm: vm_run
-            .as_ref()
-            .map(|(run, _)| guest::detector_cost(&run.console))
-            .unwrap_or_default(),
+        detector_cost_vm,
+        detector_cost_vm_accel,
         relief: vm_run
             .as_ref()
             .map(|(run, _)| relief::collect(&run.console))
@@ -635,8 +701,7 @@ mod tests {
             modes: &[],
             trials: 10,
             headrooms: VM_HEADROOMS,
-            detector_cost: true,
-            relief_only: false,
+            part: GuestPart::Races,
         };
         assert_eq!(plan.race_sets(), groups.len() as u64 + 3);
         assert!(
@@ -644,6 +709,27 @@ mod tests {
             "{}",
             plan.command()
         );
+        assert!(!plan.instruction_clock());
+    }
+
+    /// Each boot's guest is told its part, and only the detector's cost counts
+    /// instructions.
+    #[test]
+    fn each_guest_part_has_its_flag_and_clock() {
+        let plan = |part| GuestPlan {
+            modes: &[],
+            trials: 1,
+            headrooms: &[],
+            part,
+        };
+        let relief = plan(GuestPart::Relief);
+        assert!(relief.command().ends_with(" --relief-only"));
+        assert!(!relief.instruction_clock());
+        let cost = plan(GuestPart::DetectorCost);
+        assert!(cost.command().ends_with(" --detector-cost-only"));
+        assert!(cost.instruction_clock());
+        let races = plan(GuestPart::Races).command();
+        assert!(!races.contains("-only"), "{races}");
     }
 
     #[test]

@@ -461,6 +461,10 @@ pub(crate) struct Results {
     pub(crate) detector_cost: Vec<crate::detector_cost::DetectorCost>,
     #[serde(default)]
     pub(crate) detector_cost_vm: Vec<crate::detector_cost::DetectorCost>,
+    /// How the VM of the detector's cost ran (its own boot, instructions counted under
+    /// emulation); runs before that measured it in the races' boot.
+    #[serde(default)]
+    pub(crate) detector_cost_vm_accel: Option<String>,
     /// The shadow race: act and shadow mode beside a kubelet's pods.
     #[serde(default)]
     pub(crate) shadow_race: Vec<crate::shadow::ShadowTrial>,
@@ -489,7 +493,16 @@ pub(crate) fn full_table(results: &Results) -> String {
     }
     let cost = [
         crate::detector_cost::lines(&results.detector_cost, "on this host"),
-        crate::detector_cost::lines(&results.detector_cost_vm, "in the VM"),
+        crate::detector_cost::lines(
+            &results.detector_cost_vm,
+            &crate::detector_cost::vm_place(
+                results
+                    .detector_cost_vm_accel
+                    .as_deref()
+                    .or(results.vm_accel.as_deref())
+                    .unwrap_or("unknown"),
+            ),
+        ),
     ]
     .concat();
     if !cost.is_empty() {

@@ -56,6 +56,7 @@ pub(crate) fn run(root: &Path, target: &Path, plan: &GuestPlan) -> Result<VmRun>
     let accel = qemu::choose_accel(qemu::Accel::Auto, qemu::KvmProbe::of_this_host());
     // Under emulation a race takes seconds.
     let timeout = Duration::from_secs(300 + 30 * plan.race_sets() * u64::from(plan.trials));
+    let instruction_clock = plan.instruction_clock() && accel != qemu::Accel::Kvm;
     let outcome = qemu::boot(&qemu::Boot {
         kernel: &kernel,
         initramfs: &image,
@@ -64,13 +65,21 @@ pub(crate) fn run(root: &Path, target: &Path, plan: &GuestPlan) -> Result<VmRun>
         cpus: 2,
         timeout,
         append: "",
+        instruction_clock,
     });
     let _ = std::fs::remove_file(&image);
     let outcome = outcome?;
     Ok(VmRun {
         console: outcome.console,
         kernel: outcome.report.kernel_release.unwrap_or(kernel.release),
-        accel: format!("{accel:?}"),
+        accel: if instruction_clock {
+            format!(
+                "{accel:?}, {}",
+                monitor_bench::detector_cost::INSTRUCTIONS_COUNTED
+            )
+        } else {
+            format!("{accel:?}")
+        },
     })
 }
 

@@ -280,6 +280,7 @@ pub fn run(args: VmArgs) -> Result<()> {
             cpus: args.cpus,
             timeout: Duration::from_secs(args.timeout),
             append: "",
+            instruction_clock: false,
         };
         let mut outcome = qemu::boot(&boot)?;
         // A kernel that dies under a test binary is booted once more for the binaries it
@@ -405,6 +406,7 @@ fn systemd_node(
         cpus: args.cpus,
         timeout: Duration::from_secs(args.timeout),
         append: node::KERNEL_ARGS,
+        instruction_clock: false,
     })?;
     let mut verdict = outcome.report.verdict(&expected);
     if outcome.timed_out

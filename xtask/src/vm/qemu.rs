@@ -76,6 +76,11 @@ pub struct Boot<'a> {
     pub timeout: Duration,
     /// More kernel command line, after the console and panic settings.
     pub append: &'a str,
+    /// Under TCG, count instructions instead of following the host's clock (qemu's
+    /// `-icount shift=0,sleep=off`): the guest's clocks advance one nanosecond per guest
+    /// instruction, the vCPUs take turns on one host thread, and a task's CPU time is the
+    /// instructions it executed, whatever else the host is doing. Ignored under KVM.
+    pub instruction_clock: bool,
 }
 
 /// How one boot ended.
@@ -155,6 +160,10 @@ fn command(boot: &Boot<'_>) -> Command {
         Accel::Kvm => cmd.args(["-accel", "kvm", "-cpu", "host"]),
         // Several vCPUs run on several host threads (MTTCG), so an agent and the hog it
         // watches really run at the same time, as on a node.
+        // Instruction counting needs the vCPUs on one thread.
+        Accel::Auto | Accel::Tcg if boot.instruction_clock => cmd
+            .args(["-accel", "tcg,thread=single"])
+            .args(["-icount", "shift=0,sleep=off"]),
         Accel::Auto | Accel::Tcg => cmd.args(["-accel", "tcg,thread=multi"]),
     };
     let mut append = String::from("console=ttyS0 quiet panic=-1");
