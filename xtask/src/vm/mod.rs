@@ -10,7 +10,7 @@
 //! that test alone.
 use std::{
     path::{Path, PathBuf},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
@@ -186,16 +186,20 @@ pub fn run(args: VmArgs) -> Result<()> {
         host::ensure(&vm_dir)?;
     }
 
+    let step = Instant::now();
     let kernels = wanted
         .iter()
         .map(|w| kernel::fetch(w, &kernels_dir))
         .collect::<Result<Vec<_>>>()?;
+    println!("vm: kernels ready in {:.0?}", step.elapsed());
 
     let options = payload::BuildOptions {
         release: !args.debug,
         test_targets: args.tests.clone(),
     };
+    let step = Instant::now();
     let mut payload = payload::build(&workspace, &options)?;
+    println!("vm: guest programs built in {:.0?}", step.elapsed());
     // The systemd node's test runs on that node alone.
     let (node_tests, tests): (Vec<_>, Vec<_>) = payload
         .tests
@@ -386,7 +390,12 @@ fn systemd_node(
             kernel::fetch(&wanted[0], kernels_dir)?
         }
     };
+    let step = Instant::now();
     let rootfs = node::rootfs(vm_dir)?;
+    println!(
+        "vm: the node's root filesystem ready in {:.0?}",
+        step.elapsed()
+    );
     let image = RemoveOnDrop(vm_dir.join(format!("node-initramfs-{}.cpio", std::process::id())));
     node::initramfs(&image.0, &rootfs, payload, &args.test_args, &args.env)?;
     let expected: Vec<String> = payload.tests.iter().map(|t| t.name.clone()).collect();
