@@ -100,7 +100,15 @@ pub fn run(args: ChaosArgs) -> Result<()> {
         let mut vm = cargo();
         vm.current_dir(&root)
             .args([
-                "run", "--quiet", "-p", "xtask", "--", "vm", "--test", "chaos", "--test",
+                "run",
+                "--quiet",
+                "-p",
+                "xtask",
+                "--",
+                "vm",
+                "--test",
+                "chaos",
+                "--test",
                 "chaos_cri",
             ])
             // Under emulation a cycle takes several times as long as on the host.

@@ -12,13 +12,18 @@
 //! same programs and no detector (`off`). One line per run:
 //! `detector-cost: point=... detector=on|walk|off round=N mib=MIB mib_per_s=...` (MiB per
 //! second of the hog's own CPU time); a point the kernel refuses prints
-//! `detector-cost: point=... refused: ...` and is skipped.
+//! `detector-cost: point=... refused: ...` and is skipped. After its rounds, each point
+//! gets one more run with the kernel's BPF statistics on, which says how often the
+//! detector's program ran and for how long (they add two clock reads to every run, so
+//! that run's throughput is not counted):
+//! `detector-cost: point=... runs=N run_ns=NS mib=MIB`.
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use monitor::notify::detector::AttachPoint;
 use monitor::notify::ebpf::{self, EbpfSettings};
 use monitor::notify::memcg::ThresholdSpec;
+use monitor_bench::bpf::{StatsSetting, prog_stats};
 use monitor_tests::{TestCgroup, join_before_exec};
 
 const MIB: u64 = 1 << 20;
@@ -62,6 +67,15 @@ fn hog_throughput(hog: &Path, cgroup: &Path, mib: u64) -> Option<f64> {
         return None;
     }
     (cpu > 0.0).then(|| mib as f64 / cpu)
+}
+
+/// The kernel's run count and run time of this process's program for `point` (the kernel
+/// keeps the first 15 bytes of a program's name).
+fn program_stats(point: AttachPoint) -> Option<(u64, u64)> {
+    prog_stats(std::process::id())
+        .into_iter()
+        .find(|s| !s.name.is_empty() && point.program().starts_with(&s.name))
+        .map(|s| (s.run_cnt, s.run_time_ns))
 }
 
 /// How the programs are loaded for one run.
@@ -143,6 +157,26 @@ fn main() {
                     );
                 }
             }
+        }
+        // The program's own figures: how often it ran for the hog's MiB, and how long a
+        // run took. Every charge on the machine runs it, the hog's are most of them.
+        let Ok(_stats) = StatsSetting::enable() else {
+            continue;
+        };
+        let Ok(source) = load(Detector::On) else {
+            continue;
+        };
+        let before = program_stats(point);
+        let ran = hog_throughput(hog, &container, mib).is_some();
+        let after = program_stats(point);
+        drop(source);
+        if let (true, Some(before), Some(after)) = (ran, before, after) {
+            println!(
+                "detector-cost: point={} runs={} run_ns={} mib={mib}",
+                point.name(),
+                after.0.saturating_sub(before.0),
+                after.1.saturating_sub(before.1)
+            );
         }
     }
 }

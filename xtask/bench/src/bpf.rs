@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 /// The statistics set to a value while it lives; the old value is put back when dropped.
-pub(crate) struct StatsSetting {
+pub struct StatsSetting {
     previous: Option<String>,
 }
 
@@ -25,13 +25,13 @@ impl StatsSetting {
     }
 
     /// On, for the benchmark's per-program figures.
-    pub(crate) fn enable() -> Result<StatsSetting> {
+    pub fn enable() -> Result<StatsSetting> {
         StatsSetting::set("1")
     }
 
     /// Off where it can be (they cost every program run two clock reads, which a
     /// measurement of the programs' cost to the pods must not count).
-    pub(crate) fn pause() -> StatsSetting {
+    pub fn pause() -> StatsSetting {
         StatsSetting::set("0").unwrap_or(StatsSetting { previous: None })
     }
 }
@@ -46,15 +46,15 @@ impl Drop for StatsSetting {
 
 /// One program's counters at one moment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct ProgStat {
-    pub(crate) name: String,
-    pub(crate) prog_id: u32,
-    pub(crate) run_time_ns: u64,
-    pub(crate) run_cnt: u64,
+pub struct ProgStat {
+    pub name: String,
+    pub prog_id: u32,
+    pub run_time_ns: u64,
+    pub run_cnt: u64,
 }
 
 /// The counters of every BPF program the process `pid` holds open.
-pub(crate) fn prog_stats(pid: u32) -> Vec<ProgStat> {
+pub fn prog_stats(pid: u32) -> Vec<ProgStat> {
     let dir = Path::new("/proc").join(pid.to_string()).join("fdinfo");
     let mut out: Vec<ProgStat> = Vec::new();
     for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {

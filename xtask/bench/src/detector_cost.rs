@@ -55,6 +55,13 @@ pub(crate) struct DetectorCost {
     pub(crate) walk_mib_per_s: Option<f64>,
     #[serde(default)]
     pub(crate) walk_cost_percent: Option<f64>,
+    /// From one more run with the kernel's BPF statistics on: how often the detector's
+    /// program ran per MiB the hog charged, and its mean run time (runs before that
+    /// measured did not have them).
+    #[serde(default)]
+    pub(crate) runs_per_mib: Option<f64>,
+    #[serde(default)]
+    pub(crate) ns_per_run: Option<f64>,
 }
 
 /// Runs the helper from `bin` and reads its lines.
@@ -91,6 +98,8 @@ pub(crate) fn parse(text: &str) -> Vec<DetectorCost> {
     // (point, round, detector: on, walk or off) -> MiB/s
     let mut runs: Vec<(String, u32, String, f64)> = Vec::new();
     let mut mib = 0;
+    // point -> (runs per MiB, ns per run)
+    let mut programs: Vec<(String, f64, Option<f64>)> = Vec::new();
     for line in text.lines() {
         // The leading space stays: `field` looks for " key=".
         let Some(rest) = line.trim().strip_prefix("detector-cost:") else {
@@ -104,6 +113,21 @@ pub(crate) fn parse(text: &str) -> Vec<DetectorCost> {
         }
         if let Some((_, why)) = rest.split_once(" refused: ") {
             refused.push((point.to_string(), why.to_string()));
+            continue;
+        }
+        let counted = (
+            field(rest, "runs").and_then(|v| v.parse::<u64>().ok()),
+            field(rest, "run_ns").and_then(|v| v.parse::<u64>().ok()),
+            field(rest, "mib").and_then(|v| v.parse::<u64>().ok()),
+        );
+        if let (Some(runs), Some(run_ns), Some(counted_mib)) = counted {
+            if counted_mib > 0 {
+                programs.push((
+                    point.to_string(),
+                    runs as f64 / counted_mib as f64,
+                    (runs > 0).then(|| run_ns as f64 / runs as f64),
+                ));
+            }
             continue;
         }
         let parsed = (
@@ -139,7 +163,10 @@ pub(crate) fn parse(text: &str) -> Vec<DetectorCost> {
             };
             let values = |runs: &[(u32, f64)]| runs.iter().map(|r| r.1).collect::<Vec<_>>();
             let on_costs = costs(&on);
+            let program = programs.iter().find(|p| p.0 == point);
             DetectorCost {
+                runs_per_mib: program.map(|p| p.1),
+                ns_per_run: program.and_then(|p| p.2),
                 refused: refused
                     .iter()
                     .find(|(p, _)| *p == point)
@@ -176,7 +203,7 @@ pub(crate) fn lines(rows: &[DetectorCost], place: &str) -> Vec<String> {
         .map(|row| match (&row.refused, row.cost_percent) {
             (Some(why), _) => format!("- crossing detector {} {place}: refused ({why})", row.point),
             (None, Some(cost)) => format!(
-                "- crossing detector {} {place}: the hog allocates {cost:.1} % slower with it attached (median over {} rounds of {} MiB, three levels below the armed cgroup, attached and detached in turn; {:.0} vs {:.0} MiB per CPU-second of the hog){}",
+                "- crossing detector {} {place}: the hog allocates {cost:.1} % slower with it attached (median over {} rounds of {} MiB, three levels below the armed cgroup, attached and detached in turn; {:.0} vs {:.0} MiB per CPU-second of the hog){}{}",
                 row.point,
                 row.rounds,
                 row.mib,
@@ -186,6 +213,13 @@ pub(crate) fn lines(rows: &[DetectorCost], place: &str) -> Vec<String> {
                     (Some(walk), Some(mib_per_s)) => format!(
                         "; walking every ancestor instead of going to the armed depth, {walk:.1} % ({mib_per_s:.0} MiB per CPU-second)"
                     ),
+                    _ => String::new(),
+                },
+                match (row.runs_per_mib, row.ns_per_run) {
+                    (Some(runs), Some(ns)) => format!(
+                        "; its program ran {runs:.0} times per MiB charged, {ns:.0} ns a run (the kernel's BPF statistics, one more run)"
+                    ),
+                    (Some(runs), None) => format!("; its program ran {runs:.0} times per MiB charged"),
                     _ => String::new(),
                 }
             ),
@@ -205,6 +239,36 @@ mod tests {
             "in the VM, instructions counted (a CPU-second is 10⁹ guest instructions)"
         );
         assert_eq!(vm_place("Kvm"), "in the VM (Kvm)");
+    }
+
+    #[test]
+    fn the_programs_counted_run_gives_runs_per_mib_and_time_per_run() {
+        let text = "\
+detector-cost: point=fexit/page_counter_try_charge detector=on round=1 mib=64 mib_per_s=680.0
+detector-cost: point=fexit/page_counter_try_charge detector=off round=1 mib=64 mib_per_s=690.0
+detector-cost: point=fexit/page_counter_try_charge runs=320 run_ns=64000 mib=64
+detector-cost: point=tp_btf/mod_memcg_lruvec_state detector=on round=1 mib=64 mib_per_s=600.0
+detector-cost: point=tp_btf/mod_memcg_lruvec_state detector=off round=1 mib=64 mib_per_s=690.0
+detector-cost: point=tp_btf/mod_memcg_lruvec_state runs=0 run_ns=0 mib=64
+";
+        let rows = parse(text);
+        assert_eq!(rows[0].runs_per_mib, Some(5.0));
+        assert_eq!(rows[0].ns_per_run, Some(200.0));
+        // The counted run is not a round.
+        assert_eq!(rows[0].rounds, 1);
+        assert_eq!(rows[1].runs_per_mib, Some(0.0));
+        assert_eq!(rows[1].ns_per_run, None);
+        let lines = lines(&rows, "on this host");
+        assert!(
+            lines[0].contains("ran 5 times per MiB charged, 200 ns a run"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[1].contains("ran 0 times per MiB charged"),
+            "{}",
+            lines[1]
+        );
     }
 
     #[test]

@@ -106,6 +106,19 @@ pub(crate) fn races(raced: &[Mode], headrooms: &[u64], relief_only: bool) -> Vec
     out
 }
 
+/// The benchmark VM's boots, each with one part of the guest's work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestPart {
+    /// The races and the earlyoom peer, then the memory relief races.
+    Races,
+    /// Only the memory relief races (see [`crate::relief`]).
+    Relief,
+    /// Only the crossing detector's cost, with the guest's clock counting instructions
+    /// (qemu's `-icount` under emulation): the hog's CPU time is then the instructions it
+    /// executed, which the host's other work cannot stretch (see [`crate::detector_cost`]).
+    DetectorCost,
+}
+
 /// Runs the guest's part: the detector's cost alone, or the races of [`races`] then the
 /// memory relief races (half as many trials each, relief on and off alternating), or
 /// those alone.
@@ -114,10 +127,10 @@ pub(crate) fn run(
     rate: &Rate,
     trials: u32,
     headrooms: &[u64],
-    part: crate::GuestPart,
+    part: GuestPart,
 ) -> Result<()> {
     let bin = PathBuf::from("/bin");
-    if part == crate::GuestPart::DetectorCost {
+    if part == GuestPart::DetectorCost {
         // Its lines go to the console as they are, for the host to read back
         // (`detector_cost`).
         match crate::detector_cost::output(&bin, crate::detector_cost::GUEST) {
@@ -126,7 +139,7 @@ pub(crate) fn run(
         }
         return Ok(());
     }
-    let relief_only = part == crate::GuestPart::Relief;
+    let relief_only = part == GuestPart::Relief;
     // Statistics are for the host's table; the guest goes on without them.
     let _stats = bpf::StatsSetting::enable().ok();
     let earlyoom = loader(&bin).map(|loader| {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 mod adversarial;
-mod bpf;
+pub mod bpf;
 mod costs;
 pub mod demo;
 pub mod detector_cost;
@@ -40,6 +40,8 @@ mod stalls;
 mod stats;
 mod trial;
 pub mod util;
+
+pub use guest::GuestPart;
 
 use modes::{MODES, RATES, pick};
 use report::{Results, full_table};
@@ -75,19 +77,6 @@ pub struct GuestPlan<'a> {
     pub headrooms: &'a [u64],
     /// What the guest runs.
     pub part: GuestPart,
-}
-
-/// The benchmark VM's boots, each with one part of the guest's work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GuestPart {
-    /// The races and the earlyoom peer, then the memory relief races.
-    Races,
-    /// Only the memory relief races (see [`relief`]).
-    Relief,
-    /// Only the crossing detector's cost, with the guest's clock counting instructions
-    /// (qemu's `-icount` under emulation): the hog's CPU time is then the instructions it
-    /// executed, which the host's other work cannot stretch (see [`detector_cost`]).
-    DetectorCost,
 }
 
 impl GuestPlan<'_> {

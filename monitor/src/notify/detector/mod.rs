@@ -45,7 +45,7 @@ impl AttachPoint {
     ];
 
     /// The program's name in the object.
-    pub(crate) fn program(self) -> &'static str {
+    pub fn program(self) -> &'static str {
         match self {
             AttachPoint::CounterFexit => "crossing_counter",
             AttachPoint::ChargeFexit => "crossing_charge",
