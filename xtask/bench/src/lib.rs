@@ -321,11 +321,8 @@ pub fn run(args: BenchArgs, host: &dyn Host) -> Result<()> {
             println!("{line}");
         }
         if !args.no_vm {
-            let (rows, accel) = detector_cost_in_vm(host, &root, &target);
-            let place = detector_cost::vm_place(accel.as_deref().unwrap_or("unknown"));
-            for line in detector_cost::lines(&rows, &place) {
-                println!("{line}");
-            }
+            // It prints its own lines.
+            detector_cost_in_vm(host, &root, &target);
         }
         return Ok(());
     }
