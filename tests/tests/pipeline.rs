@@ -475,7 +475,8 @@ async fn node_memory_threshold_wakes_through_the_pods_cgroup_on_v2() {
         "every wake should come through memory.events: {:?}",
         got.iter().map(|r| r.sources()).collect::<Vec<_>>()
     );
-    let node = woke.observation.as_ref().unwrap().memory;
+    let woke_observation = woke.observation.as_ref().unwrap();
+    let node = woke_observation.memory;
     // The memory.high that woke us was armed by the synchronize just before, at the pods'
     // usage then plus (available then − threshold). Whatever the rest of the node took
     // since (memory outside the pods) brought the node's crossing that much earlier than
@@ -490,7 +491,6 @@ async fn node_memory_threshold_wakes_through_the_pods_cgroup_on_v2() {
         .expect("a synchronize armed memory.high before the wake");
     let pods_usage =
         |o: &monitor::observe::NodeObservation| o.allocatable.map_or(0, |a| a.stats.usage_bytes);
-    let woke_observation = woke.observation.as_ref().unwrap();
     let rest_grew = (armed.memory.available_bytes + pods_usage(woke_observation))
         .saturating_sub(node.available_bytes + pods_usage(armed));
     // Not long after the crossing: four allocation steps (the observation is taken after
