@@ -215,14 +215,15 @@ pub(super) enum Look {
 
 impl HotPath {
     /// Kills the victim picked on fresh working sets if a hard level is reached now.
-    /// `watched_from_ns`: when the notifier that started a watch told the hot path (for
-    /// the log).
+    /// `watched`: for a watch, when the notifier that started it told the hot path (for
+    /// the log) and which of the levels it saw reached (looked at first).
     pub(super) fn kill_if_crossed(
         &self,
         source: WakeSource,
         detected_ns: u64,
-        watched_from_ns: Option<u64>,
+        watched: Option<(u64, usize)>,
     ) -> Look {
+        let watched_from_ns = watched.map(|(told_ns, _)| told_ns);
         let mut armed = self.lock();
         if armed.candidates.is_empty() {
             tracing::debug!(
@@ -238,7 +239,7 @@ impl HotPath {
         // took long while its thread ran the whole time was computing or waiting on a
         // CPU it held; one whose thread ran little was kept off its CPU.
         let locked_cpu_ns = super::watch::thread_cpu_ns();
-        let crossing = match Self::crossed(&armed.levels) {
+        let crossing = match Self::crossed(&armed.levels, watched.map(|(_, level)| level)) {
             Ok(crossing) => crossing,
             Err(nearest) => {
                 if watched_from_ns.is_some() {

@@ -658,15 +658,21 @@ impl HotPath {
     }
 
     /// A hard level reached now, by the kernel's own counters; if none, the working set
-    /// and level nearest to it (for the log).
-    fn crossed(levels: &[Level]) -> Result<Crossing, Option<(u64, u64)>> {
+    /// and level nearest to it (for the log). `first`: the level a watch saw reached (its
+    /// index), read before the others: each read of a level not reached (tens of
+    /// microseconds for the node's meminfo under pressure) would delay the kill.
+    fn crossed(levels: &[Level], first: Option<usize>) -> Result<Crossing, Option<(u64, u64)>> {
         let mut nearest: Option<(u64, u64)> = None;
         let mut note = |ws: u64, level: u64| {
             if nearest.is_none_or(|(w, l)| l - w > level - ws) {
                 nearest = Some((ws, level));
             }
         };
-        for level in levels {
+        let first = first.filter(|&i| i < levels.len());
+        let order = first
+            .into_iter()
+            .chain((0..levels.len()).filter(|&i| Some(i) != first));
+        for level in order.map(|i| &levels[i]) {
             let ws = match level.counter.working_set_toward(level.working_set) {
                 Ok(Toward::WorkingSet(ws)) => ws,
                 Ok(Toward::Short(usage)) => {

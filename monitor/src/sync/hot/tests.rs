@@ -1016,3 +1016,42 @@ fn a_watch_leaves_its_cpu_at_most_twice_and_gives_the_cpus_back() {
     .join()
     .expect("the test thread");
 }
+
+#[test]
+fn the_level_a_watch_saw_reached_is_confirmed_before_the_others() {
+    // Two cgroups, each past its level; the crossing reported is the first one read.
+    let dirs: Vec<tempfile::TempDir> = (0..2)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let levels: Vec<Level> = dirs
+        .iter()
+        .zip([1000u64, 2000])
+        .map(|(dir, level)| {
+            std::fs::write(
+                dir.path().join("memory.usage_in_bytes"),
+                format!("{}\n", level + 5),
+            )
+            .expect("usage");
+            std::fs::write(dir.path().join("memory.stat"), "total_inactive_file 0\n")
+                .expect("stat");
+            Level {
+                counter: MemoryCounter::Cgroup(CgroupReader::new(
+                    CgroupVersion::V1,
+                    dir.path().to_path_buf(),
+                )),
+                working_set: level,
+                usage: level,
+                threshold: None,
+                watch_margin: 0,
+            }
+        })
+        .collect();
+    let level_of = |first| HotPath::crossed(&levels, first).map(|c| c.level_working_set);
+    assert_eq!(level_of(None).ok(), Some(1000));
+    assert_eq!(level_of(Some(1)).ok(), Some(2000));
+    // A hint past the levels (they were set again since the watch began) is ignored.
+    assert_eq!(level_of(Some(7)).ok(), Some(1000));
+    // The hinted level not reached: the others are still read.
+    std::fs::write(dirs[1].path().join("memory.usage_in_bytes"), "10\n").expect("usage");
+    assert_eq!(level_of(Some(1)).ok(), Some(1000));
+}

@@ -406,10 +406,16 @@ impl HotPath {
         // The value and level of the last look, for the log of a watch that ends below.
         let mut seen = (0u64, 0u64);
         loop {
-            let (mut reached, mut all_below) = (false, true);
+            // The first level seen reached, and whether every level is below its early one.
+            let (mut reached, mut all_below) = (None, true);
             // How long the levels let the watch sleep before its next look.
             let mut pause_ns = u64::MAX;
-            for ((level, first), last) in levels.iter().zip(first.iter_mut()).zip(last.iter_mut()) {
+            for (index, ((level, first), last)) in levels
+                .iter()
+                .zip(first.iter_mut())
+                .zip(last.iter_mut())
+                .enumerate()
+            {
                 let Some((value, at)) = level.watched_now() else {
                     continue;
                 };
@@ -417,7 +423,9 @@ impl HotPath {
                     still_since = std::time::Instant::now();
                 }
                 let read_ns = monotonic_ns();
-                reached |= value >= at;
+                if value >= at {
+                    reached.get_or_insert(index);
+                }
                 seen = (value, at);
                 let near = value >= at.saturating_sub(margin.max(level.watch_margin));
                 all_below &= !near;
@@ -429,8 +437,8 @@ impl HotPath {
             }
             // After the reads: the moment the crossing was seen.
             let now_ns = monotonic_ns();
-            if reached {
-                match self.kill_if_crossed(source, now_ns, Some(told_ns)) {
+            if let Some(index) = reached {
+                match self.kill_if_crossed(source, now_ns, Some((told_ns, index))) {
                     Look::Killed => {
                         tracing::debug!(
                             source = %source,
