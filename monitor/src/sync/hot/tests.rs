@@ -779,14 +779,15 @@ fn setting_the_levels_opens_the_watchers_descriptors_before_any_watch() {
     let hot = Arc::new(f.hot);
     let (wakes, _woken) = crate::notify::wake_channel();
     hot.start_watcher(wakes).expect("watcher thread");
-    // Whether this process holds a descriptor of `path` (the watcher's are the only ones
-    // the fixture's files get: no look or watch runs here).
+    // How many descriptors of `path` this process holds: the confirmation's (opened as
+    // the levels are set) and the watcher's; no look or watch runs here.
     let held = |path: &std::path::Path| {
         let path = path.canonicalize().expect("canonical path");
         std::fs::read_dir("/proc/self/fd")
             .expect("/proc/self/fd")
             .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
-            .any(|target| target == path)
+            .filter(|target| *target == path)
+            .count()
     };
     let until = |what: &str, done: &dyn Fn() -> bool| {
         let deadline = std::time::Instant::now() + Duration::from_secs(2);
@@ -803,22 +804,28 @@ fn setting_the_levels_opens_the_watchers_descriptors_before_any_watch() {
         threshold: None,
     };
     let first = f.dir.path().join("memory.usage_in_bytes");
-    assert!(
-        !held(&first),
-        "levels set before the watcher started: nothing opened"
+    let stat = f.dir.path().join("memory.stat");
+    assert_eq!(
+        (held(&first), held(&stat)),
+        (1, 1),
+        "levels set before the watcher started: the confirmation's files alone are open"
     );
     hot.set_levels(CgroupVersion::V1, &[level_at(f.dir.path())], |_| 0);
     until("the watcher opened the level's usage file", &|| {
-        held(&first)
+        held(&first) == 2
     });
-    // The level moves to another cgroup: its file is opened, the old one closed.
+    // The level moves to another cgroup: its files are opened, the old ones closed.
     let other = f.dir.path().join("other");
     std::fs::create_dir_all(&other).expect("other cgroup");
     std::fs::write(other.join("memory.usage_in_bytes"), "100\n").expect("usage");
+    std::fs::write(other.join("memory.stat"), "total_inactive_file 0\n").expect("stat");
     hot.set_levels(CgroupVersion::V1, &[level_at(&other)], |_| 0);
     let second = other.join("memory.usage_in_bytes");
-    until("the new level's file opened, the old one closed", &|| {
-        held(&second) && !held(&first)
+    until("the new level's files opened, the old ones closed", &|| {
+        held(&second) == 2
+            && held(&other.join("memory.stat")) == 1
+            && held(&first) == 0
+            && held(&stat) == 0
     });
 }
 
