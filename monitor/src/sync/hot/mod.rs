@@ -121,6 +121,23 @@ impl Level {
             ..self.clone()
         }
     }
+
+    /// The same level, its usage level lowered to its working set level plus the page
+    /// cache its cgroup holds now where that is lower (a cgroup's: one memory.stat read).
+    /// The usage level armed at the synchronize holds the page cache of then; page cache
+    /// reclaimed since leaves it above the usage at which the working set reaches its
+    /// level, and a watch comparing usage with it looked past the crossing (the host race
+    /// beside 1000 pods once armed 100 MiB of page cache that was gone at the crossing).
+    /// Page cache grown since keeps the armed level: the watch then confirms the working
+    /// set at every look from there.
+    fn with_page_cache_now(mut self) -> Level {
+        if let MemoryCounter::Cgroup(reader) = &self.counter
+            && let Ok(Some(inactive)) = reader.inactive_file_bytes("")
+        {
+            self.usage = self.usage.min(self.working_set.saturating_add(inactive));
+        }
+        self
+    }
 }
 
 /// A level found reached, with the working set that reached it.
@@ -170,6 +187,13 @@ pub(crate) const WATCH_SPIN: Duration = Duration::from_millis(10);
 /// per CPU) every millisecond or so; one held off its CPU by the watch does not move it.
 pub(crate) const WATCH_STILL: Duration = Duration::from_micros(500);
 pub(crate) const WATCH_MOVES: u32 = 2;
+/// How far below a level the watch a hard notifier starts (one with no margin) keeps
+/// looking: a hard notifier may tell a page or a charge batch short of the level (the
+/// kernel's notifiers compare usage in pages, the kubelet's level is one byte past
+/// capacity less quantity), and a watch that ended at its first look below the level
+/// left the kill to the next notifier's record (491 µs later in the host race beside
+/// 1000 pods). One charge batch of 64 pages.
+pub(crate) const WATCH_SLACK: u64 = 64 * 4096;
 /// The longest a watch sleeps between two looks at the node's level, which it paces by
 /// the node's rise (see `watch::pace_ns`): a burst faster than the rise seen so far is
 /// seen at most this late.
@@ -464,11 +488,9 @@ impl HotPath {
                 },
             })
             .collect();
-        // Each level's files read once now, through the descriptors a confirmation keeps:
-        // the first confirmation otherwise opened its memory.stat (a path walk through
-        // kernfs) between the crossing and the kill, the first kill of an agent taking
-        // 20-40 us longer than the others on the host.
-        // Those of levels gone are closed.
+        // Each level's files read once now, through the descriptors a confirmation keeps,
+        // and those of levels gone closed: the first confirmation otherwise opened its
+        // memory.stat (a path walk through kernfs) between the crossing and the kill.
         for level in &levels {
             let _ = level.counter.working_set_toward(0);
         }

@@ -811,8 +811,8 @@ fn setting_the_levels_opens_the_watchers_descriptors_before_any_watch() {
         "levels set before the watcher started: the confirmation's files alone are open"
     );
     hot.set_levels(CgroupVersion::V1, &[level_at(f.dir.path())], |_| 0);
-    until("the watcher opened the level's usage file", &|| {
-        held(&first) == 2
+    until("the watcher opened the level's files", &|| {
+        held(&first) == 2 && held(&stat) == 2
     });
     // The level moves to another cgroup: its files are opened, the old ones closed.
     let other = f.dir.path().join("other");
@@ -823,7 +823,7 @@ fn setting_the_levels_opens_the_watchers_descriptors_before_any_watch() {
     let second = other.join("memory.usage_in_bytes");
     until("the new level's files opened, the old ones closed", &|| {
         held(&second) == 2
-            && held(&other.join("memory.stat")) == 1
+            && held(&other.join("memory.stat")) == 2
             && held(&first) == 0
             && held(&stat) == 0
     });
@@ -1061,4 +1061,25 @@ fn the_level_a_watch_saw_reached_is_confirmed_before_the_others() {
     // The hinted level not reached: the others are still read.
     std::fs::write(dirs[1].path().join("memory.usage_in_bytes"), "10\n").expect("usage");
     assert_eq!(level_of(Some(1)).ok(), Some(1000));
+}
+
+#[test]
+fn a_hard_notifier_a_page_short_is_watched_up_to_the_level_when_page_cache_went_since_arming() {
+    // Armed with more page cache than the watch's slack: the usage level is 600000 above
+    // the working set level (524288). The page cache is gone since, and the notifier
+    // tells at a working set one byte short.
+    let f = Fixture::new(0);
+    f.set_level(524_288 + 600_000, 600_000);
+    f.arm("default/a");
+    f.set_inactive(0);
+    f.set_usage(524_287);
+    // Same length: the file is rewritten in place.
+    let grow = f.rewrite_later("memory.usage_in_bytes", "524288\n");
+    f.hot.hard_crossing(WakeSource::MemcgThreshold);
+    grow.join().expect("grow");
+    assert_eq!(
+        f.killed("default/a"),
+        "1",
+        "the watch looked below the armed usage level and killed at the working set's"
+    );
 }
