@@ -123,6 +123,21 @@ impl Fixture {
         );
     }
 
+    /// A hard notifier of `source` tells while `file` is rewritten with `text` 5 ms
+    /// later (see [`Fixture::rewrite_later`]); whether `pod` was killed ("1").
+    fn told_while_rewritten(
+        &self,
+        source: WakeSource,
+        file: &str,
+        text: &'static str,
+        pod: &str,
+    ) -> String {
+        let rewrite = self.rewrite_later(file, text);
+        self.hot.hard_crossing(source);
+        rewrite.join().expect("rewrite");
+        self.killed(pod)
+    }
+
     /// Writes `text` over the start of `file` 5 ms from now, in place: a watch
     /// reading meanwhile never sees the file truncated.
     fn rewrite_later(&self, file: &str, text: &'static str) -> std::thread::JoinHandle<()> {
@@ -698,14 +713,13 @@ fn a_crossing_short_of_the_working_set_is_watched_until_it_gets_there() {
     f.set_usage(1000);
     f.set_inactive(400);
     // Same length as before: the file is rewritten in place.
-    let shrink = f.rewrite_later("memory.stat", "cache 1\ntotal_inactive_file 200\n");
-    f.hot.hard_crossing(WakeSource::Ebpf);
-    shrink.join().expect("shrink");
-    assert_eq!(
-        f.killed("default/a"),
-        "1",
-        "killed once the working set reached 700"
+    let killed = f.told_while_rewritten(
+        WakeSource::Ebpf,
+        "memory.stat",
+        "cache 1\ntotal_inactive_file 200\n",
+        "default/a",
     );
+    assert_eq!(killed, "1", "killed once the working set reached 700");
     let fired = f.hot.take_fired();
     assert!(fired[0].detected_ns > 0);
 }
@@ -1074,12 +1088,14 @@ fn a_hard_notifier_a_page_short_is_watched_up_to_the_level_when_page_cache_went_
     f.set_inactive(0);
     f.set_usage(524_287);
     // Same length: the file is rewritten in place.
-    let grow = f.rewrite_later("memory.usage_in_bytes", "524288\n");
-    f.hot.hard_crossing(WakeSource::MemcgThreshold);
-    grow.join().expect("grow");
+    let killed = f.told_while_rewritten(
+        WakeSource::MemcgThreshold,
+        "memory.usage_in_bytes",
+        "524288\n",
+        "default/a",
+    );
     assert_eq!(
-        f.killed("default/a"),
-        "1",
+        killed, "1",
         "the watch looked below the armed usage level and killed at the working set's"
     );
 }
