@@ -191,8 +191,9 @@ pub(crate) const WATCH_MOVES: u32 = 2;
 /// looking: a hard notifier may tell a page or a charge batch short of the level (the
 /// kernel's notifiers compare usage in pages, the kubelet's level is one byte past
 /// capacity less quantity), and a watch that ended at its first look below the level
-/// left the kill to the next notifier's record (491 µs later in the host race beside
-/// 1000 pods). One charge batch of 64 pages.
+/// left the kill to the next notifier's record, hundreds of microseconds later (with the
+/// usage level lowered to today's page cache, see `Level::with_page_cache_now`). One
+/// charge batch of 64 pages.
 pub(crate) const WATCH_SLACK: u64 = 64 * 4096;
 /// The longest a watch sleeps between two looks at the node's level, which it paces by
 /// the node's rise (see `watch::pace_ns`): a burst faster than the rise seen so far is
