@@ -122,21 +122,26 @@ impl Level {
         }
     }
 
-    /// The same level, its usage level lowered to its working set level plus the page
-    /// cache its cgroup holds now where that is lower (a cgroup's: one memory.stat read).
+    /// Reads each of its files once (usage and memory.stat, or meminfo), so that their
+    /// descriptors are open before a watch or a confirmation needs them.
+    fn read_once(&self) {
+        let _ = self.counter.working_set_toward(0);
+    }
+
+    /// Lowers its usage level to its working set level plus the page cache its cgroup
+    /// holds now, where that is lower (a cgroup's: one memory.stat read).
     /// The usage level armed at the synchronize holds the page cache of then; page cache
     /// reclaimed since leaves it above the usage at which the working set reaches its
     /// level, and a watch comparing usage with it looked past the crossing (the host race
     /// beside 1000 pods once armed 100 MiB of page cache that was gone at the crossing).
     /// Page cache grown since keeps the armed level: the watch then confirms the working
     /// set at every look from there.
-    fn with_page_cache_now(mut self) -> Level {
+    fn lower_to_page_cache_now(&mut self) {
         if let MemoryCounter::Cgroup(reader) = &self.counter
             && let Ok(Some(inactive)) = reader.inactive_file_bytes("")
         {
             self.usage = self.usage.min(self.working_set.saturating_add(inactive));
         }
-        self
     }
 }
 
@@ -192,7 +197,7 @@ pub(crate) const WATCH_MOVES: u32 = 2;
 /// kernel's notifiers compare usage in pages, the kubelet's level is one byte past
 /// capacity less quantity), and a watch that ended at its first look below the level
 /// left the kill to the next notifier's record, hundreds of microseconds later (with the
-/// usage level lowered to today's page cache, see `Level::with_page_cache_now`). One
+/// usage level lowered to today's page cache, see `Level::lower_to_page_cache_now`). One
 /// charge batch of 64 pages.
 pub(crate) const WATCH_SLACK: u64 = 64 * 4096;
 /// The longest a watch sleeps between two looks at the node's level, which it paces by
@@ -493,7 +498,7 @@ impl HotPath {
         // and those of levels gone closed: the first confirmation otherwise opened its
         // memory.stat (a path walk through kernfs) between the crossing and the kill.
         for level in &levels {
-            let _ = level.counter.working_set_toward(0);
+            level.read_once();
         }
         self.open.sweep();
         let old = {

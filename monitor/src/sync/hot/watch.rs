@@ -327,14 +327,14 @@ impl HotPath {
                 .collect()
         });
         for level in &levels {
-            let _ = level.counter.working_set_toward(0);
+            level.read_once();
         }
         WATCH_FILES.with(|files| files.sweep());
     }
 
     /// [`HotPath::watch`] once it holds the one watch.
     fn watch_held(&self, source: WakeSource, margin: u64, told_ns: u64) -> bool {
-        let levels: Vec<Level> = {
+        let mut levels: Vec<Level> = {
             let armed = self.lock();
             if armed.candidates.is_empty() {
                 return false;
@@ -344,10 +344,9 @@ impl HotPath {
                     .levels
                     .iter()
                     .map(|level| level.reading_through(files.clone()))
-                    .collect::<Vec<Level>>()
+                    .collect()
             })
         };
-        let levels: Vec<Level> = levels.into_iter().map(Level::with_page_cache_now).collect();
         let left = {
             let mut budget = self.budget.lock().unwrap_or_else(|p| p.into_inner());
             budget.refill(monotonic_ns())
@@ -364,6 +363,10 @@ impl HotPath {
             return false;
         }
         let cpu_start = thread_cpu_ns();
+        // On the watch's CPU time, as its looks are.
+        for level in &mut levels {
+            level.lower_to_page_cache_now();
+        }
         let killed = self.watch_levels(source, margin, told_ns, &levels, cpu_start, allowance);
         // The files this watch read stay open for the next; one it did not read (its
         // level was replaced since) is closed here.
