@@ -191,6 +191,13 @@ impl KillSwitch {
         self.kill.fire()
     }
 
+    /// Signal 0 through each pidfd: the permission and existence checks a kill's
+    /// signal starts with, nothing sent. A watch runs it so that the kill's first system
+    /// call finds its code warm (see the hot path's rehearsal). How many processes exist.
+    pub(crate) fn rehearse(&self) -> usize {
+        self.pidfds.iter().filter(|fd| fd.exists()).count()
+    }
+
     /// After [`KillSwitch::fire`]: raises the killed processes' threads to nice -20, so
     /// that their exits, which free their memory, get the CPU first. How many threads.
     pub(crate) fn hasten_exit(&self) -> usize {

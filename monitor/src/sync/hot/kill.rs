@@ -71,6 +71,35 @@ impl HotPath {
     }
 }
 
+impl HotPath {
+    /// Runs the kill's path short of the kill, for a watch (every [`WATCH_REHEARSE`]):
+    /// the confirmation's reads of every level through its own descriptors, the pick's
+    /// reads of the candidates, and, through the pidfds of the pod it picks, signal 0 (a
+    /// check that the process exists; nothing is sent). Nothing is decided or written
+    /// here: the watch's next look kills if a level is reached. What it keeps from going
+    /// cold is the code and data the kill runs, in the agent and in the kernel; see
+    /// [`WATCH_REHEARSE`]. How many of the picked pod's processes exist (0 without a pick).
+    pub(super) fn rehearse(&self) -> usize {
+        let armed = self.lock();
+        let crossing = Self::crossed(&armed.levels, None).unwrap_or_else(|_| Crossing {
+            threshold: armed.levels.iter().find_map(|level| level.threshold),
+            level_working_set: 0,
+            working_set: 0,
+        });
+        let alive = Self::pick(&armed, &crossing)
+            .map_or(0, |pick| armed.candidates[pick.index].switch.rehearse());
+        self.rehearsals
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        alive
+    }
+
+    /// How many times the watches rehearsed the kill.
+    #[cfg(test)]
+    pub(crate) fn rehearsals(&self) -> u64 {
+        self.rehearsals.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// The containers' memory in the eviction message is that of the kill, not of the last
 /// synchronize: a pod's only container holds what the pod holds (beside, on containerd,
 /// its sandbox's pause process), and with several containers none is named, since none

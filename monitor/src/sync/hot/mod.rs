@@ -204,6 +204,13 @@ pub(crate) const WATCH_SLACK: u64 = 64 * 4096;
 /// the node's rise (see `watch::pace_ns`): a burst faster than the rise seen so far is
 /// seen at most this late.
 pub(crate) const WATCH_PACE_MAX: Duration = Duration::from_millis(2);
+/// How often a watch runs the kill's path short of the kill (`HotPath::rehearse`). Code
+/// the kernel and the agent have not run for a few milliseconds is slow to run again:
+/// on the hosts measured, a system call not made for 10 ms took 10-25 µs instead of 1,
+/// and a kill runs a handful of them (the levels' memory.stat, the candidates' usage,
+/// the signal) the first time in as long as the watch has been looking. A rehearsal
+/// costs 10-40 µs of the watch's CPU time; at this pace, under a tenth of it.
+pub(crate) const WATCH_REHEARSE: Duration = Duration::from_micros(250);
 /// After a watch that ran out its window, an early notifier starts no new one for this
 /// long; the notifiers at the levels themselves still tell.
 pub(crate) const WATCH_REST: Duration = Duration::from_millis(100);
@@ -369,6 +376,8 @@ pub(crate) struct HotPath {
     spin: bool,
     /// The watches' CPU time so far (ns), for the agent's metrics and the bench.
     watch_cpu_ns: std::sync::atomic::AtomicU64,
+    /// How many times the watches rehearsed the kill (see [`HotPath::rehearse`]).
+    rehearsals: std::sync::atomic::AtomicU64,
     /// Whether a watch runs now (on any thread): one at a time.
     watching: std::sync::atomic::AtomicBool,
     /// A hard notifier that fired while a watch ran, left to that watch (its source and
@@ -411,6 +420,7 @@ impl HotPath {
             budget: Mutex::new(WatchBudget::full()),
             spin: more_than_one_cpu(),
             watch_cpu_ns: std::sync::atomic::AtomicU64::new(0),
+            rehearsals: std::sync::atomic::AtomicU64::new(0),
             watching: std::sync::atomic::AtomicBool::new(false),
             hard_told: Mutex::new(None),
             watcher: Mutex::new(None),

@@ -1099,3 +1099,40 @@ fn a_hard_notifier_a_page_short_is_watched_up_to_the_level_when_page_cache_went_
         "the watch looked below the armed usage level and killed at the working set's"
     );
 }
+
+#[test]
+fn a_watch_rehearses_the_kill_without_signalling_or_writing_anything() {
+    let f = Fixture::new(1000);
+    // The pod's one process, a real one: the rehearsal checks it through its pidfd.
+    let mut child = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("spawn sleep");
+    std::fs::write(
+        f.pod_dir("default/a").join("cgroup.procs"),
+        format!("{}\n", child.id()),
+    )
+    .expect("cgroup.procs");
+    f.arm("default/a");
+    f.set_usage(950);
+    assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
+    // The watch ran to its budget's end, some milliseconds: it rehearsed as it began
+    // and every WATCH_REHEARSE after.
+    let rehearsals = f.hot.rehearsals();
+    assert!(
+        rehearsals >= 2,
+        "a watch of milliseconds rehearsed more than once: {rehearsals}"
+    );
+    assert_eq!(f.killed("default/a"), "", "nothing written to cgroup.kill");
+    assert_eq!(
+        child.try_wait().expect("try_wait"),
+        None,
+        "the pod's process runs"
+    );
+    assert!(f.fired().is_empty(), "no kill booked");
+    // The rehearsal's check is real: it sees the process, and not once it is gone.
+    assert_eq!(f.hot.rehearse(), 1);
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    assert_eq!(f.hot.rehearse(), 0);
+}

@@ -367,6 +367,7 @@ impl HotPath {
         for level in &mut levels {
             level.lower_to_page_cache_now();
         }
+        self.rehearse();
         let killed = self.watch_levels(source, margin, told_ns, &levels, cpu_start, allowance);
         // The files this watch read stay open for the next; one it did not read (its
         // level was replaced since) is closed here.
@@ -409,7 +410,13 @@ impl HotPath {
         let mut usage_at_level: Option<std::time::Instant> = None;
         // The value and level of the last look, for the log of a watch that ends below.
         let mut seen = (0u64, 0u64);
+        // The last rehearsal of the kill (the first ran as the watch began).
+        let mut rehearsed = started;
         loop {
+            if rehearsed.elapsed() >= WATCH_REHEARSE {
+                self.rehearse();
+                rehearsed = std::time::Instant::now();
+            }
             // The first level seen reached, and whether every level is below its early one.
             let (mut reached, mut all_below) = (None, true);
             // How long the levels let the watch sleep before its next look.
