@@ -41,7 +41,8 @@
 //! notifier that fired [`EARLY_FIRES_PER_ARMING`] times without a kill is not watched again
 //! until the next synchronize re-arms the levels; where only one CPU is usable the
 //! watch never spins; a spinning watch whose levels' usage stands still leaves its CPU,
-//! where the allocator may be waiting behind it ([`WATCH_STILL`]); and a watch of the
+//! where the allocator may be waiting behind it ([`WATCH_STILL`]), and once it has moved
+//! [`WATCH_MOVES`] times sleeps between its looks until the usage moves; a watch of the
 //! node's level, told from megabytes away (see [`NODE_EARLY_MARGIN`]), sleeps between
 //! its reads of the node as long as the node's rise allows ([`WATCH_PACE_MAX`] at most).
 use std::collections::HashMap;
@@ -190,6 +191,7 @@ pub(crate) const WATCH_SPIN: Duration = Duration::from_millis(10);
 /// leaves its CPU, and how many times one watch may (see `watch::CpuMoves`). An
 /// allocator at a few hundred MiB/s moves a cgroup's usage by a charge batch (64 pages
 /// per CPU) every millisecond or so; one held off its CPU by the watch does not move it.
+/// After its moves, a watch whose usage stands still sleeps [`WATCH_POLL`] between looks.
 pub(crate) const WATCH_STILL: Duration = Duration::from_micros(500);
 pub(crate) const WATCH_MOVES: u32 = 2;
 /// How far below a level the watch a hard notifier starts (one with no margin) keeps

@@ -1136,3 +1136,22 @@ fn a_watch_rehearses_the_kill_without_signalling_or_writing_anything() {
     child.wait().expect("reap");
     assert_eq!(f.hot.rehearse(), 0);
 }
+
+#[test]
+fn a_watch_whose_usage_stands_still_after_its_moves_sleeps_between_looks() {
+    let f = Fixture::new(1000);
+    f.arm("default/a");
+    // Within the early margin, and never moving: no rise for the spin to catch.
+    f.set_usage(950);
+    let started = std::time::Instant::now();
+    assert!(!f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1));
+    let (elapsed, used) = (started.elapsed(), f.hot.watch_cpu());
+    // It spun WATCH_STILL before each of its moves and once more, then slept between
+    // its looks: the thread ran for well under the time the watch lasted. A spin to
+    // the end ran for all of it, and ended with its allowance.
+    assert!(
+        used * 2 < elapsed,
+        "the watch ran {used:?} of the {elapsed:?} it lasted"
+    );
+    assert_eq!(f.killed("default/a"), "", "never reached: nobody killed");
+}

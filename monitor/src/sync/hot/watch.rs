@@ -504,9 +504,9 @@ impl HotPath {
             if paced {
                 std::thread::sleep(Duration::from_nanos(pause_ns));
             } else if now < spin_until {
-                if now.saturating_duration_since(still_since) >= WATCH_STILL
-                    && let Some((left, on)) = moves.leave_this_cpu()
-                {
+                if now.saturating_duration_since(still_since) < WATCH_STILL {
+                    std::hint::spin_loop();
+                } else if let Some((left, on)) = moves.leave_this_cpu() {
                     tracing::debug!(
                         source = %source,
                         told_ns,
@@ -516,8 +516,15 @@ impl HotPath {
                         "hot path: the usage stood still while the watch spun; it left its CPU (the allocator may wait behind it there)"
                     );
                     still_since = std::time::Instant::now();
+                } else {
+                    // It has moved as often as it may, and the usage still stands:
+                    // whatever holds the allocator back, the spin does not help it, and
+                    // spent the allowance before the level came (the kill then waited
+                    // for the detector's record at the level, 100-400 µs late, in the
+                    // host race beside 1000 pods, the other CPU busy with a
+                    // synchronize). It sleeps between its looks until the usage moves.
+                    std::thread::sleep(WATCH_POLL);
                 }
-                std::hint::spin_loop();
             } else {
                 std::thread::sleep(WATCH_POLL);
             }
