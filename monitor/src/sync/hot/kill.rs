@@ -71,26 +71,43 @@ impl HotPath {
     }
 }
 
+/// What a rehearsal of the kill found (see [`HotPath::rehearse`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Rehearsal {
+    /// The level its confirmation found reached, if one was: the watch kills there.
+    pub(super) reached: Option<usize>,
+    /// How many of the picked pod's processes exist (0 without a pick).
+    pub(super) alive: usize,
+}
+
 impl HotPath {
     /// Runs the kill's path short of the kill, for a watch (every [`WATCH_REHEARSE`]):
     /// the confirmation's reads of every level through its own descriptors, the pick's
     /// reads of the candidates, and, through the pidfds of the pod it picks, signal 0 (a
     /// check that the process exists; nothing is sent). Nothing is decided or written
-    /// here: the watch's next look kills if a level is reached. What it keeps from going
-    /// cold is the code and data the kill runs, in the agent and in the kernel; see
-    /// [`WATCH_REHEARSE`]. How many of the picked pod's processes exist (0 without a pick).
-    pub(super) fn rehearse(&self) -> usize {
+    /// here. What it keeps from going cold is the code and data the kill runs, in the
+    /// agent and in the kernel; see [`WATCH_REHEARSE`]. Its confirmation reads the
+    /// working set, which the watch's looks do not: a level it finds reached (the page
+    /// cache went while the usage stood) is the watch's to kill at.
+    pub(super) fn rehearse(&self) -> Rehearsal {
         let armed = self.lock();
-        let crossing = Self::crossed(&armed.levels, None).unwrap_or_else(|_| Crossing {
-            threshold: armed.levels.iter().find_map(|level| level.threshold),
-            level_working_set: 0,
-            working_set: 0,
-        });
+        let (reached, crossing) = match Self::crossed(&armed.levels, None) {
+            Ok(crossing) => (Some(crossing.level), crossing),
+            Err(_) => (
+                None,
+                Crossing {
+                    level: 0,
+                    threshold: armed.levels.iter().find_map(|level| level.threshold),
+                    level_working_set: 0,
+                    working_set: 0,
+                },
+            ),
+        };
         let alive = Self::pick(&armed, &crossing)
             .map_or(0, |pick| armed.candidates[pick.index].switch.rehearse());
         self.rehearsals
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        alive
+        Rehearsal { reached, alive }
     }
 
     /// How many times the watches rehearsed the kill.

@@ -149,6 +149,8 @@ impl Level {
 /// A level found reached, with the working set that reached it.
 #[derive(Clone, Copy, Debug)]
 struct Crossing {
+    /// The level's index among the armed levels.
+    level: usize,
     threshold: Option<ArmedThreshold>,
     level_working_set: u64,
     working_set: u64,
@@ -211,7 +213,8 @@ pub(crate) const WATCH_PACE_MAX: Duration = Duration::from_millis(2);
 /// on the hosts measured, a system call not made for 10 ms took 10-25 µs instead of 1,
 /// and a kill runs a handful of them (the levels' memory.stat, the candidates' usage,
 /// the signal) the first time in as long as the watch has been looking. A rehearsal
-/// costs 10-40 µs of the watch's CPU time; at this pace, under a tenth of it.
+/// costs 10-40 µs of the watch's CPU time there; where one takes longer, the next waits
+/// ten times as long as it took (`watch::rehearse_due`).
 pub(crate) const WATCH_REHEARSE: Duration = Duration::from_micros(250);
 /// After a watch that ran out its window, an early notifier starts no new one for this
 /// long; the notifiers at the levels themselves still tell.
@@ -721,7 +724,7 @@ impl HotPath {
         let order = first
             .into_iter()
             .chain((0..levels.len()).filter(|&i| Some(i) != first));
-        for level in order.map(|i| &levels[i]) {
+        for (index, level) in order.map(|i| (i, &levels[i])) {
             let ws = match level.counter.working_set_toward(level.working_set) {
                 Ok(Toward::WorkingSet(ws)) => ws,
                 Ok(Toward::Short(usage)) => {
@@ -732,6 +735,7 @@ impl HotPath {
             };
             if ws >= level.working_set {
                 return Ok(Crossing {
+                    level: index,
                     threshold: level.threshold,
                     level_working_set: level.working_set,
                     working_set: ws,

@@ -1131,10 +1131,10 @@ fn a_watch_rehearses_the_kill_without_signalling_or_writing_anything() {
     );
     assert!(f.fired().is_empty(), "no kill booked");
     // The rehearsal's check is real: it sees the process, and not once it is gone.
-    assert_eq!(f.hot.rehearse(), 1);
+    assert_eq!(f.hot.rehearse().alive, 1);
     child.kill().expect("kill");
     child.wait().expect("reap");
-    assert_eq!(f.hot.rehearse(), 0);
+    assert_eq!(f.hot.rehearse().alive, 0);
 }
 
 #[test]
@@ -1154,4 +1154,35 @@ fn a_watch_whose_usage_stands_still_after_its_moves_sleeps_between_looks() {
         "the watch ran {used:?} of the {elapsed:?} it lasted"
     );
     assert_eq!(f.killed("default/a"), "", "never reached: nobody killed");
+}
+
+#[test]
+fn a_watch_kills_where_its_rehearsal_finds_the_working_set_at_a_level_its_usage_missed() {
+    // Armed with 300 of page cache: a usage level of 1000 for a working set level of 700.
+    let f = Fixture::with_page_cache_at_arming();
+    f.set_inactive(300);
+    f.set_usage(950);
+    // While the watch looks, 100 of page cache goes: the working set reaches 750 at a
+    // usage of 950, short of the usage level its looks compare.
+    let rewrite = f.rewrite_later("memory.stat", "cache 1\ntotal_inactive_file 200\n");
+    let killed = f.hot.early_crossing(WakeSource::MemcgThreshold, 100, 1);
+    rewrite.join().expect("rewrite");
+    assert!(killed, "the watch killed");
+    assert_eq!(f.killed("default/a"), "1");
+    assert_eq!(f.fired(), ["default/a"]);
+}
+
+#[test]
+fn a_slow_rehearsal_is_spaced_to_a_tenth_of_the_watch() {
+    let began = std::time::Instant::now();
+    // A fast one: the next at the set pace.
+    assert_eq!(
+        watch::rehearse_due(began, Duration::from_micros(20)),
+        began + WATCH_REHEARSE
+    );
+    // One of 300 µs (an emulated machine): the next 3 ms after it began.
+    assert_eq!(
+        watch::rehearse_due(began, Duration::from_micros(300)),
+        began + Duration::from_millis(3)
+    );
 }

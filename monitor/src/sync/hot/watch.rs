@@ -367,7 +367,6 @@ impl HotPath {
         for level in &mut levels {
             level.lower_to_page_cache_now();
         }
-        self.rehearse();
         let killed = self.watch_levels(source, margin, told_ns, &levels, cpu_start, allowance);
         // The files this watch read stay open for the next; one it did not read (its
         // level was replaced since) is closed here.
@@ -410,15 +409,17 @@ impl HotPath {
         let mut usage_at_level: Option<std::time::Instant> = None;
         // The value and level of the last look, for the log of a watch that ends below.
         let mut seen = (0u64, 0u64);
-        // The last rehearsal of the kill (the first ran as the watch began).
-        let mut rehearsed = started;
+        // When the next rehearsal of the kill is due (the first look rehearses).
+        let mut rehearse_at = started;
         loop {
-            if rehearsed.elapsed() >= WATCH_REHEARSE {
-                self.rehearse();
-                rehearsed = std::time::Instant::now();
-            }
-            // The first level seen reached, and whether every level is below its early one.
+            // The first level seen reached, and whether every level is below its early
+            // one. A rehearsal confirms the working set: a level it found reached is.
             let (mut reached, mut all_below) = (None, true);
+            if std::time::Instant::now() >= rehearse_at {
+                let began = std::time::Instant::now();
+                reached = self.rehearse().reached;
+                rehearse_at = rehearse_due(began, began.elapsed());
+            }
             // How long the levels let the watch sleep before its next look.
             let mut pause_ns = u64::MAX;
             for (index, ((level, first), last)) in levels
@@ -530,6 +531,13 @@ impl HotPath {
             }
         }
     }
+}
+
+/// When a watch rehearses the kill again, after one that began at `began` and took
+/// `took`: [`WATCH_REHEARSE`] later, or later still where a rehearsal is slow (an
+/// emulated machine's system calls), so that rehearsals take at most a tenth of the watch.
+pub(super) fn rehearse_due(began: std::time::Instant, took: Duration) -> std::time::Instant {
+    began + WATCH_REHEARSE.max(took * 10)
 }
 
 /// How long a watch may sleep before it looks again at a level `at`, whose watched value
