@@ -316,7 +316,12 @@ fn a_fast_best_effort_hog_is_evicted_before_the_oom_killer() {
         node.log(1)
     );
     let still = node.record("guaranteed").unwrap();
-    assert_eq!(still.phase, Phase::Running);
+    assert_eq!(
+        still.phase,
+        Phase::Running,
+        "the guaranteed pod was evicted or killed: {still:?}\n{}",
+        node.log(1)
+    );
     assert_eq!(
         still.containers[0].pid, guaranteed.containers[0].pid,
         "the guaranteed pod was not touched"
