@@ -44,7 +44,10 @@
 //! where the allocator may be waiting behind it ([`WATCH_STILL`]), and once it has moved
 //! [`WATCH_MOVES`] times sleeps between its looks until the usage moves; a watch of the
 //! node's level, told from megabytes away (see [`NODE_EARLY_MARGIN`]), sleeps between
-//! its reads of the node as long as the node's rise allows ([`WATCH_PACE_MAX`] at most).
+//! its reads of the node as long as the node's rise allows ([`WATCH_PACE_MAX`] at most);
+//! a watch of a cgroup's level whose usage creeps ([`WATCH_CREEP`]) sleeps between its
+//! looks until it is near the level, as long as the fastest rise it allows for leaves it
+//! ([`WATCH_PACE_NEAR_MAX`] at most).
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -208,6 +211,25 @@ pub(crate) const WATCH_SLACK: u64 = 64 * 4096;
 /// the node's rise (see `watch::pace_ns`): a burst faster than the rise seen so far is
 /// seen at most this late.
 pub(crate) const WATCH_PACE_MAX: Duration = Duration::from_millis(2);
+/// A watch of a cgroup's level whose usage creeps (at its rise so far, more than
+/// [`WATCH_CREEP`] from the level) sleeps between looks until it is within
+/// [`WATCH_SPIN_NEAR`] bytes of it or rises faster: half the time an allocator rising at
+/// [`WATCH_FASTEST_RISE`] (bytes a second) would take to get there, and at most
+/// [`WATCH_PACE_NEAR_MAX`] (see `watch::pace_ns`). A usage that creeps is one whose
+/// allocator is short of CPU: beside 1000 pods on a two-CPU host, with the other CPU
+/// busy with a synchronize, a watch that spun at real-time priority held the allocator
+/// off its CPU, the allocator took 4-7 ms over an early margin (192 pages a CPU) it
+/// crosses in 1.2-1.5 ms when left a CPU, and one watch in 20 spent its whole allowance
+/// before the level came. A fast rise is spun over as before: on that host a watch
+/// that slept while the allocator rose at full speed saw the level up to 280 µs late
+/// (its first reads and rehearsal after a sleep were slow). The rise assumed is faster
+/// than one thread faulting pages in (1-3 GB/s on the hosts measured), so a sleep ends
+/// well before the level; a burst faster still is seen at most [`WATCH_PACE_NEAR_MAX`]
+/// late. Two charge batches: within them the watch spins.
+pub(crate) const WATCH_CREEP: Duration = Duration::from_millis(2);
+pub(crate) const WATCH_SPIN_NEAR: u64 = 2 * 64 * 4096;
+pub(crate) const WATCH_FASTEST_RISE: u64 = 4 << 30;
+pub(crate) const WATCH_PACE_NEAR_MAX: Duration = Duration::from_micros(100);
 /// How often a watch runs the kill's path short of the kill (`HotPath::rehearse`). Code
 /// the kernel and the agent have not run for a few milliseconds is slow to run again:
 /// on the hosts measured, a system call not made for 10 ms took 10-25 µs instead of 1,

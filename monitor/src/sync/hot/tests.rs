@@ -970,8 +970,82 @@ fn a_watch_paces_its_looks_at_the_nodes_level_by_the_nodes_rise() {
     // Not rising: the longest pause; at the level: look at once (the kill's look).
     assert_eq!(pace(90 << 20, 10 * ms, first), 2 * ms);
     assert_eq!(pace(100 << 20, 10 * ms, first), 0);
-    // A cgroup's level is never paced.
-    assert_eq!(watch::pace_ns(100 << 20, 0, 91 << 20, 2 * ms, first), 0);
+}
+
+#[test]
+fn a_watch_sleeps_while_far_below_a_creeping_cgroup_and_spins_near_it_or_at_a_fast_rise() {
+    let level: u64 = 100 << 20;
+    let ms = 1_000_000;
+    // `to_go` below the level after rising `rose` in 1 ms since the watch's first read.
+    let pace = |to_go: u64, rose: u64| {
+        watch::pace_ns(level, 0, level - to_go, ms, Some((level - to_go - rose, 0)))
+    };
+    let margin = 192 * 4096 * 2;
+    // Creeping (64 KiB in 1 ms: 24 ms from the level), an early margin away: the longest
+    // pause. The fastest rise covers that distance in well over twice the pause, so the
+    // sleep ends before the level can come.
+    assert_eq!(
+        pace(margin, 64 << 10),
+        WATCH_PACE_NEAR_MAX.as_nanos() as u64
+    );
+    assert!(
+        margin * 1_000_000_000 / WATCH_FASTEST_RISE > 2 * WATCH_PACE_NEAR_MAX.as_nanos() as u64
+    );
+    // Creeping, just past two charge batches: half the time the fastest rise takes.
+    let to_go = WATCH_SPIN_NEAR + 4096;
+    let half = to_go * 1_000_000_000 / WATCH_FASTEST_RISE / 2;
+    assert!(half > 0);
+    assert_eq!(pace(to_go, 64 << 10), half);
+    // Within two charge batches, or at the level: look again at once.
+    assert_eq!(pace(WATCH_SPIN_NEAR, 64 << 10), 0);
+    assert_eq!(
+        watch::pace_ns(level, 0, level, ms, Some((level - margin, 0))),
+        0
+    );
+    // Rising fast (1 MiB in 1 ms: 1.5 ms from the level): spin, as with no rate yet and
+    // with a usage standing still (left to the watch's CPU moves).
+    assert_eq!(pace(margin, 1 << 20), 0);
+    assert_eq!(watch::pace_ns(level, 0, level - margin, ms, None), 0);
+    assert_eq!(pace(margin, 0), 0);
+}
+
+#[test]
+fn a_watch_far_below_a_rising_cgroup_leaves_the_cpu_to_the_allocator_until_near_the_level() {
+    // A level 100 MiB, usage an early margin below it, rising 16 KiB every 100 µs (an
+    // allocator short of CPU: 160 MiB/s) until it reaches the level.
+    let level: u64 = 100 << 20;
+    let f = Fixture::new(level);
+    f.arm("default/a");
+    let margin = 192 * 4096 * 2;
+    f.set_usage(level - margin);
+    let path = f.dir.path().join("memory.usage_in_bytes");
+    let allocator = std::thread::spawn(move || {
+        let mut usage = level - margin;
+        while usage < level {
+            std::thread::sleep(Duration::from_micros(100));
+            usage = (usage + (16 << 10)).min(level);
+            // In place (every value has nine digits): a look never sees the file empty.
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|mut file| file.write_all(format!("{usage}\n").as_bytes()))
+                .expect("usage");
+        }
+    });
+    let started = std::time::Instant::now();
+    let killed = f.hot.early_crossing(WakeSource::Ebpf, margin, 1);
+    let (elapsed, used) = (started.elapsed(), f.hot.watch_cpu());
+    allocator.join().expect("allocator");
+    assert!(killed, "the watch killed at the level");
+    assert_eq!(f.killed("default/a"), "1");
+    // Spinning over the whole margin ran the thread for all of the time the watch
+    // lasted; sleeping until the usage is within 2 ms of the level at its rise, or two
+    // charge batches from it, for well under it.
+    assert!(
+        used * 2 < elapsed,
+        "the watch ran {used:?} of the {elapsed:?} it lasted"
+    );
 }
 
 #[test]

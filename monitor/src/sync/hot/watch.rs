@@ -291,7 +291,8 @@ impl CrossingHook for HotPath {
 
 impl HotPath {
     /// Reads every level's usage, back to back for [`WATCH_SPIN`] (where more than
-    /// one CPU is usable) and then every [`WATCH_POLL`], for up to
+    /// one CPU is usable; farther below a level, as long as `pace_ns` allows between
+    /// looks) and then every [`WATCH_POLL`], for up to
     /// [`WATCH_WINDOW`] and while the CPU budget lasts: at a level's usage, the working
     /// set is checked and the victim killed once it is there too. Stops when usage is
     /// `margin` or more below every level. Whether it killed.
@@ -411,6 +412,9 @@ impl HotPath {
         let mut seen = (0u64, 0u64);
         // When the next rehearsal of the kill is due (the first look rehearses).
         let mut rehearse_at = started;
+        // The sleeps the levels' distance allowed (see `pace_ns`), and the longest any of
+        // them overran what it asked (the thread waited that long for its CPU).
+        let (mut paced_sleeps, mut overslept) = (0u32, Duration::ZERO);
         loop {
             // The first level seen reached, and whether every level is below its early
             // one. A rehearsal confirms the working set: a level it found reached is.
@@ -461,6 +465,8 @@ impl HotPath {
                             cpu_us = thread_cpu_ns().saturating_sub(cpu_start) / 1000,
                             usage_at_level_us = usage_at_level
                                 .map_or(0, |at| at.elapsed().as_micros() as u64),
+                            paced_sleeps,
+                            overslept_us = overslept.as_micros() as u64,
                             "hot path: the watch saw a level reached and killed"
                         );
                         return true;
@@ -503,7 +509,11 @@ impl HotPath {
                 return false;
             }
             if paced {
-                std::thread::sleep(Duration::from_nanos(pause_ns));
+                let asked = Duration::from_nanos(pause_ns);
+                let from = std::time::Instant::now();
+                std::thread::sleep(asked);
+                paced_sleeps += 1;
+                overslept = overslept.max(from.elapsed().saturating_sub(asked));
             } else if now < spin_until {
                 if now.saturating_duration_since(still_since) < WATCH_STILL {
                     std::hint::spin_loop();
@@ -542,11 +552,18 @@ pub(super) fn rehearse_due(began: std::time::Instant, took: Duration) -> std::ti
 
 /// How long a watch may sleep before it looks again at a level `at`, whose watched value
 /// (see `Level::watched_now`) was `value` at `now_ns` (`first`: the watch's first read of
-/// it, and when). A cgroup's level (`watch_margin` 0) is looked at again at once: its
-/// notifier fires a few pages off, and the watch is there to kill within microseconds of
-/// the level. The node's level is told by a notifier on the pods cgroup, megabytes off
-/// either way, and meminfo costs more to read: the watch sleeps half the time the node,
-/// rising as fast as it has since the watch's first look, takes to get there, and at most
+/// it, and when); 0: look again at once.
+///
+/// A cgroup's level (`watch_margin` 0): its notifier fires a few pages off, and the watch
+/// is there to kill within microseconds of the level. It looks again at once while the
+/// usage rises fast enough to get there within [`WATCH_CREEP`], and within
+/// [`WATCH_SPIN_NEAR`] of it. Farther below a usage that creeps, it sleeps half the time
+/// an allocator rising at [`WATCH_FASTEST_RISE`] takes to get there, and at most
+/// [`WATCH_PACE_NEAR_MAX`], so that the allocator has the watch's CPU meanwhile.
+///
+/// The node's level is told by a notifier on the pods cgroup, megabytes off either way,
+/// and meminfo costs more to read: the watch sleeps half the time the node, rising as
+/// fast as it has since the watch's first look, takes to get there, and at most
 /// [`WATCH_PACE_MAX`] (also while it does not rise), so that its CPU budget lasts as far
 /// as the level.
 pub(super) fn pace_ns(
@@ -556,21 +573,36 @@ pub(super) fn pace_ns(
     now_ns: u64,
     first: Option<(u64, u64)>,
 ) -> u64 {
+    if value >= at {
+        return 0;
+    }
+    // The time to the level at the rise seen since the watch's first read.
+    let to_level_ns = first.and_then(|(first_value, first_ns)| {
+        let (rise, elapsed) = (
+            value.saturating_sub(first_value),
+            now_ns.saturating_sub(first_ns),
+        );
+        (rise > 0 && elapsed > 0)
+            .then(|| u128::from(at - value) * u128::from(elapsed) / u128::from(rise))
+    });
+    if watch_margin == 0 {
+        // Standing still is left to the spin (see `CpuMoves`).
+        let to_go = at - value;
+        let creeping = to_level_ns.is_some_and(|ns| ns > WATCH_CREEP.as_nanos());
+        if to_go <= WATCH_SPIN_NEAR || !creeping {
+            return 0;
+        }
+        let at_fastest_ns = u128::from(to_go) * 1_000_000_000 / u128::from(WATCH_FASTEST_RISE);
+        return u64::try_from(at_fastest_ns / 2)
+            .unwrap_or(u64::MAX)
+            .min(WATCH_PACE_NEAR_MAX.as_nanos() as u64);
+    }
     let max = WATCH_PACE_MAX.as_nanos() as u64;
-    if watch_margin == 0 || value >= at {
-        return 0;
-    }
-    let Some((first_value, first_ns)) = first else {
+    match (first, to_level_ns) {
         // One more read gives a rate.
-        return 0;
-    };
-    let (rise, elapsed) = (
-        value.saturating_sub(first_value),
-        now_ns.saturating_sub(first_ns),
-    );
-    if rise == 0 || elapsed == 0 {
-        return max;
+        (None, _) => 0,
+        // Not rising.
+        (Some(_), None) => max,
+        (Some(_), Some(ns)) => u64::try_from(ns / 2).unwrap_or(u64::MAX).min(max),
     }
-    let to_level_ns = u128::from(at - value) * u128::from(elapsed) / u128::from(rise);
-    u64::try_from(to_level_ns / 2).unwrap_or(u64::MAX).min(max)
 }
