@@ -160,6 +160,8 @@ pub struct Metrics {
     pub(crate) runtime_unresponsive_calls: BTreeMap<String, u64>,
     /// CPU time the hot path's watches used, in seconds (bounded by their budget).
     pub(crate) hot_watch_cpu_seconds: f64,
+    /// Rehearsals of the kill the hot path's watches ran.
+    pub(crate) hot_watch_rehearsals: u64,
     /// Age of the observation a threshold eviction was decided on (from its read to the
     /// decision), by the signal of each threshold met: the kubelet's
     /// `eviction_stats_age_seconds`.
@@ -300,6 +302,7 @@ impl Default for Metrics {
             memory_relief_duration: Histogram::new(SYNC_DURATION_BUCKETS),
             runtime_unresponsive_calls: BTreeMap::new(),
             hot_watch_cpu_seconds: 0.0,
+            hot_watch_rehearsals: 0,
             eviction_stats_age: BTreeMap::new(),
             preemptions: BTreeMap::new(),
             admission_rejections: BTreeMap::new(),

@@ -257,6 +257,9 @@ fn render(state: &AgentState, process: &ProcessMetrics, exposition: Exposition) 
     out.family(&HOT_WATCH_CPU_SECONDS_TOTAL);
     out.sample(&[], m.hot_watch_cpu_seconds);
 
+    out.family(&HOT_WATCH_REHEARSALS_TOTAL);
+    out.sample(&[], m.hot_watch_rehearsals);
+
     out.family(&EVICTION_STATS_AGE_SECONDS);
     let idle_age = Histogram::new(STATS_AGE_BUCKETS);
     let mut ages: BTreeMap<&str, &Histogram> = configured().map(|s| (s, &idle_age)).collect();

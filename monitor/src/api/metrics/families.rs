@@ -55,6 +55,7 @@ pub(super) const FAMILIES: &[Family] = &[
     MEMORY_RELIEF_PASSES_TOTAL,
     MEMORY_RELIEF_DURATION_SECONDS,
     HOT_WATCH_CPU_SECONDS_TOTAL,
+    HOT_WATCH_REHEARSALS_TOTAL,
     EVICTION_STATS_AGE_SECONDS,
     PREEMPTIONS_TOTAL,
     ADMISSION_REJECTIONS_TOTAL,
@@ -162,6 +163,13 @@ pub(super) const HOT_WATCH_CPU_SECONDS_TOTAL: Family = Family {
     name: "monitor_hot_watch_cpu_seconds_total",
     kind: FamilyType::Counter,
     help: "CPU time the hot path's watches used on the notifier threads, within their budget (10 ms at once, 2 % of one CPU over time).",
+    labels: &[],
+};
+
+pub(super) const HOT_WATCH_REHEARSALS_TOTAL: Family = Family {
+    name: "monitor_hot_watch_rehearsals_total",
+    kind: FamilyType::Counter,
+    help: "Rehearsals of the kill the hot path's watches ran, on their CPU budget: the confirmation's reads, the pick's, and signal 0 (a check, nothing sent) to the pod the pick named; nothing is decided or written. They keep the kill's system calls warm while a watch looks.",
     labels: &[],
 };
 

@@ -210,7 +210,9 @@ impl EvictionSync {
             .map(|hot| hot.take_fired())
             .unwrap_or_default();
         if let Some(hot) = &self.hot {
-            self.state.lock().metrics.hot_watch_cpu_seconds = hot.watch_cpu().as_secs_f64();
+            let mut state = self.state.lock();
+            state.metrics.hot_watch_cpu_seconds = hot.watch_cpu().as_secs_f64();
+            state.metrics.hot_watch_rehearsals = hot.rehearsals();
         }
         for kill in &hot_kills {
             self.book_hot_kill(kill, wakes, now);

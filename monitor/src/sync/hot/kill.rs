@@ -2,12 +2,13 @@
 use super::*;
 
 impl HotPath {
-    /// The victim for `crossing`, by the policy's ranking on the candidates' working
-    /// sets read now: its index among the candidates, its working set, and what the
-    /// eviction is worded from after the kill ([`Pick::decision`]).
-    fn pick(armed: &Armed, crossing: &Crossing) -> Option<Pick> {
+    /// The victim at a crossing of `threshold`'s level (`None`: a level armed with no
+    /// threshold, the first hard memory signal configured), by the policy's ranking on
+    /// the candidates' working sets read now: its index among the candidates, its working
+    /// set, and what the eviction is worded from after the kill ([`Pick::decision`]).
+    fn pick(armed: &Armed, threshold: Option<ArmedThreshold>) -> Option<Pick> {
         let config = armed.config.clone()?;
-        let signal = match crossing.threshold {
+        let signal = match threshold {
             Some(t) => t.signal,
             None => [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable]
                 .into_iter()
@@ -91,27 +92,21 @@ impl HotPath {
     /// cache went while the usage stood) is the watch's to kill at.
     pub(super) fn rehearse(&self) -> Rehearsal {
         let armed = self.lock();
-        let (reached, crossing) = match Self::crossed(&armed.levels, None) {
-            Ok(crossing) => (Some(crossing.level), crossing),
-            Err(_) => (
-                None,
-                Crossing {
-                    level: 0,
-                    threshold: armed.levels.iter().find_map(|level| level.threshold),
-                    level_working_set: 0,
-                    working_set: 0,
-                },
-            ),
+        let crossing = Self::crossed(&armed.levels, None).ok();
+        // Short of a crossing, the pick a crossing of the first threshold armed would make.
+        let threshold = match crossing {
+            Some(crossing) => crossing.threshold,
+            None => armed.levels.iter().find_map(|level| level.threshold),
         };
-        let alive = Self::pick(&armed, &crossing)
+        let alive = Self::pick(&armed, threshold)
             .map_or(0, |pick| armed.candidates[pick.index].switch.rehearse());
+        let reached = crossing.map(|crossing| crossing.level);
         self.rehearsals
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Rehearsal { reached, alive }
     }
 
     /// How many times the watches rehearsed the kill.
-    #[cfg(test)]
     pub(crate) fn rehearsals(&self) -> u64 {
         self.rehearsals.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -305,7 +300,7 @@ impl HotPath {
             }
         };
         let confirmed_ns = monotonic_ns();
-        let Some(pick) = Self::pick(&armed, &crossing) else {
+        let Some(pick) = Self::pick(&armed, crossing.threshold) else {
             tracing::debug!(source = %source, detected_ns, "hot path: a level is reached, but no candidate is left to kill");
             return Look::Disarmed;
         };
