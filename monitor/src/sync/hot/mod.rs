@@ -216,11 +216,11 @@ pub(crate) const WATCH_PACE_MAX: Duration = Duration::from_millis(2);
 /// [`WATCH_SPIN_NEAR`] bytes of it or rises faster: half the time an allocator rising at
 /// [`WATCH_FASTEST_RISE`] (bytes a second) would take to get there, and at most
 /// [`WATCH_PACE_NEAR_MAX`] (see `watch::pace_ns`). A usage that creeps is one whose
-/// allocator is short of CPU: beside 1000 pods on a two-CPU host, with the other CPU
-/// busy with a synchronize, a watch that spun at real-time priority held the allocator
-/// off its CPU, the allocator took 4-7 ms over an early margin (192 pages a CPU) it
-/// crosses in 1.2-1.5 ms when left a CPU, and one watch in 20 spent its whole allowance
-/// before the level came. A fast rise is spun over as before: on that host a watch
+/// allocator is short of CPU, and a watch spinning at real-time priority takes a whole
+/// CPU from it: beside 1000 pods on a two-CPU host, with every watch spinning, most
+/// allocators took 4-7 ms over an early margin (192 pages a CPU) they crossed in 1.3-2.3
+/// ms once creeping watches slept, and one watch in 20 spent its whole allowance before
+/// the level came. A fast rise is spun over as before: on that host a watch
 /// that slept while the allocator rose at full speed saw the level up to 280 µs late
 /// (its first reads and rehearsal after a sleep were slow). The rise assumed is faster
 /// than one thread faulting pages in (1-3 GB/s on the hosts measured), so a sleep ends
