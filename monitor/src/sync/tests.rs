@@ -80,6 +80,8 @@ struct Node {
     /// Each kill answers `AlreadyGone`: the pod's exit was handled before the eviction
     /// was booked (as after a hot kill), though the kill did end it.
     gone_before_booking: bool,
+    /// Runs once in the next read of the pods, as if it happened while a pass reads.
+    during_read: Option<Box<dyn FnOnce() + Send>>,
 }
 
 #[derive(Clone)]
@@ -108,6 +110,7 @@ impl Fake {
             nodefs_hung: false,
             unfreeable: false,
             gone_before_booking: false,
+            during_read: None,
         })))
     }
 
@@ -162,6 +165,10 @@ impl Observe for Fake {
 
 impl ActivePods for Fake {
     fn active_pods(&self, needs: crate::runtime::port::StatsNeeds) -> Vec<PodWithStats> {
+        let during_read = self.node().during_read.take();
+        if let Some(run) = during_read {
+            run();
+        }
         let mut node = self.node();
         node.needs_seen.push(needs);
         node.pods
@@ -827,6 +834,76 @@ fn the_pod_stats_read_follow_the_thresholds(
             container_memory
         },
         "{yaml}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hot_kill_made_while_a_pass_reads_counts_as_that_pass_s_eviction_under_way() {
+    // 8Gi − 5Gi = 3Gi available: calm.
+    let fake = Fake::new(
+        3 * GI + GI / 2,
+        &[("default/small", GI / 2), ("default/big", GI)],
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    fake.node().kill_dir = Some(dir.path().to_path_buf());
+    fake.node().kill_delay = Duration::from_millis(500);
+    let mut h = Harness::start_hot(fake, 1);
+    let calm = h.next(secs(1)).await;
+    assert!(started(&calm).is_empty());
+    let hot = h.hot.clone().expect("hot path");
+    assert_eq!(hot.armed_pod().as_deref(), Some("default/big"));
+    std::fs::write(dir.path().join("memory.usage_in_bytes"), "7000\n").expect("usage");
+    std::fs::write(dir.path().join("memory.stat"), "total_inactive_file 0\n").expect("stat");
+    hot.set_levels(
+        crate::observe::CgroupVersion::V1,
+        &[crate::notify::memcg::ThresholdSpec {
+            cgroup: dir.path().to_path_buf(),
+            usage_bytes: 7000,
+            hard: true,
+            passed_when_armed: false,
+            threshold: None,
+        }],
+        |_| 0,
+    );
+    // The node is under the hard threshold, and the crossing reaches the hot path while
+    // the next pass reads the pods, after it took the kills made before it: big is killed
+    // then, its processes are gone from what the pass reads, and its memory still counts.
+    h.fake.node().base_usage = 6 * GI + GI / 2;
+    let (crossing, fake) = (hot.clone(), h.fake.clone());
+    h.fake.node().during_read = Some(Box::new(move || {
+        crossing.hard_crossing(WakeSource::MemcgThreshold);
+        for pod in &mut fake.node().pods {
+            pod.2 |= pod.0 == "default/big";
+        }
+    }));
+    tokio::time::sleep(secs(1)).await;
+    h.wake();
+    let next = h.next(secs(1)).await;
+    let kill = h.fake.kill_file("default/big").expect("kill file");
+    assert_eq!(std::fs::read_to_string(&kill).expect("read"), "1");
+    let pass = next.pass.as_ref().expect("observed");
+    assert_eq!(pass.hot_kills.len(), 1, "{}", next.summary);
+    // Nobody else is evicted for the pressure big's kill answers: the pass's pick on its
+    // stats (small, the one pod it read) waits for big's eviction.
+    assert_eq!(
+        started(&next),
+        Vec::<(String, i64)>::new(),
+        "{}",
+        next.summary
+    );
+    assert_eq!(
+        pass.deferred
+            .iter()
+            .map(|d| d.decision.pod_key.as_str())
+            .collect::<Vec<_>>(),
+        vec!["default/small"],
+        "{}",
+        next.summary
+    );
+    assert!(
+        h.fake.kills().iter().all(|k| k.pod != "default/small"),
+        "small was not killed: {}",
+        next.summary
     );
 }
 

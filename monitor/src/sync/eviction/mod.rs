@@ -204,7 +204,7 @@ impl EvictionSync {
         let finished = self.collect_finished(node.taken_at_ns);
         // A pod the hot path killed: its eviction is under way from now on (record,
         // events, cgroups), and it is no candidate for this pass.
-        let hot_kills: Vec<HotKill> = self
+        let mut hot_kills: Vec<HotKill> = self
             .hot
             .as_ref()
             .map(|hot| hot.take_fired())
@@ -283,6 +283,19 @@ impl EvictionSync {
             super::contention::track(conditions, thresholds, &node.pressure, &self.state);
         }
         self.judge_effects(&finished, &input.observations, &outcome, now);
+        // A kill the hot path made while this pass read and decided came after the pass's
+        // observations, which still show the pressure it answers (the victim's memory is
+        // freed over the next milliseconds): booked now, it counts as the eviction under
+        // way, and no second pod is evicted for that pressure.
+        let late_kills: Vec<HotKill> = self
+            .hot
+            .as_ref()
+            .map(|hot| hot.take_fired())
+            .unwrap_or_default();
+        for kill in &late_kills {
+            self.book_hot_kill(kill, wakes, now);
+        }
+        hot_kills.extend(late_kills);
         // One at a time: each eviction started here counts as under way for the next.
         let mut started = Vec::new();
         let mut deferred = Vec::new();
