@@ -204,18 +204,11 @@ impl EvictionSync {
         let finished = self.collect_finished(node.taken_at_ns);
         // A pod the hot path killed: its eviction is under way from now on (record,
         // events, cgroups), and it is no candidate for this pass.
-        let mut hot_kills: Vec<HotKill> = self
-            .hot
-            .as_ref()
-            .map(|hot| hot.take_fired())
-            .unwrap_or_default();
+        let mut hot_kills = self.book_fired_hot_kills(wakes, now);
         if let Some(hot) = &self.hot {
             let mut state = self.state.lock();
             state.metrics.hot_watch_cpu_seconds = hot.watch_cpu().as_secs_f64();
             state.metrics.hot_watch_rehearsals = hot.rehearsals();
-        }
-        for kill in &hot_kills {
-            self.book_hot_kill(kill, wakes, now);
         }
         self.report_unavailable(node);
         let fs_layout = fs_layout(node);
@@ -287,14 +280,7 @@ impl EvictionSync {
         // observations, which still show the pressure it answers (the victim's memory is
         // freed over the next milliseconds): booked now, it counts as the eviction under
         // way, and no second pod is evicted for that pressure.
-        let late_kills: Vec<HotKill> = self
-            .hot
-            .as_ref()
-            .map(|hot| hot.take_fired())
-            .unwrap_or_default();
-        for kill in &late_kills {
-            self.book_hot_kill(kill, wakes, now);
-        }
+        let late_kills = self.book_fired_hot_kills(wakes, now);
         hot_kills.extend(late_kills);
         // One at a time: each eviction started here counts as under way for the next.
         let mut started = Vec::new();
@@ -477,6 +463,20 @@ impl EvictionSync {
         }
         // The kill is written: the hook has nothing to come before.
         self.start(kill.decision.clone(), None);
+    }
+
+    /// Takes the kills the hot path made since it was last asked and books each as an
+    /// eviction under way (see [`EvictionSync::book_hot_kill`]).
+    fn book_fired_hot_kills(&mut self, wakes: &[Wake], now: Time) -> Vec<HotKill> {
+        let kills = self
+            .hot
+            .as_ref()
+            .map(|hot| hot.take_fired())
+            .unwrap_or_default();
+        for kill in &kills {
+            self.book_hot_kill(kill, wakes, now);
+        }
+        kills
     }
 
     /// Whether the pass ranks pods by memory: a memory threshold is configured (the
